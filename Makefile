@@ -1,0 +1,32 @@
+# Two entry points (see README): `make run` and `make test`.
+# Each creates .venv and installs what it needs; re-running is cheap (idempotent).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m dodwan.demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy dodwan/core
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy dodwan/core
+
+clean:
+	rm -rf $(VENV)
