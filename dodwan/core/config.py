@@ -1,0 +1,126 @@
+"""Node configuration: one frozen dataclass, one documented field per setting.
+
+Runners (daemon, simulator, tests) build a :class:`NodeConfig`; the core never reads
+settings from anywhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from .limits import Limits
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Settings of one DoDWAN node. Durations are seconds, sizes are bytes."""
+
+    host_id: str
+    """Unique name of this host in the network (1-64 printable characters, no spaces)."""
+
+    horizon: int = 2
+    """Hops an interest profile travels: 1 = direct neighbours only; with 2 a neighbour also
+    fetches and carries messages for the hosts it can hear (relayed profiles)."""
+
+    altruistic: bool = False
+    """Fetch and carry every offered message, not only those some known profile wants."""
+
+    announce_period: float = 5.0
+    """Mean time between two announcements (jittered by ``announce_jitter``)."""
+
+    announce_jitter: float = 0.25
+    """Each period is drawn uniformly in ``period * (1 ± jitter)`` to avoid synchronised peers."""
+
+    neighbour_timeout: float = 0.0
+    """Silence after which a neighbour is considered gone; 0 means ``3 × announce_period``."""
+
+    max_datagram: int = 1400
+    """Largest datagram this node sends (UDP payload); fragments are cut to fit it."""
+
+    cache_capacity: int = 64 * 1024 * 1024
+    """Bytes of compressed messages (fragments + descriptors) the cache may hold."""
+
+    request_delay: float = 0.05
+    """Upper bound of the random wait before a request goes out; a matching request overheard
+    in that window suppresses ours (the answer is broadcast, so we get it too)."""
+
+    request_timeout: float = 2.0
+    """Fragments requested and not received after this long may be requested again."""
+
+    request_window: int = 256
+    """Most fragments of one message asked from one neighbour in one request; the next window
+    is asked as soon as the previous one has arrived."""
+
+    partial_timeout: float = 1800.0
+    """An incomplete message that made no progress for this long is dropped."""
+
+    max_catalog_datagrams: int = 4
+    """Most catalog datagrams per announcement round; larger catalogs rotate over rounds."""
+
+    compression_level: int = 3
+    """zstd level used when publishing (descriptor and payload)."""
+
+    trace: bool = False
+    """Record :class:`~dodwan.core.events.TraceRecord` entries for :meth:`Node.pop_trace`."""
+
+    limits: Limits = field(default_factory=Limits)
+    """Bounds applied to local and remote input (see :class:`~dodwan.core.limits.Limits`)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host_id, str):
+            raise TypeError("host_id must be a str")
+        if (
+            not 1 <= len(self.host_id) <= 64
+            or not self.host_id.isprintable()
+            or any(c.isspace() for c in self.host_id)
+        ):
+            raise ValueError(
+                f"host_id must be 1-64 printable characters without spaces: {self.host_id!r}"
+            )
+        if self.horizon < 1 or self.horizon > 8:
+            raise ValueError("horizon must be between 1 and 8 hops")
+        if self.announce_period <= 0:
+            raise ValueError("announce_period must be positive")
+        if not 0 <= self.announce_jitter < 1:
+            raise ValueError("announce_jitter must be in [0, 1)")
+        if self.neighbour_timeout < 0:
+            raise ValueError("neighbour_timeout must be >= 0")
+        if not 256 <= self.max_datagram <= 65507:
+            raise ValueError("max_datagram must be between 256 and 65507 bytes")
+        if self.cache_capacity <= 0:
+            raise ValueError("cache_capacity must be positive")
+        if self.request_delay < 0 or self.request_timeout <= 0:
+            raise ValueError("request_delay must be >= 0 and request_timeout > 0")
+        if self.request_window < 1:
+            raise ValueError("request_window must be >= 1")
+        if self.max_catalog_datagrams < 1:
+            raise ValueError("max_catalog_datagrams must be >= 1")
+        if not 1 <= self.compression_level <= 22:
+            raise ValueError("compression_level must be between 1 and 22")
+
+    @property
+    def effective_neighbour_timeout(self) -> float:
+        """The neighbour timeout actually applied."""
+        return self.neighbour_timeout or 3.0 * self.announce_period
+
+
+def field_docs() -> dict[str, str]:
+    """Field name -> docstring, for generated documentation and CLI help."""
+    import ast
+    import inspect
+    import itertools
+
+    source = inspect.getsource(NodeConfig)
+    tree = ast.parse(source)
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return {f.name: docs.get(f.name, "") for f in fields(NodeConfig)}

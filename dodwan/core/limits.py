@@ -1,0 +1,54 @@
+"""Bounds on everything a peer (or a local caller) can make this node hold or compute.
+
+Remote input is hostile: every size, count and length that arrives on the wire is checked
+against these limits before anything is allocated or matched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Hard limits; exceeding one drops the datagram (remote) or raises (local)."""
+
+    max_attributes: int = 64
+    """Attributes in one descriptor."""
+
+    max_attribute_name: int = 64
+    """Characters in an attribute name."""
+
+    max_descriptor_bytes: int = 8192
+    """Bytes of an encoded (uncompressed) descriptor."""
+
+    max_message_size: int = 64 * 1024 * 1024
+    """Bytes of an uncompressed payload; a decompression that would exceed the size the
+    descriptor declares (itself bounded by this) is refused before it inflates."""
+
+    max_fragments: int = 65536
+    """Fragments in one message."""
+
+    max_patterns: int = 64
+    """Selection patterns in one profile (local subscriptions or a peer's)."""
+
+    max_pattern_attributes: int = 16
+    """Attributes constrained by one pattern."""
+
+    max_regex_length: int = 256
+    """Characters in one regular expression."""
+
+    max_relayed_profiles: int = 64
+    """Profiles of other hosts kept per neighbour (horizon relay)."""
+
+    max_catalog_entries: int = 512
+    """Entries in one received catalog datagram."""
+
+    max_request_entries: int = 256
+    """Messages in one received request."""
+
+    max_requests_per_second: float = 2000.0
+    """Fragments one neighbour may ask us to send per second (token bucket)."""
+
+    max_partial_bytes: int = 32 * 1024 * 1024
+    """Bytes held in incomplete messages (reassembly memory) before new partial sets are refused."""

@@ -1,0 +1,28 @@
+"""Neighbour soft state: who was heard recently, their profiles and what they offer.
+
+A neighbour exists while it keeps announcing; silence longer than the timeout removes it
+together with everything learnt from it (its profile, relayed profiles, offers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from .patterns import Profile
+
+
+@dataclass(slots=True)
+class Neighbour:
+    host_id: str
+    address: Hashable
+    last_heard: float
+    altruistic: bool = False
+    profile: Profile = field(default_factory=Profile)
+    relayed: dict[str, tuple[int, Profile]] = field(default_factory=dict)
+    """host -> (distance from this neighbour, profile)"""
+    offers: dict[str, int | None] = field(default_factory=dict)
+    """msg id -> fragments this neighbour last said it holds (None = all)"""
+    tokens: float = 0.0
+    """Token bucket for fragments this neighbour may ask us to send."""
+    tokens_at: float = 0.0

@@ -1,0 +1,1156 @@
+"""The DoDWAN node: announcements, profiles, catalogs, requests, fragments and the cache.
+
+Sans-IO, in the style of aioquic's ``QuicConnection``: every input carries ``now``,
+datagrams are pulled with :meth:`Node.datagrams_to_send`, events with
+:meth:`Node.next_event`, and there is one deadline, :meth:`Node.get_timer`, served by
+:meth:`Node.handle_timer`. Randomness comes from the injected ``random.Random``; storage from
+the injected :class:`~dodwan.core.store.Store`. Nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import zstandard
+
+from . import message as m
+from . import wire
+from .config import NodeConfig
+from .errors import WireError
+from .events import (
+    Event,
+    MessageDelivered,
+    MessageEvicted,
+    NeighbourFound,
+    NeighbourLost,
+    TraceRecord,
+)
+from .matcher import Matcher
+from .neighbours import Neighbour
+from .patterns import PatternError, Profile, normalise_specs
+from .store import MemoryStore, MessageMeta, Store
+
+BROADCAST = "<broadcast>"
+"""Destination meaning: every neighbour in radio range."""
+
+_PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbour
+_HOUSEKEEPING = 1.0  # period of neighbour / partial-set checks
+
+
+class CacheFullError(ValueError):
+    """A local publication does not fit in the cache even after evicting what may be evicted."""
+
+
+@dataclass(slots=True)
+class Cached:
+    """In-memory index entry of a cached (possibly incomplete) message."""
+
+    meta: MessageMeta
+    descriptor: dict[str, str]
+    header: m.Header
+    have: int = 0
+    count: int = 0
+    nbytes: int = 0
+    progress: float = 0.0
+    own: bool = False
+    """Published here or matching a local subscription (evicted after carried-only ones)."""
+
+    @property
+    def complete(self) -> bool:
+        return self.count == self.header.frags
+
+    def rank(self) -> tuple[int, int, int, float]:
+        """Eviction order: lowest first (carried-only, non-persistent, low priority, old)."""
+        h = self.header
+        return (1 if self.own else 0, 1 if h.persistent else 0, h.priority, h.date)
+
+
+@dataclass(slots=True)
+class _Subscription:
+    key: str
+    profile: Profile
+
+
+def _ranges(mask: int) -> list[tuple[int, int]]:
+    """Bitmask -> [(first, count), ...]."""
+    out: list[tuple[int, int]] = []
+    i = 0
+    while mask:
+        if mask & 1:
+            start = i
+            while mask & 1:
+                mask >>= 1
+                i += 1
+            out.append((start, i - start))
+        else:
+            low = (mask & -mask).bit_length() - 1
+            mask >>= low
+            i += low
+    return out
+
+
+def _first_bits(mask: int, n: int) -> int:
+    """The ``n`` lowest set bits of ``mask``."""
+    out = 0
+    while mask and n:
+        low = mask & -mask
+        out |= low
+        mask ^= low
+        n -= 1
+    return out
+
+
+class Node:
+    """One DoDWAN host's protocol state machine."""
+
+    def __init__(self, config: NodeConfig, rng: random.Random, store: Store | None = None) -> None:
+        if not isinstance(config, NodeConfig):
+            raise TypeError("config must be a NodeConfig")
+        if not isinstance(rng, random.Random):
+            raise TypeError("rng must be a random.Random")
+        self.config = config
+        self.host_id = config.host_id
+        self._limits = config.limits
+        self._rng = rng
+        self._store: Store = store if store is not None else MemoryStore()
+        self._events: deque[Event] = deque()
+        self._trace: list[TraceRecord] = []
+        self._outbox: list[bytes] = []
+        self._send_queue: dict[tuple[str, int], int] = {}  # (msg, index) -> hops to send with
+        self.counters: dict[str, int] = {}
+
+        self._cache: dict[str, Cached] = {}
+        self._cache_bytes = 0
+        self._partial_bytes = 0
+        self._deadlines: list[tuple[float, str]] = []
+        self._evict_heap: list[tuple[tuple[int, int, int, float], str]] = []
+        self._history: dict[str, set[str]] = {}
+        self._history_deadline: dict[str, float] = {}
+        self._history_heap: list[tuple[float, str]] = []
+        self._entry_cache: dict[str, bytes] = {}
+        self._zdesc_cache: dict[str, tuple[bytes, dict[str, str], m.Header]] = {}
+        self._bad_zdesc: set[bytes] = set()
+
+        self._subs: dict[str, _Subscription] = {}
+        self._own_profile = Profile()
+        self._sub_counter = 0
+
+        self._neighbours: dict[str, Neighbour] = {}
+        self._known: dict[str, tuple[int, Profile]] = {}  # host -> (distance, profile)
+        self._profile_cache: dict[tuple[str, int], Profile] = {}
+        self._matcher = Matcher()
+        self._interest_epoch = 0
+        self._want_cache: dict[str, tuple[int, bool]] = {}
+
+        self._pending: dict[str, dict[str, int]] = {}  # target -> msg -> mask to request
+        self._pending_at: dict[str, float] = {}  # target -> when to send
+        self._requested: dict[str, tuple[int, float]] = {}  # msg -> (mask, when)
+
+        self._seq = 0
+        self._rotation = 0
+        self._next_announce: float | None = None
+        self._next_housekeeping: float | None = None
+
+        self._load()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def _tr(
+        self,
+        now: float,
+        kind: str,
+        msg_id: str = "",
+        size: int = 0,
+        hops: int = 0,
+        detail: str = "",
+    ) -> None:
+        if self.config.trace:
+            self._trace.append(TraceRecord(now, kind, msg_id, size, hops, detail))
+
+    def _schedule_basics(self, now: float) -> None:
+        if self._next_announce is None:
+            self._next_announce = now + self._rng.uniform(0, self.config.announce_period * 0.5)
+        if self._next_housekeeping is None:
+            self._next_housekeeping = now + _HOUSEKEEPING
+
+    # ------------------------------------------------------------------ restart
+
+    def _load(self) -> None:
+        """Rebuild the in-memory indexes from the store (after a restart)."""
+        for key, specs in self._store.iter_subscriptions():
+            try:
+                profile = Profile.from_patterns(specs, self._limits)
+            except (PatternError, TypeError):
+                self._store.delete_subscription(key)
+                continue
+            self._subs[key] = _Subscription(key, profile)
+        self._rebuild_own_profile()
+        for msg_id, key, deadline in self._store.iter_history():
+            self._history.setdefault(msg_id, set()).add(key)
+            self._history_deadline[msg_id] = deadline
+            heapq.heappush(self._history_heap, (deadline, msg_id))
+        for meta, indexes in self._store.iter_messages():
+            try:
+                descriptor = m.decompress_descriptor(meta.zdesc, self._limits)
+                header = m.Header.parse(descriptor, self._limits)
+            except WireError:
+                self._store.delete_message(meta.msg_id)
+                continue
+            c = Cached(meta, descriptor, header, progress=meta.received)
+            for i in indexes:
+                if 0 <= i < header.frags and not c.have >> i & 1:
+                    c.have |= 1 << i
+                    c.count += 1
+                    c.nbytes += header.fragment_length(i)
+            c.nbytes += len(meta.zdesc)
+            self._index(c)
+
+    # ------------------------------------------------------------------ local API
+
+    def subscribe(
+        self,
+        patterns: Mapping[str, str] | Sequence[Mapping[str, str]],
+        now: float,
+        key: str | None = None,
+    ) -> str:
+        """Add (or replace, when ``key`` exists) a subscription; returns its key.
+
+        ``patterns`` is one mapping attribute -> regex, or a list of them (an OR). Cached
+        complete messages that match are delivered at once (each at most once per key).
+        """
+        specs = normalise_specs(patterns)
+        try:
+            profile = Profile.from_patterns(specs, self._limits)
+        except PatternError as exc:
+            raise ValueError(str(exc)) from None
+        if key is None:
+            while True:
+                self._sub_counter += 1
+                key = f"sub-{self._sub_counter}"
+                if key not in self._subs:
+                    break
+        elif not isinstance(key, str) or not key or len(key) > 128:
+            raise ValueError("subscription key must be a non-empty str of at most 128 characters")
+        others = [s.profile for k, s in self._subs.items() if k != key]
+        merged = Profile([p for prof in [*others, profile] for p in prof.patterns])
+        if len(merged.patterns) > self._limits.max_patterns:
+            raise ValueError(f"the host profile would exceed {self._limits.max_patterns} patterns")
+        if len(self._encode_profile(merged)) > self.config.max_datagram // 2:
+            raise ValueError(
+                "the host profile would not fit in an announcement; use fewer or shorter patterns"
+            )
+        self._subs[key] = _Subscription(key, profile)
+        self._store.put_subscription(key, specs)
+        self._rebuild_own_profile()
+        self._schedule_basics(now)
+        for c in list(self._cache.values()):
+            if c.complete and profile.matches(c.descriptor):
+                self._deliver(c, now, only=key)
+        self._store.commit()
+        return key
+
+    def unsubscribe(self, key: str, now: float) -> None:
+        """Remove a subscription; unknown keys raise ``KeyError``."""
+        if key not in self._subs:
+            raise KeyError(f"no subscription {key!r}")
+        del self._subs[key]
+        self._store.delete_subscription(key)
+        self._rebuild_own_profile()
+        self._store.commit()
+
+    def subscriptions(self) -> dict[str, list[dict[str, str]]]:
+        """Local subscriptions: key -> patterns."""
+        return {k: s.profile.specs() for k, s in self._subs.items()}
+
+    def publish(
+        self,
+        attributes: Mapping[str, str],
+        payload: bytes,
+        deadline: float,
+        now: float,
+        priority: int = 4,
+        persistent: bool = True,
+    ) -> str:
+        """Put a new message in the cache (and deliver it to matching local subscriptions).
+
+        ``attributes`` may hold ``id`` to choose the message id; other system attributes
+        are set here. Returns the message id.
+        """
+        m.check_app_attributes(attributes, self._limits)
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError("payload must be bytes")
+        payload = bytes(payload)
+        if len(payload) > self._limits.max_message_size:
+            raise ValueError(f"payload larger than {self._limits.max_message_size} bytes")
+        if not isinstance(deadline, int | float) or not isinstance(now, int | float):
+            raise TypeError("deadline and now must be numbers")
+        if not deadline > now:
+            raise ValueError("deadline must be later than now")
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+            raise ValueError("priority must be an int between 0 and 9")
+        if not isinstance(persistent, bool):
+            raise TypeError("persistent must be a bool")
+        msg_id = attributes.get(m.ID)
+        if msg_id is None:
+            msg_id = f"{self.host_id}-{self._rng.getrandbits(64):016x}"
+        m.check_message_id(msg_id)
+        if msg_id in self._cache or msg_id in self._history:
+            raise ValueError(f"message id {msg_id!r} is already known here")
+
+        zpayload = zstandard.ZstdCompressor(level=self.config.compression_level).compress(payload)
+        descriptor = dict(attributes)
+        descriptor.update(
+            {
+                m.ID: msg_id,
+                m.DEADLINE: m.format_time(deadline),
+                m.ORIGIN: self.host_id,
+                m.DATE: m.format_time(now),
+                m.SIZE: str(len(payload)),
+                m.PRIORITY: str(priority),
+                m.PERSISTENT: "true" if persistent else "false",
+                m.ZSIZE: str(len(zpayload)),
+                m.ZHASH: m.payload_digest(zpayload),
+            }
+        )
+        zdesc, header = self._geometry(descriptor, len(zpayload))
+        c = Cached(
+            MessageMeta(msg_id, zdesc, 0, True, now), descriptor, header, own=True, progress=now
+        )
+        total = len(zpayload) + len(zdesc)
+        if not self._make_room(total, c.rank(), now, exclude=msg_id):
+            raise CacheFullError(
+                f"message of {total} compressed bytes does not fit in the cache ({self.config.cache_capacity} bytes)"
+            )
+        self._store.put_message(c.meta)
+        for i in range(header.frags):
+            chunk = zpayload[i * header.fsize : (i + 1) * header.fsize]
+            self._store.put_fragment(msg_id, i, chunk)
+            c.have |= 1 << i
+        c.count = header.frags
+        c.nbytes = total
+        self._index(c)
+        self._count("messages_published")
+        self._tr(now, "message_created", msg_id, len(payload), 0)
+        self._schedule_basics(now)
+        self._deliver(c, now, payload=payload)
+        self._store.commit()
+        return msg_id
+
+    def _geometry(self, descriptor: dict[str, str], zsize: int) -> tuple[bytes, m.Header]:
+        """Choose the fragment size so a fragment datagram fits ``max_datagram``."""
+        fsize = max(1, self.config.max_datagram)
+        for _ in range(8):
+            frags = max(1, -(-zsize // fsize))
+            descriptor[m.FRAGS] = str(frags)
+            descriptor[m.FSIZE] = str(fsize)
+            zdesc = m.compress_descriptor(descriptor, self.config.compression_level)
+            if len(zdesc) > self._limits.max_descriptor_bytes:
+                raise ValueError("descriptor too large")
+            room = m.fragment_room(
+                self.config.max_datagram, self.host_id, descriptor[m.ID], len(zdesc)
+            )
+            if room < 64:
+                raise ValueError(
+                    f"descriptor leaves only {room} bytes per fragment in a {self.config.max_datagram}-byte datagram"
+                )
+            if fsize <= room:
+                if frags > self._limits.max_fragments:
+                    raise ValueError("payload needs too many fragments; raise max_datagram")
+                return zdesc, m.Header.parse(descriptor, self._limits)
+            fsize = room
+        raise ValueError("could not fit the descriptor in a datagram")  # pragma: no cover
+
+    # ------------------------------------------------------------------ runner API
+
+    def receive_datagram(self, data: bytes, source: Hashable, now: float) -> None:
+        """Feed one datagram heard from ``source``. Never raises for bad peer input."""
+        self._schedule_basics(now)
+        size = len(data) if isinstance(data, bytes | bytearray) else 0
+        try:
+            if size > 65535:
+                raise WireError("oversized")
+            dg = wire.decode(bytes(data), self._limits)
+        except WireError as exc:
+            self._count("datagrams_dropped")
+            self._count(f"dropped_{exc.reason.replace(' ', '_')}")
+            self._tr(now, "datagram_dropped", size=size, detail=exc.reason)
+            return
+        except Exception:  # a bug must not take the node down; count it
+            self._count("internal_errors")
+            self._tr(now, "datagram_dropped", size=size, detail="internal error")
+            return
+        if dg.sender == self.host_id:
+            self._count("own_datagrams_ignored")
+            return
+        kind = wire.KIND_NAMES.get(data[3], "?")
+        self._count("datagrams_received")
+        self._count("bytes_received", size)
+        self._tr(now, "datagram_received", size=size, detail=kind)
+        try:
+            self._heard(dg.sender, source, now)
+            self._handlers[type(dg)](self, dg, now)
+        except WireError as exc:
+            self._count("datagrams_dropped")
+            self._count(f"dropped_{exc.reason.replace(' ', '_')}")
+            self._tr(now, "datagram_dropped", size=size, detail=exc.reason)
+        except Exception:
+            self._count("internal_errors")
+            self._tr(now, "datagram_dropped", size=size, detail="internal error")
+        self._store.commit()
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
+        """Drain the datagrams produced so far (all broadcast on the shared medium)."""
+        out = self._outbox
+        self._outbox = []
+        if self._send_queue:
+            queue = self._send_queue
+            self._send_queue = {}
+            for (msg_id, index), hops in queue.items():
+                c = self._cache.get(msg_id)
+                if c is None or not c.have >> index & 1:
+                    continue
+                chunk = self._store.get_fragment(msg_id, index)
+                if chunk is None:
+                    continue
+                out.append(
+                    wire.encode_fragment(self.host_id, msg_id, hops, index, c.meta.zdesc, chunk)
+                )
+                self._count("fragments_sent")
+        for dg in out:
+            kind = wire.KIND_NAMES.get(dg[3], "?")
+            self._count("datagrams_sent")
+            self._count("bytes_sent", len(dg))
+            self._tr(now, "datagram_sent", size=len(dg), detail=kind)
+        return [(dg, BROADCAST) for dg in out]
+
+    def get_timer(self) -> float | None:
+        """Earliest absolute time at which :meth:`handle_timer` must be called."""
+        times = [t for t in (self._next_announce, self._next_housekeeping) if t is not None]
+        if self._pending_at:
+            times.append(min(self._pending_at.values()))
+        if self._deadlines:
+            times.append(self._deadlines[0][0])
+        if self._history_heap:
+            times.append(self._history_heap[0][0])
+        return min(times) if times else None
+
+    def handle_timer(self, now: float) -> None:
+        """Do whatever was due at or before ``now``."""
+        self._schedule_basics(now)
+        self._purge_expired(now)
+        for target, at in list(self._pending_at.items()):
+            if at <= now:
+                self._send_request(target, now)
+        if self._next_housekeeping is not None and self._next_housekeeping <= now:
+            self._housekeeping(now)
+            self._next_housekeeping = now + _HOUSEKEEPING
+        if self._next_announce is not None and self._next_announce <= now:
+            self._announce(now)
+            j = self.config.announce_jitter
+            self._next_announce = now + self.config.announce_period * self._rng.uniform(
+                1 - j, 1 + j
+            )
+        self._store.commit()
+
+    def next_event(self) -> Event | None:
+        """Pop the oldest pending event, or None."""
+        return self._events.popleft() if self._events else None
+
+    def pop_trace(self) -> list[TraceRecord]:
+        """Take the trace records accumulated so far (empty unless ``config.trace``)."""
+        out = self._trace
+        self._trace = []
+        return out
+
+    # ------------------------------------------------------------------ introspection
+
+    def neighbours(self) -> dict[str, dict[str, Any]]:
+        """Current neighbours: host -> {address, last_heard, altruistic, patterns}."""
+        return {
+            h: {
+                "address": n.address,
+                "last_heard": n.last_heard,
+                "altruistic": n.altruistic,
+                "patterns": n.profile.specs(),
+                "relayed": sorted(n.relayed),
+            }
+            for h, n in sorted(self._neighbours.items())
+        }
+
+    def profile(self) -> dict[str, Any]:
+        """This host's profile and the profiles it knows within the horizon."""
+        return {
+            "own": self._own_profile.specs(),
+            "known": {
+                h: {"distance": d, "patterns": p.specs()}
+                for h, (d, p) in sorted(self._known.items())
+            },
+        }
+
+    def cache_listing(self) -> list[dict[str, Any]]:
+        """What the host carries: one dict per message."""
+        out: list[dict[str, Any]] = []
+        for c in self._cache.values():
+            h = c.header
+            reason = (
+                "published here"
+                if c.meta.local
+                else (
+                    "subscribed"
+                    if c.own
+                    else (
+                        "carried for " + ", ".join(self._matcher.interested_hosts(h.msg_id))
+                        if self._matcher.interested_hosts(h.msg_id)
+                        else "carried altruistically"
+                    )
+                )
+            )
+            out.append(
+                {
+                    "id": h.msg_id,
+                    "complete": c.complete,
+                    "fragments": c.count,
+                    "total_fragments": h.frags,
+                    "size": h.size,
+                    "stored_bytes": c.nbytes,
+                    "deadline": h.deadline,
+                    "priority": h.priority,
+                    "persistent": h.persistent,
+                    "hops": c.meta.hops,
+                    "reason": reason,
+                    "descriptor": dict(c.descriptor),
+                }
+            )
+        out.sort(key=lambda d: str(d["id"]))
+        return out
+
+    def cache_usage(self) -> dict[str, int]:
+        return {
+            "bytes": self._cache_bytes,
+            "capacity": self.config.cache_capacity,
+            "messages": len(self._cache),
+            "complete": sum(1 for c in self._cache.values() if c.complete),
+        }
+
+    def message_payload(self, msg_id: str) -> bytes | None:
+        """The payload of a complete cached message (None when absent or incomplete)."""
+        c = self._cache.get(msg_id)
+        if c is None or not c.complete:
+            return None
+        z = self._assemble(c)
+        try:
+            return m.inflate_payload(z, c.header) if z is not None else None
+        except WireError:
+            return None
+
+    def purge(self, msg_id: str, now: float) -> None:
+        """Drop a cached message on the local user's request (KeyError if absent)."""
+        if msg_id not in self._cache:
+            raise KeyError(f"no cached message {msg_id!r}")
+        self._drop(msg_id, now, "purged")
+        self._store.commit()
+
+    # ------------------------------------------------------------------ cache internals
+
+    def _index(self, c: Cached) -> None:
+        msg_id = c.header.msg_id
+        c.own = c.meta.local or self._own_profile.matches(c.descriptor)
+        self._cache[msg_id] = c
+        self._cache_bytes += c.nbytes
+        if not c.complete:
+            self._partial_bytes += c.nbytes
+        heapq.heappush(self._deadlines, (c.header.deadline, msg_id))
+        heapq.heappush(self._evict_heap, (c.rank(), msg_id))
+        self._matcher.add_message(msg_id, c.descriptor)
+
+    def _drop(self, msg_id: str, now: float, reason: str) -> None:
+        c = self._cache.pop(msg_id, None)
+        if c is None:
+            return
+        self._cache_bytes -= c.nbytes
+        if not c.complete:
+            self._partial_bytes -= c.nbytes
+        self._matcher.remove_message(msg_id)
+        self._entry_cache.pop(msg_id, None)
+        self._requested.pop(msg_id, None)
+        self._store.delete_message(msg_id)
+        self._count("messages_evicted")
+        self._tr(now, "message_evicted", msg_id, c.nbytes, c.meta.hops, reason)
+        if reason in ("capacity", "stale"):
+            self._events.append(MessageEvicted(msg_id, reason))
+
+    def _make_room(
+        self, needed: int, rank: tuple[int, int, int, float], now: float, exclude: str
+    ) -> bool:
+        """Evict lower-ranked messages until ``needed`` bytes fit; False if impossible."""
+        cap = self.config.cache_capacity
+        if needed > cap:
+            return False
+        victims: list[tuple[tuple[int, int, int, float], str]] = []
+        while self._cache_bytes + needed > cap:
+            if not self._evict_heap:
+                break
+            vrank, vid = heapq.heappop(self._evict_heap)
+            c = self._cache.get(vid)
+            if c is None or vid == exclude:
+                if vid == exclude and c is not None:
+                    victims.append((vrank, vid))
+                continue
+            if c.rank() != vrank:
+                heapq.heappush(self._evict_heap, (c.rank(), vid))
+                continue
+            if c.header.deadline > now and vrank >= rank:
+                victims.append((vrank, vid))
+                break
+            self._drop(vid, now, "expired" if c.header.deadline <= now else "capacity")
+        for v in victims:
+            heapq.heappush(self._evict_heap, v)
+        return self._cache_bytes + needed <= cap
+
+    def _purge_expired(self, now: float) -> None:
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, msg_id = heapq.heappop(self._deadlines)
+            c = self._cache.get(msg_id)
+            if c is not None and c.header.deadline <= now:
+                self._drop(msg_id, now, "expired")
+        purged = False
+        while self._history_heap and self._history_heap[0][0] < now:
+            deadline, msg_id = heapq.heappop(self._history_heap)
+            if self._history_deadline.get(msg_id) == deadline:
+                self._history.pop(msg_id, None)
+                self._history_deadline.pop(msg_id, None)
+                self._zdesc_cache.pop(msg_id, None)
+                self._want_cache.pop(msg_id, None)
+                purged = True
+        if purged:
+            self._store.purge_history(now)
+
+    def _add_history(self, msg_id: str, key: str, deadline: float) -> None:
+        keys = self._history.setdefault(msg_id, set())
+        if key in keys:
+            return
+        keys.add(key)
+        if msg_id not in self._history_deadline:
+            self._history_deadline[msg_id] = deadline
+            heapq.heappush(self._history_heap, (deadline, msg_id))
+        self._store.add_history(msg_id, key, deadline)
+
+    def _assemble(self, c: Cached) -> bytes | None:
+        parts = []
+        for i in range(c.header.frags):
+            chunk = self._store.get_fragment(c.header.msg_id, i)
+            if chunk is None:
+                return None
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def _deliver(
+        self, c: Cached, now: float, only: str | None = None, payload: bytes | None = None
+    ) -> None:
+        """Deliver a complete message to each matching subscription not yet served."""
+        msg_id = c.header.msg_id
+        done = self._history.get(msg_id, set())
+        keys = [
+            k
+            for k, s in self._subs.items()
+            if (only is None or k == only) and k not in done and s.profile.matches(c.descriptor)
+        ]
+        if not keys:
+            return
+        if payload is None:
+            z = self._assemble(c)
+            try:
+                if z is None:
+                    raise WireError("missing fragment")
+                payload = m.inflate_payload(z, c.header)
+            except WireError:
+                self._count("corrupt_messages")
+                self._drop(msg_id, now, "corrupt")
+                return
+        for k in keys:
+            self._add_history(msg_id, k, c.header.deadline)
+            self._events.append(MessageDelivered(k, dict(c.descriptor), payload))
+            self._count("messages_delivered")
+            self._tr(now, "message_delivered", msg_id, c.header.size, c.meta.hops, k)
+
+    # ------------------------------------------------------------------ profiles
+
+    def _rebuild_own_profile(self) -> None:
+        self._own_profile = Profile([p for s in self._subs.values() for p in s.profile.patterns])
+        for c in self._cache.values():
+            own = c.meta.local or self._own_profile.matches(c.descriptor)
+            if own != c.own:
+                c.own = own
+                heapq.heappush(self._evict_heap, (c.rank(), c.header.msg_id))
+        self._interest_epoch += 1
+
+    @staticmethod
+    def _wire_patterns(profile: Profile) -> wire.PatternSpecs:
+        return tuple(p.items for p in profile.patterns)
+
+    def _encode_profile(self, profile: Profile) -> bytes:
+        return wire.encode_announce(
+            self.host_id, 0, False, profile.version, self._wire_patterns(profile), (), ()
+        )
+
+    def _compile_remote(self, host: str, version: int, patterns: wire.PatternSpecs) -> Profile:
+        cached = self._profile_cache.get((host, version))
+        if cached is not None:
+            return cached
+        try:
+            profile = Profile.from_patterns([dict(items) for items in patterns], self._limits)
+        except (PatternError, TypeError) as exc:
+            raise WireError("bad pattern") from exc
+        if len(self._profile_cache) > 4096:
+            self._profile_cache.clear()
+        self._profile_cache[(host, version)] = profile
+        return profile
+
+    def _recompute_known(self) -> None:
+        """Derive the profiles known within the horizon from the neighbours' announcements."""
+        known: dict[str, tuple[int, Profile]] = {}
+        horizon = self.config.horizon
+        for n in self._neighbours.values():
+            if n.profile:
+                known[n.host_id] = (1, n.profile)
+        for n in self._neighbours.values():
+            for host, (dist, prof) in n.relayed.items():
+                d = dist + 1
+                if host == self.host_id or d > horizon or not prof:
+                    continue
+                if host not in known or known[host][0] > d:
+                    known[host] = (d, prof)
+        if known.keys() == self._known.keys() and all(
+            known[h][0] == self._known[h][0] and known[h][1].version == self._known[h][1].version
+            for h in known
+        ):
+            return
+        self._known = known
+        for host in self._matcher.hosts():
+            if host not in known:
+                self._matcher.remove_profile(host)
+        for host, (_, prof) in known.items():
+            self._matcher.set_profile(host, prof)
+        self._interest_epoch += 1
+
+    def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> bool:
+        """Should this host fetch and carry the message?"""
+        cached = self._want_cache.get(msg_id)
+        if cached is not None and cached[0] == self._interest_epoch:
+            return cached[1]
+        want = self.config.altruistic or self._own_profile.matches(descriptor)
+        if not want:
+            limit = self.config.horizon - 1
+            want = any(d <= limit and p.matches(descriptor) for d, p in self._known.values())
+        if len(self._want_cache) > 65536:
+            self._want_cache.clear()
+        self._want_cache[msg_id] = (self._interest_epoch, want)
+        return want
+
+    # ------------------------------------------------------------------ neighbours
+
+    def _heard(self, sender: str, source: Hashable, now: float) -> None:
+        n = self._neighbours.get(sender)
+        if n is None:
+            n = Neighbour(
+                sender, source, now, tokens=self._limits.max_requests_per_second, tokens_at=now
+            )
+            self._neighbours[sender] = n
+            self._events.append(NeighbourFound(sender, source))
+            self._count("neighbours_found")
+            prompt = now + self._rng.uniform(0, _PROMPT_ANNOUNCE)
+            if self._next_announce is None or self._next_announce > prompt:
+                self._next_announce = prompt
+        else:
+            n.last_heard = now
+            n.address = source
+
+    def _housekeeping(self, now: float) -> None:
+        timeout = self.config.effective_neighbour_timeout
+        lost = [h for h, n in self._neighbours.items() if n.last_heard + timeout < now]
+        for h in lost:
+            del self._neighbours[h]
+            self._pending.pop(h, None)
+            self._pending_at.pop(h, None)
+            self._events.append(NeighbourLost(h))
+            self._count("neighbours_lost")
+        if lost:
+            self._recompute_known()
+        stale_before = now - self.config.partial_timeout
+        for c in [c for c in self._cache.values() if not c.complete and c.progress < stale_before]:
+            self._drop(c.header.msg_id, now, "stale")
+
+    # ------------------------------------------------------------------ announcements
+
+    def _catalog_entry(self, c: Cached) -> bytes:
+        msg_id = c.header.msg_id
+        if c.complete:
+            entry = self._entry_cache.get(msg_id)
+            if entry is None:
+                entry = wire.encode_catalog_entry(
+                    wire.CatalogEntry(msg_id, c.header.frags, None, c.meta.zdesc)
+                )
+                self._entry_cache[msg_id] = entry
+            return entry
+        return wire.encode_catalog_entry(
+            wire.CatalogEntry(msg_id, c.header.frags, c.have, c.meta.zdesc)
+        )
+
+    def _catalog_order(self, now: float) -> list[str]:
+        """Fresh eligible messages first, then a rotation through the rest."""
+        if any(n.altruistic for n in self._neighbours.values()):
+            pool: list[str] = list(self._cache)
+            fresh: list[str] = []
+        else:
+            fresh = self._matcher.take_fresh()
+            pool = list(self._matcher.eligible)
+        if not pool:
+            return fresh
+        start = self._rotation % len(pool)
+        rotated = pool[start:] + pool[:start]
+        fresh_set = set(fresh)
+        return fresh + [x for x in rotated if x not in fresh_set]
+
+    def _announce(self, now: float) -> None:
+        self._seq += 1
+        relayed = sorted(
+            (
+                wire.RelayedProfile(h, d, p.version, self._wire_patterns(p))
+                for h, (d, p) in self._known.items()
+                if d < self.config.horizon
+            ),
+            key=lambda r: (r.distance, r.host),
+        )[: self._limits.max_relayed_profiles]
+        own = self._wire_patterns(self._own_profile)
+
+        def head(rel: Sequence[wire.RelayedProfile]) -> bytes:
+            return wire.encode_announce(
+                self.host_id,
+                self._seq,
+                self.config.altruistic,
+                self._own_profile.version,
+                own,
+                rel,
+                (),
+            )
+
+        base = head(relayed)
+        while len(base) > self.config.max_datagram - 16 and relayed:
+            relayed = relayed[:-1]
+            base = head(relayed)
+        budget = self.config.max_datagram
+        datagrams: list[list[bytes]] = [[]]
+        room = budget - len(base) - 4
+        offered = 0
+        if self._neighbours:
+            for msg_id in self._catalog_order(now):
+                c = self._cache.get(msg_id)
+                if c is None or c.header.deadline <= now or c.count == 0:
+                    continue
+                entry = self._catalog_entry(c)
+                if len(entry) > room:
+                    if len(datagrams) >= self.config.max_catalog_datagrams:
+                        break
+                    datagrams.append([])
+                    room = budget - wire.catalog_overhead(self.host_id)
+                    if len(entry) > room:
+                        continue
+                datagrams[-1].append(entry)
+                room -= len(entry)
+                offered += 1
+            self._rotation += max(offered, 1)
+        self._outbox.append(
+            wire.encode_announce(
+                self.host_id,
+                self._seq,
+                self.config.altruistic,
+                self._own_profile.version,
+                own,
+                relayed,
+                datagrams[0],
+            )
+        )
+        for entries in datagrams[1:]:
+            if entries:
+                self._outbox.append(wire.encode_catalog(self.host_id, self._seq, entries))
+        self._count("announcements_sent")
+
+    # ------------------------------------------------------------------ handlers
+
+    def _on_announce(self, dg: wire.Announce, now: float) -> None:
+        n = self._neighbours[dg.sender]
+        n.altruistic = dg.altruistic
+        changed = False
+        if n.profile.version != dg.version or bool(n.profile) != bool(dg.patterns):
+            n.profile = (
+                self._compile_remote(dg.sender, dg.version, dg.patterns)
+                if dg.patterns
+                else Profile()
+            )
+            changed = True
+        relayed: dict[str, tuple[int, Profile]] = {}
+        for rp in dg.relayed:
+            if rp.host == self.host_id or not rp.patterns or rp.distance < 1 or rp.host in relayed:
+                continue
+            relayed[rp.host] = (rp.distance, self._compile_remote(rp.host, rp.version, rp.patterns))
+        if {h: (d, p.version) for h, (d, p) in relayed.items()} != {
+            h: (d, p.version) for h, (d, p) in n.relayed.items()
+        }:
+            n.relayed = relayed
+            changed = True
+        if changed:
+            self._recompute_known()
+        self._on_catalog_entries(n, dg.catalog, now)
+
+    def _on_catalog(self, dg: wire.Catalog, now: float) -> None:
+        self._on_catalog_entries(self._neighbours[dg.sender], dg.catalog, now)
+
+    def _descriptor_of(self, msg_id: str, zdesc: bytes) -> tuple[dict[str, str], m.Header] | None:
+        """Decode (once) a descriptor offered by a peer; None when invalid."""
+        cached = self._zdesc_cache.get(msg_id)
+        if cached is not None and cached[0] == zdesc:
+            return cached[1], cached[2]
+        if zdesc in self._bad_zdesc:
+            return None
+        try:
+            d = m.decompress_descriptor(zdesc, self._limits)
+            h = m.Header.parse(d, self._limits)
+            if h.msg_id != msg_id:
+                raise WireError("descriptor id mismatch")
+        except WireError:
+            self._count("bad_descriptors")
+            if len(self._bad_zdesc) > 4096:
+                self._bad_zdesc.clear()
+            self._bad_zdesc.add(zdesc)
+            return None
+        if cached is None:  # the first descriptor seen for an id wins
+            if len(self._zdesc_cache) > 65536:
+                self._zdesc_cache.clear()
+            self._zdesc_cache[msg_id] = (zdesc, d, h)
+        return d, h
+
+    def _missing(self, msg_id: str, offered: int, now: float) -> int:
+        """Offered fragments we neither hold nor recently requested."""
+        c = self._cache.get(msg_id)
+        mask = offered & ~(c.have if c is not None else 0)
+        req = self._requested.get(msg_id)
+        if req is not None:
+            if req[1] + self.config.request_timeout > now:
+                mask &= ~req[0]
+            else:
+                del self._requested[msg_id]
+        return mask
+
+    def _on_catalog_entries(
+        self, n: Neighbour, entries: Sequence[wire.CatalogEntry], now: float
+    ) -> None:
+        for e in entries:
+            full = (1 << e.frags) - 1
+            offered = full if e.have is None else e.have
+            n.offers[e.msg_id] = offered
+            c = self._cache.get(e.msg_id)
+            if c is not None:
+                if c.complete or c.header.frags != e.frags:
+                    continue
+            elif e.msg_id in self._history:
+                continue
+            else:
+                decoded = self._descriptor_of(e.msg_id, e.zdesc)
+                if decoded is None or decoded[1].frags != e.frags or decoded[1].deadline <= now:
+                    continue
+                if not self._wants(e.msg_id, decoded[0]):
+                    continue
+            self._queue_request(n.host_id, e.msg_id, offered, now)
+        if len(n.offers) > 4 * self._limits.max_catalog_entries:
+            for k in list(n.offers)[: len(n.offers) // 2]:
+                del n.offers[k]
+
+    def _queue_request(self, target: str, msg_id: str, offered: int, now: float) -> None:
+        pending = self._pending.setdefault(target, {})
+        already = pending.get(msg_id, 0)
+        missing = self._missing(msg_id, offered, now) & ~already
+        window = self.config.request_window - already.bit_count()
+        if not missing or window <= 0:
+            return
+        pending[msg_id] = already | _first_bits(missing, window)
+        if target not in self._pending_at:
+            self._pending_at[target] = now + self._rng.uniform(0, self.config.request_delay)
+
+    def _send_request(self, target: str, now: float) -> None:
+        self._pending_at.pop(target, None)
+        pending = self._pending.pop(target, {})
+        if target not in self._neighbours:
+            return
+        entries: list[tuple[str, list[tuple[int, int]]]] = []
+        for msg_id, mask in pending.items():
+            mask = self._missing(msg_id, mask, now)
+            if mask:
+                entries.append((msg_id, _ranges(mask)))
+                old = self._requested.get(msg_id, (0, now))[0]
+                self._requested[msg_id] = (old | mask, now)
+        for i in range(0, len(entries), 32):
+            self._outbox.append(wire.encode_request(self.host_id, target, entries[i : i + 32]))
+            self._count("requests_sent")
+
+    def _on_request(self, dg: wire.Request, now: float) -> None:
+        if dg.target != self.host_id:
+            # Overheard: the answer will be broadcast, so drop the same fragments from ours.
+            for msg_id, ranges in dg.entries:
+                mask = 0
+                for first, count in ranges:
+                    mask |= ((1 << count) - 1) << first
+                suppressed = False
+                for pending in self._pending.values():
+                    if msg_id in pending and pending[msg_id] & mask:
+                        pending[msg_id] &= ~mask
+                        suppressed = True
+                        if not pending[msg_id]:
+                            del pending[msg_id]
+                if suppressed:
+                    self._count("requests_suppressed")
+                    old = self._requested.get(msg_id, (0, now))[0]
+                    self._requested[msg_id] = (old | mask, now)
+            return
+        n = self._neighbours[dg.sender]
+        rate = self._limits.max_requests_per_second
+        n.tokens = min(rate, n.tokens + (now - n.tokens_at) * rate)
+        n.tokens_at = now
+        for msg_id, ranges in dg.entries:
+            c = self._cache.get(msg_id)
+            if c is None:
+                continue
+            for first, count in ranges:
+                end = min(first + count, c.header.frags)
+                for i in range(first, end):
+                    if not c.have >> i & 1 or (msg_id, i) in self._send_queue:
+                        continue
+                    if n.tokens < 1:
+                        self._count("requests_rate_limited")
+                        return
+                    n.tokens -= 1
+                    self._send_queue[(msg_id, i)] = c.meta.hops + 1
+
+    def _on_fragment(self, dg: wire.Fragment, now: float) -> None:
+        c = self._cache.get(dg.msg_id)
+        if c is not None:
+            if dg.zdesc != c.meta.zdesc:
+                raise WireError("descriptor mismatch")
+            if c.complete or c.have >> dg.index & 1:
+                self._count("fragments_duplicate")
+                return
+            header = c.header
+        else:
+            if dg.msg_id in self._history:
+                self._count("fragments_duplicate")
+                return
+            decoded = self._descriptor_of(dg.msg_id, dg.zdesc)
+            if decoded is None:
+                raise WireError("bad descriptor")
+            descriptor, header = decoded
+            if header.deadline <= now:
+                self._count("fragments_expired")
+                return
+            if not self._wants(dg.msg_id, descriptor):
+                self._count("fragments_unwanted")
+                return
+        if dg.index >= header.frags:
+            raise WireError("fragment index out of range")
+        if len(dg.chunk) != header.fragment_length(dg.index):
+            raise WireError("fragment length mismatch")
+        self._store_fragment(c, dg, header, now)
+
+    def _store_fragment(
+        self, c: Cached | None, dg: wire.Fragment, header: m.Header, now: float
+    ) -> None:
+        size = len(dg.chunk)
+        extra = size if c is not None else size + len(dg.zdesc)
+        if c is None:
+            descriptor = self._descriptor_of(dg.msg_id, dg.zdesc)
+            assert descriptor is not None
+            c = Cached(
+                MessageMeta(dg.msg_id, dg.zdesc, dg.hops, False, now),
+                descriptor[0],
+                header,
+                progress=now,
+            )
+            c.own = self._own_profile.matches(c.descriptor)
+            if self._partial_bytes + extra > self._limits.max_partial_bytes:
+                self._count("partial_memory_full")
+                return
+            if not self._make_room(extra, c.rank(), now, exclude=dg.msg_id):
+                self._count("cache_full")
+                return
+            self._store.put_message(c.meta)
+            c.nbytes = len(dg.zdesc)
+            self._index(c)
+        else:
+            if self._partial_bytes + extra > self._limits.max_partial_bytes:
+                self._count("partial_memory_full")
+                return
+            if not self._make_room(extra, c.rank(), now, exclude=dg.msg_id):
+                self._count("cache_full")
+                return
+        self._store.put_fragment(dg.msg_id, dg.index, dg.chunk)
+        c.have |= 1 << dg.index
+        c.count += 1
+        c.nbytes += size
+        self._cache_bytes += size
+        self._partial_bytes += size
+        c.progress = now
+        self._count("fragments_stored")
+        self._tr(now, "fragment_stored", dg.msg_id, size, dg.hops)
+        if c.complete:
+            self._partial_bytes -= c.nbytes
+            self._completed(c, now)
+        else:
+            self._continue_transfer(c, now)
+
+    def _completed(self, c: Cached, now: float) -> None:
+        msg_id = c.header.msg_id
+        self._requested.pop(msg_id, None)
+        self._entry_cache.pop(msg_id, None)
+        for pending in self._pending.values():
+            pending.pop(msg_id, None)
+        z = self._assemble(c)
+        if z is None or len(z) != c.header.zsize or m.payload_digest(z) != c.header.zhash:
+            self._count("corrupt_messages")
+            self._drop(msg_id, now, "corrupt")
+            return
+        self._count("messages_completed")
+        self._tr(now, "message_completed", msg_id, c.header.size, c.meta.hops)
+        self._add_history(msg_id, "", c.header.deadline)
+        self._deliver(c, now)
+
+    def _continue_transfer(self, c: Cached, now: float) -> None:
+        """When the requested window has arrived, ask the next one right away."""
+        msg_id = c.header.msg_id
+        req = self._requested.get(msg_id)
+        if req is not None and req[0] & ~c.have:
+            return
+        self._requested.pop(msg_id, None)
+        for n in self._neighbours.values():
+            offered = n.offers.get(msg_id)
+            if offered is not None and offered & ~c.have:
+                self._queue_request(n.host_id, msg_id, offered, now)
+                return
+
+    _handlers: ClassVar[dict[type, Callable[[Node, Any, float], None]]] = {
+        wire.Announce: _on_announce,
+        wire.Catalog: _on_catalog,
+        wire.Request: _on_request,
+        wire.Fragment: _on_fragment,
+    }
+
+
+def specs_to_json(specs: list[dict[str, str]]) -> str:
+    """Stable JSON form of pattern specs (for stores and admin APIs)."""
+    return json.dumps(specs, sort_keys=True)

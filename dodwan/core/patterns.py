@@ -1,0 +1,147 @@
+"""Selection patterns and interest profiles, matched with RE2 (linear time).
+
+A *pattern* maps attribute names to regular expressions; it matches a descriptor when every
+named attribute is present and its value fully matches the expression. A *profile* is a
+union (OR) of patterns. Patterns arrive from peers, so they are bounded in number and
+length and compiled with RE2, whose matching time is linear in the input: no pattern can
+stall the node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import re2
+
+from .limits import Limits
+
+_OPTIONS: Any = re2.Options()
+_OPTIONS.log_errors = False
+_OPTIONS.never_capture = True
+_OPTIONS.max_mem = 1 << 20  # bytes of compiled program per expression
+
+PatternSpec = Mapping[str, str]
+
+
+class PatternError(ValueError):
+    """A pattern is malformed or exceeds a limit."""
+
+
+@lru_cache(maxsize=4096)
+def _compile(regex: str) -> Any:
+    try:
+        return re2.compile(regex, _OPTIONS)
+    except Exception as exc:  # re2.error carries bytes messages
+        msg = exc.args[0] if exc.args else exc
+        if isinstance(msg, bytes):
+            msg = msg.decode("utf-8", "replace")
+        raise PatternError(f"invalid regular expression {regex!r}: {msg}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """One selection pattern: attribute name -> compiled expression (sorted by name)."""
+
+    items: tuple[tuple[str, str], ...]
+    _compiled: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def from_spec(cls, spec: PatternSpec, limits: Limits | None = None) -> Pattern:
+        """Validate and compile ``spec``; raises :class:`PatternError` or ``TypeError``."""
+        lim = limits or Limits()
+        if not isinstance(spec, Mapping):
+            raise TypeError(
+                f"a pattern is a mapping of attribute -> regex, not {type(spec).__name__}"
+            )
+        if not spec:
+            raise PatternError("a pattern needs at least one attribute")
+        if len(spec) > lim.max_pattern_attributes:
+            raise PatternError(
+                f"a pattern may constrain at most {lim.max_pattern_attributes} attributes"
+            )
+        items = []
+        for name, regex in spec.items():
+            if not isinstance(name, str) or not isinstance(regex, str):
+                raise TypeError("pattern attribute names and expressions must be str")
+            if not name or len(name) > lim.max_attribute_name:
+                raise PatternError(f"bad attribute name {name!r}")
+            if len(regex) > lim.max_regex_length:
+                raise PatternError(
+                    f"expression for {name!r} is longer than {lim.max_regex_length} characters"
+                )
+            items.append((name, regex))
+        items.sort()
+        compiled = tuple((name, _compile(regex)) for name, regex in items)
+        return cls(tuple(items), compiled)
+
+    def matches(self, descriptor: Mapping[str, str]) -> bool:
+        """True when every constrained attribute is present and fully matches."""
+        for name, rx in self._compiled:
+            value = descriptor.get(name)
+            if value is None or rx.fullmatch(value) is None:
+                return False
+        return True
+
+    def spec(self) -> dict[str, str]:
+        """The pattern as a plain dict."""
+        return dict(self.items)
+
+
+class Profile:
+    """An interest profile: an OR of patterns, with a content-derived version tag."""
+
+    __slots__ = ("patterns", "version")
+
+    def __init__(self, patterns: Iterable[Pattern] = ()) -> None:
+        unique = sorted(set(patterns), key=lambda p: p.items)
+        self.patterns: tuple[Pattern, ...] = tuple(unique)
+        digest = hashlib.blake2b(repr([p.items for p in unique]).encode(), digest_size=4)
+        self.version: int = int.from_bytes(digest.digest(), "big")
+
+    @classmethod
+    def from_patterns(
+        cls, specs: PatternSpec | Sequence[PatternSpec], limits: Limits | None = None
+    ) -> Profile:
+        """Build from one mapping or a sequence of mappings (an OR)."""
+        lim = limits or Limits()
+        spec_list = [specs] if isinstance(specs, Mapping) else list(specs)
+        if len(spec_list) > lim.max_patterns:
+            raise PatternError(f"a profile holds at most {lim.max_patterns} patterns")
+        return cls(Pattern.from_spec(s, lim) for s in spec_list)
+
+    def matches(self, descriptor: Mapping[str, str]) -> bool:
+        """True when some pattern matches."""
+        return any(p.matches(descriptor) for p in self.patterns)
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Profile) and other.patterns == self.patterns
+
+    def __hash__(self) -> int:
+        return hash(self.patterns)
+
+    def specs(self) -> list[dict[str, str]]:
+        """The patterns as plain dicts."""
+        return [p.spec() for p in self.patterns]
+
+
+def normalise_specs(specs: object) -> list[dict[str, str]]:
+    """Accept one mapping or a sequence of mappings from a local caller; raise TypeError."""
+    if isinstance(specs, Mapping):
+        return [dict(specs)]
+    if isinstance(specs, Sequence) and not isinstance(specs, str | bytes):
+        out = []
+        for s in specs:
+            if not isinstance(s, Mapping):
+                raise TypeError("each pattern must be a mapping of attribute -> regex")
+            out.append(dict(s))
+        if not out:
+            raise ValueError("at least one pattern is needed")
+        return out
+    raise TypeError("patterns must be a mapping or a sequence of mappings")

@@ -1,0 +1,430 @@
+"""Wire format v1: the only module that packs or unpacks bytes (spec: docs/protocol.md).
+
+Every datagram starts with ``b"DW"``, a version byte (1), a kind byte and the sender's host
+id. Lengths and integers are unsigned LEB128 varints; strings are UTF-8 prefixed by their
+byte length. Decoding is strict: truncation, trailing bytes, out-of-range values and
+anything beyond the :class:`~dodwan.core.limits.Limits` raise :class:`WireError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import WireError
+from .limits import Limits
+
+MAGIC = b"DW"
+VERSION = 1
+
+ANNOUNCE = 1
+CATALOG = 2
+REQUEST = 3
+FRAGMENT = 4
+KIND_NAMES = {ANNOUNCE: "announce", CATALOG: "catalog", REQUEST: "request", FRAGMENT: "fragment"}
+
+MAX_HOST_ID = 64
+MAX_MSG_ID = 128
+FLAG_ALTRUISTIC = 0x01
+ENTRY_COMPLETE = 0x01
+
+PatternSpecs = tuple[tuple[tuple[str, str], ...], ...]
+
+
+# ---------------------------------------------------------------- decoded datagrams
+
+
+@dataclass(frozen=True, slots=True)
+class RelayedProfile:
+    """A profile of another host, ``distance`` hops away from the announcer."""
+
+    host: str
+    distance: int
+    version: int
+    patterns: PatternSpecs
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """An offered message: which fragments the announcer holds (None = all)."""
+
+    msg_id: str
+    frags: int
+    have: int | None
+    zdesc: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Announce:
+    sender: str
+    seq: int
+    altruistic: bool
+    version: int
+    patterns: PatternSpecs
+    relayed: tuple[RelayedProfile, ...]
+    catalog: tuple[CatalogEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    sender: str
+    seq: int
+    catalog: tuple[CatalogEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    sender: str
+    target: str
+    entries: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
+    """(message id, ((first fragment, count), ...))"""
+
+
+@dataclass(frozen=True, slots=True)
+class Fragment:
+    sender: str
+    msg_id: str
+    hops: int
+    index: int
+    zdesc: bytes
+    chunk: bytes
+
+
+Datagram = Announce | Catalog | Request | Fragment
+
+
+# ---------------------------------------------------------------- primitives
+
+
+def _varint(n: int) -> bytes:
+    if n < 0:
+        raise ValueError("varint must be >= 0")
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _str(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return _varint(len(raw)) + raw
+
+
+def _blob(b: bytes) -> bytes:
+    return _varint(len(b)) + b
+
+
+class _Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int = 0) -> None:
+        self.data = data
+        self.pos = pos
+
+    def u8(self) -> int:
+        if self.pos >= len(self.data):
+            raise WireError("truncated")
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def u32(self) -> int:
+        end = self.pos + 4
+        if end > len(self.data):
+            raise WireError("truncated")
+        v = int.from_bytes(self.data[self.pos : end], "big")
+        self.pos = end
+        return v
+
+    def varint(self, maximum: int = (1 << 63) - 1) -> int:
+        shift = 0
+        value = 0
+        while True:
+            b = self.u8()
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise WireError("varint too long")
+        if value > maximum:
+            raise WireError("value out of range")
+        return value
+
+    def blob(self, maximum: int) -> bytes:
+        n = self.varint(maximum)
+        end = self.pos + n
+        if end > len(self.data):
+            raise WireError("truncated")
+        b = bytes(self.data[self.pos : end])
+        self.pos = end
+        return b
+
+    def text(self, maximum: int) -> str:
+        try:
+            return self.blob(maximum).decode("utf-8")
+        except UnicodeDecodeError:
+            raise WireError("invalid utf-8") from None
+
+    def rest(self) -> bytes:
+        b = bytes(self.data[self.pos :])
+        self.pos = len(self.data)
+        return b
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise WireError("trailing bytes")
+
+
+# ---------------------------------------------------------------- descriptors
+
+
+def encode_attributes(d: Mapping[str, str]) -> bytes:
+    """Canonical descriptor encoding: count, then sorted (name, value) pairs."""
+    parts = [_varint(len(d))]
+    for name in sorted(d):
+        parts.append(_str(name))
+        parts.append(_str(d[name]))
+    return b"".join(parts)
+
+
+def decode_attributes(raw: bytes, limits: Limits) -> dict[str, str]:
+    r = _Reader(raw)
+    n = r.varint(limits.max_attributes)
+    out: dict[str, str] = {}
+    for _ in range(n):
+        name = r.text(limits.max_attribute_name)
+        value = r.text(limits.max_descriptor_bytes)
+        if not name or name in out:
+            raise WireError("bad attribute name")
+        out[name] = value
+    r.end()
+    return out
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def _header(kind: int, sender: str) -> bytes:
+    return MAGIC + bytes((VERSION, kind)) + _str(sender)
+
+
+def _patterns(patterns: PatternSpecs) -> bytes:
+    parts = [bytes((len(patterns),))]
+    for items in patterns:
+        parts.append(bytes((len(items),)))
+        for name, regex in items:
+            parts.append(_str(name))
+            parts.append(_str(regex))
+    return b"".join(parts)
+
+
+def encode_catalog_entry(entry: CatalogEntry) -> bytes:
+    parts = [_str(entry.msg_id), _varint(entry.frags)]
+    if entry.have is None:
+        parts.append(bytes((ENTRY_COMPLETE,)))
+    else:
+        parts.append(b"\x00")
+        parts.append(entry.have.to_bytes((entry.frags + 7) // 8, "little"))
+    parts.append(_blob(entry.zdesc))
+    return b"".join(parts)
+
+
+def encode_announce(
+    sender: str,
+    seq: int,
+    altruistic: bool,
+    version: int,
+    patterns: PatternSpecs,
+    relayed: Sequence[RelayedProfile],
+    entries: Sequence[bytes],
+) -> bytes:
+    """An announcement; ``entries`` are already-encoded catalog entries."""
+    parts = [
+        _header(ANNOUNCE, sender),
+        _varint(seq),
+        bytes((FLAG_ALTRUISTIC if altruistic else 0,)),
+        version.to_bytes(4, "big"),
+        _patterns(patterns),
+        bytes((len(relayed),)),
+    ]
+    for rp in relayed:
+        parts += [
+            _str(rp.host),
+            bytes((rp.distance,)),
+            rp.version.to_bytes(4, "big"),
+            _patterns(rp.patterns),
+        ]
+    parts.append(_varint(len(entries)))
+    parts.extend(entries)
+    return b"".join(parts)
+
+
+def encode_catalog(sender: str, seq: int, entries: Sequence[bytes]) -> bytes:
+    return b"".join([_header(CATALOG, sender), _varint(seq), _varint(len(entries)), *entries])
+
+
+def catalog_overhead(sender: str) -> int:
+    """Bytes of a catalog datagram around its entries (upper bound)."""
+    return len(_header(CATALOG, sender)) + 10 + 5
+
+
+def encode_request(
+    sender: str, target: str, entries: Sequence[tuple[str, Sequence[tuple[int, int]]]]
+) -> bytes:
+    parts = [_header(REQUEST, sender), _str(target), _varint(len(entries))]
+    for msg_id, ranges in entries:
+        parts.append(_str(msg_id))
+        parts.append(_varint(len(ranges)))
+        for first, count in ranges:
+            parts.append(_varint(first))
+            parts.append(_varint(count))
+    return b"".join(parts)
+
+
+def encode_fragment(
+    sender: str, msg_id: str, hops: int, index: int, zdesc: bytes, chunk: bytes
+) -> bytes:
+    return b"".join(
+        [
+            _header(FRAGMENT, sender),
+            _str(msg_id),
+            bytes((min(hops, 255),)),
+            _varint(index),
+            _blob(zdesc),
+            chunk,
+        ]
+    )
+
+
+def fragment_overhead(sender: str, msg_id: str, zdesc_len: int) -> int:
+    """Bytes of a fragment datagram besides its chunk (index varint counted at its widest)."""
+    return (
+        len(_header(FRAGMENT, sender))
+        + len(_str(msg_id))
+        + 1
+        + 5
+        + len(_varint(zdesc_len))
+        + zdesc_len
+    )
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def peek_kind(data: bytes) -> int | None:
+    """The kind byte of a well-framed v1 datagram, or None."""
+    if len(data) >= 4 and data[:2] == MAGIC and data[2] == VERSION:
+        return data[3]
+    return None
+
+
+def _decode_patterns(r: _Reader, limits: Limits) -> PatternSpecs:
+    n = r.u8()
+    if n > limits.max_patterns:
+        raise WireError("too many patterns")
+    out = []
+    for _ in range(n):
+        k = r.u8()
+        if not 1 <= k <= limits.max_pattern_attributes:
+            raise WireError("bad pattern size")
+        items = []
+        for _ in range(k):
+            name = r.text(limits.max_attribute_name)
+            regex = r.text(limits.max_regex_length * 4)
+            if len(regex) > limits.max_regex_length:
+                raise WireError("regex too long")
+            items.append((name, regex))
+        out.append(tuple(sorted(items)))
+    return tuple(out)
+
+
+def _decode_entries(r: _Reader, limits: Limits) -> tuple[CatalogEntry, ...]:
+    n = r.varint(limits.max_catalog_entries)
+    out = []
+    for _ in range(n):
+        msg_id = r.text(MAX_MSG_ID)
+        frags = r.varint(limits.max_fragments)
+        if frags < 1:
+            raise WireError("bad fragment count")
+        flags = r.u8()
+        have: int | None = None
+        if not flags & ENTRY_COMPLETE:
+            nbytes = (frags + 7) // 8
+            end = r.pos + nbytes
+            if end > len(r.data):
+                raise WireError("truncated")
+            have = int.from_bytes(r.data[r.pos : end], "little")
+            r.pos = end
+            if have >> frags:
+                raise WireError("bitmap beyond fragment count")
+        zdesc = r.blob(limits.max_descriptor_bytes)
+        out.append(CatalogEntry(msg_id, frags, have, zdesc))
+    return tuple(out)
+
+
+def decode(data: bytes, limits: Limits) -> Datagram:
+    """Decode one datagram; raise WireError for anything malformed or out of bounds."""
+    if len(data) < 5 or data[:2] != MAGIC:
+        raise WireError("foreign")
+    if data[2] != VERSION:
+        raise WireError("version")
+    kind = data[3]
+    r = _Reader(data, 4)
+    sender = r.text(MAX_HOST_ID)
+    if not sender:
+        raise WireError("empty sender")
+    if kind == ANNOUNCE:
+        seq = r.varint()
+        flags = r.u8()
+        version = r.u32()
+        patterns = _decode_patterns(r, limits)
+        nrel = r.u8()
+        if nrel > limits.max_relayed_profiles:
+            raise WireError("too many relayed profiles")
+        relayed = []
+        for _ in range(nrel):
+            host = r.text(MAX_HOST_ID)
+            distance = r.u8()
+            rversion = r.u32()
+            relayed.append(RelayedProfile(host, distance, rversion, _decode_patterns(r, limits)))
+        entries = _decode_entries(r, limits)
+        r.end()
+        return Announce(
+            sender, seq, bool(flags & FLAG_ALTRUISTIC), version, patterns, tuple(relayed), entries
+        )
+    if kind == CATALOG:
+        seq = r.varint()
+        entries = _decode_entries(r, limits)
+        r.end()
+        return Catalog(sender, seq, entries)
+    if kind == REQUEST:
+        target = r.text(MAX_HOST_ID)
+        n = r.varint(limits.max_request_entries)
+        req = []
+        for _ in range(n):
+            msg_id = r.text(MAX_MSG_ID)
+            k = r.varint(limits.max_fragments)
+            ranges = []
+            for _ in range(k):
+                first = r.varint(limits.max_fragments)
+                count = r.varint(limits.max_fragments)
+                ranges.append((first, count))
+            req.append((msg_id, tuple(ranges)))
+        r.end()
+        return Request(sender, target, tuple(req))
+    if kind == FRAGMENT:
+        msg_id = r.text(MAX_MSG_ID)
+        hops = r.u8()
+        index = r.varint(limits.max_fragments)
+        zdesc = r.blob(limits.max_descriptor_bytes)
+        chunk = r.rest()
+        if not chunk:
+            raise WireError("empty fragment")
+        return Fragment(sender, msg_id, hops, index, zdesc, chunk)
+    raise WireError("unknown kind")
