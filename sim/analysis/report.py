@@ -1,0 +1,5 @@
+"""stub"""
+
+
+def write_report(*a, **k):
+    raise NotImplementedError

@@ -1,0 +1,119 @@
+"""The SimPy adapter around one core ``Node``: timers, datagrams in and out, trace drain.
+
+The same sans-IO calls the daemon makes: ``receive_datagram`` when the medium hands over
+a datagram, ``handle_timer`` when ``get_timer()`` falls due, then ``service()`` pulls
+outgoing datagrams onto the medium, drains events and trace records and re-arms one
+SimPy timeout at the node's earliest deadline. Hosts with nothing due cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import simpy
+
+from dodwan.core.events import MessageDelivered
+from sim.logs import Recorder
+from sim.medium import Medium
+
+
+class SimHost:
+    """One simulated host: its index, name, node and the SimPy timer driving it."""
+
+    __slots__ = (
+        "_dest",
+        "armed",
+        "broadcast",
+        "deliveries",
+        "env",
+        "gen",
+        "index",
+        "medium",
+        "name",
+        "node",
+        "recorder",
+        "timer_fires",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        node: Any,
+        env: simpy.Environment,
+        medium: Medium,
+        recorder: Recorder,
+        broadcast: Hashable,
+        dest_index: Callable[[Hashable], int | None],
+    ) -> None:
+        self.index = index
+        self.name = name
+        self.node = node
+        self.env = env
+        self.medium = medium
+        self.recorder = recorder
+        self.broadcast = broadcast
+        self._dest = dest_index
+        self.armed: float | None = None
+        self.gen = 0
+        self.deliveries = 0
+        self.timer_fires = 0
+
+    def receive(self, sender: str, data: bytes) -> None:
+        """A datagram from ``sender`` (its host name is its address) finished arriving."""
+        self.node.receive_datagram(data, sender, now=self.env.now)
+        self.service()
+
+    def service(self) -> None:
+        """Pull everything the node has to say, then re-arm its timer."""
+        node = self.node
+        now = self.env.now
+        out = node.datagrams_to_send(now=now)
+        if out:
+            send, me, bcast = self.medium.send, self.index, self.broadcast
+            for data, dest in out:
+                send(me, data, None if dest == bcast else self._dest(dest))
+        ev = node.next_event()
+        while ev is not None:
+            if isinstance(ev, MessageDelivered):
+                self.deliveries += 1
+            ev = node.next_event()
+        records = node.pop_trace()
+        if records:
+            self.recorder.trace(self.name, records)
+        self.arm()
+
+    def arm(self) -> None:
+        t = self.node.get_timer()
+        if t is None:
+            return
+        armed = self.armed
+        if armed is not None and armed <= t:
+            return  # the pending timeout fires first and re-arms
+        self.armed = t
+        self.gen += 1
+        ev = self.env.timeout(max(0.0, t - self.env.now))
+        ev.callbacks.append(_Fire(self, self.gen))
+
+    def fire(self, gen: int) -> None:
+        if gen != self.gen:
+            return  # superseded by an earlier deadline
+        self.armed = None
+        now = self.env.now
+        t = self.node.get_timer()
+        if t is not None and t <= now + 1e-9:
+            self.timer_fires += 1
+            self.node.handle_timer(now=max(now, t))
+        self.service()
+
+
+class _Fire:
+    __slots__ = ("gen", "host")
+
+    def __init__(self, host: SimHost, gen: int) -> None:
+        self.host = host
+        self.gen = gen
+
+    def __call__(self, _event: simpy.Event) -> None:
+        self.host.fire(self.gen)

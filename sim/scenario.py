@@ -1,0 +1,743 @@
+"""Scenario files: the TOML format, its loader and its validator.
+
+Owns the dataclasses a run is built from and the rules a scenario must satisfy. Every
+problem found is reported at once, each with its dotted key and the line where that key
+appears in the file; unknown keys are errors. The format is documented in
+``docs/scenarios.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MOBILITY_MODELS = ("static", "island", "random_waypoint", "random_walk", "carrier")
+TRACE_FORMATS = ("one", "csv")
+ARRIVAL_PROCESSES = ("periodic", "poisson")
+
+# Keys each mobility model accepts (besides "model").
+_MODEL_KEYS: dict[str, tuple[str, ...]] = {
+    "static": ("positions", "area"),
+    "island": ("center", "radius"),
+    "random_waypoint": ("speed", "pause", "area"),
+    "random_walk": ("speed", "leg", "area"),
+    "carrier": ("islands", "speed", "pause", "route"),
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a scenario."""
+
+    key: str
+    """Dotted key path, e.g. ``groups[1].mobility.speed`` (``groups[1]`` is the second)."""
+    line: int | None
+    """1-based line of the key in the file, when it could be located."""
+    message: str
+    """What is wrong, in words."""
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" if self.line else "line ?"
+        return f"{where}: {self.key}: {self.message}"
+
+
+class ScenarioError(Exception):
+    """A scenario file that cannot be used; ``problems`` lists every error found."""
+
+    def __init__(self, path: str, problems: list[Problem]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__(
+            f"{path}: {len(problems)} problem(s)\n" + "\n".join(f"  {p}" for p in problems)
+        )
+
+
+@dataclass(frozen=True)
+class Radio:
+    """The shared radio medium."""
+
+    range: float
+    """Metres within which two hosts hear each other."""
+    bit_rate: float
+    """Bits per second; a datagram of n bytes occupies the sender's radio 8n/bit_rate s."""
+    loss: float
+    """Probability that one receiver independently loses one datagram."""
+    max_datagram: int
+    """Largest datagram in bytes (given to each node's config)."""
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """DoDWAN settings of the hosts of a group."""
+
+    horizon: int = 1
+    """Hops up to which interest profiles are relayed."""
+    altruistic: bool = False
+    """Whether hosts carry messages they are not interested in."""
+    cache_capacity: int = 64 << 20
+    """Cache capacity in bytes."""
+    announce_period: float = 5.0
+    """Seconds between periodic announcements."""
+
+
+@dataclass(frozen=True)
+class Mobility:
+    """How the hosts of a group move (parameters not used by the model keep defaults)."""
+
+    model: str
+    """One of ``MOBILITY_MODELS``."""
+    speed: tuple[float, float] = (1.0, 1.0)
+    """Uniform range of speeds in m/s."""
+    pause: tuple[float, float] = (0.0, 0.0)
+    """Uniform range of pauses in s at each waypoint or island."""
+    leg: tuple[float, float] = (10.0, 60.0)
+    """Random walk: uniform range of seconds before picking a new direction."""
+    area: tuple[float, float, float, float] | None = None
+    """Rectangle (x0, y0, x1, y1) the hosts stay in; the whole world when None."""
+    positions: tuple[tuple[float, float], ...] = ()
+    """Static: explicit positions, one per host (random in ``area`` when empty)."""
+    center: tuple[float, float] = (0.0, 0.0)
+    """Island: centre of the disc the hosts sit in."""
+    radius: float = 0.0
+    """Island: radius of that disc."""
+    islands: tuple[str, ...] = ()
+    """Carrier: names of the island groups it travels between."""
+    route: str = "random"
+    """Carrier: ``random`` (next island at random, never the current one) or ``cycle``."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """Hosts that share mobility and protocol settings; hosts are named ``<name>-<i>``."""
+
+    name: str
+    count: int
+    mobility: Mobility
+    protocol: Protocol
+
+    def host_names(self) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(self.count)]
+
+
+@dataclass(frozen=True)
+class Publish:
+    """DoDWAN publishers: each selected host publishes messages with these attributes."""
+
+    hosts: tuple[str, ...]
+    attributes: Mapping[str, str]
+    interval: float
+    process: str = "poisson"
+    size: int = 1000
+    ttl: float = 3600.0
+    start: float = 0.0
+    stop: float | None = None
+    priority: int = 4
+    persistent: bool = True
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """DoDWAN subscribers: each selected host subscribes with these patterns (OR-ed)."""
+
+    hosts: tuple[str, ...]
+    patterns: tuple[Mapping[str, str], ...]
+
+
+@dataclass(frozen=True)
+class JomsTopic:
+    """JOMS topic traffic (parsed and validated; running it needs the JOMS service)."""
+
+    name: str
+    publishers: tuple[str, ...]
+    subscribers: tuple[str, ...]
+    selector: str = ""
+    interval: float = 60.0
+    size: int = 1000
+    ttl: float = 3600.0
+
+
+@dataclass(frozen=True)
+class JomsQueue:
+    """JOMS queue traffic: ``manager`` creates the queue ``name@manager``."""
+
+    name: str
+    manager: str
+    senders: tuple[str, ...]
+    receivers: tuple[str, ...]
+    interval: float = 60.0
+    size: int = 1000
+    ttl: float = 3600.0
+
+
+@dataclass(frozen=True)
+class ContactTrace:
+    """A recorded contact trace replayed instead of the groups' mobility."""
+
+    path: Path
+    format: str
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A whole validated scenario."""
+
+    name: str
+    source: Path | None
+    seed: int
+    duration: float
+    world: tuple[float, float]
+    radio: Radio
+    groups: tuple[Group, ...]
+    description: str = ""
+    mobility_step: float = 1.0
+    cache_sample_period: float = 60.0
+    publish: tuple[Publish, ...] = ()
+    subscribe: tuple[Subscribe, ...] = ()
+    joms_topics: tuple[JomsTopic, ...] = ()
+    joms_queues: tuple[JomsQueue, ...] = ()
+    contacts: ContactTrace | None = None
+
+    def host_names(self) -> list[str]:
+        """All hosts, group by group, in file order."""
+        return [h for g in self.groups for h in g.host_names()]
+
+    def group_of(self) -> dict[str, str]:
+        """Host name -> group name."""
+        return {h: g.name for g in self.groups for h in g.host_names()}
+
+    def resolve(self, selectors: Iterable[str]) -> list[str]:
+        """Expand group names and host names into host names (file order, no repeats)."""
+        wanted: set[str] = set()
+        by_group = {g.name: g.host_names() for g in self.groups}
+        for s in selectors:
+            wanted.update(by_group.get(s, [s]))
+        return [h for h in self.host_names() if h in wanted]
+
+    @property
+    def uses_joms(self) -> bool:
+        return bool(self.joms_topics or self.joms_queues)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; raise ``ScenarioError`` listing every problem."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ScenarioError(str(p), [Problem("(file)", None, f"cannot read: {e.strerror}")]) from e
+    return loads(text, source=p)
+
+
+def loads(text: str, source: Path | None = None) -> Scenario:
+    """Validate scenario text; relative trace paths resolve against ``source``'s folder."""
+    name = str(source) if source else "<scenario>"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        line = int(m.group(1)) if m else None
+        raise ScenarioError(name, [Problem("(syntax)", line, f"not valid TOML: {e}")]) from e
+    v = _Validator(text, source)
+    scenario = v.scenario(data)
+    if v.problems or scenario is None:
+        raise ScenarioError(name, v.problems)
+    return scenario
+
+
+# --------------------------------------------------------------------------- validation
+
+_Path = tuple[str | int, ...]
+
+
+def _dotted(path: _Path) -> str:
+    out = ""
+    for seg in path:
+        out += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if out else seg)
+    return out or "(top)"
+
+
+class _LineFinder:
+    """Locates a key path in the source text (headers and ``key =`` lines, in order)."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+
+    def line(self, path: _Path) -> int | None:
+        cursor = 0
+        found: int | None = None
+        table: list[str] = []
+        for seg in path:
+            if isinstance(seg, int):
+                header = re.compile(
+                    r"^\s*\[\[\s*" + r"\s*\.\s*".join(map(re.escape, table)) + r"\s*\]\]"
+                )
+                hits = [i for i, ln in enumerate(self.lines) if header.match(ln)]
+                if seg < len(hits):
+                    cursor = found_i = hits[seg]
+                    found = found_i + 1
+                continue
+            table.append(seg)
+            key = re.compile(r"(^|[\[{,\s.])\"?" + re.escape(seg) + r"\"?\s*(=|\]|\.)")
+            for i in range(cursor, len(self.lines)):
+                if key.search(self.lines[i].split("#", 1)[0]):
+                    cursor, found = i, i + 1
+                    break
+        return found
+
+
+class _Validator:
+    """Walks the parsed TOML, collecting problems instead of stopping at the first."""
+
+    def __init__(self, text: str, source: Path | None) -> None:
+        self.finder = _LineFinder(text)
+        self.source = source
+        self.problems: list[Problem] = []
+
+    # -- helpers
+
+    def err(self, path: _Path, message: str) -> None:
+        self.problems.append(Problem(_dotted(path), self.finder.line(path), message))
+
+    def table(self, data: Any, path: _Path, allowed: Iterable[str]) -> dict[str, Any] | None:
+        if not isinstance(data, dict):
+            self.err(path, "must be a table")
+            return None
+        allowed = set(allowed)
+        for k in data:
+            if k not in allowed:
+                self.err((*path, k), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        return data
+
+    def num(
+        self,
+        t: Mapping[str, Any],
+        path: _Path,
+        key: str,
+        default: float | None = None,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        positive: bool = False,
+        integer: bool = False,
+    ) -> Any:
+        if key not in t:
+            if default is None:
+                self.err((*path, key), "is required")
+            return default
+        val = t[key]
+        kind = "an integer" if integer else "a number"
+        ok_type = isinstance(val, int) if integer else isinstance(val, int | float)
+        if isinstance(val, bool) or not ok_type or not math.isfinite(val):
+            self.err((*path, key), f"must be {kind}, got {val!r}")
+            return default
+        if positive and val <= 0:
+            self.err((*path, key), f"must be > 0, got {val!r}")
+            return default
+        if minimum is not None and val < minimum:
+            self.err((*path, key), f"must be >= {minimum}, got {val!r}")
+            return default
+        if maximum is not None and val > maximum:
+            self.err((*path, key), f"must be <= {maximum}, got {val!r}")
+            return default
+        return val if integer else float(val)
+
+    def string(
+        self,
+        t: Mapping[str, Any],
+        path: _Path,
+        key: str,
+        default: str | None = None,
+        choices: tuple[str, ...] | None = None,
+    ) -> Any:
+        if key not in t:
+            if default is None:
+                self.err((*path, key), "is required")
+            return default
+        val = t[key]
+        if not isinstance(val, str):
+            self.err((*path, key), f"must be a string, got {val!r}")
+            return default
+        if choices is not None and val not in choices:
+            self.err((*path, key), f"must be one of {', '.join(choices)}; got {val!r}")
+            return default
+        return val
+
+    def boolean(self, t: Mapping[str, Any], path: _Path, key: str, default: bool) -> bool:
+        val = t.get(key, default)
+        if not isinstance(val, bool):
+            self.err((*path, key), f"must be true or false, got {val!r}")
+            return default
+        return val
+
+    def numbers(self, t: Mapping[str, Any], path: _Path, key: str, n: int, default: Any) -> Any:
+        if key not in t:
+            if default is None:
+                self.err((*path, key), "is required")
+            return default
+        val = t[key]
+        if (
+            not isinstance(val, list)
+            or len(val) != n
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in val)
+        ):
+            self.err((*path, key), f"must be a list of {n} numbers, got {val!r}")
+            return default
+        return tuple(float(x) for x in val)
+
+    def span(self, t: Mapping[str, Any], path: _Path, key: str, default: Any) -> Any:
+        val = self.numbers(t, path, key, 2, default)
+        if val is not default and (val[0] < 0 or val[1] < val[0]):
+            self.err((*path, key), f"must be [min, max] with 0 <= min <= max, got {list(val)}")
+            return default
+        return val
+
+    def names(self, t: Mapping[str, Any], path: _Path, key: str, required: bool = True) -> Any:
+        if key not in t:
+            if required:
+                self.err((*path, key), "is required")
+            return ()
+        val = t[key]
+        if isinstance(val, str):
+            val = [val]
+        if not isinstance(val, list) or not all(isinstance(x, str) for x in val) or not val:
+            self.err((*path, key), f"must be a non-empty list of names, got {val!r}")
+            return ()
+        return tuple(val)
+
+    def items(self, data: Any, path: _Path) -> list[tuple[_Path, Any]]:
+        if data is None:
+            return []
+        if not isinstance(data, list):
+            self.err(path, "must be an array of tables ([[...]])")
+            return []
+        return [((*path, i), x) for i, x in enumerate(data)]
+
+    def attrs(self, val: Any, path: _Path) -> dict[str, str] | None:
+        if not isinstance(val, dict) or not val:
+            self.err(path, "must be a non-empty table of string attributes")
+            return None
+        bad = [k for k, x in val.items() if not isinstance(x, str)]
+        for k in bad:
+            self.err((*path, k), f"must be a string, got {val[k]!r}")
+        return None if bad else dict(val)
+
+    def patterns(self, val: Any, path: _Path) -> tuple[dict[str, str], ...]:
+        if isinstance(val, dict):
+            val = [val]
+        if not isinstance(val, list) or not val:
+            self.err(path, "must be a table or a non-empty list of tables of regexes")
+            return ()
+        out = []
+        for i, p in enumerate(val):
+            a = self.attrs(p, (*path, i))
+            if a is None:
+                continue
+            for k, rx in a.items():
+                try:
+                    re.compile(rx)
+                except re.error as e:
+                    self.err((*path, i, k), f"not a valid regex: {e}")
+            out.append(a)
+        return tuple(out)
+
+    # -- sections
+
+    def scenario(self, data: dict[str, Any]) -> Scenario | None:
+        top = self.table(
+            data,
+            (),
+            (
+                "name", "description", "seed", "duration", "mobility_step",
+                "cache_sample_period", "world", "radio", "protocol", "groups", "traffic",
+                "contacts",
+            ),
+        )  # fmt: skip
+        assert top is not None
+        name = self.string(top, (), "name")
+        description = self.string(top, (), "description", "")
+        seed = self.num(top, (), "seed", 0, minimum=0, integer=True)
+        duration = self.num(top, (), "duration", None, positive=True)
+        step = self.num(top, (), "mobility_step", 1.0, positive=True)
+        sample = self.num(top, (), "cache_sample_period", 60.0, positive=True)
+
+        world = self.table(top.get("world", {}), ("world",), ("width", "height")) or {}
+        width = self.num(world, ("world",), "width", None, positive=True)
+        height = self.num(world, ("world",), "height", None, positive=True)
+
+        rt = self.table(top.get("radio", {}), ("radio",), Radio.__annotations__) or {}
+        radio = Radio(
+            range=self.num(rt, ("radio",), "range", None, positive=True) or 1.0,
+            bit_rate=self.num(rt, ("radio",), "bit_rate", 1e6, positive=True),
+            loss=self.num(rt, ("radio",), "loss", 0.0, minimum=0.0, maximum=1.0),
+            max_datagram=self.num(
+                rt, ("radio",), "max_datagram", 1400, minimum=256, maximum=65507, integer=True
+            ),
+        )
+        base = self.protocol(top.get("protocol", {}), ("protocol",), Protocol())
+
+        groups = []
+        raw_groups = top.get("groups")
+        if not raw_groups:
+            self.err(("groups",), "at least one [[groups]] is required")
+        for gpath, g in self.items(raw_groups, ("groups",)):
+            grp = self.group(g, gpath, base)
+            if grp is not None:
+                groups.append(grp)
+        seen: set[str] = set()
+        for i, grp in enumerate(groups):
+            if grp.name in seen:
+                self.err(("groups", i, "name"), f"duplicate group name {grp.name!r}")
+            seen.add(grp.name)
+        self.check_carriers(groups)
+
+        host_set = {h for g in groups for h in g.host_names()}
+        known = host_set | {g.name for g in groups}
+
+        def check_sel(path: _Path, sel: tuple[str, ...]) -> None:
+            for s in sel:
+                if s not in known:
+                    self.err(path, f"{s!r} is neither a group nor a host")
+
+        traffic = self.table(top.get("traffic", {}), ("traffic",), ("publish", "subscribe", "joms"))
+        traffic = traffic or {}
+        publish = []
+        for path, t in self.items(traffic.get("publish"), ("traffic", "publish")):
+            pub = self.publish(t, path, duration or 0.0)
+            if pub is not None:
+                check_sel((*path, "hosts"), pub.hosts)
+                publish.append(pub)
+        subscribe = []
+        for path, t in self.items(traffic.get("subscribe"), ("traffic", "subscribe")):
+            tt = self.table(t, path, ("hosts", "patterns"))
+            if tt is None:
+                continue
+            sub = Subscribe(
+                hosts=self.names(tt, path, "hosts"),
+                patterns=self.patterns(tt.get("patterns"), (*path, "patterns")),
+            )
+            check_sel((*path, "hosts"), sub.hosts)
+            subscribe.append(sub)
+        topics, queues = self.joms(
+            traffic.get("joms", {}), ("traffic", "joms"), check_sel, host_set
+        )
+
+        contacts = None
+        if "contacts" in top:
+            contacts = self.contacts(top["contacts"], ("contacts",))
+
+        if self.problems:
+            return None
+        return Scenario(
+            name=name,
+            source=self.source,
+            seed=seed,
+            duration=duration,
+            world=(width, height),
+            radio=radio,
+            groups=tuple(groups),
+            description=description,
+            mobility_step=step,
+            cache_sample_period=sample,
+            publish=tuple(publish),
+            subscribe=tuple(subscribe),
+            joms_topics=topics,
+            joms_queues=queues,
+            contacts=contacts,
+        )
+
+    def protocol(self, raw: Any, path: _Path, base: Protocol) -> Protocol:
+        t = self.table(raw, path, Protocol.__annotations__) or {}
+        return Protocol(
+            horizon=self.num(t, path, "horizon", base.horizon, minimum=1, maximum=8, integer=True),
+            altruistic=self.boolean(t, path, "altruistic", base.altruistic),
+            cache_capacity=self.num(
+                t, path, "cache_capacity", base.cache_capacity, minimum=1, integer=True
+            ),
+            announce_period=self.num(
+                t, path, "announce_period", base.announce_period, positive=True
+            ),
+        )
+
+    def group(self, raw: Any, path: _Path, base: Protocol) -> Group | None:
+        t = self.table(raw, path, ("name", "count", "mobility", "protocol"))
+        if t is None:
+            return None
+        name = self.string(t, path, "name")
+        if name is not None and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
+            self.err((*path, "name"), "must use only letters, digits, '_' and '.'")
+        count = self.num(t, path, "count", None, minimum=1, integer=True)
+        mob = self.mobility(t.get("mobility"), (*path, "mobility"), count or 0)
+        proto = self.protocol(t.get("protocol", {}), (*path, "protocol"), base)
+        if name is None or count is None or mob is None:
+            return None
+        return Group(name=name, count=count, mobility=mob, protocol=proto)
+
+    def mobility(self, raw: Any, path: _Path, count: int) -> Mobility | None:
+        if raw is None:
+            self.err(path, "is required (a table with at least model = ...)")
+            return None
+        if not isinstance(raw, dict):
+            self.err(path, "must be a table")
+            return None
+        model = self.string(raw, path, "model", choices=MOBILITY_MODELS)
+        if model is None:
+            return None
+        t = self.table(raw, path, ("model", *_MODEL_KEYS[model])) or {}
+        d = Mobility(model=model)
+        area = self.numbers(t, path, "area", 4, None) if "area" in t else None
+        if area is not None and (area[2] <= area[0] or area[3] <= area[1]):
+            self.err((*path, "area"), "must be [x0, y0, x1, y1] with x0 < x1 and y0 < y1")
+            area = None
+        positions: tuple[tuple[float, float], ...] = ()
+        if "positions" in t:
+            raw_pos = t["positions"]
+            if not isinstance(raw_pos, list) or not all(
+                isinstance(p, list)
+                and len(p) == 2
+                and all(isinstance(x, int | float) and not isinstance(x, bool) for x in p)
+                for p in raw_pos
+            ):
+                self.err((*path, "positions"), "must be a list of [x, y] pairs")
+            elif len(raw_pos) != count:
+                self.err((*path, "positions"), f"has {len(raw_pos)} entries for {count} hosts")
+            else:
+                positions = tuple((float(x), float(y)) for x, y in raw_pos)
+        islands = self.names(t, path, "islands") if model == "carrier" else ()
+        return Mobility(
+            model=model,
+            speed=self.span(t, path, "speed", d.speed),
+            pause=self.span(t, path, "pause", d.pause),
+            leg=self.span(t, path, "leg", d.leg),
+            area=area,
+            positions=positions,
+            center=self.numbers(t, path, "center", 2, None if model == "island" else d.center)
+            or d.center,
+            radius=self.num(t, path, "radius", None if model == "island" else 0.0, minimum=0.0)
+            or 0.0,
+            islands=islands,
+            route=self.string(t, path, "route", "random", choices=("random", "cycle")),
+        )
+
+    def check_carriers(self, groups: list[Group]) -> None:
+        kinds = {g.name: g.mobility.model for g in groups}
+        for i, g in enumerate(groups):
+            if g.mobility.model != "carrier":
+                continue
+            if g.mobility.speed[1] <= 0:
+                self.err(("groups", i, "mobility", "speed"), "carriers need a speed > 0")
+            for isl in g.mobility.islands:
+                if kinds.get(isl) != "island":
+                    self.err(
+                        ("groups", i, "mobility", "islands"),
+                        f'{isl!r} is not a group with model = "island"',
+                    )
+            if len(set(g.mobility.islands)) < 2:
+                self.err(("groups", i, "mobility", "islands"), "needs at least two islands")
+
+    def publish(self, raw: Any, path: _Path, duration: float) -> Publish | None:
+        allowed = (
+            "hosts", "attributes", "interval", "process", "size", "ttl", "start", "stop",
+            "priority", "persistent",
+        )  # fmt: skip
+        t = self.table(raw, path, allowed)
+        if t is None:
+            return None
+        hosts = self.names(t, path, "hosts")
+        attrs = self.attrs(t.get("attributes"), (*path, "attributes"))
+        interval = self.num(t, path, "interval", None, positive=True)
+        start = self.num(t, path, "start", 0.0, minimum=0.0)
+        stop = self.num(t, path, "stop", duration or 0.0, minimum=0.0)
+        if stop is not None and start is not None and stop < start:
+            self.err((*path, "stop"), f"must be >= start ({start})")
+        pub = Publish(
+            hosts=hosts,
+            attributes=attrs or {},
+            interval=interval or 1.0,
+            process=self.string(t, path, "process", "poisson", choices=ARRIVAL_PROCESSES),
+            size=self.num(t, path, "size", 1000, minimum=0, integer=True),
+            ttl=self.num(t, path, "ttl", 3600.0, positive=True),
+            start=start,
+            stop=stop,
+            priority=self.num(t, path, "priority", 4, minimum=0, maximum=9, integer=True),
+            persistent=self.boolean(t, path, "persistent", True),
+        )
+        return pub
+
+    def joms(
+        self,
+        raw: Any,
+        path: _Path,
+        check_sel: Callable[[_Path, tuple[str, ...]], None],
+        hosts: set[str],
+    ) -> tuple[tuple[JomsTopic, ...], tuple[JomsQueue, ...]]:
+        t = self.table(raw, path, ("topics", "queues")) or {}
+        topics = []
+        for p, x in self.items(t.get("topics"), (*path, "topics")):
+            tt = self.table(
+                x, p, ("name", "publishers", "subscribers", "selector", "interval", "size", "ttl")
+            )
+            if tt is None:
+                continue
+            topic = JomsTopic(
+                name=self.string(tt, p, "name") or "",
+                publishers=self.names(tt, p, "publishers"),
+                subscribers=self.names(tt, p, "subscribers"),
+                selector=self.string(tt, p, "selector", ""),
+                interval=self.num(tt, p, "interval", 60.0, positive=True),
+                size=self.num(tt, p, "size", 1000, minimum=0, integer=True),
+                ttl=self.num(tt, p, "ttl", 3600.0, positive=True),
+            )
+            check_sel((*p, "publishers"), topic.publishers)
+            check_sel((*p, "subscribers"), topic.subscribers)
+            topics.append(topic)
+        queues = []
+        for p, x in self.items(t.get("queues"), (*path, "queues")):
+            tt = self.table(
+                x, p, ("name", "manager", "senders", "receivers", "interval", "size", "ttl")
+            )
+            if tt is None:
+                continue
+            q = JomsQueue(
+                name=self.string(tt, p, "name") or "",
+                manager=self.string(tt, p, "manager") or "",
+                senders=self.names(tt, p, "senders"),
+                receivers=self.names(tt, p, "receivers"),
+                interval=self.num(tt, p, "interval", 60.0, positive=True),
+                size=self.num(tt, p, "size", 1000, minimum=0, integer=True),
+                ttl=self.num(tt, p, "ttl", 3600.0, positive=True),
+            )
+            if q.manager and q.manager not in hosts:
+                self.err((*p, "manager"), f"{q.manager!r} is not a host")
+            check_sel((*p, "senders"), q.senders)
+            check_sel((*p, "receivers"), q.receivers)
+            queues.append(q)
+        return tuple(topics), tuple(queues)
+
+    def contacts(self, raw: Any, path: _Path) -> ContactTrace | None:
+        t = self.table(raw, path, ("trace", "format"))
+        if t is None:
+            return None
+        trace = self.string(t, path, "trace")
+        if trace is None:
+            return None
+        p = Path(trace)
+        if not p.is_absolute() and self.source is not None:
+            p = self.source.parent / p
+        fmt = self.string(t, path, "format", guess_trace_format(p), choices=TRACE_FORMATS)
+        if not p.is_file():
+            self.err((*path, "trace"), f"no such file: {p}")
+            return None
+        return ContactTrace(path=p, format=fmt)
+
+
+def guess_trace_format(path: Path) -> str:
+    """``csv`` for ``*.csv`` files, The ONE's connectivity format otherwise."""
+    return "csv" if path.suffix.lower() == ".csv" else "one"
