@@ -433,7 +433,13 @@ class Node:
         return [(dg, BROADCAST) for dg in out]
 
     def get_timer(self) -> float | None:
-        """Earliest absolute time at which :meth:`handle_timer` must be called."""
+        """Earliest absolute time at which :meth:`handle_timer` must be called.
+
+        A node that has not handled any input yet returns 0.0 ("as soon as possible"), so
+        the runner's first ``handle_timer(now)`` starts its announcements.
+        """
+        if self._next_announce is None:
+            return 0.0
         times = [t for t in (self._next_announce, self._next_housekeeping) if t is not None]
         if self._pending_at:
             times.append(min(self._pending_at.values()))

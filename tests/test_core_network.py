@@ -1,0 +1,233 @@
+"""Whole networks of core nodes over the in-memory medium, in virtual time."""
+
+from __future__ import annotations
+
+import os
+import random
+
+from dodwan.virtual import VirtualNetwork
+
+NEWS = {"topic": "news"}
+
+
+def delivered_ids(net: VirtualNetwork, host: str) -> list[str]:
+    return [d.descriptor["id"] for d in net.deliveries(host)]
+
+
+def test_two_hosts_in_contact_deliver_descriptor_and_payload() -> None:
+    net = VirtualNetwork(seed=1)
+    net.add("a")
+    net.add("b")
+    net.link("a", "b")
+    key = net.subscribe("b", {"topic": "news.*", "lang": "en|fr"})
+    mid = net.publish("a", {"topic": "news", "lang": "fr"}, b"bonjour", ttl=3600)
+    net.run(30)
+    [d] = net.deliveries("b")
+    assert d.subscription == key
+    assert d.payload == b"bonjour"
+    assert d.descriptor["id"] == mid
+    assert d.descriptor["origin"] == "a"
+    assert d.descriptor["lang"] == "fr"
+    assert float(d.descriptor["deadline"]) == 3600.0
+
+
+def test_non_matching_message_is_not_delivered() -> None:
+    net = VirtualNetwork(seed=2)
+    net.add("a")
+    net.add("b")
+    net.link("a", "b")
+    net.subscribe("b", {"topic": "news", "lang": "en"})
+    net.publish("a", {"topic": "news", "lang": "de"}, b"x", ttl=3600)
+    net.publish("a", {"topic": "sport"}, b"x", ttl=3600)  # lacks 'lang': no match
+    net.run(60)
+    assert net.deliveries("b") == []
+    assert net.node("b").cache_usage()["messages"] == 0
+
+
+def test_store_carry_forward_through_an_interested_carrier() -> None:
+    net = VirtualNetwork(seed=3)
+    for h in "abc":
+        net.add(h)
+    net.subscribe("b", NEWS)
+    net.subscribe("c", NEWS)
+    mid = net.publish("a", NEWS, b"hello island C", ttl=3600)
+    net.link("a", "b")
+    net.run(30)
+    assert delivered_ids(net, "b") == [mid]
+    net.unlink("a", "b")
+    net.run(100)  # b carries the message alone
+    assert delivered_ids(net, "c") == []
+    net.link("b", "c")  # a and c never meet
+    net.run(30)
+    assert delivered_ids(net, "c") == [mid]
+    assert net.deliveries("c")[0].payload == b"hello island C"
+
+
+def test_horizon_relay_through_uninterested_host() -> None:
+    """A–B–C chain: B has no interest of its own but fetches for C (horizon 2)."""
+    net = VirtualNetwork(seed=4)
+    for h in "abc":
+        net.add(h, horizon=2)
+    net.link("a", "b")
+    net.link("b", "c")
+    net.subscribe("c", NEWS)
+    mid = net.publish("a", NEWS, b"relayed", ttl=3600)
+    net.run(60)
+    assert delivered_ids(net, "c") == [mid]
+    assert delivered_ids(net, "b") == []
+    assert net.node("b").profile()["own"] == []
+    assert "c" in net.node("a").profile()["known"]
+    assert net.node("a").profile()["known"]["c"]["distance"] == 2
+
+
+def test_horizon_one_does_not_relay() -> None:
+    net = VirtualNetwork(seed=4)
+    for h in "abc":
+        net.add(h, horizon=1)
+    net.link("a", "b")
+    net.link("b", "c")
+    net.subscribe("c", NEWS)
+    net.publish("a", NEWS, b"not relayed", ttl=3600)
+    net.run(120)
+    assert net.deliveries("c") == []
+    assert "c" not in net.node("a").profile()["known"]
+
+
+def _carrier_run(altruistic: bool) -> list[str]:
+    net = VirtualNetwork(seed=5)
+    net.add("a")
+    net.add("b", altruistic=altruistic)
+    net.add("c")
+    net.subscribe("c", NEWS)
+    net.publish("a", NEWS, b"carried", ttl=3600)
+    net.link("a", "b")
+    net.run(30)
+    net.unlink("a", "b")
+    net.link("b", "c")
+    net.run(30)
+    return delivered_ids(net, "c")
+
+
+def test_altruistic_carrier_delivers_and_selfish_one_does_not() -> None:
+    assert len(_carrier_run(altruistic=True)) == 1
+    assert _carrier_run(altruistic=False) == []
+
+
+def test_one_megabyte_over_a_lossy_link_arrives_intact() -> None:
+    payload = os.urandom(1 << 20)  # incompressible: ~760 fragments
+    net = VirtualNetwork(seed=6, loss=0.3)
+    net.add("a")
+    net.add("b")
+    net.link("a", "b")
+    net.subscribe("b", NEWS)
+    mid = net.publish("a", NEWS, payload, ttl=3600)
+    done = net.run(600, stop=lambda: bool(net.deliveries("b")))
+    assert done, net.node("b").counters
+    [d] = net.deliveries("b")
+    assert d.descriptor["id"] == mid
+    assert d.payload == payload
+    assert int(d.descriptor["frags"]) > 700
+    # losses forced re-requests of the missing fragments only, not the whole message
+    assert net.node("b").counters["requests_sent"] > 1
+    assert net.node("a").counters["fragments_sent"] < 3 * int(d.descriptor["frags"])
+
+
+def test_no_duplicate_delivery_over_many_paths_and_rounds() -> None:
+    net = VirtualNetwork(seed=7)
+    hosts = ["a", "b", "c", "d", "e"]
+    for h in hosts:
+        net.add(h, altruistic=True)
+    net.connect_all(*hosts)
+    keys = {h: net.subscribe(h, NEWS) for h in hosts[1:]}
+    mids = {net.publish("a", NEWS, f"m{i}".encode(), ttl=3600) for i in range(5)}
+    net.run(300)  # dozens of announcement rounds, every host holds every message
+    for h in hosts[1:]:
+        got = delivered_ids(net, h)
+        assert sorted(got) == sorted(mids), h
+        assert all(d.subscription == keys[h] for d in net.deliveries(h))
+
+
+def test_resubscribing_with_same_key_does_not_redeliver() -> None:
+    net = VirtualNetwork(seed=8)
+    net.add("a")
+    net.add("b")
+    net.link("a", "b")
+    net.subscribe("b", NEWS, key="k")
+    net.publish("a", NEWS, b"once", ttl=3600)
+    net.run(30)
+    assert len(net.deliveries("b")) == 1
+    net.subscribe("b", {"topic": "new.*"}, key="k")
+    net.run(30)
+    assert len(net.deliveries("b")) == 1
+    net.subscribe("b", NEWS, key="other")  # a new key gets the cached message once
+    net.run(30)
+    assert [d.subscription for d in net.deliveries("b")] == ["k", "other"]
+
+
+def test_overheard_request_suppresses_ours() -> None:
+    """Two hosts wanting the same message from one source: the source sends it about once."""
+    payload = os.urandom(200_000)
+    net = VirtualNetwork(seed=9)
+    for h in "abc":
+        net.add(h, request_delay=0.5)
+    net.connect_all("a", "b", "c")
+    net.subscribe("b", NEWS)
+    net.subscribe("c", NEWS)
+    net.publish("a", NEWS, payload, ttl=3600)
+    net.run(60)
+    assert [d.payload for d in net.deliveries("b")] == [payload]
+    assert [d.payload for d in net.deliveries("c")] == [payload]
+    frags = int(net.deliveries("b")[0].descriptor["frags"])
+    sent = (
+        net.node("a").counters.get("fragments_sent", 0)
+        + net.node("b").counters.get("fragments_sent", 0)
+        + net.node("c").counters.get("fragments_sent", 0)
+    )
+    assert sent < 1.5 * frags
+    suppressed = net.node("b").counters.get("requests_suppressed", 0) + net.node("c").counters.get(
+        "requests_suppressed", 0
+    )
+    assert suppressed >= 1
+
+
+def test_large_catalog_rotates_until_every_message_is_offered() -> None:
+    net = VirtualNetwork(seed=10)
+    net.add("a", max_datagram=600, max_catalog_datagrams=1)
+    net.add("b", max_datagram=600)
+    net.subscribe("b", NEWS)
+    mids = {net.publish("a", NEWS, b"m%d" % i, ttl=10_000) for i in range(120)}
+    net.link("a", "b")
+    net.run(600)
+    assert set(delivered_ids(net, "b")) == mids
+    assert len(delivered_ids(net, "b")) == len(mids)
+
+
+def test_neighbour_found_and_lost_events() -> None:
+    from dodwan import NeighbourFound, NeighbourLost
+
+    net = VirtualNetwork(seed=11)
+    net.add("a", announce_period=2.0)
+    net.add("b", announce_period=2.0)
+    net.link("a", "b")
+    net.run(10)
+    assert [e.host_id for e in net.events("a") if isinstance(e, NeighbourFound)] == ["b"]
+    assert "b" in net.node("a").neighbours()
+    net.unlink("a", "b")
+    net.run(20)
+    assert [e.host_id for e in net.events("a") if isinstance(e, NeighbourLost)] == ["b"]
+    assert net.node("a").neighbours() == {}
+
+
+def test_same_seed_same_run() -> None:
+    def run() -> list[tuple[float, str, str, int]]:
+        net = VirtualNetwork(seed=12, loss=0.2)
+        for h in "abc":
+            net.add(h, trace=True)
+        net.connect_all("a", "b", "c")
+        net.subscribe("c", NEWS)
+        net.publish("a", NEWS, random.Random(3).randbytes(50_000), ttl=3600)
+        net.run(120)
+        return [(r.time, r.kind, r.detail, r.size) for r in net.node("c").pop_trace()]
+
+    first = run()
+    assert first and first == run()
