@@ -1,0 +1,284 @@
+"""Sans-IO STOMP 1.2 frame codec: an incremental parser fed bytes, and a serializer.
+
+Owns the STOMP 1.2 wire grammar: command line, ``name:value`` headers (first occurrence
+wins, escapes ``\\r \\n \\c \\\\`` except in CONNECT/CONNECTED frames), bodies delimited
+either by ``content-length`` (binary-safe) or by the first NUL octet, and EOL heart-beats
+between frames. Everything that arrives from a peer is bounded by :class:`FrameLimits`; any
+violation raises :class:`ProtocolError` with a message fit for an ERROR frame. No other
+exception escapes :meth:`FrameParser.feed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+CLIENT_COMMANDS = frozenset(
+    {
+        "CONNECT",
+        "STOMP",
+        "SEND",
+        "SUBSCRIBE",
+        "UNSUBSCRIBE",
+        "ACK",
+        "NACK",
+        "BEGIN",
+        "COMMIT",
+        "ABORT",
+        "DISCONNECT",
+    }
+)
+SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
+COMMANDS = CLIENT_COMMANDS | SERVER_COMMANDS
+_RAW_HEADER_COMMANDS = frozenset({"CONNECT", "CONNECTED"})  # no escaping (STOMP 1.2 spec)
+
+_UNESCAPE = {b"r": "\r", b"n": "\n", b"c": ":", b"\\": "\\"}
+_ESCAPE_TABLE = str.maketrans({"\\": "\\\\", "\r": "\\r", "\n": "\\n", ":": "\\c"})
+
+
+class ProtocolError(Exception):
+    """A peer sent bytes that are not a valid STOMP 1.2 frame (or exceed a limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrameLimits:
+    """Bounds on what one peer may make the parser hold."""
+
+    max_command_line: int = 64
+    """Bytes in the command line."""
+    max_header_line: int = 16 * 1024
+    """Bytes in one header line."""
+    max_headers: int = 128
+    """Header lines in one frame."""
+    max_body: int = 16 * 1024 * 1024
+    """Bytes in one body."""
+
+
+@dataclass(slots=True)
+class Frame:
+    """One STOMP frame: command, headers (first occurrence wins) and body bytes."""
+
+    command: str
+    """Upper-case command, e.g. ``SEND``."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Header name -> value, unescaped."""
+    body: bytes = b""
+    """Raw body bytes."""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name, default)
+
+
+def encode(frame: Frame, *, content_length: bool = True) -> bytes:
+    """Serialise a frame; adds ``content-length`` for non-empty bodies unless told not to."""
+    if frame.command not in COMMANDS:
+        raise ValueError(f"unknown STOMP command {frame.command!r}")
+    raw = frame.command in _RAW_HEADER_COMMANDS
+    lines = [frame.command]
+    headers = dict(frame.headers)
+    if content_length and frame.body and "content-length" not in headers:
+        headers["content-length"] = str(len(frame.body))
+    for name, value in headers.items():
+        name, value = str(name), str(value)
+        if "\x00" in name or "\x00" in value:
+            raise ValueError(f"header {name!r} contains a NUL character")
+        if raw:
+            if ":" in name or any(c in name + value for c in "\r\n"):
+                raise ValueError(f"header {name!r} cannot be sent unescaped in {frame.command}")
+            lines.append(f"{name}:{value}")
+        else:
+            lines.append(f"{name.translate(_ESCAPE_TABLE)}:{value.translate(_ESCAPE_TABLE)}")
+    head = ("\n".join(lines) + "\n\n").encode("utf-8")
+    return head + bytes(frame.body) + b"\x00"
+
+
+def encode_many(frames: Iterable[Frame]) -> bytes:
+    return b"".join(encode(f) for f in frames)
+
+
+def make(command: str, headers: Mapping[str, str] | None = None, body: bytes = b"") -> Frame:
+    return Frame(command, dict(headers or {}), body)
+
+
+def _unescape(raw: bytes, what: str) -> str:
+    if b"\\" not in raw:
+        return _decode(raw, what)
+    out = bytearray()
+    i = 0
+    n = len(raw)
+    while i < n:
+        c = raw[i]
+        if c != 0x5C:
+            out.append(c)
+            i += 1
+            continue
+        code = raw[i + 1 : i + 2]
+        if code not in _UNESCAPE:
+            shown = code.decode("latin-1") if code else "<end>"
+            raise ProtocolError(f"undefined escape sequence '\\{shown}' in {what}")
+        out += _UNESCAPE[code].encode()
+        i += 2
+    return _decode(bytes(out), what)
+
+
+def _decode(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError(f"{what} is not valid UTF-8") from None
+
+
+class FrameParser:
+    """Incremental parser: ``feed(bytes)`` returns the frames completed by those bytes."""
+
+    def __init__(self, limits: FrameLimits | None = None) -> None:
+        self.limits = limits or FrameLimits()
+        self._buf = bytearray()
+        self._pos = 0
+        self._frame: Frame | None = None  # headers parsed, waiting for the body
+        self._length: int | None = None
+        self._failed: ProtocolError | None = None
+        self.heartbeats = 0
+        """EOLs received between frames (heart-beats)."""
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Consume ``data``; raise :class:`ProtocolError` on the first invalid frame."""
+        if self._failed is not None:
+            raise self._failed
+        self._buf += data
+        frames: list[Frame] = []
+        try:
+            while True:
+                frame = self._step()
+                if frame is None:
+                    break
+                frames.append(frame)
+        except ProtocolError as exc:
+            self._failed = exc
+            raise
+        except Exception as exc:  # a bug must not leak through as something else
+            self._failed = ProtocolError(f"malformed frame ({type(exc).__name__})")
+            raise self._failed from None
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        return frames
+
+    def _step(self) -> Frame | None:
+        if self._frame is None:
+            return self._head()
+        return self._body()
+
+    def _line(self, limit: int, what: str) -> bytes | None:
+        end = self._buf.find(b"\n", self._pos)
+        if end < 0:
+            if len(self._buf) - self._pos > limit:
+                raise ProtocolError(f"{what} longer than {limit} bytes")
+            return None
+        if end - self._pos > limit:
+            raise ProtocolError(f"{what} longer than {limit} bytes")
+        line = bytes(self._buf[self._pos : end])
+        self._pos = end + 1
+        return line[:-1] if line.endswith(b"\r") else line
+
+    def _head(self) -> Frame | None:
+        # Skip heart-beat EOLs between frames.
+        buf = self._buf
+        while self._pos < len(buf):
+            c = buf[self._pos]
+            if c == 0x0A:
+                self._pos += 1
+                self.heartbeats += 1
+            elif c == 0x0D and self._pos + 1 < len(buf) and buf[self._pos + 1] == 0x0A:
+                self._pos += 2
+                self.heartbeats += 1
+            elif c == 0x0D and self._pos + 1 >= len(buf):
+                return None
+            else:
+                break
+        if self._pos >= len(buf):
+            return None
+        # Need the whole header block before parsing it.
+        start = self._pos
+        end = buf.find(b"\n\n", start)
+        end_crlf = buf.find(b"\n\r\n", start)
+        ends = [e for e in (end, end_crlf) if e >= 0]
+        if not ends:
+            budget = self.limits.max_command_line + (self.limits.max_header_line + 2) * (
+                self.limits.max_headers + 1
+            )
+            if len(buf) - start > budget:
+                raise ProtocolError("frame headers too large")
+            # a NUL before the blank line means a frame without the blank line
+            if buf.find(b"\x00", start) >= 0:
+                raise ProtocolError("frame ended before the blank line after its headers")
+            line_end = buf.find(b"\n", start)
+            if line_end < 0 and len(buf) - start > self.limits.max_command_line:
+                raise ProtocolError("command line too long")
+            return None
+        command_line = self._line(self.limits.max_command_line, "command line")
+        assert command_line is not None
+        command = _decode(command_line, "command")
+        if command not in COMMANDS:
+            shown = command if len(command) <= 32 else command[:32] + "…"
+            raise ProtocolError(f"unknown command {shown!r}")
+        raw = command in _RAW_HEADER_COMMANDS
+        headers: dict[str, str] = {}
+        count = 0
+        while True:
+            line = self._line(self.limits.max_header_line, "header line")
+            if line is None:  # pragma: no cover - guarded by the blank-line search above
+                raise ProtocolError("truncated headers")
+            if line == b"":
+                break
+            count += 1
+            if count > self.limits.max_headers:
+                raise ProtocolError(f"more than {self.limits.max_headers} headers")
+            colon = line.find(b":")
+            if colon <= 0:
+                raise ProtocolError("header line without a name and a ':'")
+            if raw:
+                name = _decode(line[:colon], "header name")
+                value = _decode(line[colon + 1 :], "header value")
+            else:
+                name = _unescape(line[:colon], "header name")
+                value = _unescape(line[colon + 1 :], "header value")
+            headers.setdefault(name, value)
+        self._frame = Frame(command, headers)
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isdigit() or len(length) > 12:
+                raise ProtocolError(f"bad content-length {length[:20]!r}")
+            n = int(length)
+            if n > self.limits.max_body:
+                raise ProtocolError(f"body of {n} bytes exceeds the {self.limits.max_body} limit")
+            self._length = n
+        else:
+            self._length = None
+        return self._body()
+
+    def _body(self) -> Frame | None:
+        assert self._frame is not None
+        buf = self._buf
+        if self._length is not None:
+            end = self._pos + self._length
+            if len(buf) <= end:
+                return None
+            if buf[end] != 0:
+                raise ProtocolError("body longer than its content-length (no NUL after it)")
+            body = bytes(buf[self._pos : end])
+        else:
+            end = buf.find(b"\x00", self._pos)
+            if end < 0:
+                if len(buf) - self._pos > self.limits.max_body:
+                    raise ProtocolError(f"body exceeds the {self.limits.max_body}-byte limit")
+                return None
+            if end - self._pos > self.limits.max_body:
+                raise ProtocolError(f"body exceeds the {self.limits.max_body}-byte limit")
+            body = bytes(buf[self._pos : end])
+        self._pos = end + 1
+        frame = self._frame
+        frame.body = body
+        self._frame = None
+        self._length = None
+        return frame
