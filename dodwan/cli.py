@@ -1,0 +1,547 @@
+"""The ``dodwan`` command: run the daemon and talk to a running one through its admin API.
+
+Thin commands (STYLE.md §9): parse, call the daemon or the admin client, print. Every error
+a user can cause ends as one ``Error: ...`` line and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .core.config import field_docs
+from .daemon import config as cfg
+from .daemon.client import AdminClient, ClientError
+
+STATE_DIR_HELP = (
+    "Daemon state directory (default: $DODWAN_STATE_DIR, else $XDG_STATE_HOME/dodwan, "
+    "else ~/.local/state/dodwan)."
+)
+
+
+def _state_dir(ctx: click.Context, local: str | None) -> Path:
+    if local:
+        return Path(local)
+    root = ctx.find_root().params.get("state_dir")
+    return Path(root) if root else cfg.default_state_dir()
+
+
+def _client(ctx: click.Context, local: str | None) -> AdminClient:
+    try:
+        return AdminClient.for_state_dir(_state_dir(ctx, local))
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _out_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True))
+
+
+def _table(rows: list[list[str]], header: list[str]) -> None:
+    if not rows:
+        return
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover
+
+
+def _when(t: float) -> str:
+    left = t - time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    return f"{stamp} (in {left:.0f} s)" if left >= 0 else f"{stamp} (expired)"
+
+
+def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        name, sep, value = v.partition("=")
+        if not sep or not name:
+            raise click.ClickException(f"bad {what} {v!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+state_dir_option = click.option(
+    "--state-dir", "local_state_dir", type=click.Path(file_okay=False), help=STATE_DIR_HELP
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--state-dir", type=click.Path(file_okay=False), help=STATE_DIR_HELP)
+@click.version_option(package_name="dodwan")
+def cli(state_dir: str | None) -> None:
+    """DoDWAN: delay-tolerant content-based publish/subscribe.
+
+    `dodwan daemon` runs a host; the other commands talk to the daemon of the state
+    directory through its loopback admin API.
+    """
+
+
+# ---------------------------------------------------------------------- daemon
+
+
+def _daemon_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    node_docs = field_docs()
+    for name in reversed(list(cfg.NODE_FIELDS)):
+        default = cfg.NODE_DEFAULTS[name]
+        flag = name.replace("_", "-")
+        help_text = f"[node] {node_docs.get(name, '')} (default: {default})"
+        if isinstance(default, bool):
+            fn = click.option(f"--{flag}/--no-{flag}", name, default=None, help=help_text)(fn)
+        else:
+            fn = click.option(f"--{flag}", name, type=type(default), default=None, help=help_text)(
+                fn
+            )
+    for s in reversed(cfg.SETTINGS):
+        if not s.cli:
+            continue
+        flag = s.name.replace("_", "-")
+        help_text = f"{s.help} (default: {s.default!r})"
+        fn = click.option(f"--{flag}", s.name, type=type(s.default), default=None, help=help_text)(
+            fn
+        )
+    return fn
+
+
+@cli.command()
+@state_dir_option
+@click.option(
+    "--config", "config_file", type=click.Path(dir_okay=False), help="TOML settings file."
+)
+@_daemon_options
+@click.pass_context
+def daemon(
+    ctx: click.Context, local_state_dir: str | None, config_file: str | None, **overrides: Any
+) -> None:
+    """Run this host's daemon in the foreground until SIGINT/SIGTERM.
+
+    Every setting is documented in docs/configuration.md and can be given in the --config
+    TOML file; options given here override the file.
+    """
+    from .daemon.runner import Daemon, DaemonError
+    from .daemon.sqlite_store import StoreError
+    from .daemon.transport import TransportError
+
+    try:
+        conf = cfg.load(config_file, overrides)
+        state_dir = _state_dir(ctx, local_state_dir)
+        d = Daemon(state_dir, conf)
+    except (cfg.ConfigError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    logging.basicConfig(
+        level=conf.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        asyncio.run(d.run())
+    except (DaemonError, TransportError, StoreError, cfg.ConfigError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:  # pragma: no cover - signal handlers normally catch it
+        pass
+
+
+# ---------------------------------------------------------------------- reading
+
+
+@cli.command()
+@state_dir_option
+@json_option
+@click.pass_context
+def status(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> None:
+    """Show the daemon's id, uptime, neighbours, cache use and counters."""
+    st = _call(lambda: _client(ctx, local_state_dir).get("/status"))
+    if as_json:
+        _out_json(st)
+        return
+    cache = st["cache"]
+    click.echo(f"host id      {st['host_id']}")
+    click.echo(f"uptime       {st['uptime']:.0f} s (pid {st['pid']})")
+    m = st["medium"]
+    click.echo(f"medium       {m['kind']} {m['group']} on {m['interface']}")
+    click.echo(f"neighbours   {', '.join(st['neighbours']) or '(none)'}")
+    click.echo(
+        f"cache        {cache['messages']} messages ({cache['complete']} complete), "
+        f"{_size(cache['bytes'])} of {_size(cache['capacity'])}"
+    )
+    click.echo(f"subscriptions {st['subscriptions']}")
+    counters = st["counters"]
+    if counters:
+        click.echo("counters")
+        for k, v in counters.items():
+            click.echo(f"  {k:<32} {v}")
+
+
+@cli.command()
+@state_dir_option
+@json_option
+@click.pass_context
+def peers(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> None:
+    """List the current neighbours."""
+    ps = _call(lambda: _client(ctx, local_state_dir).get("/peers"))
+    if as_json:
+        _out_json(ps)
+        return
+    if not ps:
+        click.echo("no neighbours")
+        return
+    rows = []
+    for host, p in ps.items():
+        addr = p["address"]
+        addr_s = f"{addr[0]}:{addr[1]}" if isinstance(addr, list) and len(addr) >= 2 else str(addr)
+        pats = "; ".join(json.dumps(x, sort_keys=True) for x in p.get("patterns", [])) or "-"
+        rows.append(
+            [host, addr_s, f"{p['silent_for']:.1f} s", "yes" if p["altruistic"] else "no", pats]
+        )
+    _table(rows, ["HOST", "ADDRESS", "SILENT", "ALTRUISTIC", "PROFILE"])
+
+
+@cli.command()
+@state_dir_option
+@json_option
+@click.pass_context
+def profile(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> None:
+    """Show this host's interest profile and the profiles known within the horizon."""
+    pr = _call(lambda: _client(ctx, local_state_dir).get("/profile"))
+    if as_json:
+        _out_json(pr)
+        return
+    click.echo("own profile:")
+    for p in pr["own"] or []:
+        click.echo(f"  {json.dumps(p, sort_keys=True)}")
+    if not pr["own"]:
+        click.echo("  (empty)")
+    known = pr.get("known", {})
+    rows = [
+        [h, str(k["distance"]), "; ".join(json.dumps(x, sort_keys=True) for x in k["patterns"])]
+        for h, k in known.items()
+    ]
+    if rows:
+        click.echo("known profiles:")
+        _table(rows, ["HOST", "HOPS", "PATTERNS"])
+
+
+# ---------------------------------------------------------------------- publish
+
+
+@cli.command()
+@state_dir_option
+@click.option(
+    "-a",
+    "--attribute",
+    "attributes",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Descriptor attribute (repeatable).",
+)
+@click.option("--text", help="Payload given as text (UTF-8).")
+@click.option("--file", "file_", metavar="FILE", help="Payload read from a file ('-' = stdin).")
+@click.option(
+    "--ttl",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds until the message's deadline.",
+)
+@click.option(
+    "--priority",
+    type=click.IntRange(0, 9),
+    default=4,
+    show_default=True,
+    help="0 (lowest) to 9; high priority is evicted last.",
+)
+@click.option(
+    "--persistent/--no-persistent",
+    default=True,
+    show_default=True,
+    help="Persistent messages are evicted after non-persistent ones.",
+)
+@click.option("--id", "msg_id", help="Choose the message id (default: generated).")
+@json_option
+@click.pass_context
+def publish(
+    ctx: click.Context,
+    local_state_dir: str | None,
+    attributes: tuple[str, ...],
+    text: str | None,
+    file_: str | None,
+    ttl: float,
+    priority: int,
+    persistent: bool,
+    msg_id: str | None,
+    as_json: bool,
+) -> None:
+    """Publish a message; prints its id."""
+    attrs = _pairs(attributes, "attribute")
+    if msg_id is not None:
+        attrs["id"] = msg_id
+    if (text is None) == (file_ is None):
+        raise click.ClickException("give exactly one of --text or --file")
+    if text is not None:
+        body: dict[str, Any] = {"text": text}
+    else:
+        assert file_ is not None
+        try:
+            data = sys.stdin.buffer.read() if file_ == "-" else Path(file_).read_bytes()
+        except FileNotFoundError:
+            raise click.ClickException(f"file {file_} does not exist") from None
+        except OSError as exc:
+            raise click.ClickException(f"cannot read {file_}: {exc.strerror}") from None
+        body = {"payload_b64": base64.b64encode(data).decode("ascii")}
+    if not ttl > 0:
+        raise click.ClickException("--ttl must be positive")
+    body.update(attributes=attrs, ttl=ttl, priority=priority, persistent=persistent)
+    client = _client(ctx, local_state_dir)
+    res = _call(lambda: client.post("/publish", body))
+    if as_json:
+        _out_json(res)
+    else:
+        click.echo(res["id"])
+
+
+# ---------------------------------------------------------------------- subscriptions
+
+
+def _print_delivery(d: dict[str, Any]) -> None:
+    desc = d.get("descriptor", {})
+    shown = {k: v for k, v in desc.items() if not k.startswith("_")}
+    click.echo(f"--- {desc.get('id', '?')} ({d.get('subscription')})")
+    for k in sorted(shown):
+        click.echo(f"  {k}: {shown[k]}")
+    if "text" in d:
+        click.echo(d["text"])
+    else:
+        size = len(base64.b64decode(d.get("payload_b64", "")))
+        click.echo(f"<{size} bytes of binary payload>")
+
+
+@cli.command()
+@state_dir_option
+@click.option(
+    "-p",
+    "--pattern",
+    "patterns",
+    multiple=True,
+    metavar="KEY=REGEX",
+    required=True,
+    help="Attribute pattern (repeatable; all must match; RE2 full match).",
+)
+@click.option(
+    "--dir",
+    "outdir",
+    metavar="OUTDIR",
+    help="Write each payload to OUTDIR/<message id>, descriptor in <id>.json.",
+)
+@click.option(
+    "--exec",
+    "command",
+    metavar="CMD",
+    help="Run CMD (sh -c) per delivery: payload on stdin, descriptor in DODWAN_* env.",
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Stream deliveries to this terminal until interrupted (the subscription "
+    "ends with the stream).",
+)
+@click.option("--key", help="Subscription key (default: generated).")
+@json_option
+@click.pass_context
+def subscribe(
+    ctx: click.Context,
+    local_state_dir: str | None,
+    patterns: tuple[str, ...],
+    outdir: str | None,
+    command: str | None,
+    follow: bool,
+    key: str | None,
+    as_json: bool,
+) -> None:
+    """Subscribe: the daemon holds the subscription (across restarts, except --follow)."""
+    spec = _pairs(patterns, "pattern")
+    if sum(x is not None and x is not False for x in (outdir, command, follow or None)) != 1:
+        raise click.ClickException("give exactly one of --dir, --exec or --follow")
+    client = _client(ctx, local_state_dir)
+    if follow:
+        body: dict[str, Any] = {"patterns": [spec]}
+        if key:
+            body["key"] = key
+        try:
+            for item in client.stream("/follow", body):
+                if as_json:
+                    click.echo(json.dumps(item, sort_keys=True))
+                elif "subscribed" in item:
+                    click.echo(f"subscribed as {item['subscribed']}; waiting (Ctrl-C to stop)")
+                else:
+                    _print_delivery(item)
+                sys.stdout.flush()
+        except ClientError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            return
+        raise click.ClickException("the daemon ended the stream")
+    if outdir is not None:
+        sink = {"kind": "dir", "target": os.path.abspath(outdir)}
+    else:
+        sink = {"kind": "exec", "target": command}
+    body = {"patterns": [spec], "sink": sink}
+    if key:
+        body["key"] = key
+    res = _call(lambda: client.post("/subscribe", body))
+    if as_json:
+        _out_json(res)
+    else:
+        click.echo(res["key"])
+
+
+@cli.command()
+@state_dir_option
+@click.argument("key")
+@click.pass_context
+def unsubscribe(ctx: click.Context, local_state_dir: str | None, key: str) -> None:
+    """Remove the subscription KEY."""
+    client = _client(ctx, local_state_dir)
+    _call(lambda: client.delete(f"/subscriptions/{key}"))
+    click.echo(f"unsubscribed {key}")
+
+
+@cli.command()
+@state_dir_option
+@json_option
+@click.pass_context
+def subscriptions(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> None:
+    """List the subscriptions held by the daemon."""
+    subs = _call(lambda: _client(ctx, local_state_dir).get("/subscriptions"))
+    if as_json:
+        _out_json(subs)
+        return
+    if not subs:
+        click.echo("no subscriptions")
+        return
+    rows = []
+    for s in subs:
+        sink = s["sink"]
+        out = f"{sink['kind']} {sink['target']}".strip() if sink else "-"
+        pats = " | ".join(json.dumps(p, sort_keys=True) for p in s["patterns"])
+        rows.append([s["key"], out, pats])
+    _table(rows, ["KEY", "OUTPUT", "PATTERNS"])
+
+
+# ---------------------------------------------------------------------- cache
+
+
+@cli.group()
+def cache() -> None:
+    """What this host carries."""
+
+
+@cache.command("ls")
+@state_dir_option
+@json_option
+@click.pass_context
+def cache_ls(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> None:
+    """List cached messages (complete or partial, size, deadline, why kept)."""
+    items = _call(lambda: _client(ctx, local_state_dir).get("/cache"))
+    if as_json:
+        _out_json(items)
+        return
+    if not items:
+        click.echo("cache is empty")
+        return
+    rows = [
+        [
+            it["id"],
+            "complete" if it["complete"] else f"{it['fragments']}/{it['total_fragments']}",
+            _size(it["size"]),
+            _when(it["deadline"]),
+            it["reason"],
+        ]
+        for it in items
+    ]
+    _table(rows, ["ID", "STATE", "SIZE", "DEADLINE", "KEPT BECAUSE"])
+
+
+@cache.command("show")
+@state_dir_option
+@click.argument("msg_id", metavar="ID")
+@click.option("--payload", "with_payload", is_flag=True, help="Also print the payload (text).")
+@json_option
+@click.pass_context
+def cache_show(
+    ctx: click.Context, local_state_dir: str | None, msg_id: str, with_payload: bool, as_json: bool
+) -> None:
+    """Show one cached message's descriptor and state."""
+    client = _client(ctx, local_state_dir)
+    path = f"/cache/{msg_id}" + ("?payload=1" if with_payload else "")
+    it = _call(lambda: client.get(path))
+    if as_json:
+        _out_json(it)
+        return
+    state = "complete" if it["complete"] else f"{it['fragments']}/{it['total_fragments']} fragments"
+    click.echo(f"id         {it['id']}")
+    click.echo(f"state      {state}")
+    click.echo(f"size       {_size(it['size'])} ({_size(it['stored_bytes'])} stored)")
+    click.echo(f"deadline   {_when(it['deadline'])}")
+    click.echo(
+        f"priority   {it['priority']}, {'persistent' if it['persistent'] else 'non-persistent'}"
+    )
+    click.echo(f"hops       {it['hops']}")
+    click.echo(f"kept       {it['reason']}")
+    click.echo("descriptor")
+    for k, v in sorted(it["descriptor"].items()):
+        click.echo(f"  {k}: {v}")
+    if with_payload:
+        b64 = it.get("payload_b64")
+        if b64 is None:
+            click.echo("payload    (incomplete)")
+        else:
+            data = base64.b64decode(b64)
+            try:
+                click.echo(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                click.echo(f"<{len(data)} bytes of binary payload>")
+
+
+@cache.command("purge")
+@state_dir_option
+@click.argument("msg_id", metavar="ID")
+@click.pass_context
+def cache_purge(ctx: click.Context, local_state_dir: str | None, msg_id: str) -> None:
+    """Drop a message from the cache."""
+    client = _client(ctx, local_state_dir)
+    _call(lambda: client.delete(f"/cache/{msg_id}"))
+    click.echo(f"purged {msg_id}")
+
+
+def main() -> None:
+    cli(prog_name="dodwan")
+
+
+if __name__ == "__main__":
+    main()

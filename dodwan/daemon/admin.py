@@ -1,0 +1,245 @@
+"""The loopback admin API: a small HTTP/1.1 JSON server on asyncio streams.
+
+One request per connection (``Connection: close``). Routes map to methods of the daemon's
+:class:`AdminApp`; their results are JSON, ``/metrics`` is Prometheus text, and ``POST
+/follow`` streams deliveries as newline-delimited JSON until the client disconnects.
+The reference is ``docs/admin-api.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+log = logging.getLogger("dodwan.daemon.admin")
+
+MAX_BODY = 96 * 1024 * 1024
+"""Largest request body (a publication of the largest payload, base64-encoded)."""
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Payload Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
+
+
+class ApiError(Exception):
+    """A request the daemon refuses; becomes ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class AdminApp(Protocol):
+    def status(self) -> dict[str, Any]: ...
+    def peers(self) -> dict[str, Any]: ...
+    def profile(self) -> dict[str, Any]: ...
+    def subscriptions(self) -> list[dict[str, Any]]: ...
+    def cache_list(self) -> list[dict[str, Any]]: ...
+    def cache_show(self, msg_id: str, payload: bool) -> dict[str, Any]: ...
+    def cache_purge(self, msg_id: str) -> dict[str, Any]: ...
+    def publish(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    def subscribe(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    def unsubscribe(self, key: str) -> dict[str, Any]: ...
+    def follow(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]: ...
+    def metrics(self) -> str: ...
+
+
+Response = tuple[int, str, bytes]
+
+
+def _json(status: int, obj: Any) -> Response:
+    return status, "application/json", json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n"
+
+
+class AdminServer:
+    """Serves one :class:`AdminApp` on a loopback TCP port."""
+
+    def __init__(self, app: AdminApp) -> None:
+        self.app = app
+        self._server: asyncio.Server | None = None
+        self._streams: set[asyncio.Task[Any]] = set()
+        self.address: tuple[str, int] = ("", 0)
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._handle, host, port, limit=1 << 16)
+        sock = self._server.sockets[0].getsockname()
+        self.address = (str(sock[0]), int(sock[1]))
+        return self.address
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for t in list(self._streams):
+                t.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._streams.add(task)
+        try:
+            await self._serve_one(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # never let one request take the daemon down
+            log.exception("admin request failed")
+        finally:
+            if task is not None:
+                self._streams.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), 30.0)
+            parts = request_line.decode("latin-1").split()
+            if len(parts) != 3:
+                raise ApiError(400, "malformed request line")
+            method, target, _version = parts
+            headers: dict[str, str] = {}
+            while True:
+                line = await asyncio.wait_for(reader.readline(), 30.0)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            length = int(headers.get("content-length", "0") or 0)
+            if length < 0 or length > MAX_BODY:
+                raise ApiError(413, f"request body larger than {MAX_BODY} bytes")
+            raw = await reader.readexactly(length) if length else b""
+        except (TimeoutError, ValueError):
+            await self._send(writer, _json(400, {"error": "malformed request"}))
+            return
+        except ApiError as exc:
+            await self._send(writer, _json(exc.status, {"error": exc.message}))
+            return
+        url = urllib.parse.urlsplit(target)
+        path = urllib.parse.unquote(url.path)
+        query = dict(urllib.parse.parse_qsl(url.query))
+        try:
+            body: dict[str, Any] = {}
+            if raw:
+                try:
+                    parsed = json.loads(raw)
+                except ValueError:
+                    raise ApiError(400, "request body is not JSON") from None
+                if not isinstance(parsed, dict):
+                    raise ApiError(400, "request body must be a JSON object")
+                body = parsed
+            if method == "POST" and path == "/follow":
+                await self._stream(reader, writer, self.app.follow(body))
+                return
+            response = await self._route(method, path, query, body)
+        except ApiError as exc:
+            response = _json(exc.status, {"error": exc.message})
+        except Exception as exc:
+            log.exception("admin request %s %s failed", method, path)
+            response = _json(500, {"error": f"internal error: {exc}"})
+        await self._send(writer, response)
+
+    async def _route(
+        self, method: str, path: str, query: dict[str, str], body: dict[str, Any]
+    ) -> Response:
+        app = self.app
+        gets: dict[str, Callable[[], Any]] = {
+            "/status": app.status,
+            "/peers": app.peers,
+            "/profile": app.profile,
+            "/subscriptions": app.subscriptions,
+            "/cache": app.cache_list,
+        }
+        if path in gets:
+            if method != "GET":
+                raise ApiError(405, f"{path} only accepts GET")
+            return _json(200, gets[path]())
+        if path == "/metrics":
+            if method != "GET":
+                raise ApiError(405, "/metrics only accepts GET")
+            return 200, "text/plain; version=0.0.4; charset=utf-8", app.metrics().encode()
+        posts: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "/publish": app.publish,
+            "/subscribe": app.subscribe,
+        }
+        if path in posts:
+            if method != "POST":
+                raise ApiError(405, f"{path} only accepts POST")
+            return _json(200, posts[path](body))
+        if path.startswith("/subscriptions/") and len(path) > len("/subscriptions/"):
+            key = path[len("/subscriptions/") :]
+            if method != "DELETE":
+                raise ApiError(405, "use DELETE /subscriptions/KEY")
+            return _json(200, app.unsubscribe(key))
+        if path.startswith("/cache/") and len(path) > len("/cache/"):
+            msg_id = path[len("/cache/") :]
+            if method == "GET":
+                return _json(200, app.cache_show(msg_id, query.get("payload") in ("1", "true")))
+            if method == "DELETE":
+                return _json(200, app.cache_purge(msg_id))
+            raise ApiError(405, "use GET or DELETE /cache/ID")
+        raise ApiError(404, f"no such endpoint: {method} {path}")
+
+    async def _send(self, writer: asyncio.StreamWriter, response: Response) -> None:
+        status, ctype, payload = response
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"Content-Type: {ctype}\r\nContent-Length: {len(payload)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        writer.write(head.encode("latin-1") + payload)
+        await writer.drain()
+
+    async def _stream(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        items: AsyncIterator[dict[str, Any]],
+    ) -> None:
+        """NDJSON until the client hangs up or the daemon stops (no Content-Length)."""
+        first: dict[str, Any] = await items.__anext__()  # may raise ApiError: sent as JSON
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+            b"Connection: close\r\n\r\n" + json.dumps(first).encode() + b"\n"
+        )
+        await writer.drain()
+        hangup = asyncio.ensure_future(reader.read(1))
+        try:
+            while True:
+                nxt: Awaitable[dict[str, Any]] = items.__anext__()
+                step = asyncio.ensure_future(nxt)
+                done, _ = await asyncio.wait({step, hangup}, return_when=asyncio.FIRST_COMPLETED)
+                if hangup in done:
+                    step.cancel()
+                    with contextlib.suppress(BaseException):
+                        await step
+                    break
+                try:
+                    item = step.result()
+                except StopAsyncIteration:
+                    break
+                writer.write(json.dumps(item).encode() + b"\n")
+                await writer.drain()
+        finally:
+            hangup.cancel()
+            aclose = getattr(items, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(BaseException):
+                    await aclose()

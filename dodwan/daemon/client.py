@@ -1,0 +1,107 @@
+"""Client side of the admin API, used by the ``dodwan`` CLI (stdlib ``http.client`` only).
+
+The daemon writes its admin address to ``STATE_DIR/admin.json`` once it serves; this module
+reads it, sends one request per connection and turns every failure into
+:class:`ClientError` with a message fit for one line of output.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ADMIN_FILE = "admin.json"
+
+
+class ClientError(Exception):
+    """The daemon cannot be reached or refused the request."""
+
+
+class AdminClient:
+    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
+        self.host = host
+        self.port = port
+        self.timeout = timeout
+
+    @classmethod
+    def for_state_dir(cls, state_dir: str | Path, timeout: float = 30.0) -> AdminClient:
+        path = Path(state_dir) / ADMIN_FILE
+        try:
+            info = json.loads(path.read_text())
+            return cls(str(info["host"]), int(info["port"]), timeout)
+        except FileNotFoundError:
+            raise ClientError(
+                f"no daemon running for state directory {state_dir} ({path} not found)"
+            ) from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ClientError(f"cannot read {path}: {exc}") from None
+
+    def _open(
+        self, method: str, path: str, body: Any = None, stream: bool = False
+    ) -> http.client.HTTPResponse:
+        timeout = None if stream else self.timeout  # a stream waits for deliveries
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        try:
+            conn.request(method, urllib.parse.quote(path, safe="/?=&"), body=data, headers=headers)
+            return conn.getresponse()
+        except ConnectionRefusedError:
+            raise ClientError(
+                f"the daemon at {self.host}:{self.port} is not reachable (not running?)"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise ClientError(f"admin API at {self.host}:{self.port}: {exc}") from None
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        resp = self._open(method, path, body)
+        try:
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise ClientError(f"admin API at {self.host}:{self.port}: {exc}") from None
+        ctype = resp.getheader("Content-Type", "")
+        if ctype.startswith("application/json"):
+            try:
+                result = json.loads(raw)
+            except ValueError:
+                raise ClientError("the daemon sent malformed JSON") from None
+        else:
+            result = raw.decode("utf-8", errors="replace")
+        if resp.status != 200:
+            msg = result.get("error") if isinstance(result, dict) else str(result)
+            raise ClientError(str(msg or f"HTTP {resp.status}"))
+        return result
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self.request("POST", path, body)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+    def stream(self, path: str, body: Any) -> Iterator[dict[str, Any]]:
+        """POST and yield one JSON object per line until the daemon closes the stream."""
+        resp = self._open("POST", path, body, stream=True)
+        if resp.status != 200:
+            try:
+                err = json.loads(resp.read()).get("error")
+            except (ValueError, AttributeError, OSError):
+                err = None
+            raise ClientError(str(err or f"HTTP {resp.status}"))
+        while True:
+            try:
+                line = resp.readline()
+            except OSError as exc:
+                raise ClientError(f"stream interrupted: {exc}") from None
+            if not line:
+                return
+            try:
+                yield json.loads(line)
+            except ValueError:
+                raise ClientError("the daemon sent a malformed line") from None

@@ -1,0 +1,297 @@
+"""Daemon settings as data: one :class:`Setting` (name, default, help) per knob.
+
+The same table feeds the TOML config loader, the ``dodwan daemon`` command-line options and
+the generated reference ``docs/configuration.md`` (:func:`render_markdown`), so the three
+never disagree. Daemon settings are top-level TOML keys; protocol settings of the core
+(:class:`~dodwan.core.config.NodeConfig`) live in the ``[node]`` table.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ..core.config import NodeConfig, field_docs
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One daemon setting."""
+
+    name: str
+    default: Any
+    help: str
+    cli: bool = True
+    """Also a ``dodwan daemon --<name>`` option."""
+
+
+DEFAULT_GROUP = "239.255.42.42:8500"
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "host_id",
+        "",
+        "This host's id in the network. Empty: generated once (host name + random suffix) and "
+        "kept in the state directory.",
+    ),
+    Setting(
+        "group",
+        DEFAULT_GROUP,
+        "UDP group ADDR:PORT shared by all hosts. An IPv4 multicast address (224.0.0.0/4) means "
+        "IPv4 multicast, an IPv6 ff02:: address ([ff02::4242]:8500) IPv6 link-local multicast, "
+        "any other IPv4 address (255.255.255.255 or a subnet broadcast address) IPv4 broadcast.",
+    ),
+    Setting(
+        "interface",
+        "lo",
+        "Network interface datagrams are sent on and received from (e.g. wlan0). Nothing is "
+        "sent out of any other interface.",
+    ),
+    Setting(
+        "admin",
+        "127.0.0.1:0",
+        "Loopback HOST:PORT of the admin HTTP API (port 0: any free port; the chosen address "
+        "is written to STATE_DIR/admin.json).",
+    ),
+    Setting(
+        "bitrate",
+        0,
+        "Pacing of outgoing datagrams in bits per second (token bucket); 0 = unlimited. Set it "
+        "near the radio's rate (e.g. 2000000) so bursts do not overflow the radio queue.",
+    ),
+    Setting(
+        "burst",
+        65536,
+        "Token-bucket depth in bytes: how much may leave at once after a quiet period.",
+    ),
+    Setting(
+        "socket_buffer",
+        8 * 1024 * 1024,
+        "Send and receive socket buffer size in bytes (forced when permitted).",
+    ),
+    Setting(
+        "multicast_ttl",
+        1,
+        "IP TTL / IPv6 hop limit of datagrams; 1 keeps them on the link.",
+    ),
+    Setting(
+        "stomp",
+        "",
+        "Loopback HOST:PORT on which to serve the JOMS STOMP 1.2 gateway (e.g. "
+        "127.0.0.1:61613); empty = no gateway. Needs the joms package.",
+    ),
+    Setting(
+        "exec_timeout",
+        60.0,
+        "Seconds an --exec subscription command may run per delivery before it is killed.",
+    ),
+    Setting(
+        "exec_concurrency",
+        4,
+        "Most --exec subscription commands running at the same time.",
+    ),
+    Setting(
+        "sqlite_synchronous",
+        "NORMAL",
+        "SQLite synchronous mode (WAL). NORMAL survives a killed process; FULL also survives "
+        "an operating-system crash or power loss, at a cost per input.",
+    ),
+    Setting(
+        "log_level",
+        "info",
+        "Logging threshold: debug, info, warning or error (logs go to stderr).",
+    ),
+)
+
+BY_NAME = {s.name: s for s in SETTINGS}
+
+_NODE_EXCLUDED = {"host_id", "limits"}
+NODE_FIELDS = {f.name: f for f in fields(NodeConfig) if f.name not in _NODE_EXCLUDED}
+NODE_DEFAULTS: dict[str, Any] = {
+    f.name: getattr(NodeConfig(host_id="x"), f.name)
+    for f in fields(NodeConfig)
+    if f.name in NODE_FIELDS
+}
+
+
+class ConfigError(ValueError):
+    """A config file or option value is invalid (message fit for one line of output)."""
+
+
+def _check_type(where: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string")
+        return value
+    return value
+
+
+@dataclass
+class DaemonConfig:
+    """Resolved settings: daemon-level values and core :class:`NodeConfig` fields."""
+
+    values: dict[str, Any]
+    node: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def node_config(self, host_id: str) -> NodeConfig:
+        try:
+            return NodeConfig(host_id=host_id, **self.node)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"[node] settings: {exc}") from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.values, "node": dict(self.node)}
+
+
+def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> DaemonConfig:
+    """Defaults, then the TOML file (if any), then non-None ``overrides`` (command line)."""
+    values = {s.name: s.default for s in SETTINGS}
+    node = dict(NODE_DEFAULTS)
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        for key, value in data.items():
+            if key == "node":
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{path}: [node] must be a table")
+                for nk, nv in value.items():
+                    if nk not in NODE_FIELDS:
+                        raise ConfigError(f"{path}: unknown setting node.{nk}")
+                    node[nk] = _check_type(f"{path}: node.{nk}", nv, NODE_DEFAULTS[nk])
+            elif key in BY_NAME:
+                values[key] = _check_type(f"{path}: {key}", value, BY_NAME[key].default)
+            else:
+                raise ConfigError(f"{path}: unknown setting {key!r}")
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key in BY_NAME:
+            values[key] = _check_type(f"--{key.replace('_', '-')}", value, BY_NAME[key].default)
+        elif key in NODE_FIELDS:
+            node[key] = _check_type(f"--{key.replace('_', '-')}", value, NODE_DEFAULTS[key])
+        else:
+            raise ConfigError(f"unknown setting {key!r}")
+    if values["log_level"] not in ("debug", "info", "warning", "error"):
+        raise ConfigError("log_level must be debug, info, warning or error")
+    if str(values["sqlite_synchronous"]).upper() not in ("NORMAL", "FULL", "EXTRA", "OFF"):
+        raise ConfigError("sqlite_synchronous must be NORMAL, FULL, EXTRA or OFF")
+    for name in ("bitrate", "burst", "socket_buffer", "exec_timeout"):
+        if values[name] < 0:
+            raise ConfigError(f"{name} must not be negative")
+    if values["exec_concurrency"] < 1 or values["burst"] < 1:
+        raise ConfigError("exec_concurrency and burst must be at least 1")
+    if not 1 <= values["multicast_ttl"] <= 255:
+        raise ConfigError("multicast_ttl must be between 1 and 255")
+    return DaemonConfig(values, node)
+
+
+def default_state_dir() -> Path:
+    """``$DODWAN_STATE_DIR``, else ``$XDG_STATE_HOME/dodwan``, else ``~/.local/state/dodwan``."""
+    env = os.environ.get("DODWAN_STATE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / "dodwan"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+def render_markdown() -> str:
+    """The reference page ``docs/configuration.md`` (regenerate after changing a setting)."""
+    lines = [
+        "# Daemon configuration",
+        "",
+        "<!-- Generated by `python -m dodwan.daemon.config`; edit dodwan/daemon/config.py"
+        " and dodwan/core/config.py instead. -->",
+        "",
+        "`dodwan daemon` reads its settings from, in increasing priority: the defaults below,",
+        "the TOML file given with `--config FILE`, and command-line options. Every daemon",
+        "setting is also a `dodwan daemon --<name>` option (underscores become dashes); the",
+        "state directory is only given on the command line (`--state-dir`, else",
+        "`$DODWAN_STATE_DIR`, else `$XDG_STATE_HOME/dodwan`, else `~/.local/state/dodwan`).",
+        "Protocol settings of the core go in the `[node]` table of the file.",
+        "",
+        "Example:",
+        "",
+        "```toml",
+        'interface = "wlan0"',
+        'group = "239.255.42.42:8500"',
+        "bitrate = 2000000",
+        "",
+        "[node]",
+        "announce_period = 5.0",
+        "cache_capacity = 268435456",
+        "```",
+        "",
+        "## Daemon settings",
+        "",
+        "| name | default | meaning |",
+        "|---|---|---|",
+    ]
+    for s in SETTINGS:
+        lines.append(f"| `{s.name}` | `{_toml_value(s.default)}` | {s.help} |")
+    lines += [
+        "",
+        "## Protocol settings (`[node]` table)",
+        "",
+        "These are the fields of the core's `NodeConfig`; the host id is the daemon setting",
+        "`host_id`.",
+        "",
+        "| name | default | meaning |",
+        "|---|---|---|",
+    ]
+    docs = field_docs()
+    for name in NODE_FIELDS:
+        lines.append(f"| `{name}` | `{_toml_value(NODE_DEFAULTS[name])}` | {docs.get(name, '')} |")
+    lines += [
+        "",
+        "## Durability",
+        "",
+        "The cache, subscriptions, their outputs, the reception history and the host id live in",
+        "`STATE_DIR/dodwan.db` (SQLite, WAL). Every input of the core (a publication, a",
+        "datagram, a timer, a subscription) ends with a commit, so once `dodwan publish`",
+        "returns, or a message is completely received, it survives `kill -9` of the daemon.",
+        'With the default `sqlite_synchronous = "NORMAL"` a power loss or kernel crash may',
+        'lose the last transactions; `"FULL"` closes that gap at the cost of an fsync per input.',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render_markdown(), end="")

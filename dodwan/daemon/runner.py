@@ -1,0 +1,643 @@
+"""The daemon: one core Node driven by asyncio, UDP, SQLite, sinks and the admin API.
+
+Shaped like aioquic's asyncio adapter: every input (a datagram, the timer, a local call)
+is fed to the node with ``now = time.time()``, then :meth:`Daemon._after_input` drains the
+node's datagrams into the pacer, routes its events and re-arms the single timer from
+``get_timer()``. Wall-clock time is used (not the loop's monotonic clock) because message
+deadlines are absolute and survive restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import inspect
+import json
+import logging
+import os
+import random
+import re
+import secrets
+import signal
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..core import (
+    CacheFullError,
+    MessageDelivered,
+    MessageEvicted,
+    NeighbourFound,
+    NeighbourLost,
+    Node,
+)
+from .admin import AdminServer, ApiError
+from .config import DaemonConfig
+from .pacer import Pacer
+from .service_host import SERVICE_PREFIX
+from .sinks import KINDS, SinkRouter, delivery_json
+from .sqlite_store import SqliteStore
+from .transport import Medium, UdpTransport, medium_for, parse_address
+
+log = logging.getLogger("dodwan.daemon")
+
+ADMIN_FILE = "admin.json"
+LOCK_FILE = "daemon.lock"
+DB_FILE = "dodwan.db"
+DEFAULT_TTL = 3600.0
+
+
+class DaemonError(Exception):
+    """The daemon cannot start (message fit for one line of output)."""
+
+
+def generate_host_id() -> str:
+    base = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:40] or "host"
+    return f"{base}-{secrets.token_hex(3)}"
+
+
+def _metric_name(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+class Daemon:
+    """One DoDWAN host. ``await run()`` serves until :meth:`stop` (or SIGINT/SIGTERM)."""
+
+    def __init__(self, state_dir: str | Path, config: DaemonConfig) -> None:
+        self.state_dir = Path(state_dir)
+        self.config = config
+        self.medium: Medium = medium_for(config.group, config.interface)
+        admin_host, admin_port = parse_address(config.admin)
+        self._admin_addr = (admin_host, admin_port)
+        self.store: SqliteStore | None = None
+        self.node: Node | None = None
+        self.transport: UdpTransport | None = None
+        self.pacer: Pacer | None = None
+        self.sinks: SinkRouter | None = None
+        self.admin: AdminServer | None = None
+        self.joms_service: Any = None
+        self._delivery_handler: Callable[[MessageDelivered], Any] | None = None
+        self._stomp_server: Any = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._pump_handle: asyncio.TimerHandle | None = None
+        self._stopping = asyncio.Event()
+        self._lock_fd: int | None = None
+        self._started = time.time()
+        self.counters: dict[str, int] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self.host_id = ""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _lock(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise DaemonError(
+                f"another daemon is running on state directory {self.state_dir}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    async def start(self) -> None:
+        try:
+            self._lock()
+        except OSError as exc:
+            raise DaemonError(
+                f"cannot use state directory {self.state_dir}: {exc.strerror}"
+            ) from None
+        with contextlib.suppress(FileNotFoundError):
+            (self.state_dir / ADMIN_FILE).unlink()
+        self.store = SqliteStore(self.state_dir / DB_FILE, self.config.sqlite_synchronous)
+        host_id = self.config.host_id or self.store.get_meta("host_id") or generate_host_id()
+        if self.store.get_meta("host_id") != host_id:
+            self.store.set_meta("host_id", host_id)
+            self.store.commit()
+        self.host_id = host_id
+        node_config = self.config.node_config(host_id)
+        self.node = Node(node_config, rng=random.Random(), store=self.store)
+        self.sinks = SinkRouter(self.config.exec_timeout, self.config.exec_concurrency)
+        for row in list(self.store.iter_sinks()):
+            if row.kind == "follow" or row.key not in self.node.subscriptions():
+                # A follow stream ended with the previous process; drop its subscription.
+                self.store.delete_sink(row.key)
+                with contextlib.suppress(KeyError):
+                    self.node.unsubscribe(row.key, time.time())
+                continue
+            self.sinks.set(row.key, row.kind, row.target)
+        self.store.commit()
+        self.transport = UdpTransport(
+            self.medium, self.config.socket_buffer, self.config.multicast_ttl
+        )
+        now = time.time()
+        self.pacer = Pacer(self.transport.send, float(self.config.bitrate), self.config.burst, now)
+        await self.transport.start(self._on_datagram)
+        self.admin = AdminServer(self)
+        try:
+            host, port = await self.admin.start(*self._admin_addr)
+        except OSError as exc:
+            raise DaemonError(
+                f"cannot listen on admin address {self.config.admin}: {exc.strerror}"
+            ) from None
+        if self.config.stomp:
+            await self._start_stomp(self.config.stomp)
+        info = {"host": host, "port": port, "pid": os.getpid(), "host_id": host_id}
+        tmp = self.state_dir / (ADMIN_FILE + ".tmp")
+        tmp.write_text(json.dumps(info) + "\n")
+        os.replace(tmp, self.state_dir / ADMIN_FILE)
+        log.info(
+            "host %s on %s %s:%d via %s; admin http://%s:%d/",
+            host_id,
+            self.medium.kind,
+            self.medium.group,
+            self.medium.port,
+            self.medium.interface,
+            host,
+            port,
+        )
+        self._after_input()
+
+    async def _start_stomp(self, address: str) -> None:
+        try:
+            host, port = parse_address(address)
+        except ValueError as exc:
+            raise DaemonError(f"--stomp: {exc}") from None
+        try:
+            from joms.stomp.server import serve  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise DaemonError(
+                f"--stomp needs the JOMS STOMP gateway (joms.stomp.server), which is not available: {exc}"
+            ) from None
+        try:
+            server = serve(self.service_host(), host, port)
+            if inspect.isawaitable(server):
+                server = await server
+        except OSError as exc:
+            raise DaemonError(f"cannot listen on STOMP address {address}: {exc.strerror}") from None
+        self._stomp_server = server
+
+    async def run(self) -> None:
+        """Start, serve until stopped, shut down cleanly."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop)
+        try:
+            await self.start()
+            await self._stopping.wait()
+        finally:
+            await self.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._pump_handle is not None:
+            self._pump_handle.cancel()
+        if self._stomp_server is not None:
+            closer = getattr(self._stomp_server, "close", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    res = closer()
+                    if inspect.isawaitable(res):
+                        await res
+        if self.admin is not None:
+            await self.admin.close()
+        if self.sinks is not None:
+            await self.sinks.close()
+        if self.pacer is not None:
+            self.pacer.pump(time.time())
+        if self.transport is not None:
+            self.transport.close()
+        if self.store is not None and self.node is not None:
+            # Follow streams are gone with this process.
+            for key in [k for k, (kind, _) in self._sink_items() if kind == "follow"]:
+                self._drop_subscription(key)
+        if self.store is not None:
+            self.store.close()
+        with contextlib.suppress(FileNotFoundError):
+            (self.state_dir / ADMIN_FILE).unlink()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _sink_items(self) -> list[tuple[str, tuple[str, str]]]:
+        assert self.sinks is not None
+        return [(k, v) for k in list(self.sinks._sinks) if (v := self.sinks.get(k)) is not None]
+
+    # ------------------------------------------------------------------ core driving
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def _on_datagram(self, data: bytes, addr: Any) -> None:
+        node = self.node
+        if node is None:
+            return
+        node.receive_datagram(data, addr, time.time())
+        self._after_input()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        if self.node is None:
+            return
+        self.node.handle_timer(time.time())
+        self._after_input()
+
+    def _after_input(self) -> None:
+        node, pacer = self.node, self.pacer
+        if node is None or pacer is None:
+            return
+        now = time.time()
+        out = node.datagrams_to_send(now)
+        for data, _dest in out:
+            pacer.push(data)
+        if out and self._pump_handle is None:
+            self._pump()
+        while (ev := node.next_event()) is not None:
+            self._on_event(ev)
+        self._arm_timer(now)
+
+    def _pump(self) -> None:
+        self._pump_handle = None
+        assert self.pacer is not None
+        delay = self.pacer.pump(time.time())
+        if delay is not None:
+            self._pump_handle = asyncio.get_running_loop().call_later(
+                max(delay, 0.0005), self._pump
+            )
+
+    def _arm_timer(self, now: float) -> None:
+        assert self.node is not None
+        at = self.node.get_timer()
+        if at is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+                self._timer_at = None
+            return
+        if self._timer is not None and self._timer_at == at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, at - now), self._on_timer)
+
+    def _on_event(self, ev: object) -> None:
+        if isinstance(ev, MessageDelivered):
+            self._count("deliveries")
+            if ev.subscription.startswith(SERVICE_PREFIX):
+                handler = self._delivery_handler or getattr(self.joms_service, "deliver", None)
+                if handler is None:
+                    self._count("deliveries_unrouted")
+                    return
+                try:
+                    res = handler(ev)
+                    if inspect.isawaitable(res):
+                        task = asyncio.ensure_future(res)
+                        self._tasks.add(task)
+                        task.add_done_callback(self._tasks.discard)
+                except Exception:
+                    log.exception("hosted service failed on a delivery")
+                return
+            assert self.sinks is not None
+            self.sinks.deliver(ev)
+        elif isinstance(ev, NeighbourFound):
+            log.info("neighbour %s found at %s", ev.host_id, ev.address)
+        elif isinstance(ev, NeighbourLost):
+            log.info("neighbour %s lost", ev.host_id)
+        elif isinstance(ev, MessageEvicted):
+            log.info("message %s evicted (%s)", ev.msg_id, ev.reason)
+
+    # ------------------------------------------------------------------ service host
+
+    def service_host(self) -> _ServiceHost:
+        return _ServiceHost(self)
+
+    # ------------------------------------------------------------------ admin app
+
+    def _node(self) -> Node:
+        if self.node is None:
+            raise ApiError(503, "daemon is starting")
+        return self.node
+
+    def status(self) -> dict[str, Any]:
+        node = self._node()
+        assert self.pacer is not None and self.transport is not None
+        return {
+            "host_id": self.host_id,
+            "pid": os.getpid(),
+            "uptime": round(time.time() - self._started, 3),
+            "started": self._started,
+            "medium": {
+                "kind": self.medium.kind,
+                "group": f"{self.medium.group}:{self.medium.port}",
+                "interface": self.medium.interface,
+                "local_address": list(self.transport.local_address),
+            },
+            "neighbours": sorted(node.neighbours()),
+            "cache": node.cache_usage(),
+            "subscriptions": len(node.subscriptions()),
+            "counters": dict(sorted(self._all_counters().items())),
+            "state_dir": str(self.state_dir),
+        }
+
+    def _all_counters(self) -> dict[str, int]:
+        node = self._node()
+        out = dict(node.counters)
+        for k, v in self.counters.items():
+            out[f"daemon_{k}"] = v
+        if self.sinks is not None:
+            for k, v in self.sinks.counters.items():
+                out[f"sink_{k}"] = v
+        if self.pacer is not None:
+            out["pacer_sent"] = self.pacer.sent
+            out["pacer_dropped"] = self.pacer.dropped
+            out["pacer_queued"] = self.pacer.queued
+        if self.transport is not None:
+            out["udp_send_errors"] = self.transport.send_errors
+            out["udp_receive_errors"] = self.transport.receive_errors
+        return out
+
+    def peers(self) -> dict[str, Any]:
+        now = time.time()
+        out: dict[str, Any] = {}
+        for host, info in self._node().neighbours().items():
+            d = dict(info)
+            addr = d.get("address")
+            d["address"] = list(addr) if isinstance(addr, tuple) else str(addr)
+            d["silent_for"] = round(now - float(d.get("last_heard", now)), 3)
+            out[host] = d
+        return out
+
+    def profile(self) -> dict[str, Any]:
+        return self._node().profile()
+
+    def subscriptions(self) -> list[dict[str, Any]]:
+        assert self.sinks is not None
+        out = []
+        for key, patterns in sorted(self._node().subscriptions().items()):
+            sink = self.sinks.get(key)
+            if sink is None and key.startswith(SERVICE_PREFIX):
+                sink = ("service", "joms")
+            out.append(
+                {
+                    "key": key,
+                    "patterns": patterns,
+                    "sink": None if sink is None else {"kind": sink[0], "target": sink[1]},
+                }
+            )
+        return out
+
+    def cache_list(self) -> list[dict[str, Any]]:
+        return self._node().cache_listing()
+
+    def cache_show(self, msg_id: str, payload: bool) -> dict[str, Any]:
+        node = self._node()
+        for entry in node.cache_listing():
+            if entry["id"] == msg_id:
+                if payload:
+                    data = node.message_payload(msg_id)
+                    entry["payload_b64"] = (
+                        None if data is None else base64.b64encode(data).decode("ascii")
+                    )
+                return entry
+        raise ApiError(404, f"no cached message {msg_id!r}")
+
+    def cache_purge(self, msg_id: str) -> dict[str, Any]:
+        node = self._node()
+        try:
+            node.purge(msg_id, time.time())
+        except KeyError:
+            raise ApiError(404, f"no cached message {msg_id!r}") from None
+        self._after_input()
+        return {"purged": msg_id}
+
+    def publish(self, body: dict[str, Any]) -> dict[str, Any]:
+        node = self._node()
+        attributes = body.get("attributes", {})
+        if not isinstance(attributes, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
+        ):
+            raise ApiError(400, "attributes must be an object of strings")
+        if "payload_b64" in body:
+            try:
+                payload = base64.b64decode(str(body["payload_b64"]), validate=True)
+            except ValueError:
+                raise ApiError(400, "payload_b64 is not valid base64") from None
+        elif isinstance(body.get("text"), str):
+            payload = body["text"].encode("utf-8")
+        else:
+            raise ApiError(400, "give the payload as 'text' or 'payload_b64'")
+        now = time.time()
+        try:
+            ttl = float(body.get("ttl", DEFAULT_TTL))
+            priority = body.get("priority", 4)
+            persistent = body.get("persistent", True)
+            if not ttl > 0:
+                raise ValueError("ttl must be positive")
+            msg_id = node.publish(
+                attributes,
+                payload,
+                deadline=now + ttl,
+                now=now,
+                priority=priority,
+                persistent=persistent,
+            )
+        except CacheFullError as exc:
+            raise ApiError(409, str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise ApiError(400, str(exc)) from None
+        self._after_input()
+        return {"id": msg_id}
+
+    @staticmethod
+    def _patterns(body: dict[str, Any]) -> list[dict[str, str]]:
+        patterns = body.get("patterns")
+        if isinstance(patterns, dict):
+            patterns = [patterns]
+        if not isinstance(patterns, list) or not patterns:
+            raise ApiError(400, "patterns must be an object (attribute -> regex) or a list of them")
+        for p in patterns:
+            if not isinstance(p, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in p.items()
+            ):
+                raise ApiError(400, "each pattern must map attribute names to regex strings")
+        return patterns
+
+    def _add_subscription(
+        self, patterns: list[dict[str, str]], key: str | None, kind: str, target: str
+    ) -> str:
+        node, store, sinks = self._node(), self.store, self.sinks
+        assert store is not None and sinks is not None
+        if key is not None and (not isinstance(key, str) or key.startswith(SERVICE_PREFIX)):
+            raise ApiError(400, f"subscription keys starting with {SERVICE_PREFIX!r} are reserved")
+        if key is None:
+            key = f"{kind}-{secrets.token_hex(4)}"
+        if key in node.subscriptions():
+            raise ApiError(409, f"subscription {key!r} exists; unsubscribe it first")
+        old = sinks.get(key)
+        sinks.set(key, kind, target)
+        store.put_sink(key, kind, target)  # committed with the subscription, atomically
+        try:
+            key = node.subscribe(patterns, now=time.time(), key=key)
+        except (TypeError, ValueError) as exc:
+            store.delete_sink(key)
+            store.commit()
+            if old is None:
+                sinks.remove(key)
+            else:
+                sinks.set(key, *old)
+            raise ApiError(400, str(exc)) from None
+        self._after_input()
+        return key
+
+    def subscribe(self, body: dict[str, Any]) -> dict[str, Any]:
+        patterns = self._patterns(body)
+        sink = body.get("sink")
+        if not isinstance(sink, dict) or sink.get("kind") not in ("dir", "exec"):
+            raise ApiError(400, "sink must be {'kind': 'dir'|'exec', 'target': ...}")
+        kind, target = str(sink["kind"]), sink.get("target")
+        if not isinstance(target, str) or not target:
+            raise ApiError(400, "sink target must be a non-empty string")
+        if kind == "dir":
+            if not os.path.isabs(target):
+                raise ApiError(400, "a dir sink needs an absolute path")
+            try:
+                Path(target).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ApiError(400, f"cannot create directory {target}: {exc.strerror}") from None
+            if not os.access(target, os.W_OK):
+                raise ApiError(400, f"directory {target} is not writable")
+        key = self._add_subscription(patterns, body.get("key"), kind, target)
+        return {"key": key}
+
+    def _drop_subscription(self, key: str) -> None:
+        node, store, sinks = self._node(), self.store, self.sinks
+        assert store is not None and sinks is not None
+        store.delete_sink(key)
+        sinks.remove(key)
+        try:
+            node.unsubscribe(key, time.time())
+        except KeyError:
+            store.commit()
+
+    def unsubscribe(self, key: str) -> dict[str, Any]:
+        if key not in self._node().subscriptions():
+            raise ApiError(404, f"no subscription {key!r}")
+        if key.startswith(SERVICE_PREFIX):
+            raise ApiError(409, f"{key!r} belongs to the JOMS service")
+        self._drop_subscription(key)
+        self._after_input()
+        return {"unsubscribed": key}
+
+    async def follow(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        patterns = self._patterns(body)
+        assert self.sinks is not None
+        key = self._add_subscription(patterns, body.get("key"), "follow", "")
+        queue = self.sinks.follow(key)
+        try:
+            yield {"subscribed": key}
+            while True:
+                ev = await queue.get()
+                if ev is None:
+                    return
+                yield delivery_json(ev)
+        finally:
+            left = self.sinks.unfollow(key, queue)
+            if not left and self.node is not None and key in self.node.subscriptions():
+                self._drop_subscription(key)
+                self._after_input()
+
+    def metrics(self) -> str:
+        node = self._node()
+        lines = [
+            "# HELP dodwan_up 1 while the daemon runs.",
+            "# TYPE dodwan_up gauge",
+            f'dodwan_up{{host_id="{self.host_id}"}} 1',
+            "# HELP dodwan_uptime_seconds Seconds since the daemon started.",
+            "# TYPE dodwan_uptime_seconds gauge",
+            f"dodwan_uptime_seconds {time.time() - self._started:.3f}",
+            "# HELP dodwan_neighbours Current neighbours.",
+            "# TYPE dodwan_neighbours gauge",
+            f"dodwan_neighbours {len(node.neighbours())}",
+            "# HELP dodwan_subscriptions Local subscriptions.",
+            "# TYPE dodwan_subscriptions gauge",
+            f"dodwan_subscriptions {len(node.subscriptions())}",
+        ]
+        for name, value in sorted(node.cache_usage().items()):
+            metric = f"dodwan_cache_{_metric_name(name)}"
+            lines += [f"# TYPE {metric} gauge", f"{metric} {value}"]
+        lines += [
+            "# HELP dodwan_events_total Protocol and daemon counters, by name.",
+            "# TYPE dodwan_events_total counter",
+        ]
+        for name, value in sorted(self._all_counters().items()):
+            lines.append(f'dodwan_events_total{{name="{_metric_name(name)}"}} {value}')
+        return "\n".join(lines) + "\n"
+
+
+class _ServiceHost:
+    """:class:`~dodwan.daemon.service_host.ServiceHost` backed by a running daemon."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._d = daemon
+
+    @property
+    def host_id(self) -> str:
+        return self._d.host_id
+
+    def now(self) -> float:
+        return time.time()
+
+    def publish(
+        self,
+        attributes: Mapping[str, str],
+        payload: bytes,
+        deadline: float,
+        priority: int = 4,
+        persistent: bool = True,
+    ) -> str:
+        node = self._d._node()
+        msg_id = node.publish(
+            attributes,
+            payload,
+            deadline=deadline,
+            now=time.time(),
+            priority=priority,
+            persistent=persistent,
+        )
+        self._d._after_input()
+        return msg_id
+
+    def subscribe(self, patterns: Mapping[str, str] | Sequence[Mapping[str, str]], key: str) -> str:
+        if not key.startswith(SERVICE_PREFIX):
+            raise ValueError(f"service subscription keys must start with {SERVICE_PREFIX!r}")
+        k = self._d._node().subscribe(patterns, now=time.time(), key=key)
+        self._d._after_input()
+        return k
+
+    def unsubscribe(self, key: str) -> None:
+        self._d._node().unsubscribe(key, time.time())
+        self._d._after_input()
+
+    def subscriptions(self) -> dict[str, list[dict[str, str]]]:
+        return self._d._node().subscriptions()
+
+    def set_delivery_handler(self, handler: Callable[[MessageDelivered], Any] | None) -> None:
+        self._d._delivery_handler = handler
+
+
+__all__ = ["KINDS", "Daemon", "DaemonError"]

@@ -1,0 +1,202 @@
+"""Where the daemon puts delivered messages: a directory, a command, or a live stream.
+
+Each subscription key held by the daemon maps to one sink:
+
+* ``dir``: the payload is written to ``OUTDIR/<message id>`` and the descriptor beside it to
+  ``OUTDIR/<message id>.json`` (both written to a temporary name, then renamed, so a reader
+  never sees half a file; the descriptor is renamed last).
+* ``exec``: ``sh -c CMD`` runs with the payload on stdin and the descriptor in the
+  environment (``DODWAN_ID``, ``DODWAN_SUBSCRIPTION``, ``DODWAN_DESCRIPTOR`` as JSON, and
+  ``DODWAN_ATTR_<NAME>`` per attribute, names upper-cased with non-alphanumerics as ``_``).
+* ``follow``: deliveries are queued to the admin API clients streaming that key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import re
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..core import MessageDelivered
+
+log = logging.getLogger("dodwan.daemon.sinks")
+
+KINDS = ("dir", "exec", "follow")
+_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+@=-]{0,200}")
+
+
+def file_name(msg_id: str) -> str:
+    """A file name for a message id (ids are printable but may contain ``/``)."""
+    if _SAFE.fullmatch(msg_id) and not msg_id.endswith(".json"):
+        return msg_id
+    return "%" + urllib.parse.quote(msg_id, safe="")
+
+
+def delivery_json(ev: MessageDelivered) -> dict[str, Any]:
+    """A delivery as JSON (payload as UTF-8 text when it decodes, else base64)."""
+    out: dict[str, Any] = {"subscription": ev.subscription, "descriptor": dict(ev.descriptor)}
+    try:
+        out["text"] = ev.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        out["payload_b64"] = base64.b64encode(ev.payload).decode("ascii")
+    return out
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def write_to_dir(outdir: Path, ev: MessageDelivered) -> Path:
+    """Write payload and descriptor; returns the payload path."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    name = file_name(str(ev.descriptor.get("id", "unknown")))
+    target = outdir / name
+    _write_atomic(target, ev.payload)
+    _write_atomic(
+        outdir / f"{name}.json",
+        json.dumps(dict(ev.descriptor), indent=2, sort_keys=True).encode() + b"\n",
+    )
+    return target
+
+
+def exec_environment(ev: MessageDelivered, base: Mapping[str, str]) -> dict[str, str]:
+    env = dict(base)
+    env["DODWAN_ID"] = str(ev.descriptor.get("id", ""))
+    env["DODWAN_SUBSCRIPTION"] = ev.subscription
+    env["DODWAN_DESCRIPTOR"] = json.dumps(dict(ev.descriptor), sort_keys=True)
+    for name, value in ev.descriptor.items():
+        var = "DODWAN_ATTR_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+        if "\x00" not in value:
+            env[var] = value
+    return env
+
+
+class SinkRouter:
+    """Sinks by subscription key; dispatches deliveries without blocking the event loop."""
+
+    def __init__(self, exec_timeout: float = 60.0, exec_concurrency: int = 4) -> None:
+        self._sinks: dict[str, tuple[str, str]] = {}
+        self._followers: dict[str, set[asyncio.Queue[MessageDelivered | None]]] = {}
+        self._exec_timeout = exec_timeout
+        self._exec_slots = asyncio.Semaphore(exec_concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.counters: dict[str, int] = {}
+
+    def _count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
+
+    # ------------------------------------------------------------------ table
+
+    def set(self, key: str, kind: str, target: str) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown sink kind {kind!r}")
+        self._sinks[key] = (kind, target)
+
+    def remove(self, key: str) -> None:
+        self._sinks.pop(key, None)
+        for q in self._followers.pop(key, set()):
+            q.put_nowait(None)
+
+    def get(self, key: str) -> tuple[str, str] | None:
+        return self._sinks.get(key)
+
+    def follow(self, key: str) -> asyncio.Queue[MessageDelivered | None]:
+        q: asyncio.Queue[MessageDelivered | None] = asyncio.Queue()
+        self._followers.setdefault(key, set()).add(q)
+        return q
+
+    def unfollow(self, key: str, q: asyncio.Queue[MessageDelivered | None]) -> int:
+        """Detach a stream; returns how many streams remain on ``key``."""
+        qs = self._followers.get(key, set())
+        qs.discard(q)
+        if not qs:
+            self._followers.pop(key, None)
+        return len(qs)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def deliver(self, ev: MessageDelivered) -> bool:
+        """Route one delivery; False when no sink holds its key."""
+        sink = self._sinks.get(ev.subscription)
+        if sink is None:
+            self._count("deliveries_unrouted")
+            return False
+        kind, target = sink
+        if kind == "dir":
+            try:
+                write_to_dir(Path(target), ev)
+                self._count("deliveries_dir")
+            except OSError as exc:
+                self._count("sink_errors")
+                log.error("subscription %s: cannot write to %s: %s", ev.subscription, target, exc)
+        elif kind == "exec":
+            task = asyncio.get_running_loop().create_task(self._run(target, ev))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            qs = self._followers.get(ev.subscription, set())
+            for q in qs:
+                q.put_nowait(ev)
+            self._count("deliveries_follow" if qs else "deliveries_follow_unattended")
+        return True
+
+    async def _run(self, command: str, ev: MessageDelivered) -> None:
+        async with self._exec_slots:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    "/bin/sh",
+                    "-c",
+                    command,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.PIPE,
+                    env=exec_environment(ev, os.environ),
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                self._count("sink_errors")
+                log.error("subscription %s: cannot run %r: %s", ev.subscription, command, exc)
+                return
+            try:
+                _, err = await asyncio.wait_for(
+                    proc.communicate(ev.payload), self._exec_timeout or None
+                )
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+                self._count("sink_errors")
+                log.error("subscription %s: %r timed out", ev.subscription, command)
+                return
+            except (BrokenPipeError, ConnectionResetError):
+                err = b""
+                await proc.wait()
+            if proc.returncode == 0:
+                self._count("deliveries_exec")
+            else:
+                self._count("sink_errors")
+                log.error(
+                    "subscription %s: %r exited with %s: %s",
+                    ev.subscription,
+                    command,
+                    proc.returncode,
+                    err.decode(errors="replace").strip()[:500],
+                )
+
+    async def close(self) -> None:
+        for qs in self._followers.values():
+            for q in qs:
+                q.put_nowait(None)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5.0)

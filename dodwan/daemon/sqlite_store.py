@@ -1,0 +1,217 @@
+"""The core's :class:`~dodwan.core.store.Store` on SQLite, plus the daemon's own tables.
+
+One database file per host (``STATE_DIR/dodwan.db``) in WAL mode with ``synchronous=NORMAL``:
+writes accumulate in one open transaction that :meth:`SqliteStore.commit` closes, and the
+core calls ``commit()`` at the end of every input. A committed transaction survives the
+process being killed (``kill -9``); only an operating-system crash or power loss may lose the
+last few transactions (that would need ``synchronous=FULL``, see ``sqlite_synchronous``).
+
+The schema is versioned: :data:`MIGRATIONS` is applied in order and each applied version is
+recorded in the ``migrations`` table, so a newer daemon upgrades an older state directory.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from ..core.store import MessageMeta
+
+
+def _v1(db: sqlite_utils.Database) -> None:
+    db["meta"].create({"key": str, "value": str}, pk="key")
+    db["messages"].create(
+        {"msg_id": str, "zdesc": bytes, "hops": int, "local": int, "received": float},
+        pk="msg_id",
+    )
+    db["fragments"].create({"msg_id": str, "idx": int, "data": bytes}, pk=("msg_id", "idx"))
+    db["history"].create({"msg_id": str, "key": str, "deadline": float}, pk=("msg_id", "key"))
+    db["history"].create_index(["deadline"])
+    db["subscriptions"].create({"key": str, "specs": str}, pk="key")
+
+
+def _v2(db: sqlite_utils.Database) -> None:
+    db["sinks"].create({"key": str, "kind": str, "target": str, "created": float}, pk="key")
+
+
+MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
+    (1, "core store: meta, messages, fragments, history, subscriptions", _v1),
+    (2, "daemon subscription sinks", _v2),
+]
+"""(version, description, function) applied in order to bring a database up to date."""
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+class StoreError(Exception):
+    """The database cannot be opened or is newer than this program."""
+
+
+@dataclass(frozen=True, slots=True)
+class SinkRow:
+    """Where deliveries for one subscription key go (see :mod:`dodwan.daemon.sinks`)."""
+
+    key: str
+    kind: str
+    target: str
+
+
+class SqliteStore:
+    """Durable :class:`~dodwan.core.store.Store` with a meta table and subscription sinks."""
+
+    def __init__(self, path: str | Path, synchronous: str = "NORMAL") -> None:
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"bad sqlite synchronous mode {synchronous!r}")
+        self.path = Path(path)
+        try:
+            conn = sqlite3.connect(str(self.path), check_same_thread=False)
+            self.db = sqlite_utils.Database(conn)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            conn.execute("PRAGMA foreign_keys=OFF")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open {self.path}: {exc}") from None
+        self.conn = conn
+
+    # ------------------------------------------------------------------ schema
+
+    def _migrate(self) -> None:
+        db = self.db
+        if "migrations" not in db.table_names():
+            db["migrations"].create({"version": int, "name": str, "applied": float}, pk="version")
+        done = {row["version"] for row in db["migrations"].rows}
+        newest = max(done, default=0)
+        if newest > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {newest}, newer than this program's {SCHEMA_VERSION}"
+            )
+        for version, name, apply in MIGRATIONS:
+            if version in done:
+                continue
+            with db.conn:
+                apply(db)
+                db["migrations"].insert({"version": version, "name": name, "applied": time.time()})
+
+    def schema_version(self) -> int:
+        return max((row["version"] for row in self.db["migrations"].rows), default=0)
+
+    # ------------------------------------------------------------------ meta
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    # ------------------------------------------------------------------ core Store
+
+    def put_message(self, meta: MessageMeta) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO messages(msg_id, zdesc, hops, local, received) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (meta.msg_id, meta.zdesc, meta.hops, int(meta.local), meta.received),
+        )
+
+    def delete_message(self, msg_id: str) -> None:
+        self.conn.execute("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
+        self.conn.execute("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
+
+    def put_fragment(self, msg_id: str, index: int, data: bytes) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO fragments(msg_id, idx, data) VALUES (?, ?, ?)",
+            (msg_id, index, data),
+        )
+
+    def get_fragment(self, msg_id: str, index: int) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT data FROM fragments WHERE msg_id = ? AND idx = ?", (msg_id, index)
+        ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def iter_messages(self) -> Iterable[tuple[MessageMeta, list[int]]]:
+        indexes: dict[str, list[int]] = {}
+        for msg_id, idx in self.conn.execute(
+            "SELECT msg_id, idx FROM fragments ORDER BY msg_id, idx"
+        ):
+            indexes.setdefault(msg_id, []).append(idx)
+        rows = self.conn.execute(
+            "SELECT msg_id, zdesc, hops, local, received FROM messages ORDER BY msg_id"
+        ).fetchall()
+        for msg_id, zdesc, hops, local, received in rows:
+            meta = MessageMeta(msg_id, bytes(zdesc), int(hops), bool(local), float(received))
+            yield meta, indexes.get(msg_id, [])
+
+    def add_history(self, msg_id: str, key: str, deadline: float) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO history(msg_id, key, deadline) VALUES (?, ?, ?)",
+            (msg_id, key, deadline),
+        )
+
+    def iter_history(self) -> Iterable[tuple[str, str, float]]:
+        return [
+            (str(a), str(b), float(c))
+            for a, b, c in self.conn.execute("SELECT msg_id, key, deadline FROM history")
+        ]
+
+    def purge_history(self, before: float) -> None:
+        self.conn.execute("DELETE FROM history WHERE deadline < ?", (before,))
+
+    def put_subscription(self, key: str, specs: list[dict[str, str]]) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO subscriptions(key, specs) VALUES (?, ?)",
+            (key, json.dumps(specs, sort_keys=True)),
+        )
+
+    def delete_subscription(self, key: str) -> None:
+        self.conn.execute("DELETE FROM subscriptions WHERE key = ?", (key,))
+
+    def iter_subscriptions(self) -> Iterable[tuple[str, list[dict[str, str]]]]:
+        out: list[tuple[str, list[dict[str, str]]]] = []
+        for key, specs in self.conn.execute("SELECT key, specs FROM subscriptions ORDER BY key"):
+            try:
+                parsed = json.loads(specs)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, list):
+                out.append((str(key), parsed))
+        return out
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    # ------------------------------------------------------------------ sinks
+
+    def put_sink(self, key: str, kind: str, target: str) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO sinks(key, kind, target, created) VALUES (?, ?, ?, ?)",
+            (key, kind, target, time.time()),
+        )
+
+    def delete_sink(self, key: str) -> None:
+        self.conn.execute("DELETE FROM sinks WHERE key = ?", (key,))
+
+    def iter_sinks(self) -> Iterator[SinkRow]:
+        rows = self.conn.execute("SELECT key, kind, target FROM sinks ORDER BY key").fetchall()
+        for key, kind, target in rows:
+            yield SinkRow(str(key), str(kind), str(target))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        try:
+            self.conn.commit()
+            self.conn.close()
+        except sqlite3.Error:
+            pass
