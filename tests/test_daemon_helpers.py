@@ -1,0 +1,141 @@
+"""Shared helpers for the daemon/CLI process tests: start real ``dodwan daemon`` processes,
+wait for readiness by polling their admin API with a deadline, and always kill them.
+
+(Named ``test_*`` so it sits with the daemon tests; it holds one self-test.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from dodwan.daemon.client import AdminClient, ClientError
+
+T = TypeVar("T")
+
+
+def wait_for(
+    pred: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = ""
+) -> T:
+    """Poll ``pred`` until it returns a truthy value; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = pred()
+        except (ClientError, OSError, ValueError, KeyError) as exc:
+            last = exc
+            result = None
+        else:
+            result = last
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or pred}: last {last!r}")
+        time.sleep(interval)
+
+
+def random_group() -> str:
+    rnd = random.SystemRandom()
+    return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}:{rnd.randrange(20000, 60000)}"
+
+
+class DaemonProc:
+    """One ``dodwan daemon`` process and its state directory."""
+
+    def __init__(self, state_dir: Path, args: list[str], prefix: list[str] | None = None) -> None:
+        self.state_dir = state_dir
+        self.args = args
+        self.prefix = prefix or []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = state_dir.parent / f"{state_dir.name}.log"
+
+    def start(self, wait: bool = True) -> DaemonProc:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            *self.prefix,
+            sys.executable,
+            "-m",
+            "dodwan.cli",
+            "daemon",
+            "--state-dir",
+            str(self.state_dir),
+            *self.args,
+        ]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                pytest.fail(f"daemon exited with {self.proc.returncode}: {self.log.read_text()}")
+            info = json.loads((self.state_dir / "admin.json").read_text())
+            if info["pid"] != self.proc.pid:
+                return False
+            return bool(self.client().get("/status")["host_id"])
+
+        wait_for(ready, timeout, what=f"daemon {self.state_dir.name} ready")
+
+    def client(self) -> AdminClient:
+        return AdminClient.for_state_dir(self.state_dir, timeout=10.0)
+
+    def status(self) -> dict[str, Any]:
+        return self.client().get("/status")  # type: ignore[no-any-return]
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        return rc
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Callable[..., DaemonProc]]:
+    """Factory: ``daemons(name, *args)`` starts a daemon (ready) and kills it at teardown."""
+    started: list[DaemonProc] = []
+
+    def make(
+        name: str, *args: str, wait: bool = True, prefix: list[str] | None = None
+    ) -> DaemonProc:
+        d = DaemonProc(tmp_path / name, list(args), prefix)
+        started.append(d)
+        return d.start(wait=wait)
+
+    yield make
+    for d in started:
+        d.kill()
+
+
+def test_wait_for_returns_the_first_truthy_value() -> None:
+    calls = iter([0, None, "", 7])
+    assert wait_for(lambda: next(calls), timeout=5, interval=0) == 7
+
+
+def test_random_group_is_ipv4_multicast() -> None:
+    host, port = random_group().split(":")
+    assert host.startswith("239.255.") and 20000 <= int(port) < 60000
+    assert os.path.basename(sys.executable)

@@ -1,0 +1,200 @@
+"""Real ``dodwan daemon`` processes on loopback multicast: transfer, crash safety, hostile input."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import random
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import daemons as daemons
+
+from dodwan.core import Node, NodeConfig
+
+FAST = ["--announce-period", "0.5"]
+
+
+def _files(d: Path) -> list[Path]:
+    return sorted(
+        p for p in d.iterdir() if not p.name.endswith(".json") and not p.name.startswith(".")
+    )
+
+
+def test_three_daemons_move_a_1mb_file_byte_identical(daemons, tmp_path: Path) -> None:
+    group = random_group()
+    a = daemons("a", "--group", group, "--host-id", "a", *FAST)
+    b = daemons("b", "--group", group, "--host-id", "b", *FAST)
+    c = daemons("c", "--group", group, "--host-id", "c", *FAST)
+    out = tmp_path / "out"
+    key = c.client().post(
+        "/subscribe",
+        {"patterns": [{"topic": "files\\..*"}], "sink": {"kind": "dir", "target": str(out)}},
+    )["key"]
+    wait_for(lambda: {"b", "c"} <= set(a.status()["neighbours"]), what="a hears b and c")
+    data = random.Random(7).randbytes(1 << 20)
+
+    mid = a.client().post(
+        "/publish",
+        {
+            "attributes": {"topic": "files.big"},
+            "payload_b64": base64.b64encode(data).decode(),
+            "ttl": 600,
+        },
+    )["id"]
+    target = out / mid
+    wait_for(lambda: (out / f"{mid}.json").exists(), timeout=30, what="delivery in c's --dir")
+    assert hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(data).digest()
+    subs = c.client().get("/subscriptions")
+    assert [s["key"] for s in subs] == [key]
+    # b subscribed to nothing: if it took the message, only to carry it for c (horizon 2).
+    assert all(m["reason"] == "carried for c" for m in b.client().get("/cache"))
+    assert a.alive and b.alive and c.alive
+
+
+def _exec_sink(log: Path) -> dict[str, str]:
+    return {"kind": "exec", "target": f'echo "$DODWAN_ID $DODWAN_ATTR_TOPIC" >> {log}'}
+
+
+def test_kill_9_keeps_cache_and_subscriptions_and_never_redelivers(daemons, tmp_path: Path) -> None:
+    group = random_group()
+    a = daemons("a", "--group", group, "--host-id", "a", *FAST)
+    # Published, then killed at once: the message must still be cached after restart.
+    mid = a.client().post("/publish", {"attributes": {"topic": "t1"}, "text": "first", "ttl": 600})[
+        "id"
+    ]
+    assert a.kill(signal.SIGKILL) == -signal.SIGKILL
+    a.start()
+    assert [m["id"] for m in a.client().get("/cache")] == [mid]
+
+    log = tmp_path / "deliveries.log"
+    b = daemons("b", "--group", group, "--host-id", "b", *FAST)
+    b.client().post(
+        "/subscribe", {"patterns": [{"topic": "t.*"}], "sink": _exec_sink(log), "key": "mine"}
+    )
+    wait_for(lambda: log.exists() and mid in log.read_text(), what="first delivery via --exec")
+
+    b.kill(signal.SIGKILL)
+    b.start()
+    assert [s["key"] for s in b.client().get("/subscriptions")] == ["mine"]
+    assert [m["id"] for m in b.client().get("/cache")] == [mid]
+    # A second message proves the restarted b is back in contact and served by a.
+    mid2 = a.client().post(
+        "/publish", {"attributes": {"topic": "t2"}, "text": "second", "ttl": 600}
+    )["id"]
+    wait_for(lambda: mid2 in log.read_text(), what="second delivery after restart")
+    wait_for(lambda: b.status()["counters"].get("announcements_sent", 0) >= 3, what="a few rounds")
+    lines = log.read_text().split("\n")
+    assert sorted(x for x in lines if x) == sorted([f"{mid} t1", f"{mid2} t2"])
+
+
+def _send_to_group(group: str, datagrams: list[bytes]) -> None:
+    host, port = group.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+        for d in datagrams:
+            s.sendto(d, (host, int(port)))
+            time.sleep(0.0005)  # pace the burst a little: we count drops, not overflows
+
+
+def _real_datagrams() -> list[bytes]:
+    node = Node(NodeConfig(host_id="forger", max_datagram=1400), rng=random.Random(3))
+    node.handle_timer(1.0)
+    node.subscribe({"topic": ".*"}, now=1.0)
+    node.publish({"topic": "x"}, random.Random(4).randbytes(5000), deadline=9e9, now=1.0)
+    node.handle_timer(10.0)
+    return [d for d, _ in node.datagrams_to_send(10.0)]
+
+
+def test_garbage_and_truncated_datagrams_are_counted_and_survived(daemons, tmp_path: Path) -> None:
+    group = random_group()
+    a = daemons("a", "--group", group, "--host-id", "a", *FAST)
+    b = daemons("b", "--group", group, "--host-id", "b", *FAST)
+    rnd = random.Random(11)
+    real = _real_datagrams()
+    assert real
+    garbage = [rnd.randbytes(rnd.randrange(0, 1500)) for _ in range(150)]
+    truncated = [d[: rnd.randrange(0, len(d))] for d in real for _ in range(10)]
+    before = b.status()["counters"].get("datagrams_dropped", 0)
+    _send_to_group(group, garbage + truncated)
+    wait_for(
+        lambda: b.status()["counters"].get("datagrams_dropped", 0) - before >= 100,
+        what="drops counted",
+    )
+    counters = b.status()["counters"]
+    assert counters.get("internal_errors", 0) == 0
+    assert any(k.startswith("dropped_") for k in counters)
+    # Still serving: a subscription on b gets a's next message.
+    out = tmp_path / "out"
+    b.client().post(
+        "/subscribe", {"patterns": [{"k": "v"}], "sink": {"kind": "dir", "target": str(out)}}
+    )
+    mid = a.client().post("/publish", {"attributes": {"k": "v"}, "text": "still here", "ttl": 60})[
+        "id"
+    ]
+    wait_for(lambda: (out / f"{mid}.json").exists(), what="delivery after garbage")
+    assert (out / mid).read_text() == "still here"
+    metrics = a.client().get("/metrics")
+    assert 'dodwan_events_total{name="datagrams_dropped"}' in metrics
+    assert a.alive and b.alive
+
+
+def test_follow_streams_deliveries_and_ends_with_the_client(daemons) -> None:
+    group = random_group()
+    a = daemons("a", "--group", group, "--host-id", "a", *FAST)
+    stream = a.client().stream("/follow", {"patterns": [{"topic": "live"}], "key": "watch"})
+    first = next(stream)
+    assert first == {"subscribed": "watch"}
+    mid = a.client().post("/publish", {"attributes": {"topic": "live"}, "text": "hi", "ttl": 60})[
+        "id"
+    ]
+    item = next(stream)
+    assert item["descriptor"]["id"] == mid and item["text"] == "hi"
+    assert item["subscription"] == "watch"
+    stream.close()  # type: ignore[attr-defined]
+    import gc
+
+    gc.collect()
+    wait_for(lambda: a.client().get("/subscriptions") == [], what="follow subscription removed")
+
+
+def test_second_daemon_on_the_same_state_dir_is_refused(daemons, tmp_path: Path) -> None:
+    group = random_group()
+    a = daemons("a", "--group", group, *FAST)
+    dup = DaemonProc(a.state_dir, ["--group", group])
+    dup.start(wait=False)
+    assert dup.proc is not None
+    rc = dup.proc.wait(timeout=20)
+    assert rc == 1
+    text = dup.log.read_text()
+    assert "another daemon is running" in text and "Traceback" not in text
+    assert a.alive
+
+
+def test_sigterm_is_a_clean_shutdown(daemons) -> None:
+    a = daemons("a", "--group", random_group(), *FAST)
+    host_id = a.status()["host_id"]
+    assert a.kill(signal.SIGTERM) == 0
+    assert not (a.state_dir / "admin.json").exists()
+    a.start()
+    assert a.status()["host_id"] == host_id  # generated once, kept in SQLite
+    assert os.path.exists(a.state_dir / "dodwan.db")
+
+
+@pytest.mark.parametrize(
+    "bad", [["--group", "nonsense"], ["--interface", "nosuchif0"], ["--admin", "127.0.0.1:99999"]]
+)
+def test_bad_settings_exit_with_one_line(tmp_path: Path, bad: list[str]) -> None:
+    d = DaemonProc(tmp_path / "x", bad)
+    d.start(wait=False)
+    assert d.proc is not None
+    assert d.proc.wait(timeout=20) != 0
+    text = d.log.read_text().strip()
+    assert "Traceback" not in text
+    assert text.startswith("Error: ") and len(text.splitlines()) == 1
