@@ -1,0 +1,255 @@
+"""Daemon building blocks without processes: SQLite store, config, pacer, media, sinks."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from dodwan.core import MessageDelivered, Node, NodeConfig
+from dodwan.core.store import MessageMeta
+from dodwan.daemon import config as cfg
+from dodwan.daemon.pacer import Pacer, TokenBucket
+from dodwan.daemon.sinks import exec_environment, file_name, write_to_dir
+from dodwan.daemon.sqlite_store import MIGRATIONS, SCHEMA_VERSION, SqliteStore, StoreError
+from dodwan.daemon.transport import medium_for, parse_address
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# ---------------------------------------------------------------------- SQLite store
+
+
+def test_store_round_trip_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    s = SqliteStore(path)
+    s.put_message(MessageMeta("m1", b"\x01zdesc", 2, False, 12.5))
+    s.put_fragment("m1", 0, b"aaa")
+    s.put_fragment("m1", 3, b"ddd")
+    s.add_history("m1", "k", 99.0)
+    s.add_history("m0", "", 5.0)
+    s.put_subscription("k", [{"topic": "x.*"}])
+    s.put_sink("k", "dir", "/tmp/out")
+    s.set_meta("host_id", "h1")
+    s.commit()
+    s.put_fragment("m1", 4, b"uncommitted")  # never committed: must vanish
+    s.conn.close()
+
+    s2 = SqliteStore(path)
+    [(meta, idx)] = list(s2.iter_messages())
+    assert meta == MessageMeta("m1", b"\x01zdesc", 2, False, 12.5)
+    assert idx == [0, 3]
+    assert s2.get_fragment("m1", 3) == b"ddd" and s2.get_fragment("m1", 4) is None
+    assert sorted(s2.iter_history()) == [("m0", "", 5.0), ("m1", "k", 99.0)]
+    s2.purge_history(10.0)
+    assert list(s2.iter_history()) == [("m1", "k", 99.0)]
+    assert list(s2.iter_subscriptions()) == [("k", [{"topic": "x.*"}])]
+    assert [(r.key, r.kind, r.target) for r in s2.iter_sinks()] == [("k", "dir", "/tmp/out")]
+    assert s2.get_meta("host_id") == "h1" and s2.get_meta("nope") is None
+    s2.delete_message("m1")
+    s2.delete_subscription("k")
+    s2.commit()
+    assert list(s2.iter_messages()) == [] and list(s2.iter_subscriptions()) == []
+    assert s2.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    s2.close()
+
+
+def test_store_records_migrations_and_refuses_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    s = SqliteStore(path)
+    assert s.schema_version() == SCHEMA_VERSION == MIGRATIONS[-1][0]
+    versions = [r["version"] for r in s.db["migrations"].rows]
+    assert versions == [v for v, _, _ in MIGRATIONS]
+    s.close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO migrations(version, name, applied) VALUES (999, 'future', 0)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer"):
+        SqliteStore(path)
+
+
+def test_store_upgrades_a_version_1_database(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    import sqlite_utils
+
+    db = sqlite_utils.Database(path)
+    db["migrations"].create({"version": int, "name": str, "applied": float}, pk="version")
+    MIGRATIONS[0][2](db)
+    db["migrations"].insert({"version": 1, "name": "v1", "applied": 0.0})
+    db["subscriptions"].insert({"key": "k", "specs": json.dumps([{"a": "b"}])})
+    db.conn.close()
+    s = SqliteStore(path)
+    assert s.schema_version() == SCHEMA_VERSION
+    assert list(s.iter_subscriptions()) == [("k", [{"a": "b"}])]
+    assert list(s.iter_sinks()) == []
+
+
+def test_store_rejects_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot open"):
+        SqliteStore(path)
+
+
+def test_node_restarts_on_the_sqlite_store(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    payload = random.Random(1).randbytes(20000)
+    n = Node(NodeConfig(host_id="h"), rng=random.Random(1), store=SqliteStore(path))
+    key = n.subscribe({"topic": "a"}, now=1.0)
+    mid = n.publish({"topic": "a"}, payload, deadline=1000.0, now=1.0)
+    assert n.next_event() is not None  # delivered once to the local subscription
+    # A new process on the same file: cache, subscription and history are back.
+    n2 = Node(NodeConfig(host_id="h"), rng=random.Random(2), store=SqliteStore(path))
+    assert n2.subscriptions() == {key: [{"topic": "a"}]}
+    assert n2.message_payload(mid) == payload
+    n2.subscribe({"topic": "a"}, now=2.0, key=key)
+    assert n2.next_event() is None  # not delivered twice
+
+
+# ---------------------------------------------------------------------- config
+
+
+def test_config_file_and_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('interface = "eth9"\nbitrate = 2000000\n[node]\nannounce_period = 2.5\n')
+    c = cfg.load(f, {"bitrate": 1000, "altruistic": True, "group": None})
+    assert c.interface == "eth9" and c.bitrate == 1000 and c.group == cfg.DEFAULT_GROUP
+    nc = c.node_config("h")
+    assert nc.announce_period == 2.5 and nc.altruistic is True
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nonsense = 1\n", "unknown setting"),
+        ("bitrate = 'fast'\n", "must be an integer"),
+        ("[node]\nhorizon = 'x'\n", "must be an integer"),
+        ("[node]\nbogus = 1\n", "unknown setting node.bogus"),
+        ("this is not toml", "not valid TOML"),
+        ("log_level = 'loud'\n", "log_level"),
+    ],
+)
+def test_config_errors_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(cfg.ConfigError, match=message) as info:
+        cfg.load(f)
+    assert "\n" not in str(info.value)
+
+
+def test_config_missing_file_and_bad_node_values(tmp_path: Path) -> None:
+    with pytest.raises(cfg.ConfigError, match="does not exist"):
+        cfg.load(tmp_path / "none.toml")
+    with pytest.raises(cfg.ConfigError, match="horizon"):
+        cfg.load(None, {"horizon": 0}).node_config("h")
+
+
+def test_configuration_doc_is_generated_from_the_settings() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    assert doc == cfg.render_markdown()
+    for s in cfg.SETTINGS:
+        assert f"`{s.name}`" in doc
+    for name in cfg.NODE_FIELDS:
+        assert f"`{name}`" in doc
+
+
+# ---------------------------------------------------------------------- pacer
+
+
+def test_token_bucket_paces_to_the_rate() -> None:
+    b = TokenBucket(rate=1000.0, burst=1500.0, now=0.0)
+    assert b.take(1500, 0.0)
+    assert not b.take(1000, 0.0)
+    assert b.wait(1000, 0.0) == pytest.approx(1.0)
+    assert b.take(1000, 1.0)
+
+
+def test_pacer_unlimited_sends_at_once_and_limited_spreads() -> None:
+    sent: list[bytes] = []
+    p = Pacer(sent.append, bitrate=0, burst=1, now=0.0)
+    for i in range(5):
+        p.push(bytes([i]) * 100)
+    assert p.pump(0.0) is None and len(sent) == 5
+    sent.clear()
+    p = Pacer(sent.append, bitrate=8000, burst=1000, now=0.0)  # 1000 bytes/s
+    for _ in range(5):
+        p.push(b"x" * 500)
+    delay = p.pump(0.0)
+    assert len(sent) == 2 and delay == pytest.approx(0.5)
+    assert p.pump(0.5) is not None and len(sent) == 3
+    t, n = 0.5, 0
+    while p.queued and n < 100:
+        t += 0.5
+        p.pump(t)
+        n += 1
+    assert len(sent) == 5 and t == pytest.approx(1.5)
+
+
+def test_pacer_queue_is_bounded() -> None:
+    p = Pacer(lambda d: None, bitrate=8, burst=1, now=0.0, max_queue=3)
+    for i in range(5):
+        p.push(bytes([i]))
+    assert p.queued == 3 and p.dropped == 2
+
+
+# ---------------------------------------------------------------------- media
+
+
+def test_media_follow_the_group_address() -> None:
+    assert medium_for("239.255.42.42:8500", "lo").kind == "multicast4"
+    assert medium_for("255.255.255.255:8500", "eth0").kind == "broadcast4"
+    assert medium_for("10.0.0.255:8500", "eth0").kind == "broadcast4"
+    m6 = medium_for("[ff02::4242]:8500", "eth0")
+    assert (m6.kind, m6.group, m6.port) == ("multicast6", "ff02::4242", 8500)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "239.1.1.1",
+        "239.1.1.1:0",
+        "nonsense:80",
+        "[ff05::1]:80",
+        "[2001:db8::1]:80",
+        "0.0.0.0:1",
+        "1.2.3.4:x",
+    ],
+)
+def test_bad_groups_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="bad"):
+        medium_for(bad, "lo")
+
+
+def test_parse_address() -> None:
+    assert parse_address("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_address("[::1]:61613") == ("::1", 61613)
+    with pytest.raises(ValueError, match="between"):
+        parse_address("127.0.0.1:70000")
+
+
+# ---------------------------------------------------------------------- sinks
+
+
+def test_dir_sink_writes_payload_and_descriptor(tmp_path: Path) -> None:
+    ev = MessageDelivered("k", {"id": "h-1", "topic": "t"}, b"\x00payload")
+    p = write_to_dir(tmp_path / "o", ev)
+    assert p.read_bytes() == b"\x00payload"
+    assert json.loads((tmp_path / "o" / "h-1.json").read_text()) == {"id": "h-1", "topic": "t"}
+
+
+def test_file_names_cannot_escape_the_directory() -> None:
+    for mid in ["../../etc/passwd", "a/b", ".hidden", "x.json"]:
+        name = file_name(mid)
+        assert "/" not in name and not name.startswith(".") and name != mid
+    assert file_name("host-0123abcd") == "host-0123abcd"
+
+
+def test_exec_environment_carries_the_descriptor() -> None:
+    ev = MessageDelivered("k", {"id": "m", "my-attr": "v"}, b"")
+    env = exec_environment(ev, {"PATH": "/bin"})
+    assert env["DODWAN_ID"] == "m" and env["DODWAN_ATTR_MY_ATTR"] == "v"
+    assert json.loads(env["DODWAN_DESCRIPTOR"]) == {"id": "m", "my-attr": "v"}
+    assert env["PATH"] == "/bin" and env["DODWAN_SUBSCRIPTION"] == "k"
