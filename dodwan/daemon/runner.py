@@ -34,6 +34,8 @@ from ..core import (
     NeighbourFound,
     NeighbourLost,
     Node,
+    PatternError,
+    Profile,
 )
 from .admin import AdminServer, ApiError
 from .config import DaemonConfig
@@ -512,6 +514,10 @@ class Daemon:
         kind, target = str(sink["kind"]), sink.get("target")
         if not isinstance(target, str) or not target:
             raise ApiError(400, "sink target must be a non-empty string")
+        try:  # refuse bad patterns before touching the file system
+            Profile.from_patterns(patterns, self._node().config.limits)
+        except (PatternError, TypeError, ValueError) as exc:
+            raise ApiError(400, str(exc)) from None
         if kind == "dir":
             if not os.path.isabs(target):
                 raise ApiError(400, "a dir sink needs an absolute path")

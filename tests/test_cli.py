@@ -1,0 +1,277 @@
+"""The ``dodwan`` command line: every command's success and error paths, and ``--help``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+
+from dodwan.cli import cli
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for name, cmd in group.commands.items():
+        yield (*prefix, name)
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, (*prefix, name))
+
+
+ALL = list(_commands(cli))
+
+
+def run(*args: str, input: str | bytes | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
+
+
+def _one_error_line(r: Result, needle: str) -> None:
+    assert r.exit_code != 0
+    assert "Traceback" not in r.output
+    lines = [x for x in r.output.splitlines() if x.startswith("Error")]
+    assert len(lines) == 1 and needle in lines[0], r.output
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProc]:
+    d = DaemonProc(
+        tmp_path_factory.mktemp("cli") / "state",
+        ["--group", random_group(), "--host-id", "clihost", "--announce-period", "0.5"],
+    )
+    d.start()
+    yield d
+    d.kill()
+
+
+@pytest.fixture
+def sd(daemon: DaemonProc) -> str:
+    return str(daemon.state_dir)
+
+
+# ---------------------------------------------------------------------- help
+
+
+def test_every_command_is_listed() -> None:
+    names = {" ".join(c) for c in ALL}
+    expected = {
+        "daemon", "status", "peers", "profile", "publish", "subscribe", "unsubscribe",
+        "subscriptions", "cache", "cache ls", "cache show", "cache purge",
+    }  # fmt: skip
+    assert expected <= names
+
+
+@pytest.mark.parametrize("command", [(), *ALL], ids=lambda c: " ".join(c) or "dodwan")
+def test_help_on_every_command(command: tuple[str, ...]) -> None:
+    r = run(*command, "--help")
+    assert r.exit_code == 0
+    assert "Usage:" in r.output and (command[-1] if command else "dodwan") in r.output
+
+
+def test_daemon_help_lists_every_setting() -> None:
+    from dodwan.daemon.config import NODE_FIELDS, SETTINGS
+
+    out = run("daemon", "--help").output
+    for s in SETTINGS:
+        assert f"--{s.name.replace('_', '-')}" in out
+    for name in NODE_FIELDS:
+        assert f"--{name.replace('_', '-')}" in out
+
+
+# ---------------------------------------------------------------------- no daemon
+
+
+CLIENT_COMMANDS = [
+    ["status"],
+    ["peers"],
+    ["profile"],
+    ["subscriptions"],
+    ["publish", "--text", "x"],
+    ["subscribe", "-p", "a=b", "--follow"],
+    ["unsubscribe", "k"],
+    ["cache", "ls"],
+    ["cache", "show", "id"],
+    ["cache", "purge", "id"],
+]
+
+
+@pytest.mark.parametrize("args", CLIENT_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_unknown_daemon_is_one_line(tmp_path: Path, args: list[str]) -> None:
+    r = run("--state-dir", str(tmp_path / "nothing"), *args)
+    _one_error_line(r, "no daemon running")
+
+
+def test_stale_admin_file_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "admin.json").write_text(json.dumps({"host": "127.0.0.1", "port": port, "pid": 1}))
+    _one_error_line(run("--state-dir", str(tmp_path), "status"), "not reachable")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--group", "not-an-address"], "bad address"),
+        (["--group", "10.0.0.1"], "expected HOST:PORT"),
+        (["--admin", "localhost:http"], "port must be a number"),
+        (["--config", "/nonexistent/dodwan.toml"], "does not exist"),
+        (["--horizon", "0"], "horizon"),
+    ],
+)
+def test_daemon_refuses_bad_settings(tmp_path: Path, args: list[str], needle: str) -> None:
+    _one_error_line(run("daemon", "--state-dir", str(tmp_path), *args), needle)
+
+
+# ---------------------------------------------------------------------- with a daemon
+
+
+def test_status_human_and_json(sd: str) -> None:
+    r = run("--state-dir", sd, "status")
+    assert r.exit_code == 0 and "clihost" in r.output and "multicast4" in r.output
+    js = json.loads(run("--state-dir", sd, "status", "--json").output)
+    assert js["host_id"] == "clihost" and js["uptime"] >= 0 and "counters" in js
+    # --state-dir is also accepted after the command name
+    assert json.loads(run("status", "--state-dir", sd, "--json").output)["host_id"] == "clihost"
+
+
+def test_peers_and_profile(sd: str) -> None:
+    r = run("--state-dir", sd, "peers")
+    assert r.exit_code == 0 and ("no neighbours" in r.output or "HOST" in r.output)
+    assert isinstance(json.loads(run("--state-dir", sd, "peers", "--json").output), dict)
+    run(
+        "--state-dir",
+        sd,
+        "subscribe",
+        "-p",
+        "topic=prof.*",
+        "--dir",
+        str(Path(sd) / "p"),
+        "--key",
+        "prof",
+    )
+    r = run("--state-dir", sd, "profile")
+    assert r.exit_code == 0 and "prof.*" in r.output
+    js = json.loads(run("--state-dir", sd, "profile", "--json").output)
+    assert {"topic": "prof.*"} in js["own"]
+    assert run("--state-dir", sd, "unsubscribe", "prof").exit_code == 0
+
+
+def test_publish_text_file_and_cache_commands(sd: str, tmp_path: Path) -> None:
+    r = run("--state-dir", sd, "publish", "-a", "topic=cli", "--text", "hello", "--ttl", "60",
+            "--priority", "7", "--no-persistent")  # fmt: skip
+    assert r.exit_code == 0
+    mid = r.output.strip()
+    assert mid.startswith("clihost-")
+    f = tmp_path / "payload.bin"
+    f.write_bytes(bytes(range(256)) * 10)
+    mid2 = run("--state-dir", sd, "publish", "-a", "topic=cli", "--file", str(f)).output.strip()
+    ls = run("--state-dir", sd, "cache", "ls")
+    assert ls.exit_code == 0 and mid in ls.output and mid2 in ls.output
+    assert "published here" in ls.output
+    items = {m["id"]: m for m in json.loads(run("--state-dir", sd, "cache", "ls", "--json").output)}
+    assert items[mid]["priority"] == 7 and items[mid]["persistent"] is False
+    assert items[mid2]["size"] == 2560 and items[mid2]["complete"] is True
+    show = run("--state-dir", sd, "cache", "show", mid, "--payload")
+    assert show.exit_code == 0 and "hello" in show.output and "topic: cli" in show.output
+    assert "binary payload" in run("--state-dir", sd, "cache", "show", mid2, "--payload").output
+    assert run("--state-dir", sd, "cache", "purge", mid).exit_code == 0
+    assert mid not in run("--state-dir", sd, "cache", "ls").output
+    _one_error_line(run("--state-dir", sd, "cache", "show", mid), "no cached message")
+    _one_error_line(run("--state-dir", sd, "cache", "purge", mid), "no cached message")
+
+
+def test_publish_from_stdin_and_chosen_id(sd: str) -> None:
+    r = run("--state-dir", sd, "publish", "--id", "my-own-id", "-a", "k=v", "--file", "-",
+            input=b"from stdin")  # fmt: skip
+    assert r.exit_code == 0 and r.output.strip() == "my-own-id"
+    _one_error_line(
+        run("--state-dir", sd, "publish", "--id", "my-own-id", "--text", "again"), "already known"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--file", "/nonexistent/file"], "does not exist"),
+        (["--text", "a", "--file", "/etc/hostname"], "exactly one of --text or --file"),
+        ([], "exactly one of --text or --file"),
+        (["-a", "novalue", "--text", "x"], "expected NAME=VALUE"),
+        (["-a", "id=x y", "--text", "x"], "message id"),
+        (["-a", "origin=me", "--text", "x"], "set by DoDWAN"),
+        (["--ttl", "-5", "--text", "x"], "--ttl must be positive"),
+    ],
+)
+def test_publish_errors(sd: str, args: list[str], needle: str) -> None:
+    _one_error_line(run("--state-dir", sd, "publish", *args), needle)
+
+
+def test_subscribe_dir_exec_list_and_unsubscribe(sd: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = run("--state-dir", sd, "subscribe", "-p", "topic=sub.*", "--dir", str(out), "--key", "d1")
+    assert r.exit_code == 0 and r.output.strip() == "d1"
+    log = tmp_path / "exec.log"
+    r = run("--state-dir", sd, "subscribe", "-p", "topic=sub.*", "--exec", f"cat >> {log}")
+    assert r.exit_code == 0
+    k2 = r.output.strip()
+    mid = run(
+        "--state-dir", sd, "publish", "-a", "topic=sub.a", "--text", "payload!"
+    ).output.strip()
+    wait_for(lambda: (out / f"{mid}.json").exists(), what="dir delivery")
+    assert (out / mid).read_text() == "payload!"
+    wait_for(lambda: log.exists() and log.read_text() == "payload!", what="exec delivery")
+    listing = run("--state-dir", sd, "subscriptions")
+    assert "d1" in listing.output and k2 in listing.output and str(out) in listing.output
+    js = {s["key"]: s for s in json.loads(run("--state-dir", sd, "subscriptions", "--json").output)}
+    assert js["d1"]["sink"] == {"kind": "dir", "target": str(out)}
+    assert js[k2]["patterns"] == [{"topic": "sub.*"}]
+    _one_error_line(
+        run("--state-dir", sd, "subscribe", "-p", "a=b", "--dir", str(out), "--key", "d1"), "exists"
+    )
+    assert run("--state-dir", sd, "unsubscribe", "d1").output.strip() == "unsubscribed d1"
+    assert run("--state-dir", sd, "unsubscribe", k2).exit_code == 0
+    _one_error_line(run("--state-dir", sd, "unsubscribe", "d1"), "no subscription")
+    assert "no subscriptions" in run("--state-dir", sd, "subscriptions").output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["-p", "topic=(unclosed", "--follow"], "invalid regular expression"),
+        (["-p", "topic=(unclosed", "--dir", "/tmp/dodwan-never-created"], "invalid regular"),
+        (["-p", "topic=a"], "exactly one of --dir, --exec or --follow"),
+        (["-p", "topic=a", "--follow", "--exec", "true"], "exactly one of"),
+        (["-p", "noequals", "--follow"], "expected NAME=VALUE"),
+        (["-p", "topic=a", "--dir", "/proc/forbidden/x"], "cannot create directory"),
+        (["-p", "topic=a", "--follow", "--key", "joms:x"], "reserved"),
+    ],
+)
+def test_subscribe_errors(sd: str, args: list[str], needle: str) -> None:
+    _one_error_line(run("--state-dir", sd, "subscribe", *args), needle)
+
+
+def test_subscribe_follow_streams_until_interrupted(daemon: DaemonProc, sd: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dodwan.cli", "--state-dir", sd, "subscribe", "-p", "topic=fol",
+         "--follow", "--json", "--key", "fol"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline()) == {"subscribed": "fol"}
+        mid = run("--state-dir", sd, "publish", "-a", "topic=fol", "--text", "live").output.strip()
+        item = json.loads(proc.stdout.readline())
+        assert item["descriptor"]["id"] == mid and item["text"] == "live"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    wait_for(
+        lambda: "fol" not in {s["key"] for s in daemon.client().get("/subscriptions")},
+        what="follow subscription dropped with its client",
+    )
