@@ -1,0 +1,45 @@
+"""Settings of the JOMS service: one frozen dataclass, one documented field per setting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    """JOMS service settings. Durations are seconds."""
+
+    default_ttl: float = 3600.0
+    """Lifetime of a message sent with JMSExpiration 0 (its DoDWAN deadline is now + this)."""
+
+    nondurable: str = "durable"
+    """Non-durable topic subscriptions: ``durable`` (accepted, and like a durable one they
+    also receive older messages still travelling in the network) or ``refuse`` (refused
+    with an error telling the client to use a durable subscription)."""
+
+    lease: float = 30.0
+    """Lifetime of a queue receiver request; receivers renew it every third of it."""
+
+    directory_period: float = 30.0
+    """Period of this host's directory advert (queues it manages, topics it knows)."""
+
+    ack_delay: float = 0.02
+    """Queue acknowledgements are batched for this long before they are published."""
+
+    receiver_policy: str = "round-robin"
+    """How a queue manager picks a receiver: ``round-robin`` or ``module:callable``
+    returning a :class:`~joms.service.queues.ReceiverPolicy`."""
+
+    max_pending: int = 100_000
+    """Messages one durable subscription or one queue may hold waiting; beyond, the oldest
+    are dropped (and counted)."""
+
+    def __post_init__(self) -> None:
+        if self.default_ttl <= 0:
+            raise ValueError("default_ttl must be positive")
+        if self.nondurable not in ("durable", "refuse"):
+            raise ValueError("nondurable must be 'durable' or 'refuse'")
+        if self.lease <= 0 or self.directory_period <= 0 or self.ack_delay < 0:
+            raise ValueError("lease and directory_period must be positive, ack_delay >= 0")
+        if self.max_pending < 1:
+            raise ValueError("max_pending must be >= 1")

@@ -1,0 +1,378 @@
+"""JMS messages and destinations, and their mapping onto DoDWAN descriptors.
+
+Owns the descriptor vocabulary of JOMS (documented in docs/joms.md): which attribute carries
+which JMS header field, how typed user properties are written as strings (types in the
+``jms_types`` attribute), and how a message is frozen to bytes for the service's store.
+Descriptors arriving from the network are hostile: :func:`from_descriptor` raises
+:class:`ValueError` on anything malformed and never anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import InvalidDestinationException, MessageFormatException
+
+# ---------------------------------------------------------------- descriptor attributes
+KIND = "jms_kind"
+"""What a JOMS descriptor is: see the ``KIND_*`` values."""
+KIND_MESSAGE = "message"  # a JMS message sent to a topic or to a queue manager
+KIND_RECEIVER = "receiver"  # a receiver request (lease) to a queue manager
+KIND_DELIVERY = "delivery"  # a queue message re-addressed by its manager to one receiver
+KIND_ACK = "ack"  # receiver -> manager: consumed / released queue messages
+KIND_DIRECTORY = "directory"  # a host's advert of the queues it manages and topics it knows
+
+DEST_ID = "destination_id"
+DEST_TYPE = "destination_type"
+MESSAGE_ID = "jms_message_id"
+DELIVERY_MODE = "delivery_mode"
+PRIORITY = "priority"  # DoDWAN's own system attribute, set from the publish priority
+TIMESTAMP = "jms_timestamp"
+EXPIRATION = "jms_expiration"
+CORRELATION_ID = "jms_correlation_id"
+REPLY_TO = "jms_reply_to"
+TYPE = "jms_type"
+TYPES = "jms_types"
+BODY = "jms_body"
+CONNECTION = "joms_conn"
+REPLY_ID = "reply_id"
+REDELIVERED = "jms_redelivered"  # only set on queue deliveries re-sent by a manager
+
+PERSISTENT = "PERSISTENT"
+NON_PERSISTENT = "NON_PERSISTENT"
+BODY_TYPES = frozenset({"text", "bytes", "map", "stream"})
+PROPERTY_TYPES = frozenset({"boolean", "byte", "short", "int", "long", "float", "double", "string"})
+_INT_RANGES = {
+    "byte": (-(1 << 7), (1 << 7) - 1),
+    "short": (-(1 << 15), (1 << 15) - 1),
+    "int": (-(1 << 31), (1 << 31) - 1),
+    "long": (-(1 << 63), (1 << 63) - 1),
+}
+
+DODWAN_SYSTEM = frozenset(
+    {"id", "deadline", "origin", "date", "size", "priority", "persistent"}
+    | {"zsize", "frags", "fsize", "zhash"}
+)
+JOMS_ATTRIBUTES = frozenset(
+    {KIND, DEST_ID, DEST_TYPE, MESSAGE_ID, DELIVERY_MODE, TIMESTAMP, EXPIRATION}
+    | {CORRELATION_ID, REPLY_TO, TYPE, TYPES, BODY, CONNECTION, REPLY_ID, REDELIVERED}
+)
+HEADER_IDENTIFIERS = {
+    "JMSDeliveryMode": DELIVERY_MODE,
+    "JMSPriority": PRIORITY,
+    "JMSMessageID": MESSAGE_ID,
+    "JMSTimestamp": TIMESTAMP,
+    "JMSCorrelationID": CORRELATION_ID,
+    "JMSType": TYPE,
+}
+"""Selector identifiers naming JMS header fields -> the descriptor attribute carrying them."""
+
+
+def check_property_name(name: str) -> None:
+    """Raise MessageFormatException unless ``name`` may be a user property."""
+    if not isinstance(name, str) or not name or len(name) > 64:
+        raise MessageFormatException(f"bad property name {name!r}: 1-64 characters")
+    if (
+        name in DODWAN_SYSTEM
+        or name in JOMS_ATTRIBUTES
+        or name.startswith(("jms_", "joms_", "JMS"))
+        or any(c in name for c in ",:=")
+        or not name.isprintable()
+        or any(c.isspace() for c in name)
+    ):
+        raise MessageFormatException(
+            f"property name {name!r} is reserved or invalid (names used by DoDWAN/JOMS, "
+            "names starting with JMS, jms_ or joms_, and names with spaces, ',', ':' or '=' "
+            "cannot be used)"
+        )
+
+
+def property_type_of(value: Any) -> str:
+    """The JMS type a Python value gets by default."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "long" if not _INT_RANGES["int"][0] <= value <= _INT_RANGES["int"][1] else "int"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    raise MessageFormatException(
+        f"property values must be bool, int, float or str, not {type(value).__name__}"
+    )
+
+
+def encode_property(value: Any, jms_type: str) -> str:
+    """A typed property value as its descriptor string (MessageFormatException if it does not fit)."""
+    if jms_type not in PROPERTY_TYPES:
+        raise MessageFormatException(f"unknown property type {jms_type!r}")
+    if jms_type == "boolean":
+        if not isinstance(value, bool):
+            raise MessageFormatException("a boolean property needs a bool value")
+        return "true" if value else "false"
+    if jms_type in _INT_RANGES:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise MessageFormatException(f"a {jms_type} property needs an int value")
+        lo, hi = _INT_RANGES[jms_type]
+        if not lo <= value <= hi:
+            raise MessageFormatException(f"{value} is out of range for a {jms_type} property")
+        return str(value)
+    if jms_type in ("float", "double"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise MessageFormatException(f"a {jms_type} property needs a number")
+        return repr(float(value))
+    if not isinstance(value, str):
+        raise MessageFormatException("a string property needs a str value")
+    return value
+
+
+def decode_property(text: str, jms_type: str) -> Any:
+    """The inverse of :func:`encode_property`; ValueError when ``text`` does not parse."""
+    if jms_type == "string":
+        return text
+    if jms_type == "boolean":
+        if text not in ("true", "false"):
+            raise ValueError(f"bad boolean {text!r}")
+        return text == "true"
+    if jms_type in _INT_RANGES:
+        v = int(text)
+        lo, hi = _INT_RANGES[jms_type]
+        if not lo <= v <= hi:
+            raise ValueError(f"{v} out of range for {jms_type}")
+        return v
+    if jms_type in ("float", "double"):
+        f = float(text)
+        if jms_type == "float" and math.isfinite(f):
+            f = float(f)
+        return f
+    raise ValueError(f"unknown property type {jms_type!r}")
+
+
+def encode_types(types: Mapping[str, str]) -> str:
+    return ",".join(f"{n}:{t}" for n, t in sorted(types.items()) if t != "string")
+
+
+def decode_types(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for item in text.split(","):
+        name, sep, t = item.partition(":")
+        if not sep or t not in PROPERTY_TYPES or not name:
+            raise ValueError(f"bad {TYPES} entry {item!r}")
+        out[name] = t
+    return out
+
+
+# ---------------------------------------------------------------- destinations
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """A topic (``name``) or a queue (``name`` is ``Queue@ManagerHost``)."""
+
+    kind: str
+    """``topic`` or ``queue``."""
+    name: str
+    """Topic name, or ``Name@Host`` for a queue."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("topic", "queue"):
+            raise InvalidDestinationException(f"unknown destination type {self.kind!r}")
+        check_destination_name(self.name, queue=self.kind == "queue")
+
+    @property
+    def queue_name(self) -> str:
+        return self.name.partition("@")[0]
+
+    @property
+    def manager(self) -> str:
+        """The managing host of a queue."""
+        return self.name.partition("@")[2]
+
+    def __str__(self) -> str:
+        return f"/{self.kind}/{self.name}"
+
+    @classmethod
+    def parse(cls, text: str, local_host: str) -> Destination:
+        """``/topic/X``, ``/queue/Q`` (managed here) or ``/queue/Q@HOST``."""
+        if not isinstance(text, str):
+            raise InvalidDestinationException("a destination is a string")
+        for prefix, kind in (("/topic/", "topic"), ("/queue/", "queue")):
+            if text.startswith(prefix):
+                name = text[len(prefix) :]
+                if kind == "queue" and "@" not in name:
+                    name = f"{name}@{local_host}"
+                return cls(kind, name)
+        raise InvalidDestinationException(
+            f"unknown destination {text!r}: use /topic/NAME, /queue/NAME or /queue/NAME@HOST"
+        )
+
+
+def check_destination_name(name: str, *, queue: bool) -> None:
+    if not isinstance(name, str) or not name or len(name) > 128:
+        raise InvalidDestinationException("destination names have 1-128 characters")
+    if not name.isprintable() or any(c.isspace() for c in name):
+        raise InvalidDestinationException(f"destination name {name!r} has spaces or controls")
+    if queue:
+        q, at, host = name.partition("@")
+        if not q or not at or not host or "@" in host:
+            raise InvalidDestinationException(f"queue name {name!r} must be NAME@HOST")
+    elif "@" in name:
+        raise InvalidDestinationException(f"topic name {name!r} may not contain '@'")
+
+
+# ---------------------------------------------------------------- messages
+@dataclass(slots=True)
+class JomsMessage:
+    """One JMS message as the service handles it."""
+
+    destination: Destination
+    body: bytes = b""
+    """Encoded body (UTF-8 text, raw bytes, or the JSON form of a map/stream body)."""
+    body_type: str = "text"
+    properties: dict[str, Any] = field(default_factory=dict)
+    """User properties: name -> bool/int/float/str."""
+    property_types: dict[str, str] = field(default_factory=dict)
+    """Name -> JMS type for each property (missing = inferred from the value)."""
+    message_id: str = ""
+    delivery_mode: str = PERSISTENT
+    priority: int = 4
+    timestamp: int = 0
+    """Milliseconds since the epoch (JMSTimestamp)."""
+    expiration: int = 0
+    """Milliseconds since the epoch, 0 = never (JMSExpiration)."""
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    """Reply destination as text (``/queue/Q@H`` or ``/topic/T``)."""
+    type: str | None = None
+    redelivered: bool = False
+    connection: str = ""
+    """``host/client`` of the sending connection (for noLocal)."""
+
+    def selector_values(self) -> dict[str, Any]:
+        """Identifier -> value, as JMS selectors see the message."""
+        values: dict[str, Any] = dict(self.properties)
+        values["JMSDeliveryMode"] = self.delivery_mode
+        values["JMSPriority"] = self.priority
+        values["JMSMessageID"] = self.message_id
+        values["JMSTimestamp"] = self.timestamp
+        if self.correlation_id is not None:
+            values["JMSCorrelationID"] = self.correlation_id
+        if self.type is not None:
+            values["JMSType"] = self.type
+        return values
+
+    def copy(self, **changes: Any) -> JomsMessage:
+        return replace(self, **changes)
+
+
+def validate_outgoing(msg: JomsMessage) -> None:
+    """Check a locally sent message; raise MessageFormatException with a clear reason."""
+    if msg.body_type not in BODY_TYPES:
+        raise MessageFormatException(f"unknown body type {msg.body_type!r}")
+    if msg.delivery_mode not in (PERSISTENT, NON_PERSISTENT):
+        raise MessageFormatException(f"bad delivery mode {msg.delivery_mode!r}")
+    if (
+        isinstance(msg.priority, bool)
+        or not isinstance(msg.priority, int)
+        or not 0 <= msg.priority <= 9
+    ):
+        raise MessageFormatException("priority must be an int between 0 and 9")
+    if not isinstance(msg.body, bytes):
+        raise MessageFormatException("the body must be bytes")
+    for name, value in msg.properties.items():
+        check_property_name(name)
+        t = msg.property_types.get(name) or property_type_of(value)
+        encode_property(value, t)
+
+
+def to_descriptor(msg: JomsMessage) -> dict[str, str]:
+    """DoDWAN attributes of a JMS message (priority travels as DoDWAN's own ``priority``)."""
+    d = {
+        KIND: KIND_MESSAGE,
+        DEST_ID: msg.destination.name,
+        DEST_TYPE: msg.destination.kind,
+        MESSAGE_ID: msg.message_id,
+        DELIVERY_MODE: msg.delivery_mode,
+        TIMESTAMP: str(msg.timestamp),
+        EXPIRATION: str(msg.expiration),
+        BODY: msg.body_type,
+    }
+    if msg.correlation_id is not None:
+        d[CORRELATION_ID] = msg.correlation_id
+    if msg.reply_to is not None:
+        d[REPLY_TO] = msg.reply_to
+    if msg.type is not None:
+        d[TYPE] = msg.type
+    if msg.connection:
+        d[CONNECTION] = msg.connection
+    types: dict[str, str] = {}
+    for name, value in msg.properties.items():
+        t = msg.property_types.get(name) or property_type_of(value)
+        types[name] = t
+        d[name] = encode_property(value, t)
+    enc = encode_types(types)
+    if enc:
+        d[TYPES] = enc
+    return d
+
+
+def from_descriptor(d: Mapping[str, str], payload: bytes) -> JomsMessage:
+    """Rebuild a message from a delivered descriptor; ValueError if malformed."""
+    try:
+        dest = Destination(d[DEST_TYPE], d[DEST_ID])
+        types = decode_types(d.get(TYPES, ""))
+        props: dict[str, Any] = {}
+        ptypes: dict[str, str] = {}
+        for name, value in d.items():
+            if name in DODWAN_SYSTEM or name in JOMS_ATTRIBUTES:
+                continue
+            t = types.get(name, "string")
+            props[name] = decode_property(value, t)
+            ptypes[name] = t
+        body_type = d.get(BODY, "bytes")
+        if body_type not in BODY_TYPES:
+            raise ValueError(f"bad body type {body_type!r}")
+        mode = d.get(DELIVERY_MODE, PERSISTENT)
+        if mode not in (PERSISTENT, NON_PERSISTENT):
+            raise ValueError(f"bad delivery mode {mode!r}")
+        priority = int(d.get(PRIORITY, "4"))
+        if not 0 <= priority <= 9:
+            raise ValueError("bad priority")
+        return JomsMessage(
+            destination=dest,
+            body=bytes(payload),
+            body_type=body_type,
+            properties=props,
+            property_types=ptypes,
+            message_id=d.get(MESSAGE_ID) or "ID:" + d.get("id", "?"),
+            delivery_mode=mode,
+            priority=priority,
+            timestamp=int(d.get(TIMESTAMP, "0")),
+            expiration=int(d.get(EXPIRATION, "0")),
+            correlation_id=d.get(CORRELATION_ID),
+            reply_to=d.get(REPLY_TO),
+            type=d.get(TYPE),
+            redelivered=d.get(REDELIVERED) == "true",
+            connection=d.get(CONNECTION, ""),
+        )
+    except (KeyError, ValueError, TypeError, InvalidDestinationException) as exc:
+        raise ValueError(f"not a JOMS message descriptor: {exc}") from None
+
+
+# ---------------------------------------------------------------- store form
+def freeze(msg: JomsMessage) -> bytes:
+    """A message as bytes for the service's store."""
+    head = to_descriptor(msg)
+    head[PRIORITY] = str(msg.priority)
+    if msg.redelivered:
+        head[REDELIVERED] = "true"
+    return json.dumps(head, separators=(",", ":")).encode() + b"\n" + msg.body
+
+
+def thaw(blob: bytes) -> JomsMessage:
+    head, _, body = blob.partition(b"\n")
+    return from_descriptor(json.loads(head), body)

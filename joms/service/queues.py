@@ -1,0 +1,91 @@
+"""Queue-manager state and the receiver-selection policy.
+
+A :class:`ManagedQueue` is the quasi-central decision point of one queue ``Name@host``: it
+knows the live receivers (leases) and the pending messages and which receiver each was
+handed to. It stores nothing centrally beyond that: DoDWAN carries requests, messages and
+acknowledgements. The policy choosing a receiver is replaceable (:class:`ReceiverPolicy`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .model import JomsMessage
+
+
+@dataclass(slots=True)
+class Receiver:
+    """A live receiver of a managed queue."""
+
+    reply_id: str
+    selector_text: str
+    selector: Any
+    until: float
+    """Lease end."""
+    since: float
+    """Date of the newest request seen (older requests are ignored)."""
+    served: int = 0
+
+
+@dataclass(slots=True)
+class Pending:
+    """A queue message waiting to be consumed."""
+
+    seq: str
+    message: JomsMessage
+    deadline: float
+    core_id: str
+    """DoDWAN id of the copy the manager received (dropped once consumed)."""
+    assigned: str | None = None
+    """reply_id of the receiver it was handed to, if any."""
+    attempts: int = 0
+    delivery_id: str = ""
+
+
+@dataclass(slots=True)
+class ManagedQueue:
+    name: str
+    """Full name ``Name@host``."""
+    temporary: bool = False
+    owner: str = ""
+    """Connection owning a temporary queue."""
+    receivers: dict[str, Receiver] = field(default_factory=dict)
+    pending: dict[str, Pending] = field(default_factory=dict)
+    """jms message id -> pending message, in arrival order."""
+    last: str = ""
+    """reply_id served last (round-robin cursor)."""
+
+
+class ReceiverPolicy(Protocol):
+    """Picks which of the matching receivers gets a message."""
+
+    def choose(self, queue: ManagedQueue, message: JomsMessage, candidates: list[str]) -> str: ...
+
+
+class RoundRobin:
+    """Fair rotation over the receivers (sorted by reply_id) whose selector matches."""
+
+    def choose(self, queue: ManagedQueue, message: JomsMessage, candidates: list[str]) -> str:
+        ordered = sorted(candidates)
+        for r in ordered:
+            if r > queue.last:
+                return r
+        return ordered[0]
+
+
+def load_policy(spec: str) -> ReceiverPolicy:
+    """``round-robin`` or ``module:callable`` (called without arguments)."""
+    if spec == "round-robin":
+        return RoundRobin()
+    module, sep, attr = spec.partition(":")
+    if not sep:
+        raise ValueError(
+            f"receiver_policy must be 'round-robin' or 'module:callable', not {spec!r}"
+        )
+    factory = getattr(importlib.import_module(module), attr)
+    policy = factory()
+    if not hasattr(policy, "choose"):
+        raise ValueError(f"{spec} did not return an object with a choose() method")
+    return policy  # type: ignore[no-any-return]

@@ -1,0 +1,106 @@
+"""Durable state of the JOMS service behind a tiny key-value interface.
+
+The service keeps its durable state (durable subscriptions and their pending messages,
+queue-manager receivers and pending messages, message ids already seen, subscription keys
+to clean up after a restart) as ``(table, key) -> bytes`` records. :class:`MemoryServiceStore`
+keeps them in dictionaries (tests, simulator); :class:`SqliteServiceStore` keeps them in one
+SQLite file in WAL mode (the daemon, e.g. ``STATE_DIR/joms.sqlite``). A store decides nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Protocol
+
+
+class ServiceStore(Protocol):
+    """Tables of ``key -> bytes`` records, listed in key order."""
+
+    def put(self, table: str, key: str, value: bytes) -> None: ...
+    def get(self, table: str, key: str) -> bytes | None: ...
+    def delete(self, table: str, key: str) -> None: ...
+    def items(self, table: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        """Records of ``table`` whose key starts with ``prefix``, sorted by key."""
+
+    def commit(self) -> None:
+        """Make the writes so far durable (the service calls it at the end of each input)."""
+
+    def close(self) -> None: ...
+
+
+class MemoryServiceStore:
+    """A :class:`ServiceStore` in dictionaries; ``reopen()`` simulates a restart."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, dict[str, bytes]] = {}
+
+    def put(self, table: str, key: str, value: bytes) -> None:
+        self._tables.setdefault(table, {})[key] = bytes(value)
+
+    def get(self, table: str, key: str) -> bytes | None:
+        return self._tables.get(table, {}).get(key)
+
+    def delete(self, table: str, key: str) -> None:
+        self._tables.get(table, {}).pop(key, None)
+
+    def items(self, table: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        rows = self._tables.get(table, {})
+        return sorted((k, v) for k, v in rows.items() if k.startswith(prefix))
+
+    def commit(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class SqliteServiceStore:
+    """A :class:`ServiceStore` in one SQLite file (WAL, synchronous=NORMAL)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._db = sqlite3.connect(str(self.path), isolation_level="DEFERRED")
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS records ("
+            " tbl TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,"
+            " PRIMARY KEY (tbl, key)) WITHOUT ROWID"
+        )
+        self._db.commit()
+
+    def put(self, table: str, key: str, value: bytes) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO records (tbl, key, value) VALUES (?, ?, ?)",
+            (table, key, bytes(value)),
+        )
+
+    def get(self, table: str, key: str) -> bytes | None:
+        row = self._db.execute(
+            "SELECT value FROM records WHERE tbl = ? AND key = ?", (table, key)
+        ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def delete(self, table: str, key: str) -> None:
+        self._db.execute("DELETE FROM records WHERE tbl = ? AND key = ?", (table, key))
+
+    def items(self, table: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        if prefix:
+            rows = self._db.execute(
+                "SELECT key, value FROM records WHERE tbl = ? AND key >= ? AND key < ?"
+                " ORDER BY key",
+                (table, prefix, prefix + "\U0010ffff"),
+            )
+        else:
+            rows = self._db.execute(
+                "SELECT key, value FROM records WHERE tbl = ? ORDER BY key", (table,)
+            )
+        return [(k, bytes(v)) for k, v in rows]
+
+    def commit(self) -> None:
+        self._db.commit()
+
+    def close(self) -> None:
+        self._db.commit()
+        self._db.close()

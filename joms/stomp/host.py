@@ -1,0 +1,193 @@
+"""What the STOMP gateway needs from its host, and a driver that provides it on asyncio.
+
+The gateway (``joms.stomp.server``) only needs a :class:`GatewayHost`: the JOMS service, a
+clock, ``poke()`` to say "I changed the service, flush its outputs", and a way to be woken
+when the service may have events. :class:`ServiceDriver` implements it for any runner: it
+re-arms the service's single timer with ``loop.call_at`` and calls a ``flush`` hook of the
+runner (e.g. drain the node's events into ``service.on_delivery`` and send datagrams).
+
+:func:`from_daemon_host` adapts the daemon's hosted-service interface
+(``dodwan.daemon.service_host.ServiceHost``: publish / subscribe / unsubscribe /
+set_delivery_handler) so ``serve(daemon.service_host(), host, port)`` just works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..service import JomsService, ServiceConfig
+from ..service.store import MemoryServiceStore, ServiceStore, SqliteServiceStore
+
+log = logging.getLogger(__name__)
+
+
+class GatewayHost(Protocol):
+    """The gateway's view of its host."""
+
+    service: JomsService
+
+    def now(self) -> float:
+        """Wall-clock seconds, the same clock fed to the service and the node."""
+
+    def poke(self) -> None:
+        """The gateway called into the service: flush its outputs, re-arm timers, wake."""
+
+    def add_wakeup(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (in the loop thread) whenever service events may be ready."""
+
+
+class ServiceDriver:
+    """A :class:`GatewayHost` driving a :class:`JomsService` on the running asyncio loop."""
+
+    def __init__(
+        self,
+        service: JomsService,
+        now: Callable[[], float],
+        flush: Callable[[], None] | None = None,
+    ) -> None:
+        self.service = service
+        self._now = now
+        self._flush = flush or (lambda: None)
+        self._wakeups: list[Callable[[], None]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._busy = False
+
+    def now(self) -> float:
+        return self._now()
+
+    def add_wakeup(self, callback: Callable[[], None]) -> None:
+        self._wakeups.append(callback)
+
+    def deliver(self, key: str, descriptor: Mapping[str, str], payload: bytes) -> None:
+        """Feed a DoDWAN delivery for a ``joms:`` key (from the runner)."""
+        self.service.on_delivery(key, descriptor, payload, self._now())
+        self.poke()
+
+    def poke(self) -> None:
+        if self._busy:  # re-entered from flush(): the outer call finishes the job
+            return
+        self._busy = True
+        try:
+            self._flush()
+        finally:
+            self._busy = False
+        self._rearm()
+        for cb in list(self._wakeups):
+            try:
+                cb()
+            except Exception:  # a broken front end must not stop the service
+                log.exception("gateway wakeup failed")
+
+    def _rearm(self) -> None:
+        at = self.service.get_timer()
+        if at is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = self._timer_at = None
+            return
+        if self._timer is not None and self._timer_at == at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_at = at
+        self._timer = loop.call_later(max(0.0, at - self._now()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = self._timer_at = None
+        try:
+            self.service.handle_timer(self._now())
+        except Exception:
+            log.exception("JOMS service timer failed")
+        self.poke()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class _DaemonPort:
+    """:class:`~joms.service.port.DisseminationPort` over the daemon's ServiceHost."""
+
+    def __init__(self, host: Any) -> None:
+        self._host = host
+        self.host_id = str(host.host_id)
+
+    def publish(
+        self,
+        attributes: Mapping[str, str],
+        payload: bytes,
+        *,
+        deadline: float,
+        priority: int,
+        persistent: bool,
+    ) -> str:
+        return str(
+            self._host.publish(
+                attributes, payload, deadline=deadline, priority=priority, persistent=persistent
+            )
+        )
+
+    def subscribe(self, patterns: list[dict[str, str]], *, key: str) -> str:
+        return str(self._host.subscribe(patterns, key=key))
+
+    def unsubscribe(self, key: str) -> None:
+        with contextlib.suppress(KeyError):
+            self._host.unsubscribe(key)
+
+    def drop(self, msg_id: str) -> None:
+        purge = getattr(self._host, "purge", None)
+        if purge is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                purge(msg_id)
+
+
+def from_daemon_host(
+    host: Any,
+    *,
+    config: ServiceConfig | None = None,
+    store: ServiceStore | None = None,
+) -> ServiceDriver:
+    """Build the JOMS service on the daemon's hosted-service interface.
+
+    The service state goes to ``STATE_DIR/joms.sqlite`` when the host has a ``state_dir``
+    attribute (else memory), and its settings come from a ``joms_config`` attribute
+    (a :class:`ServiceConfig`) when present.
+    """
+    if store is None:
+        state_dir = getattr(host, "state_dir", None)
+        store = (
+            SqliteServiceStore(Path(state_dir) / "joms.sqlite")
+            if state_dir
+            else MemoryServiceStore()
+        )
+    cfg = config or getattr(host, "joms_config", None) or ServiceConfig()
+    service = JomsService(_DaemonPort(host), cfg, store, random.Random())
+    driver = ServiceDriver(service, host.now)
+
+    def on_delivery(ev: Any) -> None:
+        driver.deliver(ev.subscription, ev.descriptor, ev.payload)
+
+    host.set_delivery_handler(on_delivery)
+    service.start(host.now())
+    return driver
+
+
+def as_gateway_host(obj: Any) -> GatewayHost:
+    """Accept a GatewayHost as is, or adapt the daemon's ServiceHost."""
+    if hasattr(obj, "service") and hasattr(obj, "poke"):
+        return obj  # type: ignore[no-any-return]
+    if hasattr(obj, "set_delivery_handler") and hasattr(obj, "publish"):
+        return from_daemon_host(obj)
+    raise TypeError(
+        "serve() needs a GatewayHost (.service, .now(), .poke(), .add_wakeup()) "
+        "or the daemon's ServiceHost (.publish, .subscribe, .set_delivery_handler)"
+    )

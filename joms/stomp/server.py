@@ -1,0 +1,535 @@
+"""The STOMP 1.2 gateway: serves the JOMS service to any STOMP client over asyncio TCP.
+
+Owns the mapping of STOMP frames onto service calls, the way ActiveMQ/Artemis map JMS onto
+STOMP (destinations ``/topic/N``, ``/queue/N``, ``/queue/N@HOST``, ``/temp-queue/N``;
+headers ``selector``, ``persistent``, ``priority``, ``expires``, ``reply-to``,
+``correlation-id``, ``type``, ``client-id``, durable subscription names; ack modes, BEGIN /
+COMMIT / ABORT, receipts, heart-beats). A malformed frame, or a refused request, gets an
+ERROR frame and that connection is closed; nothing a client sends reaches other clients.
+See docs/stomp.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import JMSException
+from ..service import model as mdl
+from ..service.events import MessageDispatched
+from ..service.model import Destination, JomsMessage
+from .frame import Frame, FrameLimits, FrameParser, ProtocolError, encode
+from .host import GatewayHost, as_gateway_host
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "joms/0.1"
+HEARTBEAT_MS = 10_000
+"""Heart-beat period the gateway offers and accepts (ms)."""
+
+DURABLE_HEADERS = (
+    "durable-subscription-name",
+    "durable-subscriber-name",
+    "activemq.subscriptionName",
+)
+NO_LOCAL_HEADERS = ("no-local", "activemq.noLocal")
+_SEND_RESERVED = frozenset(
+    {
+        "destination",
+        "content-length",
+        "content-type",
+        "receipt",
+        "transaction",
+        "persistent",
+        "priority",
+        "expires",
+        "reply-to",
+        "correlation-id",
+        "type",
+        "joms-types",
+        "joms-body-type",
+        "message-id",
+        "timestamp",
+        "redelivered",
+        "subscription",
+        "ack",
+    }
+)
+_CONTENT_TYPES = {
+    "text": "text/plain;charset=utf-8",
+    "bytes": "application/octet-stream",
+    "map": "application/x-joms-map+json",
+    "stream": "application/x-joms-stream+json",
+}
+
+
+class StompError(Exception):
+    """A client request the gateway refuses (becomes an ERROR frame)."""
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Gateway:
+    """Routes service events to the STOMP connections they belong to."""
+
+    def __init__(
+        self,
+        host: GatewayHost,
+        *,
+        login: str | None = None,
+        passcode: str | None = None,
+        limits: FrameLimits | None = None,
+    ) -> None:
+        self.host = host
+        self.service = host.service
+        self.login = login
+        self.passcode = passcode
+        self.limits = limits or FrameLimits()
+        self.connections: dict[str, StompConnection] = {}
+        host.add_wakeup(self.pump)
+
+    def pump(self) -> None:
+        """Hand every pending service event to its connection."""
+        while (ev := self.service.next_event()) is not None:
+            if isinstance(ev, MessageDispatched):
+                conn = self.connections.get(ev.connection)
+                if conn is not None:
+                    conn.deliver(ev)
+
+    def protocol(self) -> StompConnection:
+        return StompConnection(self)
+
+
+class StompConnection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+        self.service = gateway.service
+        self.parser = FrameParser(gateway.limits)
+        self.transport: asyncio.Transport | None = None
+        self.conn_id: str | None = None
+        self.subs: dict[str, str] = {}  # STOMP subscription id -> consumer id
+        self.sub_of: dict[str, str] = {}  # consumer id -> STOMP subscription id
+        self.sub_durable: dict[str, str] = {}  # STOMP subscription id -> durable name
+        self.temp: dict[str, Destination] = {}  # /temp-queue/NAME -> real queue
+        self.closing = False
+        self._last_rx = 0.0
+        self._hb_send: asyncio.TimerHandle | None = None
+        self._hb_check: asyncio.TimerHandle | None = None
+        self._send_every = 0.0
+        self._expect_every = 0.0
+        self._wrote = False
+
+    # ------------------------------------------------------------------ asyncio
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._last_rx = asyncio.get_running_loop().time()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self._last_rx = asyncio.get_running_loop().time()
+        try:
+            frames = self.parser.feed(data)
+        except ProtocolError as exc:
+            self.error(f"malformed frame: {exc}")
+            return
+        for frame in frames:
+            if self.closing:
+                return
+            try:
+                self.handle(frame)
+            except (StompError, JMSException) as exc:
+                self.error(str(exc), frame)
+            except Exception as exc:  # never let one client take the gateway down
+                log.exception("STOMP gateway failed on a %s frame", frame.command)
+                self.error(f"internal error handling {frame.command}: {type(exc).__name__}", frame)
+        self.gw.host.poke()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        for h in (self._hb_send, self._hb_check):
+            if h is not None:
+                h.cancel()
+        if self.conn_id is not None:
+            self.gw.connections.pop(self.conn_id, None)
+            try:
+                self.service.close_connection(self.conn_id, self.gw.host.now())
+            except Exception:
+                log.exception("closing JOMS connection failed")
+            self.conn_id = None
+            self.gw.host.poke()
+
+    # ------------------------------------------------------------------ output
+    def send_frame(self, frame: Frame) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(encode(frame))
+            self._wrote = True
+
+    def error(self, message: str, frame: Frame | None = None) -> None:
+        if self.closing:
+            return
+        headers = {"message": message.replace("\n", " ")[:500], "content-type": "text/plain"}
+        if frame is not None and frame.get("receipt"):
+            headers["receipt-id"] = frame.headers["receipt"]
+        self.send_frame(Frame("ERROR", headers, message.encode()))
+        self.close()
+
+    def close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def deliver(self, ev: MessageDispatched) -> None:
+        sub = self.sub_of.get(ev.consumer)
+        if sub is None:
+            return
+        self.send_frame(message_frame(ev, sub))
+
+    # ------------------------------------------------------------------ frames
+    def handle(self, frame: Frame) -> None:
+        cmd = frame.command
+        if self.conn_id is None:
+            if cmd not in ("CONNECT", "STOMP"):
+                raise StompError(f"expected CONNECT or STOMP first, got {cmd}")
+            self.on_connect(frame)
+            return
+        handler = _HANDLERS.get(cmd)
+        if handler is None:
+            raise StompError(f"{cmd} is not a client frame (or a second CONNECT)")
+        handler(self, frame)
+        receipt = frame.get("receipt")
+        if receipt is not None and not self.closing:
+            self.send_frame(Frame("RECEIPT", {"receipt-id": receipt}))
+        if cmd == "DISCONNECT":
+            self.close()
+
+    def now(self) -> float:
+        return self.gw.host.now()
+
+    def on_connect(self, frame: Frame) -> None:
+        versions = (frame.get("accept-version") or "1.0").split(",")
+        if "1.2" not in versions and "1.1" not in versions and "1.0" not in versions:
+            raise StompError("supported STOMP versions: 1.2 (1.1 and 1.0 clients accepted)")
+        if self.gw.login is not None and (
+            frame.get("login") != self.gw.login or frame.get("passcode") != self.gw.passcode
+        ):
+            raise StompError("login refused: bad login or passcode")
+        client_id = frame.get("client-id") or None
+        self.conn_id = self.service.open_connection(self.now(), client_id)
+        self.gw.connections[self.conn_id] = self
+        cx, cy = _heartbeat(frame.get("heart-beat", "0,0"))
+        # we send every max(cy, ours) ms, and expect the client every max(cx, ours) ms
+        self._send_every = max(cy, HEARTBEAT_MS) / 1000.0 if cy else 0.0
+        self._expect_every = max(cx, HEARTBEAT_MS) / 1000.0 if cx else 0.0
+        self.send_frame(
+            Frame(
+                "CONNECTED",
+                {
+                    "version": "1.2",
+                    "server": SERVER_NAME,
+                    "session": self.conn_id,
+                    "heart-beat": f"{HEARTBEAT_MS if cy else 0},{HEARTBEAT_MS if cx else 0}",
+                },
+            )
+        )
+        loop = asyncio.get_running_loop()
+        if self._send_every:
+            self._hb_send = loop.call_later(self._send_every, self._heartbeat_send)
+        if self._expect_every:
+            self._hb_check = loop.call_later(self._expect_every * 2, self._heartbeat_check)
+
+    def _heartbeat_send(self) -> None:
+        if self.closing or self.transport is None:
+            return
+        if not self._wrote:
+            self.transport.write(b"\n")
+        self._wrote = False
+        self._hb_send = asyncio.get_running_loop().call_later(
+            self._send_every, self._heartbeat_send
+        )
+
+    def _heartbeat_check(self) -> None:
+        if self.closing:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._last_rx > self._expect_every * 2:
+            self.error("heart-beat timeout: nothing received from the client")
+            return
+        self._hb_check = loop.call_later(self._expect_every, self._heartbeat_check)
+
+    # ---------------------------------------------------------------- destinations
+    def destination(self, text: str | None, *, create_temp: bool = True) -> Destination:
+        if not text:
+            raise StompError("missing destination header")
+        if text.startswith("/temp-queue/"):
+            dest = self.temp.get(text)
+            if dest is None:
+                if not create_temp:
+                    raise StompError(f"unknown temporary queue {text}")
+                assert self.conn_id is not None
+                dest = self.service.create_temporary_queue(self.conn_id, self.now())
+                self.temp[text] = dest
+            return dest
+        if text.startswith("/temp-topic/"):
+            raise StompError("temporary topics are not supported; use /temp-queue/")
+        return Destination.parse(text, self.service.host_id)
+
+    def on_send(self, frame: Frame) -> None:
+        assert self.conn_id is not None
+        msg, ttl = self.message_from(frame)
+        self.service.send(
+            self.conn_id, msg, self.now(), time_to_live=ttl, tx=frame.get("transaction")
+        )
+
+    def message_from(self, frame: Frame) -> tuple[JomsMessage, float | None]:
+        h = frame.headers
+        dest = self.destination(h.get("destination"))
+        body_type = h.get("joms-body-type")
+        ctype = h.get("content-type")
+        if body_type is None:
+            if ctype is None:
+                try:
+                    frame.body.decode("utf-8")
+                    body_type = "text"
+                except UnicodeDecodeError:
+                    body_type = "bytes"
+            else:
+                body_type = "text" if ctype.startswith("text/") else "bytes"
+        if body_type not in mdl.BODY_TYPES:
+            raise StompError("joms-body-type must be one of text, bytes, map, stream")
+        if body_type == "text":
+            try:
+                frame.body.decode("utf-8")
+            except UnicodeDecodeError:
+                raise StompError("a text body must be UTF-8") from None
+        persistent = h.get("persistent", "true").lower() != "false"
+        try:
+            priority = int(h.get("priority", "4"))
+        except ValueError:
+            raise StompError(f"bad priority header {h.get('priority')!r}") from None
+        if not 0 <= priority <= 9:
+            raise StompError("priority must be between 0 and 9")
+        try:
+            expires = int(h.get("expires", "0"))
+        except ValueError:
+            raise StompError(f"bad expires header {h.get('expires')!r}") from None
+        if expires < 0:
+            raise StompError("expires must be >= 0 (ms since the epoch, 0 = never)")
+        reply_to = h.get("reply-to")
+        if reply_to:
+            reply_to = str(self.destination(reply_to))
+        try:
+            types = mdl.decode_types(h.get("joms-types", ""))
+        except ValueError as exc:
+            raise StompError(f"bad joms-types header: {exc}") from None
+        props: dict[str, Any] = {}
+        ptypes: dict[str, str] = {}
+        for name, value in h.items():
+            if name in _SEND_RESERVED:
+                continue
+            t = types.get(name, "string")
+            try:
+                mdl.check_property_name(name)
+                props[name] = mdl.decode_property(value, t)
+            except ValueError as exc:
+                raise StompError(f"header {name!r}: {exc}") from None
+            ptypes[name] = t
+        msg = JomsMessage(
+            destination=dest,
+            body=frame.body,
+            body_type=body_type,
+            properties=props,
+            property_types=ptypes,
+            delivery_mode=mdl.PERSISTENT if persistent else mdl.NON_PERSISTENT,
+            priority=priority,
+            expiration=expires,
+            correlation_id=h.get("correlation-id"),
+            reply_to=reply_to,
+            type=h.get("type"),
+        )
+        return msg, None
+
+    def on_subscribe(self, frame: Frame) -> None:
+        assert self.conn_id is not None
+        sub_id = frame.get("id")
+        if sub_id is None:
+            raise StompError("SUBSCRIBE needs an id header")
+        if sub_id in self.subs:
+            raise StompError(f"subscription id {sub_id!r} is already in use")
+        dest = self.destination(frame.get("destination"))
+        ack = frame.get("ack", "auto")
+        if ack not in ("auto", "client", "client-individual"):
+            raise StompError(f"ack must be auto, client or client-individual, not {ack!r}")
+        durable = next((frame.headers[k] for k in DURABLE_HEADERS if frame.get(k)), None)
+        no_local = any(frame.get(k, "").lower() == "true" for k in NO_LOCAL_HEADERS)
+        consumer = self.service.subscribe(
+            self.conn_id,
+            dest,
+            self.now(),
+            selector=frame.get("selector"),
+            no_local=no_local,
+            durable_name=durable,
+            ack_mode=ack,
+        )
+        self.subs[sub_id] = consumer
+        self.sub_of[consumer] = sub_id
+        if durable:
+            self.sub_durable[sub_id] = durable
+        self.gw.pump()
+
+    def on_unsubscribe(self, frame: Frame) -> None:
+        assert self.conn_id is not None
+        sub_id = frame.get("id")
+        durable = next((frame.headers[k] for k in DURABLE_HEADERS if frame.get(k)), None)
+        consumer = self.subs.pop(sub_id, None) if sub_id is not None else None
+        if consumer is None and durable is None:
+            raise StompError(f"no subscription with id {sub_id!r}")
+        if consumer is not None:
+            self.sub_of.pop(consumer, None)
+            self.sub_durable.pop(sub_id or "", None)
+            self.service.close_consumer(consumer, self.now())
+        if durable is not None:
+            self.service.unsubscribe_durable(self.conn_id, durable, self.now())
+
+    def _ack_target(self, frame: Frame) -> tuple[str, str]:
+        tag = frame.get("id") or frame.get("message-id")
+        if tag is None:
+            raise StompError(f"{frame.command} needs an id header (the MESSAGE's ack header)")
+        consumer = tag.rpartition("-")[0]
+        if consumer not in self.sub_of:
+            raise StompError(f"{frame.command}: unknown ack id {tag!r}")
+        return consumer, tag
+
+    def on_ack(self, frame: Frame) -> None:
+        consumer, tag = self._ack_target(frame)
+        if not self.service.ack(consumer, tag, self.now(), tx=frame.get("transaction")):
+            raise StompError(f"ACK: message {tag!r} is not waiting for an acknowledgement")
+
+    def on_nack(self, frame: Frame) -> None:
+        consumer, tag = self._ack_target(frame)
+        if not self.service.nack(consumer, tag, self.now()):
+            raise StompError(f"NACK: message {tag!r} is not waiting for an acknowledgement")
+        self.gw.pump()
+
+    def _tx_name(self, frame: Frame) -> str:
+        tx = frame.get("transaction")
+        if not tx:
+            raise StompError(f"{frame.command} needs a transaction header")
+        return tx
+
+    def on_begin(self, frame: Frame) -> None:
+        assert self.conn_id is not None
+        self.service.begin(self.conn_id, self._tx_name(frame))
+
+    def on_commit(self, frame: Frame) -> None:
+        assert self.conn_id is not None
+        self.service.commit(self.conn_id, self._tx_name(frame), self.now())
+
+    def on_abort(self, frame: Frame) -> None:
+        assert self.conn_id is not None
+        self.service.abort(self.conn_id, self._tx_name(frame), self.now())
+        self.gw.pump()
+
+    def on_disconnect(self, frame: Frame) -> None:
+        pass
+
+
+_HANDLERS: dict[str, Callable[[StompConnection, Frame], None]] = {
+    "SEND": StompConnection.on_send,
+    "SUBSCRIBE": StompConnection.on_subscribe,
+    "UNSUBSCRIBE": StompConnection.on_unsubscribe,
+    "ACK": StompConnection.on_ack,
+    "NACK": StompConnection.on_nack,
+    "BEGIN": StompConnection.on_begin,
+    "COMMIT": StompConnection.on_commit,
+    "ABORT": StompConnection.on_abort,
+    "DISCONNECT": StompConnection.on_disconnect,
+}
+
+
+def _heartbeat(value: str) -> tuple[int, int]:
+    try:
+        a, b = value.split(",")
+        x, y = int(a), int(b)
+        if x < 0 or y < 0:
+            raise ValueError
+        return x, y
+    except ValueError:
+        raise StompError(f"bad heart-beat header {value!r}: use 'cx,cy'") from None
+
+
+def message_frame(ev: MessageDispatched, subscription: str) -> Frame:
+    """The MESSAGE frame for a dispatched message."""
+    m = ev.message
+    h = {
+        "subscription": subscription,
+        "message-id": m.message_id,
+        "destination": str(m.destination),
+        "ack": ev.tag,
+        "content-type": _CONTENT_TYPES[m.body_type],
+        "joms-body-type": m.body_type,
+        "persistent": "true" if m.delivery_mode == mdl.PERSISTENT else "false",
+        "priority": str(m.priority),
+        "timestamp": str(m.timestamp),
+        "expires": str(m.expiration),
+    }
+    if m.redelivered:
+        h["redelivered"] = "true"
+    if m.correlation_id is not None:
+        h["correlation-id"] = m.correlation_id
+    if m.reply_to is not None:
+        h["reply-to"] = m.reply_to
+    if m.type is not None:
+        h["type"] = m.type
+    types = {}
+    for name, value in m.properties.items():
+        t = m.property_types.get(name) or mdl.property_type_of(value)
+        types[name] = t
+        h.setdefault(name, mdl.encode_property(value, t))
+    enc = mdl.encode_types(types)
+    if enc:
+        h["joms-types"] = enc
+    return Frame("MESSAGE", h, m.body)
+
+
+async def serve(
+    service_host: Any,
+    host: str = "127.0.0.1",
+    port: int = 61613,
+    *,
+    login: str | None = None,
+    passcode: str | None = None,
+    allow_remote: bool = False,
+    limits: FrameLimits | None = None,
+) -> asyncio.Server:
+    """Start the STOMP gateway; returns the listening :class:`asyncio.Server`.
+
+    ``service_host`` is a :class:`~joms.stomp.host.GatewayHost` or the daemon's
+    ``ServiceHost`` (adapted by :func:`~joms.stomp.host.from_daemon_host`). Only loopback
+    addresses are accepted unless ``allow_remote`` is true.
+    """
+    if not allow_remote and not _is_loopback(host):
+        raise ValueError(
+            f"refusing to serve STOMP on {host}: only loopback unless remote access is enabled"
+        )
+    if (login is None) != (passcode is None):
+        raise ValueError("login and passcode go together")
+    ghost = as_gateway_host(service_host)
+    gateway = Gateway(ghost, login=login, passcode=passcode, limits=limits)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(gateway.protocol, host, port)
+    server.gateway = gateway  # type: ignore[attr-defined]
+    return server
