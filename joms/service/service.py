@@ -59,8 +59,10 @@ def compile_selector(text: str | None) -> Any:
         return None
     try:
         return selector_lang.parse(text)
-    except InvalidSelectorException:
-        raise
+    except InvalidSelectorException as exc:
+        raise InvalidSelectorException(
+            f"invalid selector {text[:200]!r}: {exc}", position=exc.position
+        ) from None
     except JMSException:
         raise
     except Exception as exc:
@@ -131,6 +133,8 @@ class _Durable:
     selector: Any
     no_local: bool
     core_key: str
+    created: int = 0
+    """Creation time (ms): older messages still travelling are not for this subscription."""
     consumer: str | None = None
 
     def record(self) -> bytes:
@@ -142,6 +146,7 @@ class _Durable:
                 "selector": self.selector_text,
                 "no_local": self.no_local,
                 "core_key": self.core_key,
+                "created": self.created,
             }
         ).encode()
 
@@ -205,6 +210,7 @@ class JomsService:
                     sel,
                     bool(rec["no_local"]),
                     rec["core_key"],
+                    int(rec.get("created", 0)),
                 )
             except (ValueError, KeyError, JMSException):
                 self._count("bad_durable_records")
@@ -655,6 +661,7 @@ class JomsService:
                 cons.selector,
                 cons.no_local,
                 f"{KEY_PREFIX}d:{key}",
+                int(now * 1000),
             )
             self._durables[key] = d
             self.store.put("durable", key, d.record())
@@ -689,6 +696,9 @@ class JomsService:
         if d is None:
             return
         msg = mdl.from_descriptor(desc, p)
+        if msg.timestamp < d.created:
+            self._count("older_than_subscription")
+            return
         if msg.destination != Destination("topic", d.topic) or not self._accepts(
             d.selector, d.no_local, f"{self.host_id}/{d.client_id}", msg
         ):

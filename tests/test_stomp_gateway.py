@@ -1,0 +1,345 @@
+"""The STOMP 1.2 gateway driven by stomp.py, a real third-party STOMP client."""
+
+from __future__ import annotations
+
+import queue
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stomp
+
+from joms.runtime import HostConfig, LoopbackHost
+from joms.service import ServiceConfig
+from joms_support import LoopThread, start_hosts, wait_for
+
+
+class Listener(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self.errors: queue.Queue[Any] = queue.Queue()
+        self.receipts: queue.Queue[str] = queue.Queue()
+
+    def on_message(self, frame: Any) -> None:
+        self.messages.put(frame)
+
+    def on_error(self, frame: Any) -> None:
+        self.errors.put(frame)
+
+    def on_receipt(self, frame: Any) -> None:
+        self.receipts.put(frame.headers["receipt-id"])
+
+    def get(self, timeout: float = 5.0) -> Any:
+        return self.messages.get(timeout=timeout)
+
+    def none(self, timeout: float = 0.5) -> bool:
+        try:
+            self.messages.get(timeout=timeout)
+        except queue.Empty:
+            return True
+        return False
+
+
+@pytest.fixture()
+def loop() -> Iterator[LoopThread]:
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture()
+def host(loop: LoopThread) -> Iterator[LoopbackHost]:
+    [h] = start_hosts(loop, 1)
+    yield h
+    loop.call(h.stop())
+
+
+def connect(h: LoopbackHost, client_id: str | None = None, **kw: Any) -> tuple[Any, Listener]:
+    c = stomp.Connection12([h.stomp_address], **kw)
+    lst = Listener()
+    c.set_listener("t", lst)
+    headers = {"client-id": client_id} if client_id else {}
+    c.connect(wait=True, headers=headers)
+    return c, lst
+
+
+def sync(c: Any, lst: Listener, rid: str = "sync") -> None:
+    """Round-trip a receipt so everything sent before has been handled."""
+    c.send("/topic/__sync", "", headers={"receipt": rid})
+    assert lst.receipts.get(timeout=5) == rid
+
+
+def test_selector_header_filters_and_properties_round_trip(host: LoopbackHost) -> None:
+    c, lst = connect(host)
+    c.subscribe("/topic/chat", id="1", headers={"selector": "language IN ('English','French')"})
+    sync(c, lst)
+    c.send("/topic/chat", "hello", headers={"language": "English", "room": "a"})
+    c.send("/topic/chat", "hallo", headers={"language": "German"})
+    c.send("/topic/chat", "salut", headers={"language": "French"})
+    got = [lst.get() for _ in range(2)]
+    assert [f.body for f in got] == ["hello", "salut"]
+    assert got[0].headers["room"] == "a"
+    assert got[0].headers["destination"] == "/topic/chat"
+    assert got[0].headers["message-id"].startswith("ID:h1-")
+    assert lst.none()
+    c.disconnect()
+
+
+def test_typed_properties_and_numeric_selector(host: LoopbackHost) -> None:
+    c, lst = connect(host)
+    c.subscribe("/topic/t", id="1", headers={"selector": "count > 2 AND price < 10.5"})
+    sync(c, lst)
+    c.send(
+        "/topic/t",
+        "a",
+        headers={"count": "3", "price": "9", "joms-types": "count:int,price:double"},
+    )
+    c.send("/topic/t", "b", headers={"count": "3", "price": "9"})  # strings: no numeric match
+    c.send(
+        "/topic/t",
+        "c",
+        headers={"count": "1", "price": "1", "joms-types": "count:int,price:double"},
+    )
+    f = lst.get()
+    assert f.body == "a"
+    assert f.headers["joms-types"] == "count:int,price:double"
+    assert lst.none()
+    c.disconnect()
+
+
+def test_receipts_and_binary_bodies(host: LoopbackHost) -> None:
+    c, lst = connect(host, auto_decode=False)
+    c.subscribe("/topic/bin", id="b1", headers={"receipt": "sub-1"})
+    assert lst.receipts.get(timeout=5) == "sub-1"
+    body = bytes(range(256)) * 40 + b"\x00\x00end"
+    c.send("/topic/bin", body, content_type="application/octet-stream", headers={"receipt": "s1"})
+    assert lst.receipts.get(timeout=5) == "s1"
+    f = lst.get()
+    assert f.body == body
+    assert f.headers["joms-body-type"] == "bytes"
+    c.disconnect()
+
+
+def test_durable_subscription_keeps_messages_while_disconnected(host: LoopbackHost) -> None:
+    sub, sl = connect(host, "app1")
+    sub.subscribe("/topic/news", id="d", headers={"durable-subscription-name": "n1"})
+    sync(sub, sl)
+    sub.disconnect()
+    pub, pl = connect(host)
+    for i in range(3):
+        pub.send("/topic/news", f"m{i}")
+    sync(pub, pl)
+    sub, sl = connect(host, "app1")
+    sub.subscribe("/topic/news", id="d", headers={"durable-subscription-name": "n1"})
+    assert sorted(sl.get().body for _ in range(3)) == ["m0", "m1", "m2"]
+    # unsubscribing the durable subscription deletes it: later messages are not kept
+    sub.unsubscribe("d", headers={"durable-subscription-name": "n1"})
+    sync(sub, sl)
+    sub.disconnect()
+    pub.send("/topic/news", "late")
+    sync(pub, pl)
+    sub, sl = connect(host, "app1")
+    sub.subscribe("/topic/news", id="d", headers={"durable-subscription-name": "n1"})
+    sync(sub, sl)
+    assert sl.none(0.3)
+    sub.disconnect()
+    pub.disconnect()
+
+
+def test_durable_subscription_survives_daemon_restart(loop: LoopThread, tmp_path: Path) -> None:
+    h = loop.call(LoopbackHost(HostConfig("r1", state_dir=tmp_path)).start())
+    sub, sl = connect(h, "keeper")
+    sub.subscribe("/topic/log", id="d", headers={"durable-subscription-name": "k"})
+    sync(sub, sl)
+    sub.disconnect()
+    pub, pl = connect(h)
+    pub.send("/topic/log", "before restart")
+    sync(pub, pl)
+    pub.disconnect()
+    loop.call(h.stop())
+    h2 = loop.call(LoopbackHost(HostConfig("r1", state_dir=tmp_path)).start())
+    try:
+        sub, sl = connect(h2, "keeper")
+        sub.subscribe("/topic/log", id="d", headers={"durable-subscription-name": "k"})
+        assert sl.get().body == "before restart"
+        sub.disconnect()
+    finally:
+        loop.call(h2.stop())
+
+
+def test_client_ack_is_cumulative_and_unacked_are_redelivered(host: LoopbackHost) -> None:
+    c, lst = connect(host, "acker")
+    c.subscribe("/topic/work", id="w", ack="client", headers={"durable-subscription-name": "w"})
+    sync(c, lst)
+    for i in range(3):
+        c.send("/topic/work", f"j{i}")
+    frames = [lst.get() for _ in range(3)]
+    assert [f.body for f in frames] == ["j0", "j1", "j2"]
+    c.ack(frames[1].headers["ack"])  # acknowledges j0 and j1
+    sync(c, lst)
+    c.disconnect()
+    c, lst = connect(host, "acker")
+    c.subscribe(
+        "/topic/work", id="w", ack="client-individual", headers={"durable-subscription-name": "w"}
+    )
+    f = lst.get()
+    assert f.body == "j2"
+    assert f.headers.get("redelivered") == "true"
+    assert lst.none(0.3)
+    c.disconnect()
+
+
+def test_transactions_hold_sends_and_abort_redelivers(host: LoopbackHost) -> None:
+    c, lst = connect(host, "txer")
+    c.subscribe("/topic/tx", id="1", ack="client-individual")
+    sync(c, lst)
+    tx = c.begin()
+    c.send("/topic/tx", "t1", transaction=tx)
+    c.send("/topic/tx", "t2", transaction=tx)
+    sync(c, lst)
+    assert lst.none(0.3)
+    c.commit(tx)
+    got = [lst.get(), lst.get()]
+    assert [f.body for f in got] == ["t1", "t2"]
+    tx2 = c.begin()
+    c.send("/topic/tx", "dropped", transaction=tx2)
+    c.ack(got[0].headers["ack"], transaction=tx2)
+    c.abort(tx2)
+    f = lst.get()
+    assert f.body == "t1"
+    assert f.headers.get("redelivered") == "true"
+    assert lst.none(0.3)
+    c.disconnect()
+
+
+def test_no_local_hides_own_messages(host: LoopbackHost) -> None:
+    c, lst = connect(host)
+    c.subscribe("/topic/nl", id="1", headers={"no-local": "true"})
+    other, ol = connect(host)
+    sync(c, lst)
+    c.send("/topic/nl", "mine")
+    other.send("/topic/nl", "theirs")
+    assert lst.get().body == "theirs"
+    assert lst.none(0.3)
+    c.disconnect()
+    other.disconnect()
+
+
+def raw_exchange(h: LoopbackHost, data: bytes) -> bytes:
+    with socket.create_connection(h.stomp_address, timeout=5) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            try:
+                b = s.recv(65536)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not b:
+                break
+            chunks.append(b)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (b"CONNECT\naccept-version:1.2\n\n\x00GARBAGE\n\n\x00", b"unknown command"),
+        (
+            b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/topic/x\nbad\\qescape:1\n\n\x00",
+            b"escape",
+        ),
+        (b"SEND\ndestination:/topic/x\n\nno connect\x00", b"CONNECT"),
+        (
+            b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/nowhere/x\n\n\x00",
+            b"unknown destination",
+        ),
+        (
+            b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/topic/x\ncontent-length:99\n\nshort\x00xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            b"content-length",
+        ),
+        (
+            b"CONNECT\naccept-version:1.2\n\n\x00SUBSCRIBE\ndestination:/topic/x\nid:1\nselector:a = = 1\n\n\x00",
+            b"selector",
+        ),
+    ],
+)
+def test_malformed_frames_get_error_and_close_others_unaffected(
+    host: LoopbackHost, data: bytes, needle: bytes
+) -> None:
+    good, gl = connect(host)
+    good.subscribe("/topic/ok", id="1")
+    sync(good, gl)
+    reply = raw_exchange(host, data)
+    assert b"ERROR" in reply
+    assert needle.lower() in reply.lower()
+    good.send("/topic/ok", "still here")
+    assert gl.get().body == "still here"
+    good.disconnect()
+
+
+def test_client_id_in_use_is_refused(host: LoopbackHost) -> None:
+    c, _ = connect(host, "dup")
+    reply = raw_exchange(host, b"CONNECT\naccept-version:1.2\nclient-id:dup\n\n\x00")
+    assert b"ERROR" in reply and b"already connected" in reply
+    c.disconnect()
+
+
+def test_login_required_when_configured(loop: LoopThread) -> None:
+    h = loop.call(LoopbackHost(HostConfig("l1", login="u", passcode="p")).start())
+    try:
+        reply = raw_exchange(h, b"CONNECT\naccept-version:1.2\nlogin:u\npasscode:x\n\n\x00")
+        assert b"ERROR" in reply and b"login refused" in reply
+        c = stomp.Connection12([h.stomp_address])
+        c.connect("u", "p", wait=True)
+        assert c.is_connected()
+        c.disconnect()
+    finally:
+        loop.call(h.stop())
+
+
+def test_nondurable_refused_when_configured(loop: LoopThread) -> None:
+    h = loop.call(
+        LoopbackHost(HostConfig("n1", service=ServiceConfig(nondurable="refuse"))).start()
+    )
+    try:
+        reply = raw_exchange(
+            h,
+            b"CONNECT\naccept-version:1.2\n\n\x00SUBSCRIBE\ndestination:/topic/x\nid:1\n\n\x00",
+        )
+        assert b"ERROR" in reply and b"durable subscription" in reply
+    finally:
+        loop.call(h.stop())
+
+
+def test_heartbeats_are_negotiated(host: LoopbackHost) -> None:
+    reply = raw_exchange(
+        host,
+        b"CONNECT\naccept-version:1.2\nheart-beat:1000,2000\n\n\x00DISCONNECT\nreceipt:bye\n\n\x00",
+    )
+    assert b"CONNECTED" in reply
+    assert b"heart-beat:10000,10000" in reply
+    assert b"RECEIPT\nreceipt-id:bye" in reply
+
+
+def test_topic_across_two_hosts(loop: LoopThread) -> None:
+    a, b = start_hosts(loop, 2, prefix="x")
+    try:
+        sub, sl = connect(b)
+        sub.subscribe("/topic/far", id="1", headers={"selector": "kind = 'news'"})
+        sync(sub, sl)
+        pub, pl = connect(a)
+        pub.send("/topic/far", "over the air", headers={"kind": "news"})
+        pub.send("/topic/far", "filtered", headers={"kind": "ads"})
+        f = sl.get(10)
+        assert f.body == "over the air"
+        assert f.headers["message-id"].startswith("ID:x1-")
+        assert sl.none(0.5)
+        # the selector's string part was pushed into b's profile
+        assert wait_for(lambda: any(p.get("kind") == "news" for p in b.node.profile()["own"]))
+        sub.disconnect()
+        pub.disconnect()
+    finally:
+        for h in (a, b):
+            loop.call(h.stop())
