@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 import stomp
+from joms_support import LoopThread, start_hosts, wait_for
 
 from joms.runtime import HostConfig, LoopbackHost
 from joms.service import ServiceConfig
-from joms_support import LoopThread, start_hosts, wait_for
 
 
 class Listener(stomp.ConnectionListener):
@@ -217,7 +217,7 @@ def test_transactions_hold_sends_and_abort_redelivers(host: LoopbackHost) -> Non
 def test_no_local_hides_own_messages(host: LoopbackHost) -> None:
     c, lst = connect(host)
     c.subscribe("/topic/nl", id="1", headers={"no-local": "true"})
-    other, ol = connect(host)
+    other, _ol = connect(host)
     sync(c, lst)
     c.send("/topic/nl", "mine")
     other.send("/topic/nl", "theirs")
@@ -329,7 +329,7 @@ def test_topic_across_two_hosts(loop: LoopThread) -> None:
         sub, sl = connect(b)
         sub.subscribe("/topic/far", id="1", headers={"selector": "kind = 'news'"})
         sync(sub, sl)
-        pub, pl = connect(a)
+        pub, _pl = connect(a)
         pub.send("/topic/far", "over the air", headers={"kind": "news"})
         pub.send("/topic/far", "filtered", headers={"kind": "ads"})
         f = sl.get(10)
