@@ -137,7 +137,7 @@ def _daemon_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_daemon_options
 @click.pass_context
 def daemon(
-    ctx: click.Context, local_state_dir: str | None, config_file: str | None, **overrides: Any
+    ctx: click.Context, /, local_state_dir: str | None, config_file: str | None, **overrides: Any
 ) -> None:
     """Run this host's daemon in the foreground until SIGINT/SIGTERM.
 
@@ -385,7 +385,7 @@ def subscribe(
 ) -> None:
     """Subscribe: the daemon holds the subscription (across restarts, except --follow)."""
     spec = _pairs(patterns, "pattern")
-    if sum(x is not None and x is not False for x in (outdir, command, follow or None)) != 1:
+    if (outdir is not None) + (command is not None) + follow != 1:
         raise click.ClickException("give exactly one of --dir, --exec or --follow")
     client = _client(ctx, local_state_dir)
     if follow:
@@ -409,7 +409,7 @@ def subscribe(
     if outdir is not None:
         sink = {"kind": "dir", "target": os.path.abspath(outdir)}
     else:
-        sink = {"kind": "exec", "target": command}
+        sink = {"kind": "exec", "target": str(command)}
     body = {"patterns": [spec], "sink": sink}
     if key:
         body["key"] = key

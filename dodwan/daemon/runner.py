@@ -174,18 +174,21 @@ class Daemon:
         except ValueError as exc:
             raise DaemonError(f"--stomp: {exc}") from None
         try:
-            from joms.stomp.server import serve  # type: ignore[import-not-found]
+            from joms.stomp.server import serve
         except ImportError as exc:
             raise DaemonError(
                 f"--stomp needs the JOMS STOMP gateway (joms.stomp.server), which is not available: {exc}"
             ) from None
         try:
-            server = serve(self.service_host(), host, port)
+            server: Any = serve(self.service_host(), host, port)
             if inspect.isawaitable(server):
                 server = await server
         except OSError as exc:
             raise DaemonError(f"cannot listen on STOMP address {address}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise DaemonError(f"--stomp: {exc}") from None
         self._stomp_server = server
+        log.info("JOMS STOMP gateway on %s:%d", host, port)
 
     async def run(self) -> None:
         """Start, serve until stopped, shut down cleanly."""
@@ -214,6 +217,9 @@ class Daemon:
                     res = closer()
                     if inspect.isawaitable(res):
                         await res
+                    waiter = getattr(self._stomp_server, "wait_closed", None)
+                    if waiter is not None:
+                        await asyncio.wait_for(waiter(), 2.0)
         if self.admin is not None:
             await self.admin.close()
         if self.sinks is not None:
@@ -305,14 +311,8 @@ class Daemon:
                 if handler is None:
                     self._count("deliveries_unrouted")
                     return
-                try:
-                    res = handler(ev)
-                    if inspect.isawaitable(res):
-                        task = asyncio.ensure_future(res)
-                        self._tasks.add(task)
-                        task.add_done_callback(self._tasks.discard)
-                except Exception:
-                    log.exception("hosted service failed on a delivery")
+                # Deferred: the service may be the caller of the input that produced this.
+                asyncio.get_running_loop().call_soon(self._to_service, handler, ev)
                 return
             assert self.sinks is not None
             self.sinks.deliver(ev)
@@ -322,6 +322,16 @@ class Daemon:
             log.info("neighbour %s lost", ev.host_id)
         elif isinstance(ev, MessageEvicted):
             log.info("message %s evicted (%s)", ev.msg_id, ev.reason)
+
+    def _to_service(self, handler: Callable[[MessageDelivered], Any], ev: MessageDelivered) -> None:
+        try:
+            res = handler(ev)
+            if inspect.isawaitable(res):
+                task = asyncio.ensure_future(res)
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        except Exception:
+            log.exception("hosted service failed on a delivery")
 
     # ------------------------------------------------------------------ service host
 
@@ -605,6 +615,10 @@ class _ServiceHost:
     def host_id(self) -> str:
         return self._d.host_id
 
+    @property
+    def state_dir(self) -> Path:
+        return self._d.state_dir
+
     def now(self) -> float:
         return time.time()
 
@@ -641,6 +655,10 @@ class _ServiceHost:
 
     def subscriptions(self) -> dict[str, list[dict[str, str]]]:
         return self._d._node().subscriptions()
+
+    def purge(self, msg_id: str) -> None:
+        self._d._node().purge(msg_id, time.time())
+        self._d._after_input()
 
     def set_delivery_handler(self, handler: Callable[[MessageDelivered], Any] | None) -> None:
         self._d._delivery_handler = handler

@@ -9,6 +9,7 @@ daemon sink. All methods are called from the daemon's event loop thread.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..core import MessageDelivered
@@ -20,6 +21,8 @@ class ServiceHost(Protocol):
     """The daemon as seen by a hosted service."""
 
     host_id: str
+    state_dir: Path
+    """The daemon's state directory (a service may keep its own database there)."""
 
     def now(self) -> float:
         """Wall-clock seconds (the clock the daemon feeds the core)."""
@@ -39,6 +42,9 @@ class ServiceHost(Protocol):
 
     def unsubscribe(self, key: str) -> None:
         """Remove a subscription (KeyError when unknown)."""
+
+    def purge(self, msg_id: str) -> None:
+        """Drop a cached message (KeyError when absent), e.g. a consumed queue message."""
 
     def subscriptions(self) -> dict[str, list[dict[str, str]]]:
         """Every subscription held by the daemon (key -> patterns)."""

@@ -25,19 +25,19 @@ from ..core.store import MessageMeta
 
 
 def _v1(db: sqlite_utils.Database) -> None:
-    db["meta"].create({"key": str, "value": str}, pk="key")
-    db["messages"].create(
+    db.table("meta").create({"key": str, "value": str}, pk="key")
+    db.table("messages").create(
         {"msg_id": str, "zdesc": bytes, "hops": int, "local": int, "received": float},
         pk="msg_id",
     )
-    db["fragments"].create({"msg_id": str, "idx": int, "data": bytes}, pk=("msg_id", "idx"))
-    db["history"].create({"msg_id": str, "key": str, "deadline": float}, pk=("msg_id", "key"))
-    db["history"].create_index(["deadline"])
-    db["subscriptions"].create({"key": str, "specs": str}, pk="key")
+    db.table("fragments").create({"msg_id": str, "idx": int, "data": bytes}, pk=("msg_id", "idx"))
+    db.table("history").create({"msg_id": str, "key": str, "deadline": float}, pk=("msg_id", "key"))
+    db.table("history").create_index(["deadline"])
+    db.table("subscriptions").create({"key": str, "specs": str}, pk="key")
 
 
 def _v2(db: sqlite_utils.Database) -> None:
-    db["sinks"].create({"key": str, "kind": str, "target": str, "created": float}, pk="key")
+    db.table("sinks").create({"key": str, "kind": str, "target": str, "created": float}, pk="key")
 
 
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
@@ -85,8 +85,10 @@ class SqliteStore:
     def _migrate(self) -> None:
         db = self.db
         if "migrations" not in db.table_names():
-            db["migrations"].create({"version": int, "name": str, "applied": float}, pk="version")
-        done = {row["version"] for row in db["migrations"].rows}
+            db.table("migrations").create(
+                {"version": int, "name": str, "applied": float}, pk="version"
+            )
+        done = {row["version"] for row in db.table("migrations").rows}
         newest = max(done, default=0)
         if newest > SCHEMA_VERSION:
             raise StoreError(
@@ -97,10 +99,12 @@ class SqliteStore:
                 continue
             with db.conn:
                 apply(db)
-                db["migrations"].insert({"version": version, "name": name, "applied": time.time()})
+                db.table("migrations").insert(
+                    {"version": version, "name": name, "applied": time.time()}
+                )
 
     def schema_version(self) -> int:
-        return max((row["version"] for row in self.db["migrations"].rows), default=0)
+        return max((row["version"] for row in self.db.table("migrations").rows), default=0)
 
     # ------------------------------------------------------------------ meta
 

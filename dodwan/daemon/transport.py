@@ -265,9 +265,6 @@ class UdpTransport:
         except OSError:
             self.send_errors += 1
 
-    def write_buffer_size(self) -> int:
-        return self._tx.get_write_buffer_size() if self._tx is not None else 0
-
     @property
     def receive_errors(self) -> int:
         return self._rx_proto.errors if self._rx_proto is not None else 0
