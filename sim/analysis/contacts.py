@@ -1,0 +1,138 @@
+"""Contact statistics: up/down events to intervals, durations, inter-contact times, degree.
+
+Contacts are undirected: each pair is normalised to (a, b) with a < b. A link that is still
+up when the log ends is closed at the run end (``until``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from sim.analysis.stats import describe, quantile_curve, time_bins
+
+
+def contact_intervals(contacts: DataFrame, until: float) -> DataFrame:
+    """(a, b, start, end, duration, open) for every contact, from up/down events.
+
+    Each event sets the link state; repeated ups or downs change nothing. Events at the same
+    time keep their order in the input.
+    """
+    ev = contacts.select(
+        F.least("a", "b").alias("a"),
+        F.greatest("a", "b").alias("b"),
+        "time",
+        "up",
+        F.monotonically_increasing_id().alias("_seq"),
+    ).where((F.col("a") != F.col("b")) & F.col("time").isNotNull() & F.col("up").isNotNull())
+    w = Window.partitionBy("a", "b").orderBy("time", "_seq")
+    prev = F.coalesce(F.lag("up").over(w), F.lit(False))
+    changes = ev.withColumn("_prev", prev).where(F.col("up") != F.col("_prev"))
+    nxt = F.lead("time").over(w)
+    iv = changes.withColumn("_next", nxt).where(F.col("up"))
+    end = F.greatest(F.col("time"), F.coalesce(F.col("_next"), F.lit(float(until))))
+    return iv.select(
+        "a",
+        "b",
+        F.col("time").alias("start"),
+        end.alias("end"),
+        (end - F.col("time")).alias("duration"),
+        F.col("_next").isNull().alias("open"),
+    )
+
+
+def inter_contact_times(intervals: DataFrame) -> DataFrame:
+    """(a, b, ict): time from the end of each contact to the start of the pair's next one."""
+    w = Window.partitionBy("a", "b").orderBy("start", "end")
+    return (
+        intervals.withColumn("_next", F.lead("start").over(w))
+        .where(F.col("_next").isNotNull())
+        .select("a", "b", (F.col("_next") - F.col("end")).alias("ict"))
+    )
+
+
+def pair_table(intervals: DataFrame, icts: DataFrame) -> DataFrame:
+    """Per pair: contacts, total/mean contact duration, mean/median inter-contact time."""
+    per_contact = intervals.groupBy("a", "b").agg(
+        F.count("*").alias("contacts"),
+        F.sum("duration").alias("total_duration"),
+        F.mean("duration").alias("mean_duration"),
+        F.min("start").alias("first_contact"),
+    )
+    per_ict = icts.groupBy("a", "b").agg(
+        F.mean("ict").alias("mean_ict"),
+        F.percentile_approx("ict", 0.5, 10_000).alias("median_ict"),
+    )
+    return per_contact.join(per_ict, ["a", "b"], "left")
+
+
+def degree_over_time(
+    intervals: DataFrame, until: float, hosts: int, bins: int = 200
+) -> list[dict[str, float]]:
+    """Links up and mean degree (2 * links / hosts) at times k*w, k = 0..bins (w = until/bins).
+
+    A link counts at time T when start <= T < end; one groupBy of +1/-1 steps per bin.
+    """
+    w = time_bins(until, bins)
+    starts = intervals.select(F.ceil(F.col("start") / w).alias("k"), F.lit(1).alias("d"))
+    ends = intervals.select(F.ceil(F.col("end") / w).alias("k"), F.lit(-1).alias("d"))
+    steps = {
+        int(r["k"]): int(r["d"])
+        for r in starts.unionByName(ends).groupBy("k").agg(F.sum("d").alias("d")).collect()
+    }
+    out, active = [], 0
+    for k in range(bins + 1):
+        active += steps.get(k, 0)
+        out.append(
+            {
+                "time": k * w,
+                "links_up": float(active),
+                "mean_degree": 2.0 * active / hosts if hosts else 0.0,
+            }
+        )
+    return out
+
+
+def contact_metrics(
+    contacts: DataFrame, until: float, hosts: DataFrame | None = None
+) -> tuple[dict[str, Any], dict[str, Any], DataFrame, DataFrame]:
+    """Contact figures for one log: (metrics, plot series and tables, intervals, pair table).
+
+    The returned intervals are cached: the oracle reuses them.
+    """
+    intervals = contact_intervals(contacts, until).cache()
+    icts = inter_contact_times(intervals).cache()
+    ends = intervals.select(F.col("a").alias("h"), F.col("b").alias("n"))
+    ends = ends.unionByName(intervals.select(F.col("b").alias("h"), F.col("a").alias("n")))
+    neighbours = ends.distinct().groupBy("h").agg(F.count("*").alias("neighbours"))
+    if hosts is not None:
+        all_hosts = hosts.select(F.col("host").alias("h")).unionByName(ends.select("h"))
+    else:
+        all_hosts = ends.select("h")
+    n_hosts = all_hosts.distinct().count()
+    n_pairs = intervals.select("a", "b").distinct().count()
+    duration = describe(intervals, "duration")
+    ict = describe(icts, "ict")
+    nb = describe(neighbours, "neighbours")
+    degree = degree_over_time(intervals, until, n_hosts)
+    metrics: dict[str, Any] = {
+        "hosts": n_hosts,
+        "contacts": duration["count"],
+        "contact_pairs": n_pairs,
+        "contacts_open_at_end": intervals.where(F.col("open")).count(),
+        "contact_duration": duration,
+        "inter_contact_time": ict,
+        "distinct_neighbours": nb,
+        "mean_degree_avg": (
+            sum(d["mean_degree"] for d in degree) / len(degree) if degree else None
+        ),
+        "until": until,
+    }
+    series: dict[str, Any] = {
+        "contact_duration_cdf": quantile_curve(intervals, "duration"),
+        "ict_cdf": quantile_curve(icts, "ict"),
+        "degree_over_time": degree,
+    }
+    return metrics, series, intervals, pair_table(intervals, icts)

@@ -1,0 +1,149 @@
+"""Delivery over target pairs: which (message, interested host) pairs were delivered, when, how.
+
+A pair is *delivered* when its earliest ``delivered`` event is at or before the message's
+deadline, *late* when that event is after the deadline, *undelivered* when there is none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sim.analysis.stats import cumulative_by_time, describe, quantile_curve
+
+STATUSES = ("delivered", "late", "undelivered")
+
+
+def target_pairs(targets: DataFrame) -> DataFrame:
+    """One row per (msg_id, host) target pair (duplicates in the log collapse)."""
+    return targets.groupBy("msg_id", "host").agg(
+        F.min("origin").alias("origin"),
+        F.min("created").alias("created"),
+        F.max("deadline").alias("deadline"),
+        F.min("topic").alias("topic"),
+        F.min("group").alias("group"),
+    )
+
+
+def first_deliveries(messages: DataFrame) -> DataFrame:
+    """(msg_id, host, delivered_at, hops, bytes, deliveries): earliest delivered event per pair."""
+    ev = messages.where(F.col("event") == "delivered")
+    return ev.groupBy("msg_id", "host").agg(
+        F.min("time").alias("delivered_at"),
+        F.min_by("hops", "time").alias("hops"),
+        F.min_by("bytes", "time").alias("bytes"),
+        F.count("*").alias("deliveries"),
+    )
+
+
+def pair_outcomes(targets: DataFrame, messages: DataFrame) -> DataFrame:
+    """Target pairs with delivered_at, status, delay (on-time pairs only), hops and bytes."""
+    pairs = target_pairs(targets).join(first_deliveries(messages), ["msg_id", "host"], "left")
+    status = (
+        F.when(F.col("delivered_at").isNull(), "undelivered")
+        .when(F.col("delivered_at") <= F.col("deadline"), "delivered")
+        .otherwise("late")
+    )
+    on_time = status == "delivered"
+    return pairs.select(
+        "msg_id",
+        "host",
+        "origin",
+        "created",
+        "deadline",
+        "topic",
+        "group",
+        "delivered_at",
+        status.alias("status"),
+        F.when(on_time, F.col("delivered_at") - F.col("created")).alias("delay"),
+        F.when(on_time, F.col("hops")).alias("hops"),
+        F.when(on_time, F.col("bytes")).alias("bytes"),
+        F.coalesce(F.col("deliveries"), F.lit(0)).alias("deliveries"),
+    )
+
+
+def unexpected_deliveries(targets: DataFrame, messages: DataFrame) -> int:
+    """Number of (msg_id, host) pairs delivered although they are not target pairs."""
+    delivered = messages.where(F.col("event") == "delivered").select("msg_id", "host").distinct()
+    return delivered.join(targets.select("msg_id", "host"), ["msg_id", "host"], "left_anti").count()
+
+
+def _ratio(num: float | int | None, den: float | int | None) -> float | None:
+    if num is None or not den:
+        return None
+    return float(num) / float(den)
+
+
+def delivery_metrics(pairs: DataFrame, until: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Overall delivery figures and plot series from the pair outcomes."""
+    row = pairs.agg(
+        F.count("*").alias("pairs"),
+        F.sum(F.when(F.col("status") == "delivered", 1).otherwise(0)).alias("delivered"),
+        F.sum(F.when(F.col("status") == "late", 1).otherwise(0)).alias("late"),
+        F.sum(F.when(F.col("status") == "delivered", F.col("bytes"))).alias("delivered_bytes"),
+        F.sum(F.greatest(F.col("deliveries") - 1, F.lit(0))).alias("duplicates"),
+        F.countDistinct("msg_id").alias("messages"),
+    ).first()
+    assert row is not None
+    n, delivered = int(row["pairs"]), int(row["delivered"] or 0)
+    delay = describe(pairs, "delay")
+    hops = describe(pairs, "hops")
+    hop_hist = [
+        {"hops": int(r["hops"]), "pairs": int(r["n"])}
+        for r in pairs.where(F.col("hops").isNotNull())
+        .groupBy("hops")
+        .agg(F.count("*").alias("n"))
+        .orderBy("hops")
+        .collect()
+    ]
+    metrics: dict[str, Any] = {
+        "target_pairs": n,
+        "target_messages": int(row["messages"]),
+        "delivered_pairs": delivered,
+        "late_deliveries": int(row["late"] or 0),
+        "duplicate_deliveries": int(row["duplicates"] or 0),
+        "delivered_bytes": int(row["delivered_bytes"] or 0),
+        "delivery_ratio": _ratio(delivered, n),
+        "delay": delay,
+        "hops": hops,
+    }
+    series = {
+        "delay_cdf": quantile_curve(pairs, "delay"),
+        "delivered_over_time": cumulative_by_time(
+            pairs.where(F.col("status") == "delivered"), "delivered_at", until
+        ),
+        "hop_histogram": hop_hist,
+    }
+    return metrics, series
+
+
+def breakdown(pairs: DataFrame, key: str) -> list[dict[str, Any]]:
+    """Per value of ``key`` (topic, group or host): pairs, delivered, late, ratio, median delay,
+    and the oracle ratio when the pairs carry ``oracle_arrival``."""
+    aggs = [
+        F.count("*").alias("pairs"),
+        F.sum(F.when(F.col("status") == "delivered", 1).otherwise(0)).alias("delivered"),
+        F.sum(F.when(F.col("status") == "late", 1).otherwise(0)).alias("late"),
+        F.percentile_approx("delay", 0.5, 10_000).alias("delay_median"),
+    ]
+    has_oracle = "oracle_arrival" in pairs.columns
+    if has_oracle:
+        aggs.append(F.count("oracle_arrival").alias("oracle_delivered"))
+    rows = pairs.groupBy(key).agg(*aggs).orderBy(key).collect()
+    out = []
+    for r in rows:
+        d: dict[str, Any] = {
+            key: r[key],
+            "pairs": int(r["pairs"]),
+            "delivered": int(r["delivered"]),
+            "late": int(r["late"]),
+            "delivery_ratio": _ratio(r["delivered"], r["pairs"]),
+            "delay_median": r["delay_median"],
+        }
+        if has_oracle:
+            d["oracle_delivery_ratio"] = _ratio(r["oracle_delivered"], r["pairs"])
+            d["efficiency"] = _ratio(d["delivery_ratio"], d["oracle_delivery_ratio"])
+        out.append(d)
+    return out

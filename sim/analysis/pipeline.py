@@ -1,0 +1,167 @@
+"""The analysis of one run directory or one contact trace, as functions taking a SparkSession.
+
+Each returns a :class:`RunResult`: JSON-ready figures, small aggregate tables for CSV, plot
+series, and the per-pair / per-contact-pair DataFrames (left in Spark, written as Parquet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sim.analysis import contacts as contacts_mod
+from sim.analysis import delivery, oracle, overhead
+from sim.analysis.errors import AnalysisError
+from sim.analysis.load import load_run, read_contact_trace, run_name
+from sim.analysis.one_summary import one_summary
+from sim.analysis.stats import cumulative_by_time, describe, quantile_curve
+
+HEADLINE = (
+    "delivery_ratio",
+    "oracle_delivery_ratio",
+    "efficiency",
+    "latency_med",
+    "overhead_ratio",
+    "created",
+    "delivered",
+    "delivery_prob",
+    "latency_avg",
+    "hopcount_avg",
+)
+"""Keys every analysed run carries at the top level of its metrics."""
+
+
+@dataclass
+class RunResult:
+    """Everything computed for one input."""
+
+    name: str
+    """Name in metrics.json and the report."""
+    source: str
+    """The run directory or trace path."""
+    kind: str
+    """"run" (simulation run directory) or "contacts" (external contact trace)."""
+    metrics: dict[str, Any]
+    """JSON-ready figures (headline keys at top level, details nested)."""
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Small aggregate tables, written as CSV."""
+    series: dict[str, Any] = field(default_factory=dict)
+    """Curves for the plots (aggregates only)."""
+    frames: dict[str, DataFrame] = field(default_factory=dict)
+    """Per-pair DataFrames, written as Parquet by the report (never collected)."""
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def analyze_run(
+    spark: SparkSession,
+    run_dir: str,
+    *,
+    name: str | None = None,
+    with_oracle: bool = True,
+    max_oracle_iterations: int = oracle.DEFAULT_MAX_ITERATIONS,
+) -> RunResult:
+    """Analyse one simulation run directory (log schema v1)."""
+    run = load_run(spark, run_dir, name)
+    until = run.until
+    c_metrics, c_series, intervals, contact_pairs = contacts_mod.contact_metrics(
+        run.contacts, until, run.hosts
+    )
+    pairs = delivery.pair_outcomes(run.targets, run.messages).cache()
+    d_metrics, d_series = delivery.delivery_metrics(pairs, until)
+    o_metrics: dict[str, Any] = {}
+    if with_oracle:
+        result = oracle.oracle_arrivals(
+            pairs, intervals, until, max_iterations=max_oracle_iterations
+        )
+        pairs = oracle.with_oracle(pairs, result).cache()
+        row = pairs.agg(
+            F.count("oracle_arrival").alias("reach"),
+            F.sum(
+                F.when(
+                    (F.col("status") == "delivered") & F.col("oracle_arrival").isNull(), 1
+                ).otherwise(0)
+            ).alias("beyond"),
+        ).first()
+        assert row is not None
+        reach = int(row["reach"])
+        oracle_ratio = _ratio(reach, d_metrics["target_pairs"])
+        o_metrics = {
+            "oracle_delivered_pairs": reach,
+            "oracle_delivery_ratio": oracle_ratio,
+            "efficiency": _ratio(d_metrics["delivery_ratio"], oracle_ratio),
+            "oracle_delay": describe(pairs, "oracle_delay"),
+            "oracle_iterations": result.iterations,
+            "oracle_converged": result.converged,
+            "delivered_beyond_oracle": int(row["beyond"] or 0),
+        }
+        d_series["oracle_delay_cdf"] = quantile_curve(pairs, "oracle_delay")
+        d_series["oracle_over_time"] = cumulative_by_time(pairs, "oracle_arrival", until)
+    else:
+        o_metrics = {"oracle_delivery_ratio": None, "efficiency": None}
+    one = one_summary(d_metrics, run.messages)
+    ov_metrics, ov_table = overhead.overhead_metrics(
+        run.datagrams, d_metrics["delivered_pairs"], d_metrics["delivered_bytes"]
+    )
+    tables: dict[str, list[dict[str, Any]]] = {"overhead_by_kind": ov_table}
+    cache_summary: dict[str, Any] = {}
+    if run.cache is not None:
+        period = run.run.get("cache_sample_period")
+        period_f = float(period) if isinstance(period, int | float) else None
+        cache_summary, tables["cache_occupancy"] = overhead.cache_occupancy(
+            run.cache, until, period_f
+        )
+    for key in ("topic", "group", "host"):
+        tables[f"delivery_by_{key}"] = delivery.breakdown(pairs, key)
+    tables["hop_histogram"] = d_series.pop("hop_histogram")
+    tables["degree_over_time"] = c_series["degree_over_time"]
+    metrics: dict[str, Any] = {
+        "delivery_ratio": d_metrics["delivery_ratio"],
+        **o_metrics,
+        "latency_med": one["latency_med"],
+        "overhead_ratio": one["overhead_ratio"],
+        **{k: v for k, v in one.items() if k not in ("latency_med", "overhead_ratio")},
+        **{k: v for k, v in d_metrics.items() if k != "delivery_ratio"},
+        "unexpected_deliveries": delivery.unexpected_deliveries(run.targets, run.messages),
+        "overhead": ov_metrics,
+        **cache_summary,
+        "contacts": c_metrics,
+        "run": {k: run.run.get(k) for k in ("scenario", "seed", "until", "version")},
+    }
+    series = {**d_series, **c_series, "until": until}
+    frames = {"pairs": pairs, "contact_pairs": contact_pairs}
+    return RunResult(run.name, run_dir, "run", metrics, tables, series, frames)
+
+
+def analyze_contact_trace(
+    spark: SparkSession,
+    path: str,
+    *,
+    fmt: str = "auto",
+    until: float | None = None,
+    name: str | None = None,
+) -> RunResult:
+    """Contact statistics of an external trace; contacts still up end at ``until`` (default:
+    the last event time of the trace)."""
+    contacts = read_contact_trace(spark, path, fmt).cache()
+    row = contacts.agg(F.count("*").alias("n"), F.max("time").alias("last")).first()
+    if row is None or not row["n"]:
+        raise AnalysisError(f"{path}: the contact trace holds no contact events")
+    end = float(until) if until is not None else float(row["last"])
+    metrics, series, _, contact_pairs = contacts_mod.contact_metrics(contacts, end)
+    metrics["events"] = int(row["n"])
+    tables = {"degree_over_time": series["degree_over_time"]}
+    return RunResult(
+        name or run_name(path),
+        path,
+        "contacts",
+        {"contacts": metrics},
+        tables,
+        {**series, "until": end},
+        {"contact_pairs": contact_pairs},
+    )

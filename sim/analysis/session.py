@@ -1,0 +1,82 @@
+"""Building the SparkSession the analysis runs on: local mode by default, quiet, loopback-only."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from pyspark.logger import PySparkLogger
+from pyspark.sql import SparkSession
+
+from sim.analysis.errors import AnalysisError
+
+DEFAULT_MASTER = "local[*]"
+"""Spark master used when none is given: every core of this machine."""
+
+_LOG4J = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+"""
+
+
+def _log4j_file() -> str:
+    path = Path(tempfile.gettempdir()) / "dodwan-analysis-log4j2.properties"
+    if not path.exists() or path.read_text() != _LOG4J:
+        path.write_text(_LOG4J)
+    return str(path)
+
+
+def create_session(
+    master: str | None = None,
+    *,
+    app_name: str = "dodwan-analysis",
+    shuffle_partitions: int | None = None,
+    driver_memory: str | None = None,
+) -> SparkSession:
+    """Return a SparkSession for the analysis (reusing an active one in this process).
+
+    Local masters bind the driver to 127.0.0.1, disable the web UI and use few shuffle
+    partitions (8 unless given); other masters keep the cluster's defaults except the UI.
+    """
+    master = master or DEFAULT_MASTER
+    local = master.startswith("local")
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={_log4j_file()}")
+    )
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (
+            builder.config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 8))
+        )
+    elif shuffle_partitions:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    if driver_memory:
+        builder = builder.config("spark.driver.memory", driver_memory)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # the JVM could not start: no Java, bad master URL, ...
+        raise AnalysisError(f"cannot start Spark (master {master}): {exc}") from exc
+    spark.sparkContext.setLogLevel("WARN")
+    # Failed queries are turned into one-line AnalysisErrors; keep PySpark from also dumping
+    # the JVM stack trace as a JSON log record.
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    return spark

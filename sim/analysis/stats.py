@@ -1,0 +1,96 @@
+"""Distribution summaries computed in Spark: only aggregates (a few numbers) reach the driver."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+ACCURACY = 100_000
+"""percentile_approx accuracy: relative rank error at most 1/ACCURACY (exact on small data)."""
+
+SUMMARY_PROBS = (0.5, 0.9, 0.99)
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    f = float(v)
+    return None if math.isnan(f) else f
+
+
+def describe(df: DataFrame, col: str) -> dict[str, float | int | None]:
+    """count, mean, min, max, median, p90, p99 of the non-null values of ``col``.
+
+    Percentiles are percentile_approx values: the smallest value v of the column such that at
+    least a fraction p of the values are <= v (an observed value, never interpolated).
+    """
+    c = F.col(col)
+    row = (
+        df.where(c.isNotNull())
+        .agg(
+            F.count(c).alias("n"),
+            F.mean(c).alias("mean"),
+            F.min(c).alias("min"),
+            F.max(c).alias("max"),
+            F.percentile_approx(c, list(SUMMARY_PROBS), ACCURACY).alias("q"),
+        )
+        .first()
+    )
+    assert row is not None
+    q = row["q"] or [None] * len(SUMMARY_PROBS)
+    return {
+        "count": int(row["n"]),
+        "mean": _num(row["mean"]),
+        "min": _num(row["min"]),
+        "max": _num(row["max"]),
+        "median": _num(q[0]),
+        "p90": _num(q[1]),
+        "p99": _num(q[2]),
+    }
+
+
+def curve_probs(points: int = 100) -> list[float]:
+    """Probabilities for plotting a CDF/CCDF: evenly spaced plus a log-spaced upper tail."""
+    probs = {round(i / points, 6) for i in range(points + 1)}
+    probs |= {round(1 - 10 ** (-k / 4), 6) for k in range(4, 21)}  # 0.9 .. 0.99999
+    return sorted(probs)
+
+
+def quantile_curve(df: DataFrame, col: str, points: int = 100) -> list[tuple[float, float]]:
+    """Empirical CDF as (value, p) points from one percentile_approx aggregate."""
+    probs = curve_probs(points)
+    row = (
+        df.where(F.col(col).isNotNull())
+        .agg(F.percentile_approx(col, probs, ACCURACY).alias("q"))
+        .first()
+    )
+    values = row["q"] if row is not None else None
+    if not values:
+        return []
+    return [(float(v), p) for v, p in zip(values, probs, strict=True)]
+
+
+def time_bins(until: float, bins: int = 200) -> float:
+    """Width of the time bins used for curves over a run of length ``until``."""
+    return until / bins if until > 0 else 1.0
+
+
+def cumulative_by_time(df: DataFrame, col: str, until: float, bins: int = 200) -> list[float]:
+    """Number of rows with ``col`` <= k*w for k = 0..bins (w = until/bins), via one groupBy."""
+    w = time_bins(until, bins)
+    idx = F.greatest(F.lit(0), F.least(F.lit(bins + 1), F.ceil(F.col(col) / w))).cast("int")
+    counts = {
+        int(r["k"]): int(r["n"])
+        for r in df.where(F.col(col).isNotNull())
+        .groupBy(idx.alias("k"))
+        .agg(F.count("*").alias("n"))
+        .collect()
+    }
+    out, total = [], 0
+    for k in range(bins + 1):
+        total += counts.get(k, 0)
+        out.append(float(total))
+    return out
