@@ -300,6 +300,8 @@ class _Validator:
         self.finder = _LineFinder(text)
         self.source = source
         self.problems: list[Problem] = []
+        self.traced = False
+        """Whether the scenario replays a contact trace (then mobility is optional)."""
 
     # -- helpers
 
@@ -483,6 +485,7 @@ class _Validator:
         )
         base = self.protocol(top.get("protocol", {}), ("protocol",), Protocol())
 
+        self.traced = "contacts" in top
         groups = []
         raw_groups = top.get("groups")
         if not raw_groups:
@@ -581,6 +584,8 @@ class _Validator:
         return Group(name=name, count=count, mobility=mob, protocol=proto)
 
     def mobility(self, raw: Any, path: _Path, count: int) -> Mobility | None:
+        if raw is None and self.traced:
+            return Mobility(model="static")
         if raw is None:
             self.err(path, "is required (a table with at least model = ...)")
             return None

@@ -1,0 +1,166 @@
+"""The ``dodwan-sim`` command: run, validate and list scenarios (and, when present, analyze).
+
+Thin commands: parse options, call ``sim.scenario`` / ``sim.runner``, turn library errors
+into one clean message and a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sim.mobility.trace import TraceError
+from sim.runner import RunResult, SimulationError, simulate
+from sim.scenario import ContactTrace, Scenario, ScenarioError, guess_trace_format, load
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def _load(path: str) -> Scenario:
+    try:
+        return load(path)
+    except ScenarioError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _fmt_time(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+@click.group()
+@click.version_option(package_name="dodwan")
+def main() -> None:
+    """Simulate DoDWAN networks: real protocol code on every host, SimPy mobility."""
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False),
+              help="Folder for the Parquet tables and run.json.")  # fmt: skip
+@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed.")
+@click.option("--until", type=click.FloatRange(min=0, min_open=True),
+              help="Simulated seconds to run (default: the scenario's duration).")  # fmt: skip
+@click.option("--contacts", type=click.Path(exists=True, dir_okay=False),
+              help="Replay this contact trace instead of the scenario's mobility.")  # fmt: skip
+@click.option("--contacts-format", type=click.Choice(["one", "csv"]),
+              help="Trace format (default: csv for *.csv, The ONE's otherwise).")  # fmt: skip
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def run(
+    scenario: str,
+    out: str,
+    seed: int | None,
+    until: float | None,
+    contacts: str | None,
+    contacts_format: str | None,
+    quiet: bool,
+) -> None:
+    """Run SCENARIO and write its logs into --out."""
+    sc = _load(scenario)
+    trace = None
+    if contacts is not None:
+        p = Path(contacts)
+        trace = ContactTrace(p, contacts_format or guess_trace_format(p))
+    horizon = until if until is not None else sc.duration
+    try:
+        if quiet:
+            result = simulate(sc, Path(out), seed=seed, until=until, contacts=trace)
+        else:
+            result = _run_with_progress(sc, Path(out), seed, until, trace, horizon)
+    except (SimulationError, TraceError) as e:
+        raise click.ClickException(str(e)) from None
+    c = result.counters
+    click.echo(
+        f"{sc.name}: {result.hosts} hosts, {_fmt_time(result.until)} simulated in "
+        f"{result.wall_time:.1f} s wall ({result.hosts * result.until / max(result.wall_time, 1e-9):,.0f}"
+        f" host-s/s); {c.get('sim_published', 0)} published, "
+        f"{c.get('sim_deliveries', 0)} deliveries; logs in {out}"
+    )
+
+
+def _run_with_progress(
+    sc: Scenario,
+    out: Path,
+    seed: int | None,
+    until: float | None,
+    trace: ContactTrace | None,
+    horizon: float,
+) -> RunResult:
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("sim {task.fields[sim]} / {task.fields[end]}"),
+        TextColumn("wall"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=None,
+        transient=False,
+        disable=not sys.stderr.isatty(),
+    )
+    with progress:
+        task = progress.add_task(sc.name, total=horizon, sim=_fmt_time(0), end=_fmt_time(horizon))
+
+        def tick(now: float) -> None:
+            progress.update(task, completed=now, sim=_fmt_time(now))
+
+        result = simulate(sc, out, seed=seed, until=until, contacts=trace, progress=tick)
+    return result
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+def validate(scenario: str) -> None:
+    """Check SCENARIO and list every problem with its key and line."""
+    sc = _load(scenario)
+    hosts = len(sc.host_names())
+    traffic = f"{len(sc.publish)} publish, {len(sc.subscribe)} subscribe"
+    if sc.uses_joms:
+        traffic += f", {len(sc.joms_topics)} JOMS topic(s), {len(sc.joms_queues)} JOMS queue(s)"
+    moves = f"trace {sc.contacts.path}" if sc.contacts else "mobility"
+    click.echo(
+        f"OK: {sc.name}: {hosts} hosts in {len(sc.groups)} group(s), "
+        f"{_fmt_time(sc.duration)} simulated, {moves}, {traffic}"
+    )
+
+
+@main.command()
+@click.option("--dir", "folder", type=click.Path(file_okay=False, exists=True),
+              default=str(SCENARIO_DIR), show_default=True, help="Where to look.")  # fmt: skip
+def scenarios(folder: str) -> None:
+    """List the scenarios that ship (name, hosts, duration, description)."""
+    files = sorted(Path(folder).glob("*.toml"))
+    if not files:
+        raise click.ClickException(f"no *.toml scenarios in {folder}")
+    for f in files:
+        try:
+            sc = load(f)
+        except ScenarioError as e:
+            click.echo(f"{f.name:<20} INVALID ({len(e.problems)} problem(s))")
+            continue
+        click.echo(
+            f"{f.name:<20} {len(sc.host_names()):>4} hosts {_fmt_time(sc.duration):>9}  "
+            f"{sc.description}"
+        )
+
+
+try:
+    from sim.analysis.cli import analyze
+
+    main.add_command(analyze)
+except ImportError:  # the analysis command ships separately
+    pass
+
+
+if __name__ == "__main__":
+    main()
