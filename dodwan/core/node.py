@@ -629,7 +629,7 @@ class Node:
             if c is not None and c.header.deadline <= now:
                 self._drop(msg_id, now, "expired")
         purged = False
-        while self._history_heap and self._history_heap[0][0] < now:
+        while self._history_heap and self._history_heap[0][0] <= now:
             deadline, msg_id = heapq.heappop(self._history_heap)
             if self._history_deadline.get(msg_id) == deadline:
                 self._history.pop(msg_id, None)

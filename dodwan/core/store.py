@@ -43,8 +43,8 @@ class Store(Protocol):
         """Record that ``msg_id`` was delivered to subscription ``key`` ("" = held complete)."""
 
     def iter_history(self) -> Iterable[tuple[str, str, float]]: ...
-    def purge_history(self, before: float) -> None:
-        """Forget history entries whose deadline is earlier than ``before``."""
+    def purge_history(self, now: float) -> None:
+        """Forget history entries whose deadline is at or before ``now``."""
 
     def put_subscription(self, key: str, specs: list[dict[str, str]]) -> None: ...
     def delete_subscription(self, key: str) -> None: ...
@@ -87,8 +87,8 @@ class MemoryStore:
         for (msg_id, key), deadline in self._history.items():
             yield msg_id, key, deadline
 
-    def purge_history(self, before: float) -> None:
-        for k in [k for k, d in self._history.items() if d < before]:
+    def purge_history(self, now: float) -> None:
+        for k in [k for k, d in self._history.items() if d <= now]:
             del self._history[k]
 
     def put_subscription(self, key: str, specs: list[dict[str, str]]) -> None:

@@ -1,0 +1,132 @@
+"""The local caller's contract: exact public shape, clear errors on misuse, trace records."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import dodwan
+from dodwan import BROADCAST, MessageDelivered, Node, NodeConfig
+
+
+def test_public_contract_shape() -> None:
+    t = 1000.0
+    node = Node(NodeConfig(host_id="a1"), rng=random.Random(1))
+    key = node.subscribe({"topic": "news.*", "lang": "en|fr"}, now=t)
+    assert isinstance(key, str)
+    mid = node.publish({"topic": "news", "lang": "en"}, b"payload", deadline=t + 3600, now=t)
+    assert isinstance(mid, str)
+    ev = node.next_event()
+    assert isinstance(ev, MessageDelivered)
+    assert (ev.subscription, ev.descriptor["id"], ev.payload) == (key, mid, b"payload")
+    node.unsubscribe(key, now=t)
+    assert node.subscriptions() == {}
+    timer = node.get_timer()
+    assert isinstance(timer, float)
+    node.handle_timer(now=timer)
+    out = node.datagrams_to_send(now=timer)
+    assert out and all(isinstance(d, bytes) and dest == BROADCAST for d, dest in out)
+    node.receive_datagram(out[0][0], ("127.0.0.1", 9), now=timer)  # its own: ignored
+    assert node.counters["own_datagrams_ignored"] == 1
+    assert dodwan.NodeConfig(host_id="x").horizon == 2
+    assert dodwan.NodeConfig(host_id="x").altruistic is False
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda n: n.publish({"topic": 3}, b"x", deadline=10, now=0),
+        lambda n: n.publish({"topic": "x"}, "not bytes", deadline=10, now=0),
+        lambda n: n.publish({"topic": "x"}, b"x", deadline="10", now=0),
+        lambda n: n.publish(["topic"], b"x", deadline=10, now=0),
+        lambda n: n.subscribe("topic", now=0),
+        lambda n: n.subscribe([{"topic": 1}], now=0),
+        lambda n: n.publish({"topic": "x"}, b"x", deadline=10, now=0, persistent="yes"),
+    ],
+)
+def test_type_errors(call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(TypeError):
+        call(Node(NodeConfig(host_id="a"), rng=random.Random(0)))
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda n: n.publish({"topic": "x"}, b"x", deadline=0, now=0), "deadline"),
+        (lambda n: n.publish({"origin": "me"}, b"x", deadline=10, now=0), "origin"),
+        (lambda n: n.publish({"topic": "x"}, b"x", deadline=10, now=0, priority=12), "priority"),
+        (lambda n: n.publish({"id": "has space"}, b"x", deadline=10, now=0), "message id"),
+        (lambda n: n.subscribe({"topic": "(unclosed"}, now=0), "invalid regular expression"),
+        (lambda n: n.subscribe({"topic": "x" * 300}, now=0), "longer than"),
+        (lambda n: n.subscribe({}, now=0), "at least one attribute"),
+        (lambda n: n.subscribe([], now=0), "at least one pattern"),
+        (lambda n: n.subscribe([{"a": str(i)} for i in range(65)], now=0), "at most"),
+        (
+            lambda n: n.publish(
+                {"k": random.Random(1).randbytes(1500).hex()}, b"x", deadline=10, now=0
+            ),
+            "bytes per fragment",
+        ),
+    ],
+)
+def test_value_errors_say_what_is_wrong(call, words: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=words):
+        call(Node(NodeConfig(host_id="a"), rng=random.Random(0)))
+
+
+def test_duplicate_id_and_unknown_unsubscribe() -> None:
+    n = Node(NodeConfig(host_id="a"), rng=random.Random(0))
+    n.publish({"id": "firstMSG"}, b"x", deadline=10, now=0)
+    with pytest.raises(ValueError, match="already known"):
+        n.publish({"id": "firstMSG"}, b"x", deadline=10, now=0)
+    with pytest.raises(KeyError):
+        n.unsubscribe("nope", now=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"host_id": ""},
+        {"host_id": "has space"},
+        {"host_id": "a", "horizon": 0},
+        {"host_id": "a", "announce_period": 0},
+        {"host_id": "a", "max_datagram": 100},
+        {"host_id": "a", "cache_capacity": 0},
+    ],
+)
+def test_bad_config(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        NodeConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_config_fields_are_documented() -> None:
+    from dodwan.core.config import field_docs
+
+    docs = field_docs()
+    for name in (
+        "host_id",
+        "horizon",
+        "altruistic",
+        "announce_period",
+        "max_datagram",
+        "cache_capacity",
+    ):
+        assert len(docs[name]) > 20, name
+
+
+def test_trace_records_carry_the_injected_now() -> None:
+    n = Node(NodeConfig(host_id="a", trace=True), rng=random.Random(0))
+    n.subscribe({"t": "x"}, now=5.0)
+    n.publish({"t": "x"}, b"abc", deadline=100, now=7.5)
+    n.handle_timer(now=9.25)
+    n.datagrams_to_send(now=9.5)
+    recs = n.pop_trace()
+    kinds = [(r.kind, r.time) for r in recs]
+    assert ("message_created", 7.5) in kinds
+    assert ("message_delivered", 7.5) in kinds
+    assert ("datagram_sent", 9.5) in kinds
+    assert n.pop_trace() == []
+    quiet = Node(NodeConfig(host_id="b"), rng=random.Random(0))
+    quiet.publish({"t": "x"}, b"abc", deadline=100, now=1)
+    assert quiet.pop_trace() == []

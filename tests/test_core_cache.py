@@ -1,0 +1,129 @@
+"""Cache policy: deadline purge, eviction order under a full cache, reception history."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dodwan import CacheFullError, MemoryStore, Node, NodeConfig
+from dodwan.virtual import VirtualNetwork
+
+
+def make(capacity: int = 1 << 20, **kw: object) -> Node:
+    return Node(NodeConfig(host_id="h", cache_capacity=capacity, **kw), rng=random.Random(0))  # type: ignore[arg-type]
+
+
+def noise(n: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+def test_deadline_purges_message_and_later_history() -> None:
+    n = make()
+    n.subscribe({"topic": "t"}, now=0)
+    mid = n.publish({"topic": "t"}, b"x", deadline=100, now=0)
+    assert n.next_event() is not None  # delivered locally
+    assert n.cache_usage()["messages"] == 1
+    assert n.get_timer() is not None
+    n.handle_timer(now=99)
+    assert [c["id"] for c in n.cache_listing()] == [mid]
+    n.handle_timer(now=100)
+    assert n.cache_listing() == []
+    # history survives until the deadline: the id stays reserved, then is forgotten
+    n.handle_timer(now=101)
+    n.publish({"id": mid, "topic": "t"}, b"again", deadline=200, now=101)
+
+
+def test_eviction_order_expired_then_carried_then_nonpersistent_then_priority_then_age() -> None:
+    """Fill a carrier's cache through the network and check who goes first."""
+    net = VirtualNetwork(seed=1)
+    src = net.add("src", cache_capacity=1 << 24)
+    specs = [
+        # (name, attrs, priority, persistent, ttl)
+        ("carried", {"keep": "no"}, 9, True, 10_000),
+        ("nonpers", {"keep": "yes"}, 9, False, 10_000),
+        ("low", {"keep": "yes"}, 1, True, 10_000),
+        ("old_high", {"keep": "yes"}, 8, True, 10_000),
+        ("new_high", {"keep": "yes"}, 8, True, 10_000),
+        ("short", {"keep": "yes"}, 9, True, 40),
+    ]
+    ids = {}
+    for i, (name, attrs, prio, pers, ttl) in enumerate(specs):
+        ids[name] = net.publish(
+            "src", {"id": name, **attrs}, noise(1000, i), ttl=ttl, priority=prio, persistent=pers
+        )
+        net.run(1)  # distinct creation dates: older goes first among equals
+    # room for exactly these six messages
+    capacity = sum(c["stored_bytes"] for c in src.cache_listing()) + 100
+    net.add("carrier", altruistic=True, cache_capacity=capacity)
+    net.subscribe("carrier", {"keep": "yes"})
+    net.link("src", "carrier")
+    net.run(30)
+    carrier = net.node("carrier")
+    assert {c["id"] for c in carrier.cache_listing()} == set(ids.values())
+    assert src.cache_usage()["messages"] == 6
+
+    net.run(15)  # past the short deadline: expired messages go first, by the timer
+    assert "short" not in {c["id"] for c in carrier.cache_listing()}
+    order = []
+    for i in range(6):
+        net.publish(
+            "src", {"id": f"push{i}", "keep": "yes"}, noise(1000, 100 + i), ttl=10_000, priority=9
+        )
+        net.run(20)
+        gone = set(ids.values()) - {"short"} - {c["id"] for c in carrier.cache_listing()}
+        order.extend(sorted(gone - set(order)))
+    assert order == ["carried", "nonpers", "low", "old_high", "new_high"]
+    assert {f"push{i}" for i in range(6)} <= {c["id"] for c in carrier.cache_listing()}
+    assert carrier.cache_usage()["bytes"] <= capacity
+
+
+def test_incoming_lower_rank_does_not_evict_better_messages() -> None:
+    net = VirtualNetwork(seed=2)
+    src = net.add("src")
+    keep = [
+        net.publish("src", {"t": "x"}, noise(1000, i), ttl=10_000, priority=9) for i in range(2)
+    ]
+    capacity = sum(c["stored_bytes"] for c in src.cache_listing()) + 100
+    net.add("dst", cache_capacity=capacity)
+    net.link("src", "dst")
+    net.subscribe("dst", {"t": ".*"})
+    net.run(30)
+    assert sorted(c["id"] for c in net.node("dst").cache_listing()) == sorted(keep)
+    net.publish("src", {"t": "x"}, noise(1000, 5), ttl=10_000, priority=0)
+    net.run(30)
+    assert sorted(c["id"] for c in net.node("dst").cache_listing()) == sorted(keep)
+    assert net.node("dst").counters["cache_full"] >= 1
+
+
+def test_local_publish_that_cannot_fit_raises() -> None:
+    n = make(capacity=2000)
+    n.publish({"t": "x"}, noise(1500, 1), deadline=100, now=0, priority=9)
+    with pytest.raises(CacheFullError):
+        n.publish({"t": "x"}, noise(1500, 2), deadline=100, now=0, priority=0)
+    assert n.cache_usage()["messages"] == 1
+
+
+def test_restart_on_same_store_keeps_cache_subscriptions_and_history() -> None:
+    store = MemoryStore()
+    n = Node(NodeConfig(host_id="h"), rng=random.Random(0), store=store)
+    key = n.subscribe({"t": "x"}, now=0)
+    mid = n.publish({"t": "x"}, b"payload", deadline=1000, now=0)
+    assert n.next_event() is not None
+    again = Node(NodeConfig(host_id="h"), rng=random.Random(1), store=store)
+    assert again.subscriptions() == {key: [{"t": "x"}]}
+    assert [c["id"] for c in again.cache_listing()] == [mid]
+    assert again.message_payload(mid) == b"payload"
+    again.subscribe({"t": "x"}, now=1, key=key)
+    assert again.next_event() is None  # no redelivery after restart
+    with pytest.raises(ValueError):
+        again.publish({"id": mid, "t": "x"}, b"dup", deadline=1000, now=1)
+
+
+def test_purge_by_local_user() -> None:
+    n = make()
+    mid = n.publish({"t": "x"}, b"p", deadline=100, now=0)
+    n.purge(mid, now=1)
+    assert n.cache_listing() == []
+    with pytest.raises(KeyError):
+        n.purge(mid, now=1)

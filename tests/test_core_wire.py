@@ -1,0 +1,195 @@
+"""Wire format v1: documented test vectors, hostile datagrams, decompression bombs, fuzzing."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dodwan import Node, NodeConfig
+from dodwan.core import message as m
+from dodwan.core import wire
+from dodwan.core.errors import WireError
+from dodwan.core.limits import Limits
+
+LIMITS = Limits()
+DOC = Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
+
+
+def vectors() -> dict[str, bytes]:
+    found = re.findall(r"```vector (\w+)\n([0-9a-f]+)\n```", DOC.read_text())
+    return {name: bytes.fromhex(hexa) for name, hexa in found}
+
+
+def test_documented_vectors_encode_and_decode() -> None:
+    v = vectors()
+    assert set(v) == {"announce", "catalog", "request", "fragment"}
+    assert v["announce"] == wire.encode_announce(
+        "a1",
+        7,
+        False,
+        0x01020304,
+        ((("topic", "news.*"),),),
+        (wire.RelayedProfile("c3", 1, 0x0A0B0C0D, ((("lang", "en|fr"),),)),),
+        (),
+    )
+    ann = wire.decode(v["announce"], LIMITS)
+    assert isinstance(ann, wire.Announce)
+    assert (ann.sender, ann.seq, ann.altruistic, ann.version) == ("a1", 7, False, 0x01020304)
+    assert ann.relayed[0].host == "c3" and ann.relayed[0].patterns == ((("lang", "en|fr"),),)
+
+    cat = wire.decode(v["catalog"], LIMITS)
+    assert isinstance(cat, wire.Catalog)
+    assert [(e.msg_id, e.frags, e.have, e.zdesc) for e in cat.catalog] == [
+        ("m1", 3, None, b"\x28\xb5"),
+        ("m2", 10, 0b1000000101, b"Z"),
+    ]
+    req = wire.decode(v["request"], LIMITS)
+    assert req == wire.Request("b2", "a1", (("m2", ((1, 2), (3, 6))),))
+    assert v["request"] == wire.encode_request("b2", "a1", [("m2", [(1, 2), (3, 6)])])
+    frag = wire.decode(v["fragment"], LIMITS)
+    assert frag == wire.Fragment("a1", "m1", 2, 1, b"\x01\x02", b"chunk")
+    assert v["fragment"] == wire.encode_fragment("a1", "m1", 2, 1, b"\x01\x02", b"chunk")
+
+
+def test_every_truncation_of_every_vector_is_rejected_cleanly() -> None:
+    for name, data in vectors().items():
+        for cut in range(len(data)):
+            if name == "fragment" and cut > len(data) - len(b"chunk"):
+                continue  # a shorter chunk is still a well-formed fragment
+            try:
+                wire.decode(data[:cut], LIMITS)
+            except WireError:
+                continue
+            raise AssertionError(f"{name} truncated at {cut} decoded")
+
+
+def fresh_node() -> Node:
+    n = Node(NodeConfig(host_id="victim"), rng=random.Random(0))
+    n.subscribe({"topic": ".*"}, now=0)
+    n.handle_timer(0)
+    return n
+
+
+def test_foreign_and_oversized_datagrams_are_counted_not_raised() -> None:
+    n = fresh_node()
+    n.receive_datagram(b"GET / HTTP/1.1\r\n\r\n", "x", now=1)
+    n.receive_datagram(b"DW\x02\x01\x01a", "x", now=1)  # unknown version
+    n.receive_datagram(b"DW\x01\x09\x01a", "x", now=1)  # unknown kind
+    n.receive_datagram(b"", "x", now=1)
+    n.receive_datagram(b"DW\x01\x04" + b"\xff" * 70000, "x", now=1)
+    assert n.counters["datagrams_dropped"] == 5
+    assert n.counters["dropped_foreign"] == 2
+    assert n.counters["dropped_version"] == 1
+    assert n.neighbours() == {}
+
+
+def hostile_fragment(
+    desc: dict[str, str], zpayload: bytes, index: int = 0, chunk: bytes | None = None
+) -> bytes:
+    zdesc = zstandard.ZstdCompressor().compress(wire.encode_attributes(desc))
+    return wire.encode_fragment(
+        "evil", desc["id"], 1, index, zdesc, zpayload if chunk is None else chunk
+    )
+
+
+def bomb_descriptor(zpayload: bytes, size: int) -> dict[str, str]:
+    return {
+        "id": "bomb",
+        "topic": "x",
+        "deadline": "1000.0",
+        "origin": "evil",
+        "date": "0.0",
+        "size": str(size),
+        "priority": "4",
+        "persistent": "true",
+        "zsize": str(len(zpayload)),
+        "frags": "1",
+        "fsize": str(len(zpayload)),
+        "zhash": m.payload_digest(zpayload),
+    }
+
+
+def test_decompression_bomb_declaring_a_small_size_is_refused_before_inflating() -> None:
+    zbomb = zstandard.ZstdCompressor().compress(b"\0" * (200 << 20))  # 200 MB -> ~6 KB
+    n = Node(NodeConfig(host_id="victim", max_datagram=65000), rng=random.Random(0))
+    n.subscribe({"topic": ".*"}, now=0)
+    n.receive_datagram(hostile_fragment(bomb_descriptor(zbomb, 10), zbomb), "evil", now=1)
+    assert all(type(e).__name__ != "MessageDelivered" for e in iter(n.next_event, None))
+    assert n.counters.get("corrupt_messages", 0) == 1
+    assert n.cache_listing() == []
+
+
+def test_decompression_bomb_over_the_size_limit_is_refused_at_the_descriptor() -> None:
+    zbomb = zstandard.ZstdCompressor().compress(b"\0" * (200 << 20))
+    n = Node(NodeConfig(host_id="victim", max_datagram=65000), rng=random.Random(0))
+    n.subscribe({"topic": ".*"}, now=0)
+    n.receive_datagram(hostile_fragment(bomb_descriptor(zbomb, 200 << 20), zbomb), "evil", now=1)
+    assert n.counters["dropped_bad_descriptor"] == 1
+    assert n.cache_listing() == []
+
+
+def test_fragment_with_wrong_length_or_index_is_dropped() -> None:
+    z = zstandard.ZstdCompressor().compress(b"hello" * 10)
+    d = bomb_descriptor(z, 50)
+    n = fresh_node()
+    n.receive_datagram(hostile_fragment(d, z, chunk=z[:-1]), "evil", now=1)
+    n.receive_datagram(hostile_fragment(d, z, index=3), "evil", now=1)
+    assert n.counters["dropped_fragment_length_mismatch"] == 1
+    assert n.counters["dropped_fragment_index_out_of_range"] == 1
+    n.receive_datagram(hostile_fragment(d, z), "evil", now=1)
+    delivered = [e for e in iter(n.next_event, None) if type(e).__name__ == "MessageDelivered"]
+    assert [e.payload for e in delivered] == [b"hello" * 10]  # type: ignore[union-attr]
+
+
+def test_hostile_regex_in_a_profile_cannot_stall_matching() -> None:
+    evil = wire.encode_announce(
+        "evil", 1, False, 1, ((("topic", "(a*)*b"),), (("x", "(x+x+)+y"),)), (), ()
+    )
+    n = fresh_node()
+    n.publish({"topic": "a" * 5000, "x": "x" * 5000}, b"p", deadline=100, now=0)
+    n.receive_datagram(evil, "evil", now=1)
+    assert "evil" in n.neighbours()
+    backref = wire.encode_announce("evil2", 1, False, 2, ((("topic", r"(a)\1"),),), (), ())
+    n.receive_datagram(backref, "evil2", now=1)
+    assert n.counters["dropped_bad_pattern"] == 1
+
+
+valid = list(vectors().values())
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300))
+def test_fuzz_random_bytes_never_escape(data: bytes) -> None:
+    try:
+        wire.decode(data, LIMITS)
+    except WireError:
+        pass
+    n = fresh_node()
+    n.receive_datagram(data, "fuzz", now=1)
+    n.receive_datagram(b"DW\x01" + data, "fuzz", now=1)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(valid),
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=6),
+)
+def test_fuzz_mutated_valid_datagrams_never_escape(
+    base: bytes, flips: list[tuple[int, int]]
+) -> None:
+    data = bytearray(base)
+    for pos, val in flips:
+        data[pos % len(data)] = val
+    try:
+        wire.decode(bytes(data), LIMITS)
+    except WireError:
+        pass
+    n = fresh_node()
+    n.receive_datagram(bytes(data), "fuzz", now=1)
+    n.handle_timer(now=2)
+    n.datagrams_to_send(now=2)
