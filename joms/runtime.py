@@ -51,6 +51,15 @@ class HostConfig:
     passcode: str | None = None
 
 
+def _node_store(path: Path) -> Any:
+    """The daemon's SQLite cache store when available (the cache survives a restart)."""
+    try:
+        from dodwan.daemon.sqlite_store import SqliteStore
+    except ImportError:
+        return None
+    return SqliteStore(path)
+
+
 class _Udp(asyncio.DatagramProtocol):
     def __init__(self, host: LoopbackHost) -> None:
         self.host = host
@@ -79,6 +88,7 @@ class LoopbackHost:
         self.stomp_address: tuple[str, int] = ("127.0.0.1", config.stomp_port)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._node_store: Any = None
 
     @staticmethod
     def now() -> float:
@@ -91,7 +101,14 @@ class LoopbackHost:
     async def start(self) -> LoopbackHost:
         loop = asyncio.get_running_loop()
         cfg = self.config
-        self.node = Node(NodeConfig(host_id=cfg.host_id, **cfg.node), rng=random.Random())
+        node_store = None
+        if cfg.state_dir is not None:
+            Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)
+            node_store = _node_store(Path(cfg.state_dir) / "node.sqlite")
+        self._node_store = node_store
+        self.node = Node(
+            NodeConfig(host_id=cfg.host_id, **cfg.node), rng=random.Random(), store=node_store
+        )
         transport, _ = await loop.create_datagram_endpoint(
             lambda: _Udp(self), local_addr=("127.0.0.1", cfg.udp_port)
         )
@@ -133,6 +150,11 @@ class LoopbackHost:
         if self.store is not None:
             self.store.close()
             self.store = None
+        closer = getattr(self._node_store, "close", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                closer()
+        self._node_store = None
 
     # ------------------------------------------------------------------ node plumbing
     def _on_datagram(self, data: bytes, addr: Hashable) -> None:

@@ -119,6 +119,10 @@ class _Consumer:
     durable: str = ""  # durable subscription key
     reply_id: str = ""
     renew_at: float = 0.0
+    seen: set[str] = field(default_factory=set)
+    """Queue message ids received (a manager may re-send after a restart)."""
+    done: set[str] = field(default_factory=set)
+    """Queue message ids consumed (a re-sent copy is acknowledged again, not delivered)."""
     pending: deque[tuple[str, JomsMessage]] = field(default_factory=deque)
     unacked: OrderedDict[str, tuple[str, JomsMessage]] = field(default_factory=OrderedDict)
 
@@ -230,6 +234,7 @@ class JomsService:
             self._queues[name] = q
             self._load_queue(q)
             self._install_manager(q)
+            self._resend_assigned(q, now)
         self._next_advert = now
         self._next_housekeeping = now + 1.0
         self.store.commit()
@@ -566,6 +571,7 @@ class JomsService:
         if cons.kind == "durable":
             self.store.delete("dpending", skey)
         elif cons.kind == "queue":
+            cons.done.add(msg.message_id)
             self._queue_ack(cons, [msg.message_id], [], now)
             if skey:
                 self.port.drop(skey)
@@ -994,6 +1000,44 @@ class JomsService:
                 pend.assigned = None
                 self._save_pending(q, pend)
 
+    def _resend_assigned(self, q: ManagedQueue, now: float) -> None:
+        """After a restart: the copies handed out may be lost with the old cache; hand each
+        again to the same receiver (receivers drop copies they already have)."""
+        for pend in q.pending.values():
+            if pend.assigned is not None:
+                r = q.receivers.get(pend.assigned)
+                if r is None or r.until <= now:
+                    pend.assigned = None
+                else:
+                    self._hand(q, pend, pend.assigned)
+                    continue
+                self._save_pending(q, pend)
+        self._assign(q, now)
+
+    def _hand(self, q: ManagedQueue, pend: Pending, reply_id: str) -> bool:
+        """Publish the delivery of ``pend`` to receiver ``reply_id``."""
+        redelivered = pend.attempts > 0 or pend.message.redelivered
+        pend.attempts += 1
+        desc = mdl.to_descriptor(pend.message)
+        desc[mdl.KIND] = mdl.KIND_DELIVERY
+        desc[mdl.REPLY_ID] = reply_id
+        if redelivered:
+            desc[mdl.REDELIVERED] = "true"
+        try:
+            pend.delivery_id = self.port.publish(
+                desc,
+                pend.message.body,
+                deadline=pend.deadline,
+                priority=pend.message.priority,
+                persistent=pend.message.delivery_mode == mdl.PERSISTENT,
+            )
+        except ValueError:
+            self._count("queue_delivery_refused")
+            return False
+        pend.assigned = reply_id
+        self._save_pending(q, pend)
+        return True
+
     def _assign(self, q: ManagedQueue, now: float) -> None:
         if not q.receivers:
             return
@@ -1015,27 +1059,9 @@ class JomsService:
                 chosen = cands[0]
             q.last = chosen
             q.receivers[chosen].served += 1
-            pend.assigned = chosen
-            redelivered = pend.attempts > 0 or pend.message.redelivered
-            pend.attempts += 1
-            desc = mdl.to_descriptor(pend.message)
-            desc[mdl.KIND] = mdl.KIND_DELIVERY
-            desc[mdl.REPLY_ID] = chosen
-            if redelivered:
-                desc[mdl.REDELIVERED] = "true"
-            try:
-                pend.delivery_id = self.port.publish(
-                    desc,
-                    pend.message.body,
-                    deadline=pend.deadline,
-                    priority=pend.message.priority,
-                    persistent=pend.message.delivery_mode == mdl.PERSISTENT,
-                )
-            except ValueError:
-                self._count("queue_delivery_refused")
+            if not self._hand(q, pend, chosen):
                 self._drop_pending(q, mid)
                 continue
-            self._save_pending(q, pend)
             self._count("queue_assigned")
         self._save_queue(q)
 
@@ -1072,6 +1098,14 @@ class JomsService:
         if msg.destination != cons.dest:
             self._count("filtered_on_delivery")
             return
+        if msg.message_id in cons.done:
+            self._queue_ack(cons, [msg.message_id], [], now)
+            self._count("queue_duplicates")
+            return
+        if msg.message_id in cons.seen:
+            self._count("queue_duplicates")
+            return
+        cons.seen.add(msg.message_id)
         cons.pending.append((d.get("id", ""), msg))
         self._pump(cons, now)
 
