@@ -99,16 +99,21 @@ class Simulation:
                 node = Node(cfg, rng=py_rng(self.seed, "node", name))
                 host = SimHost(
                     index[name], name, node, self.env, self.medium, self.recorder, BROADCAST,
-                    index.get,
+                    lambda addr: index.get(str(addr)),
                 )  # fmt: skip
                 self.hosts.append(host)
         self.targets = Targets(scenario)
-        self.publications = schedule(scenario, self.names, self.until)
+        self.publications = schedule(scenario, self.names, self.until, self.seed)
         self.payload_rng = py_rng(self.seed, "payload")
         self.mobility_steps = 0
         self.published = 0
         for h in self.names:
             self.recorder.row("hosts", host=h, group=self.group_of[h])
+        self.link_events: list[tuple[float, int, int, bool]] | None = None
+        if self.contacts is not None:  # parse now: a bad trace fails before any work
+            self.link_events = map_hosts(
+                load_trace(self.contacts.path, self.contacts.format), self.names
+            )
 
     # -- wiring
 
@@ -131,7 +136,7 @@ class Simulation:
     # -- processes
 
     def _mobility(self) -> Any:
-        world = build_world(self.scenario)
+        world = build_world(self.scenario, self.seed)
         radius = self.scenario.radio.range
         dt = self.scenario.mobility_step
         current = grid.links(world.pos, radius)
@@ -151,8 +156,7 @@ class Simulation:
                 self._apply_links(up, True)
             current = new
 
-    def _replay(self, trace: ContactTrace) -> Any:
-        events = map_hosts(load_trace(trace.path, trace.format), self.names)
+    def _replay(self, events: list[tuple[float, int, int, bool]]) -> Any:
         n = len(self.names)
         up_now: set[int] = set()
         for t, i, j, up in events:
@@ -221,8 +225,8 @@ class Simulation:
         for host in self.hosts:
             for patterns in subs[host.name]:
                 host.node.subscribe(patterns, now=0.0)
-        if self.contacts is not None:
-            self.env.process(self._replay(self.contacts))
+        if self.link_events is not None:
+            self.env.process(self._replay(self.link_events))
         else:
             self.env.process(self._mobility())
         self.env.process(self._traffic())

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dodwan.core.patterns import Pattern, PatternError
+
 MOBILITY_MODELS = ("static", "island", "random_waypoint", "random_walk", "carrier")
 TRACE_FORMATS = ("one", "csv")
 ARRIVAL_PROCESSES = ("periodic", "poisson")
@@ -444,9 +446,9 @@ class _Validator:
                 continue
             for k, rx in a.items():
                 try:
-                    re.compile(rx)
-                except re.error as e:
-                    self.err((*path, i, k), f"not a valid regex: {e}")
+                    Pattern.from_spec({k: rx})
+                except (PatternError, TypeError, ValueError) as e:
+                    self.err((*path, i, k), f"not a valid pattern: {e}")
             out.append(a)
         return tuple(out)
 

@@ -29,14 +29,17 @@ class Publication:
     """Running number of this (spec, host) pair."""
 
 
-def schedule(scenario: Scenario, hosts: list[str], until: float) -> list[Publication]:
+def schedule(
+    scenario: Scenario, hosts: list[str], until: float, seed: int | None = None
+) -> list[Publication]:
     """Every publication before ``until``, in time order (ties: host then spec order)."""
+    seed = scenario.seed if seed is None else seed
     index = {h: i for i, h in enumerate(hosts)}
     out: list[Publication] = []
     for s, pub in enumerate(scenario.publish):
         stop = min(until, pub.stop if pub.stop is not None else until)
         for h in scenario.resolve(pub.hosts):
-            out.extend(_times(scenario.seed, s, pub, index[h], h, stop))
+            out.extend(_times(seed, s, pub, index[h], h, stop))
     out.sort(key=lambda p: (p.time, p.host, p.spec, p.seq))
     return out
 
@@ -70,22 +73,19 @@ class Targets:
 
     def __init__(self, scenario: Scenario) -> None:
         subs = subscriptions(scenario)
-        profiles: dict[str, Profile] = {}
-        self.by_profile: list[tuple[Profile, list[str]]] = []
         groups: dict[Profile, list[str]] = {}
         for h in scenario.host_names():
             specs = [p for s in subs[h] for p in s]
             if not specs:
                 continue
             prof = Profile.from_patterns(specs)
-            profiles[h] = prof
             groups.setdefault(prof, []).append(h)
         self.by_profile = list(groups.items())
         self.order = {h: i for i, h in enumerate(scenario.host_names())}
 
     def of(self, descriptor: dict[str, str], origin: str) -> list[str]:
         """Target hosts of a message, in scenario host order, the origin excluded."""
-        out = []
+        out: list[str] = []
         for prof, hosts in self.by_profile:
             if prof.matches(descriptor):
                 out.extend(h for h in hosts if h != origin)

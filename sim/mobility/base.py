@@ -55,8 +55,9 @@ class World:
                 m.step(self.pos, dt)
 
 
-def build_world(scenario: Scenario) -> World:
-    """Create every group's model, place the hosts and return the world."""
+def build_world(scenario: Scenario, seed: int | None = None) -> World:
+    """Create every group's model, place the hosts and return the world (``seed`` overrides)."""
+    seed = scenario.seed if seed is None else seed
     from sim.mobility.static import Island, Static
     from sim.mobility.walk import RandomWalk
     from sim.mobility.waypoint import Carrier, RandomWaypoint
@@ -70,7 +71,7 @@ def build_world(scenario: Scenario) -> World:
         start += g.count
         spec = g.mobility
         area: Area = spec.area or (0.0, 0.0, width, height)
-        rng = np_rng(scenario.seed, "mobility", g.name)
+        rng = np_rng(seed, "mobility", g.name)
         model: Model
         if spec.model == "static":
             model = Static(rows, area, rng, spec.positions)

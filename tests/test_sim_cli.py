@@ -1,0 +1,90 @@
+"""The dodwan-sim command line: help everywhere, validate, scenarios, run, clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["validate"], ["scenarios"]])
+def test_every_command_has_help(command: list[str]) -> None:
+    result = CliRunner().invoke(main, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_validate_ok_and_bad(tmp_path: Path) -> None:
+    ok = CliRunner().invoke(main, ["validate", str(SCENARIOS / "islands.toml")])
+    assert ok.exit_code == 0 and "OK: islands: 34 hosts" in ok.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "b"\nduration = -5\nspeed = 3\n[world]\nwidth = 10\n')
+    res = CliRunner().invoke(main, ["validate", str(bad)])
+    assert res.exit_code == 1
+    assert "line 2: duration: must be > 0" in res.output
+    assert "line 3: speed: unknown key" in res.output
+    assert "world.height: is required" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_scenarios_lists_what_ships() -> None:
+    res = CliRunner().invoke(main, ["scenarios"])
+    assert res.exit_code == 0
+    for f in SCENARIOS.glob("*.toml"):
+        assert f.name in res.output
+    assert "INVALID" not in res.output
+
+
+def test_run_writes_tables_and_run_json(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        main,
+        ["run", str(SCENARIOS / "quickstart.toml"), "--out", str(out), "--until", "120",
+         "--seed", "9", "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "quickstart: 12 hosts" in res.output
+    run = json.loads((out / "run.json").read_text())
+    assert run["seed"] == 9 and run["until"] == 120.0
+    for name in ("contacts", "messages", "targets", "datagrams", "cache", "hosts"):
+        assert (out / f"{name}.parquet").is_file()
+
+
+def test_run_with_contacts_option(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("time,a,b,up\n0,walker-0,walker-3,up\n")
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        main,
+        ["run", str(SCENARIOS / "quickstart.toml"), "--out", str(out), "--until", "30",
+         "--contacts", str(trace), "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "run.json").read_text())["contacts_trace"] == str(trace)
+
+
+def test_run_errors_are_one_clean_message(tmp_path: Path) -> None:
+    sc = (SCENARIOS / "quickstart.toml").read_text() + (
+        '[[traffic.joms.topics]]\nname = "alerts"\npublishers = ["walker"]\n'
+        'subscribers = ["walker"]\n'
+    )
+    f = tmp_path / "joms.toml"
+    f.write_text(sc)
+    res = CliRunner().invoke(main, ["run", str(f), "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 1
+    assert "Error: JOMS traffic is not supported yet: " in res.output
+    assert "Traceback" not in res.output
+    trace = tmp_path / "bad.txt"
+    trace.write_text("0 CONN 0 99 up\n")
+    res = CliRunner().invoke(
+        main,
+        ["run", str(SCENARIOS / "quickstart.toml"), "--out", str(tmp_path / "p"),
+         "--contacts", str(trace), "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 1 and "'99'" in res.output

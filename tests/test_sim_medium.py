@@ -1,0 +1,96 @@
+"""The radio medium: only hosts in range receive, after the air time, one datagram at a time."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import simpy
+
+from sim import grid
+from sim.medium import Medium
+
+
+def make(n: int, bit_rate: float = 8000.0, loss: float = 0.0, seed: int = 1):
+    env = simpy.Environment()
+    got: list[tuple[float, int, int, bytes]] = []
+    medium = Medium(
+        env, n, bit_rate, loss, random.Random(seed), lambda r, s, d: got.append((env.now, r, s, d))
+    )
+    return env, medium, got
+
+
+def test_broadcast_reaches_only_hosts_in_range() -> None:
+    pos = np.array([[0.0, 0.0], [30.0, 0.0], [0.0, 49.0], [80.0, 0.0], [500.0, 500.0]])
+    env, medium, got = make(5)
+    n = len(pos)
+    for code in grid.links(pos, 50.0).tolist():
+        medium.link_up(code // n, code % n)
+    medium.send(0, b"x" * 10, None)
+    env.run()
+    assert sorted(r for _, r, s, _ in got if s == 0) == [1, 2]
+
+
+def test_unicast_reaches_only_the_addressee_if_in_range() -> None:
+    env, medium, got = make(3)
+    medium.link_up(0, 1)
+    medium.link_up(0, 2)
+    medium.send(0, b"hi", 2)
+    medium.send(1, b"hi", 2)  # 1 and 2 are not neighbours
+    env.run()
+    assert [(r, s) for _, r, s, _ in got] == [(2, 0)]
+    assert medium.unreachable == 1
+
+
+def test_air_time_and_one_datagram_at_a_time() -> None:
+    env, medium, got = make(2, bit_rate=8000.0)  # 1 byte = 1 ms
+    medium.link_up(0, 1)
+    medium.send(0, b"a" * 100, None)
+    medium.send(0, b"b" * 50, None)
+    medium.send(1, b"c" * 10, None)  # another sender's radio is independent
+    env.run()
+    times = {d[:1]: t for t, _, _, d in got}
+    assert abs(times[b"a"] - 0.100) < 1e-12
+    assert abs(times[b"b"] - 0.150) < 1e-12  # queued behind the first
+    assert abs(times[b"c"] - 0.010) < 1e-12
+
+
+def test_queue_drains_before_later_sends() -> None:
+    env, medium, got = make(2, bit_rate=8000.0)
+    medium.link_up(0, 1)
+    medium.send(0, b"a" * 100, None)
+
+    def later():
+        yield env.timeout(1.0)
+        medium.send(0, b"b" * 100, None)
+
+    env.process(later())
+    env.run()
+    assert [round(t, 9) for t, *_ in got] == [0.1, 1.1]
+
+
+def test_datagram_lost_when_receiver_leaves_during_air_time() -> None:
+    env, medium, got = make(2, bit_rate=8000.0)
+    medium.link_up(0, 1)
+    medium.send(0, b"a" * 100, None)
+
+    def leave():
+        yield env.timeout(0.05)
+        medium.link_down(0, 1)
+
+    env.process(leave())
+    env.run()
+    assert got == []
+
+
+def test_loss_is_per_receiver_with_the_configured_probability() -> None:
+    env, medium, got = make(41, loss=0.3, seed=7)
+    for j in range(1, 41):
+        medium.link_up(0, j)
+    for _ in range(250):
+        medium.send(0, b"z", None)
+    env.run()
+    total = 250 * 40
+    assert medium.delivered + medium.lost == total
+    assert abs(medium.lost / total - 0.3) < 0.03
+    assert len(got) == medium.delivered
