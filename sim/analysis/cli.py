@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sim.analysis.errors import AnalysisError
+from sim.analysis.errors import SPARK_ERRORS, AnalysisError, brief
 from sim.analysis.load import TRACE_FORMATS, run_name
 from sim.analysis.oracle import DEFAULT_MAX_ITERATIONS, OracleNotConverged
 from sim.analysis.pipeline import RunResult, analyze_contact_trace, analyze_run
@@ -138,6 +138,8 @@ def analyze(
         report = write_report(results, out_dir, tables_out=tables_out)
     except AnalysisError as exc:
         raise click.ClickException(str(exc)) from exc
+    except SPARK_ERRORS as exc:  # e.g. a corrupt file found mid-job
+        raise click.ClickException(f"Spark job failed: {brief(exc)}") from exc
     except OSError as exc:
         raise click.ClickException(f"cannot write the report: {exc}") from exc
     console.print(summary_table(results))

@@ -11,12 +11,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sim.analysis.errors import AnalysisError
+from sim.analysis.errors import SPARK_ERRORS, AnalysisError, brief
 
 SCHEMA_VERSION = 1
 """The log schema version this analysis reads."""
@@ -126,9 +125,8 @@ def read_table(spark: SparkSession, path: str, table: str) -> DataFrame:
     try:
         df = spark.read.parquet(path)
         return conform(df, table, path)
-    except PySparkException as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise AnalysisError(f"{path}: cannot read Parquet table ({first})") from exc
+    except SPARK_ERRORS as exc:
+        raise AnalysisError(f"{path}: cannot read Parquet table ({brief(exc)})") from exc
 
 
 def _read_run_json(spark: SparkSession, run_dir: str) -> dict[str, Any]:
@@ -143,7 +141,7 @@ def _read_run_json(spark: SparkSession, run_dir: str) -> dict[str, Any]:
         run = json.loads(text)
     except FileNotFoundError as exc:
         raise AnalysisError(f"{run_dir}: missing run.json") from exc
-    except (OSError, ValueError, PySparkException) as exc:
+    except (OSError, ValueError, *SPARK_ERRORS) as exc:
         raise AnalysisError(f"{path}: unreadable run.json ({exc})") from exc
     if not isinstance(run, dict):
         raise AnalysisError(f"{path}: run.json is not a JSON object")
@@ -286,7 +284,6 @@ def read_contact_trace(spark: SparkSession, path: str, fmt: str = "auto") -> Dat
         if fmt == "parquet":
             return read_table(spark, path, "contacts")
         df = _read_one(spark, path) if fmt == "one" else _read_csv(spark, path)
-    except PySparkException as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise AnalysisError(f"{path}: cannot read contact trace ({first})") from exc
+    except SPARK_ERRORS as exc:
+        raise AnalysisError(f"{path}: cannot read contact trace ({brief(exc)})") from exc
     return df

@@ -1,0 +1,286 @@
+"""End-to-end tests of the Spark analysis: the `analyze` command on hand-made runs whose
+figures were worked out by hand (see the run described in spark_fixtures.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from spark_fixtures import HAND_MESSAGES, shared_spark, write_hand_run, write_run
+
+from sim.analysis.cli import analyze
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    return shared_spark()
+
+
+def _write_run_b(run_dir: Path) -> Path:
+    """runB: runA plus a late-but-in-time delivery of m3 to D at 92 (deadline 100)."""
+    from spark_fixtures import (
+        HAND_CACHE,
+        HAND_CONTACTS,
+        HAND_DATAGRAMS,
+        HAND_HOSTS,
+        HAND_TARGETS,
+    )
+
+    extra = [(92.0, "D", "m3", "complete", 300, 3), (92.0, "D", "m3", "delivered", 300, 3)]
+    return write_run(
+        run_dir,
+        until=100.0,
+        contacts=HAND_CONTACTS,
+        messages=HAND_MESSAGES + extra,
+        targets=HAND_TARGETS,
+        datagrams=HAND_DATAGRAMS,
+        cache=HAND_CACHE,
+        hosts=HAND_HOSTS,
+    )
+
+
+@pytest.fixture(scope="session")
+def report(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    base = tmp_path_factory.mktemp("analysis")
+    run_a = write_hand_run(base / "runA")
+    run_b = _write_run_b(base / "runB")
+    out = base / "report"
+    result = CliRunner().invoke(analyze, [str(run_a), str(run_b), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    return {"out": out, "output": result.output, "metrics": metrics, "spark": spark}
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_metrics_json_has_one_entry_per_run_with_headline_keys(report: dict[str, Any]) -> None:
+    metrics = report["metrics"]
+    assert list(metrics) == ["runA", "runB"]
+    for key in (
+        "delivery_ratio",
+        "oracle_delivery_ratio",
+        "efficiency",
+        "latency_med",
+        "overhead_ratio",
+        "created",
+        "delivered",
+        "delivery_prob",
+        "latency_avg",
+        "hopcount_avg",
+    ):
+        assert key in metrics["runA"], key
+
+
+def test_delivery_counts_on_time_pairs_once_and_late_ones_apart(report: dict[str, Any]) -> None:
+    m = report["metrics"]["runA"]
+    # 6 target pairs; on time: (m1,C) at 35, (m3,A) at 15 (its duplicate at 16 counts once),
+    # (m3,C) at 38. (m2,E) arrives at 75 after its deadline 60: late, not delivered.
+    assert m["target_pairs"] == 6
+    assert m["delivered_pairs"] == 3
+    assert m["delivery_ratio"] == pytest.approx(3 / 6)
+    assert m["late_deliveries"] == 1
+    assert m["duplicate_deliveries"] == 1
+    assert m["delivered_bytes"] == 100 + 300 + 300
+
+
+def test_delay_and_hops(report: dict[str, Any]) -> None:
+    m = report["metrics"]["runA"]
+    delays = sorted([35.0 - 0.0, 15.0 - 12.0, 38.0 - 12.0])  # 3, 26, 35
+    assert m["latency_avg"] == pytest.approx(sum(delays) / 3)
+    assert m["latency_med"] == delays[1]
+    assert m["delay"]["p90"] == delays[2]
+    assert m["delay"]["min"] == delays[0]
+    assert m["hopcount_avg"] == pytest.approx((2 + 1 + 1) / 3)
+
+
+def test_oracle_and_efficiency(report: dict[str, Any]) -> None:
+    m = report["metrics"]["runA"]
+    # Oracle reaches (m1,C) at 30 (A-B at 10, B-C at 30), (m3,A) at 12, (m3,C) at 30 and
+    # (m3,D) at 90 (B-A at 12, A-E at 70, E-D at 90); not (m1,D) (C-D only at 5..8, before C
+    # holds m1) nor (m2,E) (A-E only from 70, after the deadline 60).
+    assert m["oracle_delivered_pairs"] == 4
+    assert m["oracle_delivery_ratio"] == pytest.approx(4 / 6)
+    assert m["efficiency"] == pytest.approx((3 / 6) / (4 / 6))
+    assert m["oracle_converged"] is True
+    assert m["delivered_beyond_oracle"] == 0
+    b = report["metrics"]["runB"]
+    assert b["delivery_ratio"] == pytest.approx(4 / 6)
+    assert b["efficiency"] == pytest.approx(1.0)
+
+
+def test_pair_table_holds_status_and_oracle_arrival(report: dict[str, Any]) -> None:
+    spark = report["spark"]
+    rows = spark.read.parquet(str(report["out"] / "tables" / "runA" / "pairs.parquet")).collect()
+    got = {(r["msg_id"], r["host"]): (r["status"], r["oracle_arrival"]) for r in rows}
+    assert got == {
+        ("m1", "C"): ("delivered", 30.0),
+        ("m1", "D"): ("undelivered", None),
+        ("m2", "E"): ("late", None),
+        ("m3", "A"): ("delivered", 12.0),
+        ("m3", "C"): ("delivered", 30.0),
+        ("m3", "D"): ("undelivered", 90.0),
+    }
+
+
+def test_one_summary(report: dict[str, Any]) -> None:
+    m = report["metrics"]["runA"]
+    relayed = sum(1 for e in HAND_MESSAGES if e[3] == "complete")  # none at an origin
+    assert m["created"] == 6
+    assert m["delivered"] == 3
+    assert m["delivery_prob"] == pytest.approx(3 / 6)
+    assert m["relayed"] == relayed == 5
+    assert m["overhead_ratio"] == pytest.approx((relayed - 3) / 3)
+    assert m["messages_created"] == 3
+
+
+def test_overhead_by_kind(report: dict[str, Any]) -> None:
+    m = report["metrics"]["runA"]["overhead"]
+    sent_bytes = 600 + 400 + 400 + 150 + 1200  # received fragments do not count
+    assert m["bytes_sent"] == sent_bytes
+    assert m["datagrams_sent"] == 6 + 4 + 2 + 3 + 6
+    assert m["bytes_per_delivered"] == pytest.approx(sent_bytes / 3)
+    assert m["bytes_per_delivered_byte"] == pytest.approx(sent_bytes / 700)
+    rows = {
+        r["kind"]: r for r in _csv(report["out"] / "overhead_by_kind.csv") if r["run"] == "runA"
+    }
+    assert int(rows["announce"]["bytes"]) == 1000
+    assert float(rows["fragment"]["bytes_per_delivered"]) == pytest.approx(1200 / 3)
+
+
+def test_breakdowns_by_topic_and_group(report: dict[str, Any]) -> None:
+    topics = {
+        r["topic"]: r for r in _csv(report["out"] / "delivery_by_topic.csv") if r["run"] == "runA"
+    }
+    assert float(topics["t1"]["delivery_ratio"]) == pytest.approx(3 / 5)
+    assert float(topics["t1"]["oracle_delivery_ratio"]) == pytest.approx(4 / 5)
+    assert int(topics["t2"]["late"]) == 1
+    assert float(topics["t2"]["delivery_ratio"]) == 0.0
+    groups = {
+        r["group"]: r for r in _csv(report["out"] / "delivery_by_group.csv") if r["run"] == "runA"
+    }
+    assert int(groups["g1"]["delivered"]) == 3
+    assert int(groups["g2"]["pairs"]) == 3
+
+
+def test_contact_statistics(report: dict[str, Any]) -> None:
+    c = report["metrics"]["runA"]["contacts"]
+    # A-B [10,20] (the repeated up changes nothing), B-C [5,8] and [30,40], C-D [5,8],
+    # A-E [70,100] (still up at the end), D-E [90,95].
+    durations = sorted([10.0, 3.0, 10.0, 3.0, 30.0, 5.0])
+    assert c["contacts"] == 6
+    assert c["contact_pairs"] == 5
+    assert c["contacts_open_at_end"] == 1
+    assert c["contact_duration"]["mean"] == pytest.approx(sum(durations) / 6)
+    assert c["contact_duration"]["median"] == durations[2]
+    assert c["inter_contact_time"]["count"] == 1
+    assert c["inter_contact_time"]["mean"] == 30.0 - 8.0
+    degree = {
+        float(r["time"]): r
+        for r in _csv(report["out"] / "degree_over_time.csv")
+        if r["run"] == "runA"
+    }
+    assert float(degree[35.0]["links_up"]) == 1  # B-C
+    assert float(degree[92.0]["mean_degree"]) == pytest.approx(2 * 2 / 5)  # A-E, D-E
+
+
+def test_cache_occupancy(report: dict[str, Any]) -> None:
+    rows = [r for r in _csv(report["out"] / "cache_occupancy.csv") if r["run"] == "runA"]
+    assert [float(r["total_bytes"]) for r in rows] == [100 + 0, 300 + 500]
+    assert report["metrics"]["runA"]["cache_peak_host_bytes"] == 500
+
+
+def test_report_files_and_terminal_summary(report: dict[str, Any]) -> None:
+    out: Path = report["out"]
+    html = (out / "report.html").read_text()
+    for png in (
+        "delivery_over_time",
+        "delay_cdf",
+        "overhead_by_kind",
+        "ict_ccdf",
+        "contact_duration_cdf",
+        "achieved_vs_oracle",
+    ):
+        assert (out / f"{png}.png").stat().st_size > 1000
+        assert f'src="{png}.png"' in html
+    assert "<th>runA</th><th>runB</th>" in html
+    summary = _csv(out / "summary.csv")
+    assert {r["metric"]: r["runB"] for r in summary}["delivery_ratio"] == str(4 / 6)
+    assert "runA" in report["output"] and "runB" in report["output"]
+    assert "report.html" in report["output"]
+
+
+# --- bad inputs --------------------------------------------------------------------------
+
+
+def _invoke(args: list[str]) -> Any:
+    return CliRunner().invoke(analyze, args)
+
+
+def _assert_clean_error(result: Any, text: str) -> None:
+    assert result.exit_code == 1, result.output
+    assert text in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) <= 3
+
+
+def test_missing_run_dir(tmp_path: Path) -> None:
+    result = _invoke([str(tmp_path / "nope"), "--out", str(tmp_path / "r")])
+    _assert_clean_error(result, "no such directory")
+
+
+def test_no_input_is_a_usage_error(tmp_path: Path) -> None:
+    result = _invoke(["--out", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert "RUN_DIR" in result.output
+
+
+def test_missing_table(spark: Any, tmp_path: Path) -> None:
+    run = write_hand_run(tmp_path / "run")
+    (run / "targets.parquet").unlink()
+    _assert_clean_error(_invoke([str(run), "--out", str(tmp_path / "r")]), "targets.parquet")
+
+
+def test_unsupported_schema_version(spark: Any, tmp_path: Path) -> None:
+    run = write_hand_run(tmp_path / "run")
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "schema_version": 2}))
+    _assert_clean_error(_invoke([str(run), "--out", str(tmp_path / "r")]), "schema_version")
+
+
+def test_wrong_column_type(spark: Any, tmp_path: Path) -> None:
+    run = write_hand_run(tmp_path / "run")
+    bad = pa.table({"time": ["x"], "a": ["A"], "b": ["B"], "up": [True]})
+    pq.write_table(bad, run / "contacts.parquet")
+    result = _invoke([str(run), "--out", str(tmp_path / "r")])
+    _assert_clean_error(result, "column 'time' is string, expected double")
+
+
+def test_corrupt_parquet(spark: Any, tmp_path: Path) -> None:
+    run = write_hand_run(tmp_path / "run")
+    (run / "messages.parquet").write_bytes(b"this is not parquet")
+    result = _invoke([str(run), "--out", str(tmp_path / "r")])
+    _assert_clean_error(result, "cannot read Parquet table")
+
+
+def test_folder_dataset_is_accepted(spark: Any, tmp_path: Path) -> None:
+    from sim.analysis.load import load_run
+
+    run = write_hand_run(tmp_path / "run")
+    folder = run / "messages.parquet"
+    data = pq.read_table(folder)
+    folder.unlink()
+    folder.mkdir()
+    pq.write_table(data.slice(0, 5), folder / "part-0.parquet")
+    pq.write_table(data.slice(5), folder / "part-1.parquet")
+    assert load_run(spark, str(run)).messages.count() == len(HAND_MESSAGES)
+    shutil.rmtree(folder)
