@@ -176,12 +176,18 @@ def payload_digest(zpayload: bytes) -> str:
     return hashlib.blake2b(zpayload, digest_size=16).hexdigest()
 
 
-def inflate_payload(zpayload: bytes, header: Header) -> bytes:
-    """Check digest and declared sizes, then inflate; WireError when anything disagrees."""
+def verify_payload(zpayload: bytes, header: Header) -> None:
+    """Check length, digest and the frame's declared size; WireError when any disagrees."""
     if len(zpayload) != header.zsize or payload_digest(zpayload) != header.zhash:
         raise WireError("payload digest mismatch")
     if _declared_size(zpayload) != header.size:
         raise WireError("payload declares another size")
+
+
+def inflate_payload(zpayload: bytes, header: Header, verified: bool = False) -> bytes:
+    """Inflate a reassembled payload (verifying it first unless ``verified``)."""
+    if not verified:
+        verify_payload(zpayload, header)
     return _inflate(zpayload, header.size)
 
 

@@ -19,6 +19,8 @@ class Neighbour:
     last_heard: float
     altruistic: bool = False
     profile: Profile = field(default_factory=Profile)
+    version: int | None = None
+    """Profile version tag as announced (None until the first announcement)."""
     relayed: dict[str, tuple[int, Profile]] = field(default_factory=dict)
     """host -> (distance from this neighbour, profile)"""
     offers: dict[str, int | None] = field(default_factory=dict)

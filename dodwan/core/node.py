@@ -128,6 +128,8 @@ class Node:
         self._cache: dict[str, Cached] = {}
         self._cache_bytes = 0
         self._partial_bytes = 0
+        self._partial: set[str] = set()
+        """Ids of incomplete cached messages."""
         self._deadlines: list[tuple[float, str]] = []
         self._evict_heap: list[tuple[tuple[int, int, int, float], str]] = []
         self._history: dict[str, set[str]] = {}
@@ -154,6 +156,8 @@ class Node:
 
         self._seq = 0
         self._rotation = 0
+        self._relay_rotation = 0
+        self._relay_cache: dict[tuple[str, int, int], bytes] = {}
         self._next_announce: float | None = None
         self._next_housekeeping: float | None = None
 
@@ -574,6 +578,7 @@ class Node:
         self._cache_bytes += c.nbytes
         if not c.complete:
             self._partial_bytes += c.nbytes
+            self._partial.add(msg_id)
         heapq.heappush(self._deadlines, (c.header.deadline, msg_id))
         heapq.heappush(self._evict_heap, (c.rank(), msg_id))
         self._matcher.add_message(msg_id, c.descriptor)
@@ -585,6 +590,7 @@ class Node:
         self._cache_bytes -= c.nbytes
         if not c.complete:
             self._partial_bytes -= c.nbytes
+            self._partial.discard(msg_id)
         self._matcher.remove_message(msg_id)
         self._entry_cache.pop(msg_id, None)
         self._requested.pop(msg_id, None)
@@ -660,7 +666,12 @@ class Node:
         return b"".join(parts)
 
     def _deliver(
-        self, c: Cached, now: float, only: str | None = None, payload: bytes | None = None
+        self,
+        c: Cached,
+        now: float,
+        only: str | None = None,
+        payload: bytes | None = None,
+        zpayload: bytes | None = None,
     ) -> None:
         """Deliver a complete message to each matching subscription not yet served."""
         msg_id = c.header.msg_id
@@ -673,11 +684,11 @@ class Node:
         if not keys:
             return
         if payload is None:
-            z = self._assemble(c)
+            z = zpayload if zpayload is not None else self._assemble(c)
             try:
                 if z is None:
                     raise WireError("missing fragment")
-                payload = m.inflate_payload(z, c.header)
+                payload = m.inflate_payload(z, c.header, verified=zpayload is not None)
             except WireError:
                 self._count("corrupt_messages")
                 self._drop(msg_id, now, "corrupt")
@@ -792,8 +803,8 @@ class Node:
         if lost:
             self._recompute_known()
         stale_before = now - self.config.partial_timeout
-        for c in [c for c in self._cache.values() if not c.complete and c.progress < stale_before]:
-            self._drop(c.header.msg_id, now, "stale")
+        for msg_id in [p for p in self._partial if self._cache[p].progress < stale_before]:
+            self._drop(msg_id, now, "stale")
 
     # ------------------------------------------------------------------ announcements
 
@@ -826,36 +837,45 @@ class Node:
         fresh_set = set(fresh)
         return fresh + [x for x in rotated if x not in fresh_set]
 
+    def _relayed_for_announce(self, room: int) -> list[bytes]:
+        """Encoded profiles to relay (distance < horizon), rotating when they do not all fit."""
+        candidates = sorted((d, h) for h, (d, _) in self._known.items() if d < self.config.horizon)[
+            : self._limits.max_relayed_profiles
+        ]
+        if not candidates:
+            return []
+        start = self._relay_rotation % len(candidates)
+        out: list[bytes] = []
+        for d, h in candidates[start:] + candidates[:start]:
+            p = self._known[h][1]
+            key = (h, d, p.version)
+            enc = self._relay_cache.get(key)
+            if enc is None:
+                if len(self._relay_cache) > 4096:
+                    self._relay_cache.clear()
+                enc = wire.encode_relayed(
+                    wire.RelayedProfile(h, d, p.version, self._wire_patterns(p))
+                )
+                self._relay_cache[key] = enc
+            if len(enc) > room:
+                continue
+            out.append(enc)
+            room -= len(enc)
+        if len(out) < len(candidates):
+            self._relay_rotation += len(out) or 1
+        return out
+
     def _announce(self, now: float) -> None:
         self._seq += 1
-        relayed = sorted(
-            (
-                wire.RelayedProfile(h, d, p.version, self._wire_patterns(p))
-                for h, (d, p) in self._known.items()
-                if d < self.config.horizon
-            ),
-            key=lambda r: (r.distance, r.host),
-        )[: self._limits.max_relayed_profiles]
         own = self._wire_patterns(self._own_profile)
-
-        def head(rel: Sequence[wire.RelayedProfile]) -> bytes:
-            return wire.encode_announce(
-                self.host_id,
-                self._seq,
-                self.config.altruistic,
-                self._own_profile.version,
-                own,
-                rel,
-                (),
-            )
-
-        base = head(relayed)
-        while len(base) > self.config.max_datagram - 16 and relayed:
-            relayed = relayed[:-1]
-            base = head(relayed)
+        bare = wire.encode_announce(
+            self.host_id, self._seq, self.config.altruistic, self._own_profile.version, own, (), ()
+        )
+        relayed = self._relayed_for_announce(self.config.max_datagram // 2 - len(bare))
+        base = len(bare) + sum(len(r) for r in relayed)
         budget = self.config.max_datagram
         datagrams: list[list[bytes]] = [[]]
-        room = budget - len(base) - 4
+        room = budget - base - 4
         offered = 0
         if self._neighbours:
             for msg_id in self._catalog_order(now):
@@ -896,13 +916,15 @@ class Node:
         n = self._neighbours[dg.sender]
         n.altruistic = dg.altruistic
         changed = False
-        if n.profile.version != dg.version or bool(n.profile) != bool(dg.patterns):
-            n.profile = (
+        if n.version != dg.version:
+            n.version = dg.version
+            profile = (
                 self._compile_remote(dg.sender, dg.version, dg.patterns)
                 if dg.patterns
                 else Profile()
             )
-            changed = True
+            changed = profile != n.profile
+            n.profile = profile
         relayed: dict[str, tuple[int, Profile]] = {}
         for rp in dg.relayed:
             if rp.host == self.host_id or not rp.patterns or rp.distance < 1 or rp.host in relayed:
@@ -1116,6 +1138,7 @@ class Node:
         self._tr(now, "fragment_stored", dg.msg_id, size, dg.hops)
         if c.complete:
             self._partial_bytes -= c.nbytes
+            self._partial.discard(dg.msg_id)
             self._completed(c, now)
         else:
             self._continue_transfer(c, now)
@@ -1127,14 +1150,18 @@ class Node:
         for pending in self._pending.values():
             pending.pop(msg_id, None)
         z = self._assemble(c)
-        if z is None or len(z) != c.header.zsize or m.payload_digest(z) != c.header.zhash:
+        try:
+            if z is None:
+                raise WireError("missing fragment")
+            m.verify_payload(z, c.header)
+        except WireError:
             self._count("corrupt_messages")
             self._drop(msg_id, now, "corrupt")
             return
         self._count("messages_completed")
         self._tr(now, "message_completed", msg_id, c.header.size, c.meta.hops)
         self._add_history(msg_id, "", c.header.deadline)
-        self._deliver(c, now)
+        self._deliver(c, now, zpayload=z)
 
     def _continue_transfer(self, c: Cached, now: float) -> None:
         """When the requested window has arrived, ask the next one right away."""

@@ -235,16 +235,29 @@ def encode_catalog_entry(entry: CatalogEntry) -> bytes:
     return b"".join(parts)
 
 
+def encode_relayed(rp: RelayedProfile) -> bytes:
+    """One relayed profile as it appears inside an announcement."""
+    return b"".join(
+        [
+            _str(rp.host),
+            bytes((rp.distance,)),
+            rp.version.to_bytes(4, "big"),
+            _patterns(rp.patterns),
+        ]
+    )
+
+
 def encode_announce(
     sender: str,
     seq: int,
     altruistic: bool,
     version: int,
     patterns: PatternSpecs,
-    relayed: Sequence[RelayedProfile],
+    relayed: Sequence[RelayedProfile | bytes],
     entries: Sequence[bytes],
 ) -> bytes:
-    """An announcement; ``entries`` are already-encoded catalog entries."""
+    """An announcement; ``entries`` are encoded catalog entries, ``relayed`` profiles may be
+    given encoded (see :func:`encode_relayed`)."""
     parts = [
         _header(ANNOUNCE, sender),
         _varint(seq),
@@ -254,12 +267,7 @@ def encode_announce(
         bytes((len(relayed),)),
     ]
     for rp in relayed:
-        parts += [
-            _str(rp.host),
-            bytes((rp.distance,)),
-            rp.version.to_bytes(4, "big"),
-            _patterns(rp.patterns),
-        ]
+        parts.append(rp if isinstance(rp, bytes) else encode_relayed(rp))
     parts.append(_varint(len(entries)))
     parts.extend(entries)
     return b"".join(parts)

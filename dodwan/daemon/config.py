@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..core.config import NodeConfig, field_docs
+from ..core.limits import Limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,29 @@ NODE_DEFAULTS: dict[str, Any] = {
 }
 
 
+LIMIT_DEFAULTS: dict[str, Any] = {f.name: getattr(Limits(), f.name) for f in fields(Limits)}
+
+
+def limit_docs() -> dict[str, str]:
+    """Field name -> docstring of :class:`~dodwan.core.limits.Limits` (for the docs)."""
+    import ast
+    import inspect
+    import itertools
+
+    body = ast.parse(inspect.getsource(Limits)).body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
 class ConfigError(ValueError):
     """A config file or option value is invalid (message fit for one line of output)."""
 
@@ -148,6 +172,7 @@ class DaemonConfig:
 
     values: dict[str, Any]
     node: dict[str, Any]
+    limits: dict[str, Any] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -157,18 +182,19 @@ class DaemonConfig:
 
     def node_config(self, host_id: str) -> NodeConfig:
         try:
-            return NodeConfig(host_id=host_id, **self.node)
+            return NodeConfig(host_id=host_id, limits=Limits(**self.limits), **self.node)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"[node] settings: {exc}") from None
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.values, "node": dict(self.node)}
+        return {**self.values, "node": {**self.node, "limits": dict(self.limits)}}
 
 
 def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> DaemonConfig:
     """Defaults, then the TOML file (if any), then non-None ``overrides`` (command line)."""
     values = {s.name: s.default for s in SETTINGS}
     node = dict(NODE_DEFAULTS)
+    limits: dict[str, Any] = {}
     if path is not None:
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
@@ -183,6 +209,16 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
                 if not isinstance(value, dict):
                     raise ConfigError(f"{path}: [node] must be a table")
                 for nk, nv in value.items():
+                    if nk == "limits":
+                        if not isinstance(nv, dict):
+                            raise ConfigError(f"{path}: [node.limits] must be a table")
+                        for lk, lv in nv.items():
+                            if lk not in LIMIT_DEFAULTS:
+                                raise ConfigError(f"{path}: unknown setting node.limits.{lk}")
+                            limits[lk] = _check_type(
+                                f"{path}: node.limits.{lk}", lv, LIMIT_DEFAULTS[lk]
+                            )
+                        continue
                     if nk not in NODE_FIELDS:
                         raise ConfigError(f"{path}: unknown setting node.{nk}")
                     node[nk] = _check_type(f"{path}: node.{nk}", nv, NODE_DEFAULTS[nk])
@@ -210,7 +246,7 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
         raise ConfigError("exec_concurrency and burst must be at least 1")
     if not 1 <= values["multicast_ttl"] <= 255:
         raise ConfigError("multicast_ttl must be between 1 and 255")
-    return DaemonConfig(values, node)
+    return DaemonConfig(values, node, limits)
 
 
 def default_state_dir() -> Path:
@@ -278,6 +314,19 @@ def render_markdown() -> str:
     docs = field_docs()
     for name in NODE_FIELDS:
         lines.append(f"| `{name}` | `{_toml_value(NODE_DEFAULTS[name])}` | {docs.get(name, '')} |")
+    lines += [
+        "",
+        "## Limits (`[node.limits]` table)",
+        "",
+        "Bounds on what a peer (or a local caller) can make the node hold or compute. The",
+        "defaults suit a radio; on loopback or a fast LAN raise `max_requests_per_second`.",
+        "",
+        "| name | default | meaning |",
+        "|---|---|---|",
+    ]
+    ldocs = limit_docs()
+    for name, default in LIMIT_DEFAULTS.items():
+        lines.append(f"| `{name}` | `{_toml_value(default)}` | {ldocs.get(name, '')} |")
     lines += [
         "",
         "## Durability",
