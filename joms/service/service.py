@@ -138,7 +138,7 @@ class _Durable:
     no_local: bool
     core_key: str
     created: int = 0
-    """Creation time (ms): older messages still travelling are not for this subscription."""
+    """Creation time (ms since the epoch)."""
     consumer: str | None = None
 
     def record(self) -> bytes:
@@ -702,9 +702,6 @@ class JomsService:
         if d is None:
             return
         msg = mdl.from_descriptor(desc, p)
-        if msg.timestamp < d.created:
-            self._count("older_than_subscription")
-            return
         if msg.destination != Destination("topic", d.topic) or not self._accepts(
             d.selector, d.no_local, f"{self.host_id}/{d.client_id}", msg
         ):

@@ -1,0 +1,501 @@
+"""The JMS-shaped Python API: connections, sessions, producers and consumers over STOMP.
+
+Mirrors JMS 1.1 (``javax.jms``) with Python names: ``connect()`` gives a
+:class:`Connection`; a :class:`Session` creates destinations, messages, producers and
+consumers; acknowledge modes AUTO, CLIENT and DUPS_OK and transacted sessions map onto
+STOMP ack modes and transactions as described in docs/joms.md. Selectors and property names
+are checked locally first, so a bad one raises without closing the connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import selector as selector_lang
+from ..errors import IllegalStateException, InvalidDestinationException, JMSException
+from ..stomp.frame import Frame
+from .messages import (
+    NON_PERSISTENT,
+    PERSISTENT,
+    BytesMessage,
+    Destination,
+    MapMessage,
+    Message,
+    Queue,
+    StreamMessage,
+    TemporaryQueue,
+    TextMessage,
+    Topic,
+    from_frame,
+    to_frame,
+)
+from .transport import StompTransport, parse_url
+
+log = logging.getLogger(__name__)
+
+AUTO_ACKNOWLEDGE = 1
+CLIENT_ACKNOWLEDGE = 2
+DUPS_OK_ACKNOWLEDGE = 3
+SESSION_TRANSACTED = 0
+DEFAULT_PRIORITY = 4
+DEFAULT_TIME_TO_LIVE = 0.0
+
+_CLOSED = object()
+
+
+def connect(
+    url: str = "stomp://127.0.0.1:61613",
+    *,
+    client_id: str | None = None,
+    login: str | None = None,
+    passcode: str | None = None,
+    timeout: float = 10.0,
+    start: bool = True,
+) -> Connection:
+    """Open a connection to a JOMS daemon's STOMP gateway (started unless ``start=False``)."""
+    host, port = parse_url(url)
+    conn = Connection(
+        host, port, client_id=client_id, login=login, passcode=passcode, timeout=timeout
+    )
+    if start:
+        conn.start()
+    return conn
+
+
+class Connection:
+    """A client connection (JMS Connection): creates sessions; start/stop gate delivery."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str | None = None,
+        login: str | None = None,
+        passcode: str | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.client_id = client_id
+        self._subs: dict[str, MessageConsumer] = {}
+        self._sessions: list[Session] = []
+        self._ids = itertools.count(1)
+        self._started = threading.Event()
+        self._closed = False
+        self.exception_listener: Callable[[JMSException], None] | None = None
+        self._transport = StompTransport(
+            host, port, on_message=self._on_message, on_error=self._on_error, timeout=timeout
+        )
+        headers: dict[str, str] = {}
+        if client_id:
+            headers["client-id"] = client_id
+        if login is not None:
+            headers["login"] = login
+            headers["passcode"] = passcode or ""
+        self._transport.connect(headers)
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids)}"
+
+    def create_session(self, transacted: bool = False, ack_mode: int = AUTO_ACKNOWLEDGE) -> Session:
+        self._check()
+        s = Session(self, transacted, SESSION_TRANSACTED if transacted else ack_mode)
+        self._sessions.append(s)
+        return s
+
+    def start(self) -> None:
+        """Start (or resume) delivery to consumers."""
+        self._check()
+        self._started.set()
+
+    def stop(self) -> None:
+        """Pause delivery; messages wait in the consumers' buffers."""
+        self._started.clear()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        for s in list(self._sessions):
+            s.close()
+        self._closed = True
+        self._started.set()
+        self._transport.close()
+
+    def _check(self) -> None:
+        if self._closed:
+            raise IllegalStateException("the connection is closed")
+        if self._transport.failed is not None:
+            raise self._transport.failed
+
+    def _on_message(self, f: Frame) -> None:
+        cons = self._subs.get(f.headers.get("subscription", ""))
+        if cons is not None:
+            cons._arrived(f)
+
+    def _on_error(self, exc: JMSException) -> None:
+        for cons in list(self._subs.values()):
+            cons._inbox.put(_CLOSED)
+        if self.exception_listener is not None:
+            self.exception_listener(exc)
+
+
+class Session:
+    """A single-threaded context for producing and consuming (JMS Session)."""
+
+    def __init__(self, conn: Connection, transacted: bool, ack_mode: int) -> None:
+        if ack_mode not in (
+            AUTO_ACKNOWLEDGE,
+            CLIENT_ACKNOWLEDGE,
+            DUPS_OK_ACKNOWLEDGE,
+            SESSION_TRANSACTED,
+        ):
+            raise JMSException(f"unknown acknowledge mode {ack_mode}")
+        self.connection = conn
+        self.transacted = transacted
+        self.ack_mode = ack_mode
+        self._consumers: list[MessageConsumer] = []
+        self._unacked: list[tuple[str, str]] = []  # (subscription, ack id), CLIENT mode
+        self._closed = False
+        self._lock = threading.RLock()
+        self._tx: str | None = None
+        if transacted:
+            self._begin()
+
+    # ------------------------------------------------------------------ factories
+    def create_topic(self, name: str) -> Topic:
+        return Topic(name)
+
+    def create_queue(self, name: str) -> Queue:
+        """A queue reference: ``Name`` (managed by the connected host, which creates it on
+        first send or subscribe) or ``Name@HOST`` (managed by HOST)."""
+        return Queue(name)
+
+    def create_temporary_queue(self) -> TemporaryQueue:
+        self._check()
+        tq = TemporaryQueue(self.connection._next_id(f"tmp-{id(self):x}-"), self._delete_temp)
+        # subscribing creates it; the subscription is the connection's own receiver
+        return tq
+
+    def _delete_temp(self, tq: TemporaryQueue) -> None:
+        for c in list(self._consumers):
+            if c.destination == tq:
+                c.close()
+
+    def create_text_message(
+        self, text: str | None = None, properties: dict[str, Any] | None = None
+    ) -> TextMessage:
+        return TextMessage(text, properties)
+
+    def create_bytes_message(
+        self, data: bytes = b"", properties: dict[str, Any] | None = None
+    ) -> BytesMessage:
+        return BytesMessage(data, properties)
+
+    def create_map_message(
+        self, values: dict[str, Any] | None = None, properties: dict[str, Any] | None = None
+    ) -> MapMessage:
+        return MapMessage(values, properties)
+
+    def create_stream_message(
+        self, items: list[Any] | None = None, properties: dict[str, Any] | None = None
+    ) -> StreamMessage:
+        return StreamMessage(items, properties)
+
+    def create_message(self, properties: dict[str, Any] | None = None) -> BytesMessage:
+        return BytesMessage(b"", properties)
+
+    def create_producer(self, destination: Destination | None = None) -> MessageProducer:
+        self._check()
+        return MessageProducer(self, destination)
+
+    def create_consumer(
+        self, destination: Destination, selector: str | None = None, no_local: bool = False
+    ) -> MessageConsumer:
+        return self._consumer(destination, selector, no_local, None)
+
+    def create_durable_subscriber(
+        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+    ) -> MessageConsumer:
+        if not isinstance(topic, Topic):
+            raise InvalidDestinationException("durable subscriptions are for topics")
+        if not self.connection.client_id:
+            raise IllegalStateException("durable subscriptions need a connection client_id")
+        return self._consumer(topic, selector, no_local, name)
+
+    def unsubscribe(self, name: str) -> None:
+        """Delete durable subscription ``name`` of this client id."""
+        self._check()
+        sid = self.connection._next_id("u")
+        self._request(Frame("UNSUBSCRIBE", {"id": sid, "durable-subscription-name": name}))
+
+    def _consumer(
+        self, dest: Destination, selector: str | None, no_local: bool, durable: str | None
+    ) -> MessageConsumer:
+        self._check()
+        if not isinstance(dest, Destination):
+            raise InvalidDestinationException("create_consumer needs a Topic or a Queue")
+        if selector:
+            selector_lang.parse(selector)  # raises InvalidSelectorException locally
+        sid = self.connection._next_id("sub")
+        cons = MessageConsumer(self, dest, sid, selector, no_local)
+        self.connection._subs[sid] = cons
+        ack = "auto" if self.ack_mode == DUPS_OK_ACKNOWLEDGE else "client-individual"
+        h = {"id": sid, "destination": str(dest), "ack": ack}
+        if selector:
+            h["selector"] = selector
+        if no_local:
+            h["no-local"] = "true"
+        if durable:
+            h["durable-subscription-name"] = durable
+        try:
+            self._request(Frame("SUBSCRIBE", h))
+        except JMSException:
+            self.connection._subs.pop(sid, None)
+            raise
+        self._consumers.append(cons)
+        return cons
+
+    # ------------------------------------------------------------------ plumbing
+    def _check(self) -> None:
+        if self._closed:
+            raise IllegalStateException("the session is closed")
+        self.connection._check()
+
+    def _request(self, frame: Frame) -> None:
+        self.connection._transport.request(frame)
+
+    def _begin(self) -> None:
+        self._tx = self.connection._next_id("tx")
+        self._request(Frame("BEGIN", {"transaction": self._tx}))
+
+    def _delivered(self, cons: MessageConsumer, f: Frame, msg: Message) -> None:
+        """Called when a message is handed to the application."""
+        ack_id = f.headers.get("ack")
+        if ack_id is None or self.ack_mode == DUPS_OK_ACKNOWLEDGE:
+            return
+        if self.transacted:
+            assert self._tx is not None
+            self.connection._transport.send(Frame("ACK", {"id": ack_id, "transaction": self._tx}))
+        elif self.ack_mode == AUTO_ACKNOWLEDGE:
+            self.connection._transport.send(Frame("ACK", {"id": ack_id}))
+        else:
+            with self._lock:
+                self._unacked.append((cons._sid, ack_id))
+            msg._ack = self.acknowledge
+
+    def acknowledge(self) -> None:
+        """CLIENT_ACKNOWLEDGE: acknowledge every message consumed by this session so far."""
+        with self._lock:
+            pending, self._unacked = self._unacked, []
+        for i, (_, ack_id) in enumerate(pending):
+            f = Frame("ACK", {"id": ack_id})
+            if i == len(pending) - 1:
+                self._request(f)
+            else:
+                self.connection._transport.send(f)
+
+    def commit(self) -> None:
+        if not self.transacted:
+            raise IllegalStateException("commit() on a non-transacted session")
+        assert self._tx is not None
+        self._request(Frame("COMMIT", {"transaction": self._tx}))
+        self._begin()
+
+    def rollback(self) -> None:
+        """Drop the sends and redeliver the messages consumed in this transaction."""
+        if not self.transacted:
+            raise IllegalStateException("rollback() on a non-transacted session")
+        assert self._tx is not None
+        self._request(Frame("ABORT", {"transaction": self._tx}))
+        self._begin()
+
+    def recover(self) -> None:
+        """CLIENT_ACKNOWLEDGE: redeliver every unacknowledged message of this session."""
+        if self.transacted:
+            raise IllegalStateException("recover() on a transacted session; use rollback()")
+        with self._lock:
+            pending, self._unacked = self._unacked, []
+        for _, ack_id in pending:
+            self._request(Frame("NACK", {"id": ack_id}))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        for c in list(self._consumers):
+            c.close()
+        if self.transacted and self._tx is not None and self.connection._transport.failed is None:
+            with contextlib.suppress(JMSException):
+                self._request(Frame("ABORT", {"transaction": self._tx}))
+        self._closed = True
+        if self in self.connection._sessions:
+            self.connection._sessions.remove(self)
+
+
+class MessageProducer:
+    """Sends messages (JMS MessageProducer) with default delivery mode, priority and TTL."""
+
+    def __init__(self, session: Session, destination: Destination | None) -> None:
+        self.session = session
+        self.destination = destination
+        self.delivery_mode = PERSISTENT
+        self.priority = DEFAULT_PRIORITY
+        self.time_to_live = DEFAULT_TIME_TO_LIVE
+        """Seconds; 0 = the daemon's default lifetime."""
+        self.disable_message_timestamp = False
+        self.sync = True
+        """Wait for the daemon's receipt on each send (errors raise at the send)."""
+
+    def send(
+        self,
+        message: Message,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: float | None = None,
+    ) -> None:
+        dest = destination or self.destination
+        if dest is None:
+            raise InvalidDestinationException("no destination given to send()")
+        s = self.session
+        s._check()
+        message.destination = dest
+        message.delivery_mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        if message.delivery_mode not in (PERSISTENT, NON_PERSISTENT):
+            raise JMSException("delivery_mode must be PERSISTENT or NON_PERSISTENT")
+        message.priority = self.priority if priority is None else priority
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        message.timestamp = int(time.time() * 1000)
+        message.expiration = int((time.time() + ttl) * 1000) if ttl else 0
+        frame = to_frame(message, dest)
+        if s.transacted:
+            frame.headers["transaction"] = s._tx or ""
+        if self.sync:
+            s._request(frame)
+        else:
+            s.connection._transport.send(frame)
+
+    def close(self) -> None:
+        pass
+
+
+class MessageConsumer:
+    """Receives messages (JMS MessageConsumer): ``receive``, or a ``message_listener``."""
+
+    def __init__(
+        self,
+        session: Session,
+        destination: Destination,
+        sid: str,
+        selector: str | None,
+        no_local: bool,
+    ) -> None:
+        self.session = session
+        self.destination = destination
+        self.message_selector = selector
+        self.no_local = no_local
+        self._sid = sid
+        self._inbox: queue.Queue[Any] = queue.Queue()
+        self._listener: Callable[[Message], None] | None = None
+        self._listener_thread: threading.Thread | None = None
+        self._closed = False
+
+    def _arrived(self, f: Frame) -> None:
+        self._inbox.put(f)
+
+    def _take(self, timeout: float | None) -> Message | None:
+        conn = self.session.connection
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._closed:
+                return None
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not conn._started.is_set():
+                if not conn._started.wait(remaining if remaining is not None else None):
+                    return None
+                continue
+            try:
+                item = (
+                    self._inbox.get(timeout=remaining)
+                    if remaining != 0
+                    else self._inbox.get_nowait()
+                )
+            except queue.Empty:
+                return None
+            if item is _CLOSED:
+                self._inbox.put(_CLOSED)
+                if conn._transport.failed is not None and not self._closed:
+                    raise conn._transport.failed
+                return None
+            if not conn._started.is_set():  # stopped meanwhile: keep it for later
+                self._inbox.queue.appendleft(item)
+                continue
+            msg = from_frame(item)
+            self.session._delivered(self, item, msg)
+            return msg
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """Next message; waits ``timeout`` seconds (None = until one comes or close)."""
+        if self._listener is not None:
+            raise IllegalStateException("this consumer has a message listener")
+        return self._take(timeout)
+
+    def receive_no_wait(self) -> Message | None:
+        return self.receive(0)
+
+    @property
+    def message_listener(self) -> Callable[[Message], None] | None:
+        return self._listener
+
+    @message_listener.setter
+    def message_listener(self, listener: Callable[[Message], None] | None) -> None:
+        self._listener = listener
+        if listener is not None and self._listener_thread is None:
+            self._listener_thread = threading.Thread(
+                target=self._listen, daemon=True, name="joms-listener"
+            )
+            self._listener_thread.start()
+
+    def set_message_listener(self, listener: Callable[[Message], None] | None) -> None:
+        self.message_listener = listener
+
+    def _listen(self) -> None:
+        while not self._closed:
+            try:
+                msg = self._take(0.2)
+            except JMSException:
+                return
+            if msg is None:
+                continue
+            listener = self._listener
+            if listener is None:
+                continue
+            try:
+                listener(msg)
+            except Exception:  # JMS: a listener's exception must not stop delivery
+                log.exception("message listener failed")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(_CLOSED)
+        conn = self.session.connection
+        conn._subs.pop(self._sid, None)
+        if self in self.session._consumers:
+            self.session._consumers.remove(self)
+        if conn._transport.failed is None and not conn._closed:
+            with contextlib.suppress(JMSException):
+                conn._transport.request(Frame("UNSUBSCRIBE", {"id": self._sid}))

@@ -1,0 +1,429 @@
+"""JMS message and destination objects of the Python API, and their STOMP form.
+
+Owns the client-side shape of messages (Text, Bytes, Map, Stream bodies; typed properties;
+JMS header fields) and their encoding in SEND/MESSAGE frames: typed properties travel as
+string headers plus ``joms-types``; Map and Stream bodies as JSON with an explicit type per
+value (docs/joms.md). No pickled objects, ever.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import MessageFormatException
+from ..service import model as mdl
+from ..stomp.frame import Frame
+
+PERSISTENT = 2
+"""JMS DeliveryMode.PERSISTENT."""
+NON_PERSISTENT = 1
+"""JMS DeliveryMode.NON_PERSISTENT."""
+
+_VALUE_TYPES = mdl.PROPERTY_TYPES | {"bytes"}
+
+
+# ---------------------------------------------------------------- destinations
+class Destination:
+    """A JMS destination; ``str(d)`` is its STOMP destination."""
+
+    prefix = ""
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise MessageFormatException("a destination needs a name")
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"{self.prefix}{self.name}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and str(other) == str(self)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+class Topic(Destination):
+    prefix = "/topic/"
+
+    @property
+    def topic_name(self) -> str:
+        return self.name
+
+
+class Queue(Destination):
+    """``Name`` (managed by the host this client talks to) or ``Name@HOST``."""
+
+    prefix = "/queue/"
+
+    @property
+    def queue_name(self) -> str:
+        return self.name
+
+
+class TemporaryQueue(Queue):
+    """A queue that lives as long as the connection that created it."""
+
+    prefix = "/temp-queue/"
+
+    def __init__(self, name: str, deleter: Callable[[TemporaryQueue], None] | None = None) -> None:
+        super().__init__(name)
+        self._deleter = deleter
+
+    def delete(self) -> None:
+        if self._deleter is not None:
+            self._deleter(self)
+
+
+def destination_from(text: str | None) -> Destination | None:
+    if not text:
+        return None
+    for cls in (Topic, TemporaryQueue, Queue):
+        if text.startswith(cls.prefix):
+            return cls(text[len(cls.prefix) :])
+    return None
+
+
+# ---------------------------------------------------------------- typed values
+def _type_of(value: Any) -> str:
+    if isinstance(value, bytes | bytearray):
+        return "bytes"
+    return mdl.property_type_of(value)
+
+
+def _encode_value(value: Any, t: str | None = None) -> dict[str, Any]:
+    t = t or _type_of(value)
+    if t not in _VALUE_TYPES:
+        raise MessageFormatException(f"unknown value type {t!r}")
+    if t == "bytes":
+        return {"t": t, "v": base64.b64encode(bytes(value)).decode()}
+    mdl.encode_property(value, t)  # range and type check
+    if t in ("float", "double"):
+        return {"t": t, "v": float(value)}
+    return {"t": t, "v": value}
+
+
+def _decode_value(item: Any) -> tuple[Any, str]:
+    if not isinstance(item, dict) or item.get("t") not in _VALUE_TYPES:
+        raise MessageFormatException("malformed typed value in a map/stream body")
+    t, v = item["t"], item.get("v")
+    if t == "bytes":
+        return base64.b64decode(v), t
+    return v, t
+
+
+# ---------------------------------------------------------------- messages
+class Message:
+    """A JMS message: header fields, typed properties, and a body (in subclasses)."""
+
+    body_type = "bytes"
+
+    def __init__(self, properties: dict[str, Any] | None = None) -> None:
+        self.message_id: str | None = None
+        self.timestamp: int = 0
+        self.destination: Destination | None = None
+        self.reply_to: Destination | None = None
+        self.correlation_id: str | None = None
+        self.type: str | None = None
+        self.delivery_mode: int = PERSISTENT
+        self.priority: int = 4
+        self.expiration: int = 0
+        self.redelivered: bool = False
+        self._props: dict[str, Any] = {}
+        self._types: dict[str, str] = {}
+        self._ack: Callable[[], None] | None = None
+        for k, v in (properties or {}).items():
+            self.set_property(k, v)
+
+    # properties
+    def set_property(self, name: str, value: Any, jms_type: str | None = None) -> None:
+        mdl.check_property_name(name)
+        t = jms_type or mdl.property_type_of(value)
+        mdl.encode_property(value, t)
+        self._props[name] = value
+        self._types[name] = t
+
+    def set_int_property(self, name: str, value: int) -> None:
+        self.set_property(name, value, "int")
+
+    def set_long_property(self, name: str, value: int) -> None:
+        self.set_property(name, value, "long")
+
+    def set_float_property(self, name: str, value: float) -> None:
+        self.set_property(name, value, "float")
+
+    def set_double_property(self, name: str, value: float) -> None:
+        self.set_property(name, value, "double")
+
+    def set_boolean_property(self, name: str, value: bool) -> None:
+        self.set_property(name, value, "boolean")
+
+    def set_string_property(self, name: str, value: str) -> None:
+        self.set_property(name, value, "string")
+
+    def get_property(self, name: str) -> Any:
+        return self._props.get(name)
+
+    def property_type(self, name: str) -> str | None:
+        return self._types.get(name)
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        return dict(self._props)
+
+    def property_names(self) -> list[str]:
+        return list(self._props)
+
+    def clear_properties(self) -> None:
+        self._props.clear()
+        self._types.clear()
+
+    def acknowledge(self) -> None:
+        """CLIENT_ACKNOWLEDGE: acknowledge every message the session consumed so far."""
+        if self._ack is not None:
+            self._ack()
+
+    # body codec (subclasses)
+    def _encode_body(self) -> bytes:
+        raise NotImplementedError
+
+    def _decode_body(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.message_id} to {self.destination}>"
+
+
+class TextMessage(Message):
+    body_type = "text"
+
+    def __init__(self, text: str | None = None, properties: dict[str, Any] | None = None) -> None:
+        super().__init__(properties)
+        self.text = text
+
+    def _encode_body(self) -> bytes:
+        return (self.text or "").encode("utf-8")
+
+    def _decode_body(self, data: bytes) -> None:
+        self.text = data.decode("utf-8", "replace")
+
+
+class BytesMessage(Message):
+    body_type = "bytes"
+
+    def __init__(self, data: bytes = b"", properties: dict[str, Any] | None = None) -> None:
+        super().__init__(properties)
+        self.data = bytes(data)
+
+    def write_bytes(self, data: bytes) -> None:
+        self.data += bytes(data)
+
+    def _encode_body(self) -> bytes:
+        return self.data
+
+    def _decode_body(self, data: bytes) -> None:
+        self.data = data
+
+
+class MapMessage(Message):
+    """Name -> typed value (bool, int, float, str, bytes); set_int etc. fix the JMS type."""
+
+    body_type = "map"
+
+    def __init__(
+        self, values: dict[str, Any] | None = None, properties: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(properties)
+        self._map: dict[str, tuple[Any, str]] = {}
+        for k, v in (values or {}).items():
+            self.set(k, v)
+
+    def set(self, name: str, value: Any, jms_type: str | None = None) -> None:
+        enc = _encode_value(value, jms_type)
+        self._map[name] = (value, enc["t"])
+
+    def set_int(self, name: str, value: int) -> None:
+        self.set(name, value, "int")
+
+    def set_long(self, name: str, value: int) -> None:
+        self.set(name, value, "long")
+
+    def set_double(self, name: str, value: float) -> None:
+        self.set(name, value, "double")
+
+    def set_string(self, name: str, value: str) -> None:
+        self.set(name, value, "string")
+
+    def get(self, name: str) -> Any:
+        item = self._map.get(name)
+        return None if item is None else item[0]
+
+    def item_type(self, name: str) -> str | None:
+        item = self._map.get(name)
+        return None if item is None else item[1]
+
+    @property
+    def map(self) -> dict[str, Any]:
+        return {k: v for k, (v, _) in self._map.items()}
+
+    def _encode_body(self) -> bytes:
+        return json.dumps({k: _encode_value(v, t) for k, (v, t) in self._map.items()}).encode()
+
+    def _decode_body(self, data: bytes) -> None:
+        try:
+            raw = json.loads(data or b"{}")
+        except ValueError:
+            raise MessageFormatException("a map body is not JSON") from None
+        if not isinstance(raw, dict):
+            raise MessageFormatException("a map body is a JSON object")
+        self._map = {k: _decode_value(v) for k, v in raw.items()}
+
+
+class StreamMessage(Message):
+    """A sequence of typed values, read back in order."""
+
+    body_type = "stream"
+
+    def __init__(
+        self, items: list[Any] | None = None, properties: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(properties)
+        self._items: list[tuple[Any, str]] = []
+        self._pos = 0
+        for v in items or []:
+            self.write(v)
+
+    def write(self, value: Any, jms_type: str | None = None) -> None:
+        enc = _encode_value(value, jms_type)
+        self._items.append((value, enc["t"]))
+
+    def read(self) -> Any:
+        from ..errors import MessageEOFException
+
+        if self._pos >= len(self._items):
+            raise MessageEOFException("end of the stream message")
+        self._pos += 1
+        return self._items[self._pos - 1][0]
+
+    def reset(self) -> None:
+        self._pos = 0
+
+    @property
+    def items(self) -> list[Any]:
+        return [v for v, _ in self._items]
+
+    def _encode_body(self) -> bytes:
+        return json.dumps([_encode_value(v, t) for v, t in self._items]).encode()
+
+    def _decode_body(self, data: bytes) -> None:
+        try:
+            raw = json.loads(data or b"[]")
+        except ValueError:
+            raise MessageFormatException("a stream body is not JSON") from None
+        if not isinstance(raw, list):
+            raise MessageFormatException("a stream body is a JSON list")
+        self._items = [_decode_value(v) for v in raw]
+        self._pos = 0
+
+
+_BY_BODY: dict[str, type[Message]] = {
+    "text": TextMessage,
+    "bytes": BytesMessage,
+    "map": MapMessage,
+    "stream": StreamMessage,
+}
+
+
+def to_frame(msg: Message, destination: Destination) -> Frame:
+    """The SEND frame for a message (header fields already set on it)."""
+    h: dict[str, str] = {
+        "destination": str(destination),
+        "joms-body-type": msg.body_type,
+        "content-type": "text/plain;charset=utf-8"
+        if msg.body_type == "text"
+        else "application/octet-stream",
+        "persistent": "true" if msg.delivery_mode == PERSISTENT else "false",
+        "priority": str(msg.priority),
+        "expires": str(msg.expiration),
+    }
+    if msg.reply_to is not None:
+        h["reply-to"] = str(msg.reply_to)
+    if msg.correlation_id is not None:
+        h["correlation-id"] = msg.correlation_id
+    if msg.type is not None:
+        h["type"] = msg.type
+    for name, value in msg._props.items():
+        h[name] = mdl.encode_property(value, msg._types[name])
+    types = mdl.encode_types(msg._types)
+    if types:
+        h["joms-types"] = types
+    return Frame("SEND", h, msg._encode_body())
+
+
+def from_frame(f: Frame) -> Message:
+    """Rebuild a received message from its MESSAGE frame."""
+    h = f.headers
+    cls = _BY_BODY.get(h.get("joms-body-type", ""))
+    if cls is None:
+        cls = TextMessage if h.get("content-type", "").startswith("text/") else BytesMessage
+    msg = cls.__new__(cls)
+    Message.__init__(msg)
+    if cls is MapMessage:
+        msg._map = {}  # type: ignore[attr-defined]
+    if cls is StreamMessage:
+        msg._items, msg._pos = [], 0  # type: ignore[attr-defined]
+    msg._decode_body(f.body)
+    msg.message_id = h.get("message-id")
+    msg.destination = destination_from(h.get("destination"))
+    msg.reply_to = destination_from(h.get("reply-to"))
+    msg.correlation_id = h.get("correlation-id")
+    msg.type = h.get("type")
+    msg.delivery_mode = PERSISTENT if h.get("persistent", "true") == "true" else NON_PERSISTENT
+    msg.redelivered = h.get("redelivered") == "true"
+    for attr, key in (
+        ("priority", "priority"),
+        ("timestamp", "timestamp"),
+        ("expiration", "expires"),
+    ):
+        with contextlib.suppress(ValueError):
+            setattr(msg, attr, int(h.get(key, "0")))
+    try:
+        types = mdl.decode_types(h.get("joms-types", ""))
+    except ValueError:
+        types = {}
+    skip = {
+        "subscription",
+        "message-id",
+        "destination",
+        "ack",
+        "content-type",
+        "content-length",
+        "joms-body-type",
+        "joms-types",
+        "persistent",
+        "priority",
+        "timestamp",
+        "expires",
+        "redelivered",
+        "correlation-id",
+        "reply-to",
+        "type",
+    }
+    for name, value in h.items():
+        if name in skip:
+            continue
+        t = types.get(name, "string")
+        try:
+            msg._props[name] = mdl.decode_property(value, t)
+            msg._types[name] = t
+        except ValueError:
+            msg._props[name] = value
+            msg._types[name] = "string"
+    return msg

@@ -1,0 +1,212 @@
+"""The Python JMS-shaped API end to end, against loopback hosts (one and two daemons)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from joms_support import LoopThread, start_hosts
+
+import joms
+from joms.runtime import LoopbackHost
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[LoopThread]:
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture(scope="module")
+def pair(loop: LoopThread) -> Iterator[list[LoopbackHost]]:
+    hosts = start_hosts(loop, 2, prefix="api")
+    yield hosts
+    for h in hosts:
+        loop.call(h.stop())
+
+
+def test_issue_example_chat_with_durable_subscriber(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url, client_id="app1") as conn:
+        session = conn.create_session(transacted=False, ack_mode=joms.AUTO_ACKNOWLEDGE)
+        topic = session.create_topic("ChatRoom1")
+        session.create_producer(topic).send(
+            session.create_text_message("Hello", properties={"language": "English"})
+        )
+        sub = session.create_durable_subscriber(
+            topic, "chat", selector="language IN ('English','French')"
+        )
+        msg = sub.receive(timeout=5.0)
+        assert isinstance(msg, joms.TextMessage)
+        assert msg.text == "Hello"
+        assert msg.get_property("language") == "English"
+        assert msg.destination == topic
+        sub.close()
+        session.unsubscribe("chat")
+
+
+def test_topic_across_daemons_with_typed_properties_and_priority(pair: list[LoopbackHost]) -> None:
+    a, b = pair
+    with joms.connect(b.stomp_url) as cb, joms.connect(a.stomp_url) as ca:
+        sb = cb.create_session()
+        t = sb.create_topic("sensors")
+        cons = sb.create_consumer(t, selector="temp > 20.5 AND site = 'north'")
+        sa = ca.create_session()
+        prod = sa.create_producer(t)
+        prod.priority = 7
+        prod.delivery_mode = joms.NON_PERSISTENT
+        m1 = sa.create_map_message({"x": 1, "blob": b"\x00\x01"}, properties={"site": "north"})
+        m1.set_double_property("temp", 25.0)
+        m2 = sa.create_text_message("cold", properties={"site": "north", "temp": 3.5})
+        prod.send(m2)
+        prod.send(m1)
+        got = cons.receive(timeout=10)
+        assert isinstance(got, joms.MapMessage)
+        assert got.map == {"x": 1, "blob": b"\x00\x01"}
+        assert got.item_type("x") == "int"
+        assert got.get_property("temp") == 25.0
+        assert got.property_type("temp") == "double"
+        assert got.priority == 7
+        assert got.delivery_mode == joms.NON_PERSISTENT
+        assert got.message_id and got.message_id.startswith("ID:api1-")
+        assert cons.receive(timeout=0.3) is None
+
+
+def test_stream_and_bytes_bodies_and_receive_no_wait(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic("bodies")
+        cons = s.create_consumer(t)
+        assert cons.receive_no_wait() is None
+        p = s.create_producer(t)
+        p.send(s.create_stream_message([True, 3, 2.5, "x", b"\xff"]))
+        p.send(s.create_bytes_message(b"\x00raw\x00"))
+        m = cons.receive(5)
+        assert isinstance(m, joms.StreamMessage)
+        assert [m.read() for _ in range(5)] == [True, 3, 2.5, "x", b"\xff"]
+        with pytest.raises(joms.MessageEOFException):
+            m.read()
+        b = cons.receive(5)
+        assert isinstance(b, joms.BytesMessage) and b.data == b"\x00raw\x00"
+
+
+def test_listener_stop_start_and_no_local(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c, joms.connect(a.stomp_url) as other:
+        s = c.create_session()
+        t = s.create_topic("listen")
+        got: list[str] = []
+        done = threading.Event()
+
+        def on_message(m: joms.Message) -> None:
+            assert isinstance(m, joms.TextMessage)
+            got.append(m.text or "")
+            if len(got) == 2:
+                done.set()
+
+        cons = s.create_consumer(t, no_local=True)
+        cons.message_listener = on_message
+        c.stop()
+        s.create_producer(t).send(s.create_text_message("own"))
+        os_ = other.create_session()
+        op = os_.create_producer(t)
+        op.send(os_.create_text_message("one"))
+        assert not done.wait(0.3) and got == []  # stopped: nothing delivered
+        c.start()
+        op.send(os_.create_text_message("two"))
+        assert done.wait(5)
+        assert got == ["one", "two"]
+
+
+def test_bad_selector_raises_locally_and_connection_survives(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        with pytest.raises(joms.InvalidSelectorException):
+            s.create_consumer(s.create_topic("x"), selector="a = = 2")
+        with pytest.raises(joms.MessageFormatException):
+            s.create_text_message("x", properties={"JMSBad": 1})
+        cons = s.create_consumer(s.create_topic("x"))
+        s.create_producer(s.create_topic("x")).send(s.create_text_message("ok"))
+        assert cons.receive(5).text == "ok"
+
+
+def test_client_acknowledge_and_recover(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url, client_id="cack") as c:
+        s = c.create_session(ack_mode=joms.CLIENT_ACKNOWLEDGE)
+        q = s.create_queue("acks")
+        cons = s.create_consumer(q)
+        p = s.create_producer(q)
+        for i in range(2):
+            p.send(s.create_text_message(f"m{i}"))
+        m0, m1 = cons.receive(5), cons.receive(5)
+        assert (m0.text, m1.text) == ("m0", "m1")
+        s.recover()
+        r0, r1 = cons.receive(5), cons.receive(5)
+        assert {r0.text, r1.text} == {"m0", "m1"}
+        assert r0.redelivered and r1.redelivered
+        r1.acknowledge()
+        assert cons.receive(0.3) is None
+
+
+def test_transacted_session_commit_and_rollback(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session(transacted=True)
+        q = s.create_queue("txq")
+        cons = s.create_consumer(q)
+        p = s.create_producer(q)
+        p.send(s.create_text_message("held"))
+        assert cons.receive(0.3) is None  # not sent before commit
+        s.commit()
+        m = cons.receive(5)
+        assert m.text == "held" and not m.redelivered
+        s.rollback()
+        again = cons.receive(5)
+        assert again.text == "held" and again.redelivered
+        s.commit()
+        assert cons.receive(0.3) is None
+
+
+def test_work_queue_across_daemons_and_request_reply(pair: list[LoopbackHost]) -> None:
+    a, b = pair
+    with joms.connect(a.stomp_url) as ca, joms.connect(b.stomp_url) as cb:
+        # a service on host b answers requests sent to queue "svc" managed by b
+        sb = cb.create_session()
+        svc_q = sb.create_queue("svc")
+        server = sb.create_consumer(svc_q)
+        replier = sb.create_producer()
+        # the client on host a addresses svc@api2 and waits on a temporary queue
+        sa = ca.create_session()
+        tmp = sa.create_temporary_queue()
+        replies = sa.create_consumer(tmp)
+        req = sa.create_text_message("2+2")
+        req.reply_to = tmp
+        req.correlation_id = "c-1"
+        sa.create_producer(sa.create_queue("svc@api2")).send(req)
+        got = server.receive(10)
+        assert got.text == "2+2" and got.reply_to is not None
+        ans = sb.create_text_message("4")
+        ans.correlation_id = got.correlation_id
+        replier.send(ans, got.reply_to)
+        r = replies.receive(10)
+        assert r.text == "4" and r.correlation_id == "c-1"
+
+
+def test_durable_subscription_requires_client_id(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        with pytest.raises(joms.IllegalStateException):
+            s.create_durable_subscriber(s.create_topic("t"), "n")
+
+
+def test_client_id_conflict_raises(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url, client_id="only-one"):
+        with pytest.raises(joms.InvalidClientIDException):
+            joms.connect(a.stomp_url, client_id="only-one")
