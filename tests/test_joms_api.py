@@ -207,6 +207,8 @@ def test_durable_subscription_requires_client_id(pair: list[LoopbackHost]) -> No
 
 def test_client_id_conflict_raises(pair: list[LoopbackHost]) -> None:
     a, _ = pair
-    with joms.connect(a.stomp_url, client_id="only-one"):
-        with pytest.raises(joms.InvalidClientIDException):
-            joms.connect(a.stomp_url, client_id="only-one")
+    with (
+        joms.connect(a.stomp_url, client_id="only-one"),
+        pytest.raises(joms.InvalidClientIDException),
+    ):
+        joms.connect(a.stomp_url, client_id="only-one")
