@@ -1,0 +1,254 @@
+"""The JOMS service alone, sans-IO: core nodes on the virtual medium, virtual time."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dodwan import MessageDelivered
+from dodwan.virtual import VirtualNetwork
+from joms.errors import IllegalStateException, InvalidSelectorException
+from joms.service import (
+    Destination,
+    JomsMessage,
+    JomsService,
+    MemoryServiceStore,
+    MessageDispatched,
+    ServiceConfig,
+    SqliteServiceStore,
+)
+from joms.service import model as mdl
+from joms.service.core_port import NodePort
+from joms.service.queues import ManagedQueue
+
+
+class World:
+    """Virtual network + one JOMS service per host, delivering node events to services."""
+
+    def __init__(self, *hosts: str, config: ServiceConfig | None = None, **node: Any) -> None:
+        self.net = VirtualNetwork(seed=1, start=1000.0)
+        self.cfg = config or ServiceConfig(lease=6.0, directory_period=2.0)
+        self.node_kw = {"announce_period": 0.5, **node}
+        self.svc: dict[str, JomsService] = {}
+        self.seen: dict[str, int] = {}
+        self.events: dict[str, list[MessageDispatched]] = {}
+        for h in hosts:
+            self.net.add(h, **self.node_kw)
+            self.attach(h, MemoryServiceStore())
+        self.net.connect_all(*hosts)
+
+    def attach(self, h: str, store: Any) -> JomsService:
+        port = NodePort(self.net.node(h), lambda: self.net.now)
+        s = JomsService(port, self.cfg, store, random.Random(h))
+        s.start(self.net.now)
+        self.svc[h] = s
+        self.seen[h] = len(self.net.events(h))
+        self.events.setdefault(h, [])
+        self.net._after_input(h)
+        return s
+
+    def step(self) -> None:
+        for h, s in self.svc.items():
+            self.net._after_input(h)
+            evs = self.net.events(h)
+            while self.seen[h] < len(evs):
+                ev = evs[self.seen[h]]
+                self.seen[h] += 1
+                if isinstance(ev, MessageDelivered) and ev.subscription.startswith("joms:"):
+                    s.on_delivery(ev.subscription, ev.descriptor, ev.payload, self.net.now)
+            t = s.get_timer()
+            if t is not None and t <= self.net.now:
+                s.handle_timer(self.net.now)
+            while (e := s.next_event()) is not None:
+                self.events[h].append(e)
+            self.net._after_input(h)
+
+    def run(self, seconds: float, dt: float = 0.05) -> None:
+        end = self.net.now + seconds
+        while self.net.now < end:
+            self.net.run(dt)
+            self.step()
+
+    def bodies(self, h: str) -> list[bytes]:
+        return [e.message.body for e in self.events[h]]
+
+
+def text(dest: Destination, body: str, **props: Any) -> JomsMessage:
+    return JomsMessage(destination=dest, body=body.encode(), properties=props)
+
+
+def test_descriptor_mapping_round_trips_every_field() -> None:
+    m = JomsMessage(
+        destination=Destination("queue", "Q@h1"),
+        body=b"\x00x",
+        body_type="bytes",
+        properties={"flag": True, "n": 7, "big": 1 << 40, "x": 1.5, "s": "v"},
+        property_types={"n": "short", "x": "float"},
+        message_id="ID:h1-1",
+        delivery_mode=mdl.NON_PERSISTENT,
+        priority=8,
+        timestamp=123,
+        expiration=456,
+        correlation_id="c",
+        reply_to="/queue/R@h2",
+        type="t",
+        connection="h1/c1",
+    )
+    d = mdl.to_descriptor(m)
+    assert d["destination_id"] == "Q@h1" and d["destination_type"] == "queue"
+    assert d["jms_types"] == "big:long,flag:boolean,n:short,x:float"
+    d["priority"] = "8"  # DoDWAN's own attribute on delivery
+    back = mdl.from_descriptor(d, m.body)
+    assert back.properties == m.properties
+    assert back.property_types["n"] == "short"
+    for f in ("message_id", "delivery_mode", "priority", "timestamp", "expiration"):
+        assert getattr(back, f) == getattr(m, f)
+    assert (back.correlation_id, back.reply_to, back.type) == ("c", "/queue/R@h2", "t")
+    assert mdl.thaw(mdl.freeze(m)).properties == m.properties
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"destination_type": "topic"},
+        {"destination_type": "nope", "destination_id": "x"},
+        {"destination_type": "topic", "destination_id": "x", "jms_types": "a:weird"},
+        {"destination_type": "topic", "destination_id": "x", "n": "z", "jms_types": "n:int"},
+        {"destination_type": "queue", "destination_id": "noat"},
+    ],
+)
+def test_malformed_descriptors_raise_value_error(bad: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        mdl.from_descriptor(bad, b"")
+
+
+def test_topic_selector_in_profile_and_local_evaluation() -> None:
+    w = World("a", "b")
+    cb = w.svc["b"].open_connection(w.net.now)
+    w.svc["b"].subscribe(
+        cb, Destination("topic", "news"), w.net.now, selector="lang = 'en' AND n > 2"
+    )
+    profile = w.net.node("b").profile()["own"]
+    assert {
+        "jms_kind": "message",
+        "destination_type": "topic",
+        "destination_id": "news",
+        "lang": "en",
+    } in profile
+    ca = w.svc["a"].open_connection(w.net.now)
+    t = Destination("topic", "news")
+    for n, lang in [(5, "en"), (1, "en"), (5, "fr")]:
+        w.svc["a"].send(ca, text(t, f"{lang}{n}", lang=lang, n=n), w.net.now)
+    w.run(5)
+    assert w.bodies("b") == [b"en5"]
+    # the French one never travelled: it did not match b's profile
+    langs = [e["descriptor"].get("lang") for e in w.net.node("b").cache_listing()]
+    assert "en" in langs and "fr" not in langs
+
+
+def test_invalid_selector_and_refused_nondurable() -> None:
+    w = World("a", config=ServiceConfig(nondurable="refuse"))
+    s = w.svc["a"]
+    c = s.open_connection(w.net.now, "cid")
+    with pytest.raises(InvalidSelectorException):
+        s.subscribe(c, Destination("topic", "t"), w.net.now, selector="x LIKE", durable_name="d")
+    with pytest.raises(IllegalStateException, match="durable"):
+        s.subscribe(c, Destination("topic", "t"), w.net.now)
+
+
+def test_durable_state_survives_service_restart_on_sqlite(tmp_path: Path) -> None:
+    w = World("a", "b")
+    store = SqliteServiceStore(tmp_path / "joms.sqlite")
+    s = w.attach("b", store)
+    c = s.open_connection(w.net.now, "app")
+    cons = s.subscribe(c, Destination("topic", "t"), w.net.now, durable_name="d", ack_mode="client")
+    s.close_connection(c, w.net.now)
+    ca = w.svc["a"].open_connection(w.net.now)
+    w.svc["a"].send(ca, text(Destination("topic", "t"), "kept"), w.net.now)
+    w.run(4)
+    assert w.events["b"] == []
+    store.close()
+    del cons
+    # restart: a new service on the same file
+    s2 = w.attach("b", SqliteServiceStore(tmp_path / "joms.sqlite"))
+    c2 = s2.open_connection(w.net.now, "app")
+    s2.subscribe(c2, Destination("topic", "t"), w.net.now, durable_name="d", ack_mode="client")
+    w.step()
+    assert w.bodies("b") == [b"kept"]
+
+
+def test_queue_lease_expiry_hands_message_to_another_receiver() -> None:
+    w = World("m", "r1", "r2")
+    q = w.svc["m"].create_queue("jobs", w.net.now)
+    c1 = w.svc["r1"].open_connection(w.net.now)
+    w.svc["r1"].subscribe(c1, q, w.net.now, ack_mode="client-individual")
+    w.run(3)
+    # r1 is cut off before any traffic: the manager still holds its lease
+    w.net.isolate("r1")
+    c2 = w.svc["r2"].open_connection(w.net.now)
+    w.svc["r2"].subscribe(c2, q, w.net.now)
+    w.run(2)
+    cm = w.svc["m"].open_connection(w.net.now)
+    for i in range(4):
+        w.svc["m"].send(cm, text(q, f"j{i}"), w.net.now)
+    w.run(12)  # r1's lease (6 s) expires; its share goes to r2
+    assert sorted(w.bodies("r2")) == [b"j0", b"j1", b"j2", b"j3"]
+    assert w.svc["m"].queue_status("jobs@m")["pending"] == 0
+    assert list(w.svc["m"].queue_status("jobs@m")["receivers"]) == [
+        next(iter(w.svc["m"].queue_status("jobs@m")["receivers"]))
+    ]
+
+
+class FirstOnly:
+    def choose(self, queue: ManagedQueue, message: JomsMessage, candidates: list[str]) -> str:
+        return sorted(candidates)[0]
+
+
+def first_only() -> FirstOnly:
+    return FirstOnly()
+
+
+def test_receiver_policy_is_replaceable_by_configuration() -> None:
+    cfg = ServiceConfig(receiver_policy=f"{__name__}:first_only", lease=6.0)
+    w = World("m", config=cfg)
+    s = w.svc["m"]
+    q = s.create_queue("p", w.net.now)
+    c = s.open_connection(w.net.now)
+    a = s.subscribe(c, q, w.net.now)
+    b = s.subscribe(c, q, w.net.now)
+    for i in range(4):
+        s.send(c, text(q, f"{i}"), w.net.now)
+    w.run(1)
+    by = {e.consumer for e in w.events["m"]}
+    assert len(w.events["m"]) == 4 and len(by) == 1 and by <= {a, b}
+
+
+def test_directory_learns_queues_and_topics_of_other_hosts() -> None:
+    w = World("a", "b")
+    w.svc["a"].create_queue("orders", w.net.now)
+    ca = w.svc["a"].open_connection(w.net.now)
+    w.svc["a"].send(ca, text(Destination("topic", "weather"), "x"), w.net.now)
+    w.run(6)
+    known = w.svc["b"].destinations()
+    assert "orders@a" in known["queues"]
+    assert "weather" in known["topics"]
+    assert w.svc["b"].lookup_queue("orders") == ["orders@a"]
+
+
+def test_expired_messages_are_not_dispatched() -> None:
+    w = World("a")
+    s = w.svc["a"]
+    c = s.open_connection(w.net.now, "x")
+    t = Destination("topic", "t")
+    s.subscribe(c, t, w.net.now, durable_name="d")
+    s.close_connection(c, w.net.now)
+    s.send(s.open_connection(w.net.now), text(t, "short"), w.net.now, time_to_live=1.0)
+    w.run(0.2)
+    w.run(3)
+    c = s.open_connection(w.net.now, "x")
+    s.subscribe(c, t, w.net.now, durable_name="d")
+    w.step()
+    assert w.events["a"] == []
