@@ -303,22 +303,19 @@ def publish(
         attrs["id"] = msg_id
     if (text is None) == (file_ is None):
         raise click.ClickException("give exactly one of --text or --file")
-    if text is not None:
-        body: dict[str, Any] = {"text": text}
-    else:
-        assert file_ is not None
+    data = text.encode("utf-8") if text is not None else b""
+    if file_ is not None:
         try:
             data = sys.stdin.buffer.read() if file_ == "-" else Path(file_).read_bytes()
         except FileNotFoundError:
             raise click.ClickException(f"file {file_} does not exist") from None
         except OSError as exc:
             raise click.ClickException(f"cannot read {file_}: {exc.strerror}") from None
-        body = {"payload_b64": base64.b64encode(data).decode("ascii")}
     if not ttl > 0:
         raise click.ClickException("--ttl must be positive")
-    body.update(attributes=attrs, ttl=ttl, priority=priority, persistent=persistent)
+    fields = {"attributes": attrs, "ttl": ttl, "priority": priority, "persistent": persistent}
     client = _client(ctx, local_state_dir)
-    res = _call(lambda: client.post("/publish", body))
+    res = _call(lambda: client.publish_bytes(data, **fields))
     if as_json:
         _out_json(res)
     else:

@@ -18,6 +18,9 @@ from typing import Any, Protocol
 
 log = logging.getLogger("dodwan.daemon.admin")
 
+RAW_PAYLOAD = "\x00raw"
+"""Body key under which a raw (``application/octet-stream``) request body is passed on."""
+
 MAX_BODY = 96 * 1024 * 1024
 """Largest request body (a publication of the largest payload, base64-encoded)."""
 
@@ -137,14 +140,13 @@ class AdminServer:
         query = dict(urllib.parse.parse_qsl(url.query))
         try:
             body: dict[str, Any] = {}
-            if raw:
-                try:
-                    parsed = json.loads(raw)
-                except ValueError:
-                    raise ApiError(400, "request body is not JSON") from None
-                if not isinstance(parsed, dict):
-                    raise ApiError(400, "request body must be a JSON object")
-                body = parsed
+            binary = headers.get("content-type", "").startswith("application/octet-stream")
+            if binary:
+                # A raw payload; the other fields come as JSON in the X-Dodwan-Publish header.
+                body = self._json_object(headers.get("x-dodwan-publish", "") or "{}")
+                body[RAW_PAYLOAD] = raw
+            elif raw:
+                body = self._json_object(raw)
             if method == "POST" and path == "/follow":
                 await self._stream(reader, writer, self.app.follow(body))
                 return
@@ -155,6 +157,17 @@ class AdminServer:
             log.exception("admin request %s %s failed", method, path)
             response = _json(500, {"error": f"internal error: {exc}"})
         await self._send(writer, response)
+
+    @staticmethod
+    def _json_object(raw: bytes | str) -> dict[str, Any]:
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            raise ApiError(400, "request body is not JSON") from None
+        if not isinstance(parsed, dict):
+            raise ApiError(400, "request body must be a JSON object")
+        parsed.pop(RAW_PAYLOAD, None)
+        return parsed
 
     async def _route(
         self, method: str, path: str, query: dict[str, str], body: dict[str, Any]

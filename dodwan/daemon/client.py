@@ -41,12 +41,25 @@ class AdminClient:
             raise ClientError(f"cannot read {path}: {exc}") from None
 
     def _open(
-        self, method: str, path: str, body: Any = None, stream: bool = False
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        stream: bool = False,
+        raw: bytes | None = None,
     ) -> http.client.HTTPResponse:
         timeout = None if stream else self.timeout  # a stream waits for deliveries
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
+        headers: dict[str, str] = {}
+        data: bytes | None
+        if raw is not None:
+            data = raw
+            headers["Content-Type"] = "application/octet-stream"
+            headers["X-Dodwan-Publish"] = json.dumps(body or {}, ensure_ascii=True)
+        else:
+            data = None if body is None else json.dumps(body).encode()
+            if data is not None:
+                headers["Content-Type"] = "application/json"
         try:
             conn.request(method, urllib.parse.quote(path, safe="/?=&"), body=data, headers=headers)
             return conn.getresponse()
@@ -57,8 +70,8 @@ class AdminClient:
         except (OSError, http.client.HTTPException) as exc:
             raise ClientError(f"admin API at {self.host}:{self.port}: {exc}") from None
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        resp = self._open(method, path, body)
+    def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Any:
+        resp = self._open(method, path, body, raw=raw)
         try:
             raw = resp.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -81,6 +94,10 @@ class AdminClient:
 
     def post(self, path: str, body: Any) -> Any:
         return self.request("POST", path, body)
+
+    def publish_bytes(self, payload: bytes, **fields: Any) -> Any:
+        """``POST /publish`` with a raw body (no base64); ``fields`` as in the JSON form."""
+        return self.request("POST", "/publish", fields, raw=payload)
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)

@@ -102,6 +102,14 @@ SETTINGS: tuple[Setting, ...] = (
         "an operating-system crash or power loss, at a cost per input.",
     ),
     Setting(
+        "fragment_commit_delay",
+        0.25,
+        "Seconds received fragments of a still-incomplete message may wait for their SQLite "
+        "commit (batched for speed; a crash loses at most these, and they are fetched again). "
+        "Publications, completed messages, deliveries and subscriptions are committed before "
+        "the call returns whatever this is. 0 = commit every input.",
+    ),
+    Setting(
         "log_level",
         "info",
         "Logging threshold: debug, info, warning or error (logs go to stderr).",
@@ -239,7 +247,7 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
         raise ConfigError("log_level must be debug, info, warning or error")
     if str(values["sqlite_synchronous"]).upper() not in ("NORMAL", "FULL", "EXTRA", "OFF"):
         raise ConfigError("sqlite_synchronous must be NORMAL, FULL, EXTRA or OFF")
-    for name in ("bitrate", "burst", "socket_buffer", "exec_timeout"):
+    for name in ("bitrate", "burst", "socket_buffer", "exec_timeout", "fragment_commit_delay"):
         if values[name] < 0:
             raise ConfigError(f"{name} must not be negative")
     if values["exec_concurrency"] < 1 or values["burst"] < 1:

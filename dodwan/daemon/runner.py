@@ -37,7 +37,7 @@ from ..core import (
     PatternError,
     Profile,
 )
-from .admin import AdminServer, ApiError
+from .admin import RAW_PAYLOAD, AdminServer, ApiError
 from .config import DaemonConfig
 from .pacer import Pacer
 from .service_host import SERVICE_PREFIX
@@ -119,7 +119,11 @@ class Daemon:
             ) from None
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / ADMIN_FILE).unlink()
-        self.store = SqliteStore(self.state_dir / DB_FILE, self.config.sqlite_synchronous)
+        self.store = SqliteStore(
+            self.state_dir / DB_FILE,
+            self.config.sqlite_synchronous,
+            commit_delay=self.config.fragment_commit_delay,
+        )
         host_id = self.config.host_id or self.store.get_meta("host_id") or generate_host_id()
         if self.store.get_meta("host_id") != host_id:
             self.store.set_meta("host_id", host_id)
@@ -142,7 +146,7 @@ class Daemon:
         )
         now = time.time()
         self.pacer = Pacer(self.transport.send, float(self.config.bitrate), self.config.burst, now)
-        await self.transport.start(self._on_datagram)
+        await self.transport.start(self._on_datagram, self._after_input)
         self.admin = AdminServer(self)
         try:
             host, port = await self.admin.start(*self._admin_addr)
@@ -254,7 +258,7 @@ class Daemon:
         if node is None:
             return
         node.receive_datagram(data, addr, time.time())
-        self._after_input()
+        # The transport calls _after_input once per batch of datagrams.
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -381,6 +385,9 @@ class Daemon:
         if self.transport is not None:
             out["udp_send_errors"] = self.transport.send_errors
             out["udp_receive_errors"] = self.transport.receive_errors
+            out["udp_own_filtered"] = self.transport.own_filtered
+            if self.transport._tx_proto is not None:
+                out["udp_send_errors"] += self.transport._tx_proto.errors
         return out
 
     def peers(self) -> dict[str, Any]:
@@ -444,7 +451,9 @@ class Daemon:
             isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
         ):
             raise ApiError(400, "attributes must be an object of strings")
-        if "payload_b64" in body:
+        if isinstance(body.get(RAW_PAYLOAD), bytes):
+            payload = body[RAW_PAYLOAD]
+        elif "payload_b64" in body:
             try:
                 payload = base64.b64decode(str(body["payload_b64"]), validate=True)
             except ValueError:
@@ -452,7 +461,9 @@ class Daemon:
         elif isinstance(body.get("text"), str):
             payload = body["text"].encode("utf-8")
         else:
-            raise ApiError(400, "give the payload as 'text' or 'payload_b64'")
+            raise ApiError(
+                400, "give the payload as 'text', 'payload_b64' or an application/octet-stream body"
+            )
         now = time.time()
         try:
             ttl = float(body.get("ttl", DEFAULT_TTL))

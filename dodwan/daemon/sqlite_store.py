@@ -6,6 +6,14 @@ core calls ``commit()`` at the end of every input. A committed transaction survi
 process being killed (``kill -9``); only an operating-system crash or power loss may lose the
 last few transactions (that would need ``synchronous=FULL``, see ``sqlite_synchronous``).
 
+Batching: a transaction holding nothing but fragments of still-incomplete messages is kept
+open for up to ``commit_delay`` seconds (or ``commit_batch`` writes) by ``commit()``; any
+write that matters for the durability promise — a local publication, a completed or
+delivered message (reception history), a subscription, a deletion, a sink, the host id —
+makes the next ``commit()`` real. So a published or completely received message is durable
+when the core call returns, and a crash loses at most a fraction of a second of partial
+fragments, which are simply fetched again. ``commit_delay=0`` commits every input.
+
 The schema is versioned: :data:`MIGRATIONS` is applied in order and each applied version is
 recorded in the ``migrations`` table, so a newer daemon upgrades an older state directory.
 """
@@ -65,10 +73,24 @@ class SinkRow:
 class SqliteStore:
     """Durable :class:`~dodwan.core.store.Store` with a meta table and subscription sinks."""
 
-    def __init__(self, path: str | Path, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        synchronous: str = "NORMAL",
+        commit_delay: float = 0.0,
+        commit_batch: int = 4096,
+    ) -> None:
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"bad sqlite synchronous mode {synchronous!r}")
+        if commit_delay < 0 or commit_batch < 1:
+            raise ValueError("commit_delay must be >= 0 and commit_batch >= 1")
         self.path = Path(path)
+        self.commit_delay = commit_delay
+        self.commit_batch = commit_batch
+        self._pending = 0  # writes in the open transaction
+        self._must = False  # one of them must be durable at the next commit()
+        self._since = 0.0  # monotonic time of the first pending write
+        self.commits = 0
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False)
             self.db = sqlite_utils.Database(conn)
@@ -113,6 +135,7 @@ class SqliteStore:
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
+        self._wrote(True)
         self.conn.execute(
             "INSERT INTO meta(key, value) VALUES (?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -122,6 +145,7 @@ class SqliteStore:
     # ------------------------------------------------------------------ core Store
 
     def put_message(self, meta: MessageMeta) -> None:
+        self._wrote(meta.local)
         self.conn.execute(
             "INSERT OR REPLACE INTO messages(msg_id, zdesc, hops, local, received) "
             "VALUES (?, ?, ?, ?, ?)",
@@ -129,10 +153,12 @@ class SqliteStore:
         )
 
     def delete_message(self, msg_id: str) -> None:
+        self._wrote(True)
         self.conn.execute("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
         self.conn.execute("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
 
     def put_fragment(self, msg_id: str, index: int, data: bytes) -> None:
+        self._wrote(False)
         self.conn.execute(
             "INSERT OR REPLACE INTO fragments(msg_id, idx, data) VALUES (?, ?, ?)",
             (msg_id, index, data),
@@ -158,6 +184,7 @@ class SqliteStore:
             yield meta, indexes.get(msg_id, [])
 
     def add_history(self, msg_id: str, key: str, deadline: float) -> None:
+        self._wrote(True)
         self.conn.execute(
             "INSERT OR REPLACE INTO history(msg_id, key, deadline) VALUES (?, ?, ?)",
             (msg_id, key, deadline),
@@ -170,15 +197,18 @@ class SqliteStore:
         ]
 
     def purge_history(self, before: float) -> None:
+        self._wrote(True)
         self.conn.execute("DELETE FROM history WHERE deadline < ?", (before,))
 
     def put_subscription(self, key: str, specs: list[dict[str, str]]) -> None:
+        self._wrote(True)
         self.conn.execute(
             "INSERT OR REPLACE INTO subscriptions(key, specs) VALUES (?, ?)",
             (key, json.dumps(specs, sort_keys=True)),
         )
 
     def delete_subscription(self, key: str) -> None:
+        self._wrote(True)
         self.conn.execute("DELETE FROM subscriptions WHERE key = ?", (key,))
 
     def iter_subscriptions(self) -> Iterable[tuple[str, list[dict[str, str]]]]:
@@ -192,18 +222,42 @@ class SqliteStore:
                 out.append((str(key), parsed))
         return out
 
+    def _wrote(self, must: bool) -> None:
+        if not self._pending:
+            self._since = time.monotonic()
+        self._pending += 1
+        self._must = self._must or must
+
     def commit(self) -> None:
+        """End of a core input: commit now, unless only partial fragments are pending."""
+        if not self._pending:
+            return
+        if (
+            self._must
+            or self.commit_delay <= 0
+            or self._pending >= self.commit_batch
+            or time.monotonic() - self._since >= self.commit_delay
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit whatever is pending."""
         self.conn.commit()
+        self._pending = 0
+        self._must = False
+        self.commits += 1
 
     # ------------------------------------------------------------------ sinks
 
     def put_sink(self, key: str, kind: str, target: str) -> None:
+        self._wrote(True)
         self.conn.execute(
             "INSERT OR REPLACE INTO sinks(key, kind, target, created) VALUES (?, ?, ?, ?)",
             (key, kind, target, time.time()),
         )
 
     def delete_sink(self, key: str) -> None:
+        self._wrote(True)
         self.conn.execute("DELETE FROM sinks WHERE key = ?", (key,))
 
     def iter_sinks(self) -> Iterator[SinkRow]:
@@ -215,7 +269,7 @@ class SqliteStore:
 
     def close(self) -> None:
         try:
-            self.conn.commit()
+            self.flush()
             self.conn.close()
         except sqlite3.Error:
             pass

@@ -218,44 +218,81 @@ def _open_v6(
     return rx, tx, (medium.group, medium.port, 0, index)
 
 
-class _Receiver(asyncio.DatagramProtocol):
-    def __init__(self, on_datagram: Callable[[bytes, Hashable], None]) -> None:
-        self._on_datagram = on_datagram
-        self.errors = 0
+class _Sink(asyncio.DatagramProtocol):
+    """Protocol of the sending socket: nothing is expected back; errors are counted."""
 
-    def datagram_received(self, data: bytes, addr: tuple[object, ...]) -> None:
-        self._on_datagram(data, tuple(addr))
+    def __init__(self) -> None:
+        self.errors = 0
 
     def error_received(self, exc: Exception) -> None:
         self.errors += 1
 
 
+MAX_BATCH = 256
+"""Most datagrams read per wake-up before the runner flushes its outputs."""
+
+
 class UdpTransport:
-    """The host's radio: send to every neighbour, hand every datagram heard to a callback."""
+    """The host's radio: send to every neighbour, hand every datagram heard to a callback.
+
+    Reception reads the socket until it is empty (up to :data:`MAX_BATCH` datagrams) on each
+    wake-up, calls ``on_datagram`` per datagram and ``on_batch`` once after, so the runner
+    drains the node's outputs once per batch rather than once per datagram. Datagrams from
+    this host's own sending socket (looped back by multicast/broadcast) are dropped here.
+    """
 
     def __init__(self, medium: Medium, buffer_size: int = 8 << 20, ttl: int = 1) -> None:
         self.medium = medium
         self._buffer_size = buffer_size
         self._ttl = ttl
-        self._rx: asyncio.DatagramTransport | None = None
+        self._rx: socket.socket | None = None
         self._tx: asyncio.DatagramTransport | None = None
-        self._rx_proto: _Receiver | None = None
-        self._tx_proto: _Receiver | None = None
+        self._tx_proto: _Sink | None = None
         self._dest: tuple[object, ...] = ()
+        self._on_datagram: Callable[[bytes, Hashable], None] = lambda d, a: None
+        self._on_batch: Callable[[], None] = lambda: None
         self.send_errors = 0
+        self.receive_errors = 0
+        self.own_filtered = 0
         self.local_address: tuple[object, ...] = ()
 
-    async def start(self, on_datagram: Callable[[bytes, Hashable], None]) -> None:
+    async def start(
+        self,
+        on_datagram: Callable[[bytes, Hashable], None],
+        on_batch: Callable[[], None] | None = None,
+    ) -> None:
         loop = asyncio.get_running_loop()
         rx, tx, self._dest = open_sockets(self.medium, self._buffer_size, self._ttl)
         self.local_address = tuple(tx.getsockname())
-        proto = _Receiver(on_datagram)
-        self._rx, _ = await loop.create_datagram_endpoint(lambda: proto, sock=rx)
-        self._rx_proto = proto
-        # Broadcast/multicast replies never come back to the sending socket; drain and ignore.
-        self._tx_proto = _Receiver(lambda data, addr: None)
-        tx_proto = self._tx_proto
-        self._tx, _ = await loop.create_datagram_endpoint(lambda: tx_proto, sock=tx)
+        self._on_datagram = on_datagram
+        self._on_batch = on_batch or (lambda: None)
+        self._rx = rx
+        loop.add_reader(rx.fileno(), self._read_ready)
+        proto = _Sink()
+        self._tx_proto = proto
+        self._tx, _ = await loop.create_datagram_endpoint(lambda: proto, sock=tx)
+
+    def _read_ready(self) -> None:
+        rx = self._rx
+        if rx is None:
+            return
+        own = self.local_address if self.medium.kind != "multicast6" else None
+        got = 0
+        for _ in range(MAX_BATCH):
+            try:
+                data, addr = rx.recvfrom(65535)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.receive_errors += 1
+                break
+            if addr == own:
+                self.own_filtered += 1
+                continue
+            got += 1
+            self._on_datagram(data, addr)
+        if got:
+            self._on_batch()
 
     def send(self, data: bytes) -> None:
         if self._tx is None or self._tx.is_closing():
@@ -265,11 +302,11 @@ class UdpTransport:
         except OSError:
             self.send_errors += 1
 
-    @property
-    def receive_errors(self) -> int:
-        return self._rx_proto.errors if self._rx_proto is not None else 0
-
     def close(self) -> None:
-        for t in (self._rx, self._tx):
-            if t is not None:
-                t.close()
+        if self._rx is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._rx.fileno())
+            self._rx.close()
+            self._rx = None
+        if self._tx is not None:
+            self._tx.close()

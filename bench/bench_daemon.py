@@ -1,0 +1,215 @@
+"""Goodput of two real daemons on loopback, against a plain Python UDP sender/receiver.
+
+Usage: python bench/bench_daemon.py [--messages 200] [--size 524288] [--max-datagram 1400]
+
+1. Baseline: a sender process pushes the same bytes (messages × size) as datagrams of the
+   same size to a receiver process over the same loopback multicast medium; goodput =
+   bytes received / time from first send to last datagram received.
+2. DoDWAN: daemon A publishes the messages (incompressible random payloads) through its
+   admin API, daemon B's ``--dir`` subscription receives them; goodput = payload bytes
+   delivered / time from the first publication to the last delivery.
+
+Prints both and their ratio (goal: ≥ 0.5). Results are recorded in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dodwan.daemon.client import AdminClient, ClientError  # noqa: E402
+
+
+def _group() -> tuple[str, int]:
+    rnd = random.SystemRandom()
+    return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}", rnd.randrange(20000, 60000)
+
+
+# ---------------------------------------------------------------------- baseline
+
+
+def _receiver(group: str, port: int, total: int, ready: Any, result: Any) -> None:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        rx.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
+    except OSError:
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    rx.bind((group, port))
+    mreq = socket.inet_aton(group) + socket.inet_aton("127.0.0.1")
+    rx.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
+    rx.settimeout(2.0)
+    ready.set()
+    got = 0
+    last = time.time()
+    while got < total:
+        try:
+            data = rx.recv(65535)
+        except TimeoutError:
+            break
+        got += len(data)
+        last = time.time()
+    result.put((got, last))
+
+
+def baseline(total: int, dgram: int) -> dict[str, float]:
+    group, port = _group()
+    ctx = mp.get_context("fork")
+    ready, result = ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_receiver, args=(group, port, total, ready, result))
+    proc.start()
+    ready.wait(10)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+    tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+    payload = random.Random(1).randbytes(dgram)
+    sent = 0
+    start = time.time()
+    while sent < total:
+        n = min(dgram, total - sent)
+        try:
+            tx.sendto(payload[:n], (group, port))
+        except BlockingIOError:  # pragma: no cover - blocking socket
+            continue
+        sent += n
+    got, last = result.get(timeout=60)
+    proc.join(10)
+    elapsed = max(last - start, 1e-9)
+    return {"bytes": got, "seconds": elapsed, "goodput": got / elapsed, "loss": 1 - got / total}
+
+
+# ---------------------------------------------------------------------- daemons
+
+
+def _wait(pred: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+        except (ClientError, OSError, ValueError, KeyError):
+            v = None
+        if v:
+            return v
+        time.sleep(0.02)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def daemons(
+    messages: int, size: int, dgram: int, workdir: Path, config: str | None
+) -> dict[str, float]:
+    group, port = _group()
+    procs = []
+    clients = []
+    for name in ("a", "b"):
+        state = workdir / name
+        cmd = [sys.executable, "-m", "dodwan.cli", "daemon", "--state-dir", str(state),
+               "--group", f"{group}:{port}", "--host-id", name, "--max-datagram", str(dgram),
+               "--cache-capacity", str(4 * messages * size), "--log-level", "warning"]  # fmt: skip
+        if config:
+            cmd += ["--config", config]
+        with open(workdir / f"{name}.log", "wb") as log:
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=log, cwd=ROOT))
+        clients.append(
+            _wait(
+                lambda s=state: (
+                    AdminClient.for_state_dir(s, 60).get("/status")
+                    and AdminClient.for_state_dir(s, 60)
+                ),
+                30,
+                f"daemon {name}",
+            )
+        )
+    a, b = clients
+    try:
+        b.post("/subscribe", {"patterns": [{"topic": "bench"}],
+                              "sink": {"kind": "dir", "target": str(workdir / "out")}})  # fmt: skip
+        _wait(lambda: "b" in a.get("/profile")["known"], 30, "a learns b's profile")
+        rnd = random.Random(2)
+        payloads = [rnd.randbytes(size) for _ in range(messages)]
+        start = time.time()
+        for i, payload in enumerate(payloads):
+            a.publish_bytes(payload, attributes={"topic": "bench", "n": str(i)}, ttl=3600)
+        published = time.time()
+
+        def done() -> bool:
+            return int(b.get("/status")["counters"].get("messages_delivered", 0)) >= messages
+
+        _wait(done, 600, "all deliveries")
+        end = time.time()
+        sa, sb = a.get("/status")["counters"], b.get("/status")["counters"]
+        if os.environ.get("BENCH_DEBUG"):
+            print(json.dumps({"a": sa, "b": sb}, indent=1), file=sys.stderr)
+        files = [p for p in (workdir / "out").iterdir() if not p.name.endswith(".json")]
+        delivered = sum(p.stat().st_size for p in files)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(10)
+    elapsed = end - start
+    return {
+        "bytes": delivered,
+        "seconds": elapsed,
+        "publish_seconds": published - start,
+        "goodput": delivered / elapsed,
+        "datagrams_sent_a": sa.get("datagrams_sent", 0),
+        "bytes_sent_a": sa.get("bytes_sent", 0),
+        "fragments_resent": max(0, sa.get("fragments_sent", 0) - sb.get("fragments_stored", 0)),
+        "requests_b": sb.get("requests_sent", 0),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=200)
+    ap.add_argument("--size", type=int, default=512 * 1024)
+    ap.add_argument("--max-datagram", type=int, default=1400)
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--config", help="TOML config file given to both daemons")
+    args = ap.parse_args()
+    total = args.messages * args.size
+    workdir = Path(tempfile.mkdtemp(prefix="dodwan-bench-"))
+    try:
+        base = baseline(total, args.max_datagram)
+        dw = daemons(args.messages, args.size, args.max_datagram, workdir, args.config)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    ratio = dw["goodput"] / base["goodput"]
+    result = {
+        "machine": f"{platform.machine()} {os.cpu_count()} CPU, Python {platform.python_version()}",
+        "messages": args.messages,
+        "size": args.size,
+        "max_datagram": args.max_datagram,
+        "baseline": base,
+        "dodwan": dw,
+        "ratio": ratio,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    mb = 1024 * 1024
+    print(f"{args.messages} messages x {args.size} B, {args.max_datagram}-byte datagrams, loopback")
+    print(f"plain UDP : {base['goodput'] / mb:8.1f} MiB/s  ({base['bytes'] / mb:.1f} MiB in "
+          f"{base['seconds']:.2f} s, loss {base['loss']:.1%})")  # fmt: skip
+    print(f"dodwan    : {dw['goodput'] / mb:8.1f} MiB/s  ({dw['bytes'] / mb:.1f} MiB in "
+          f"{dw['seconds']:.2f} s; publishing took {dw['publish_seconds']:.2f} s)")  # fmt: skip
+    print(f"ratio     : {ratio:.2f}  (goal >= 0.5)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Benchmark dodwan-sim on a scenario (default: campus) and compare with PONS.
+
+Prints simulated host-seconds per wall second, simulation events per second, peak memory,
+a cProfile of a shorter run (where time goes), and the speed of PONS (``pons-dtn``, a
+SimPy DTN simulator with abstract routers) on an equivalent random-waypoint epidemic
+configuration, with our speed as a ratio to it. PONS runs in a child process; when it is
+missing or fails, the reason is printed and our figures still are.
+
+    .venv/bin/python bench/bench_sim.py                    # full 12-hour campus run
+    .venv/bin/python bench/bench_sim.py --until 3600 --pons-until 1800
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sim.runner import Simulation, simulate  # noqa: E402
+from sim.scenario import Scenario, load  # noqa: E402
+
+PONS_SCRIPT = r"""
+import json, logging, random, sys, time
+logging.disable(logging.CRITICAL)
+import pons, pons.routing
+cfg = json.loads(sys.argv[1])
+random.seed(cfg["seed"])
+n, until = cfg["hosts"], cfg["until"]
+moves = pons.generate_randomwaypoint_movement(
+    until, n, cfg["width"], cfg["height"], min_speed=cfg["speed"][0], max_speed=cfg["speed"][1],
+    min_pause=cfg["pause"][0], max_pause=cfg["pause"][1])
+net = pons.NetworkSettings("radio", range=cfg["range"])
+nodes = pons.generate_nodes(n, net=[net], router=pons.routing.EpidemicRouter(capacity=cfg["cache"]))
+gen = {"type": "single", "interval": cfg["interval"], "src": (0, n), "dst": (0, n),
+       "size": cfg["size"], "id": "M", "ttl": cfg["ttl"]}
+sim = pons.NetSim(until, nodes, world_size=(cfg["width"], cfg["height"]), movements=moves,
+                  config={"movement_logger": False, "peers_logger": False}, msggens=[gen])
+sim.setup()
+t = time.perf_counter()
+sim.run()
+wall = time.perf_counter() - t
+print(json.dumps({"wall": wall, "host_seconds": n * until, "stats": sim.routing_stats}))
+"""
+
+
+def pons_config(sc: Scenario, until: float) -> dict[str, object]:
+    """An equivalent PONS setup: same hosts, world, range, waypoint speeds/pauses, traffic."""
+    walkers = [g for g in sc.groups if g.mobility.model == "random_waypoint"] or list(sc.groups)
+    g = walkers[0]
+    rate = sum(len(sc.resolve(p.hosts)) / p.interval for p in sc.publish) or 1 / 3600
+    pub = sc.publish[0] if sc.publish else None
+    return {
+        "seed": sc.seed,
+        "hosts": len(sc.host_names()),
+        "until": int(until),
+        "width": sc.world[0],
+        "height": sc.world[1],
+        "range": sc.radio.range,
+        "speed": list(g.mobility.speed),
+        "pause": list(g.mobility.pause),
+        "cache": g.protocol.cache_capacity,
+        "interval": max(1, round(1 / rate)),
+        "size": pub.size if pub else 1000,
+        "ttl": int(pub.ttl) if pub else 3600,
+    }
+
+
+def run_pons(sc: Scenario, until: float) -> dict[str, object] | str:
+    """Run PONS in a child process; return its figures or why it could not run."""
+    cfg = json.dumps(pons_config(sc, until))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", PONS_SCRIPT, cfg], capture_output=True, text=True, timeout=3600
+        )
+    except subprocess.TimeoutExpired:
+        return "PONS did not finish within an hour"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"PONS failed ({last}); install it with: pip install pons-dtn"
+    try:
+        out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"PONS printed no result: {proc.stdout[-200:]!r}"
+    return out
+
+
+def profile(sc: Scenario, until: float, top: int) -> str:
+    sim = Simulation(sc, until=until)
+    prof = cProfile.Profile()
+    prof.enable()
+    sim.run()
+    prof.disable()
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return buf.getvalue()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default=str(ROOT / "scenarios" / "campus.toml"))
+    ap.add_argument("--until", type=float, help="simulated seconds (default: whole scenario)")
+    ap.add_argument("--profile-until", type=float, default=1800.0,
+                    help="simulated seconds of the profiled run (0: no profile)")  # fmt: skip
+    ap.add_argument("--top", type=int, default=25, help="profile entries to print")
+    ap.add_argument("--pons-until", type=float, default=3600.0,
+                    help="simulated seconds of the PONS run (0: skip PONS)")  # fmt: skip
+    args = ap.parse_args()
+
+    sc = load(args.scenario)
+    hosts = len(sc.host_names())
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        sim_result = simulate(sc, Path(tmp), until=args.until)
+        wall = time.perf_counter() - t0
+    host_seconds = hosts * sim_result.until
+    ours = host_seconds / wall
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    c = sim_result.counters
+    print(f"== dodwan-sim: {sc.name}, {hosts} hosts, {sim_result.until:.0f} simulated s")
+    print(f"wall time            {wall:10.1f} s (tables and run.json included)")
+    print(f"host-seconds / s     {ours:10,.0f}")
+    print(f"events / s           {sim_result.events / wall:10,.0f}  ({sim_result.events:,} events)")
+    print(f"peak memory (RSS)    {peak_mb:10.0f} MB")
+    print(
+        f"protocol traffic     {c.get('medium_sent', 0):,} datagrams sent, "
+        f"{c.get('bytes_sent', 0) / 1e6:.1f} MB; {c.get('sim_published', 0)} published, "
+        f"{c.get('sim_deliveries', 0)} deliveries"
+    )
+    if sim_result.until >= 43200 and hosts >= 100:
+        verdict = "met" if wall < 180 else "NOT met"
+        print(f"goal (< 180 s for the whole run) {verdict}")
+
+    if args.profile_until > 0:
+        print(f"\n== profile of a {args.profile_until:.0f} s run (top {args.top})")
+        print(profile(sc, args.profile_until, args.top))
+
+    if args.pons_until > 0:
+        print(f"== PONS, equivalent random-waypoint epidemic run, {args.pons_until:.0f} s")
+        res = run_pons(sc, args.pons_until)
+        if isinstance(res, str):
+            print(res)
+        else:
+            pons_rate = float(res["host_seconds"]) / float(res["wall"])  # type: ignore[arg-type]
+            print(f"PONS wall time       {float(res['wall']):10.1f} s")  # type: ignore[arg-type]
+            print(f"PONS host-seconds/s  {pons_rate:10,.0f}")
+            print(f"ratio ours / PONS    {ours / pons_rate:10.2f}  (goal >= 1)")
+
+
+if __name__ == "__main__":
+    main()
