@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,13 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The main job: simulate the islands scenario with the real protocol on every host, then
+# analyse its logs with Spark (local mode); prints the summary table and the report's path.
 run: $(STAMP)
+	$(BIN)/dodwan-sim run scenarios/islands.toml --out out/islands
+	$(BIN)/dodwan-sim analyze out/islands --out out/report
+
+demo: $(STAMP)
 	$(BIN)/python -m dodwan.demo
 
 test: $(STAMP)
