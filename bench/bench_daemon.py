@@ -180,7 +180,11 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=512 * 1024)
     ap.add_argument("--max-datagram", type=int, default=1400)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
-    ap.add_argument("--config", help="TOML config file given to both daemons")
+    ap.add_argument(
+        "--config",
+        default=str(Path(__file__).with_name("loopback.toml")),
+        help="TOML config file given to both daemons (default: bench/loopback.toml)",
+    )
     args = ap.parse_args()
     total = args.messages * args.size
     workdir = Path(tempfile.mkdtemp(prefix="dodwan-bench-"))

@@ -198,3 +198,50 @@ def test_bad_settings_exit_with_one_line(tmp_path: Path, bad: list[str]) -> None
     text = d.log.read_text().strip()
     assert "Traceback" not in text
     assert text.startswith("Error: ") and len(text.splitlines()) == 1
+
+
+def test_admin_api_errors_and_raw_publish(daemons) -> None:
+    import http.client
+    import json
+
+    a = daemons("a", "--group", random_group(), *FAST)
+    c = a.client()
+
+    def raw(
+        method: str, path: str, body: bytes = b"", ctype: str = "application/json"
+    ) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection(c.host, c.port, timeout=10)
+        conn.request(method, path, body=body, headers={"Content-Type": ctype})
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+
+    assert raw("GET", "/nowhere")[0] == 404
+    assert raw("POST", "/status")[0] == 405
+    status, err = raw("POST", "/publish", b"{not json")
+    assert status == 400 and "not JSON" in err["error"]
+    assert raw("POST", "/publish", b"[1, 2]")[0] == 400
+    assert raw("POST", "/publish", b'{"attributes": {"a": 1}, "text": "x"}')[0] == 400
+    assert (
+        raw(
+            "POST",
+            "/subscribe",
+            b'{"patterns": [{"a": "("}], "sink": {"kind": "dir", "target": "/tmp/x"}}',
+        )[0]
+        == 400
+    )
+    assert (
+        raw(
+            "POST",
+            "/subscribe",
+            b'{"patterns": [{"a": "b"}], "sink": {"kind": "dir", "target": "rel"}}',
+        )[0]
+        == 400
+    )
+    assert raw("DELETE", "/subscriptions/none")[0] == 404
+    assert raw("GET", "/cache/none")[0] == 404
+    payload = bytes(range(256)) * 100
+    mid = c.publish_bytes(payload, attributes={"k": "v"}, ttl=60)["id"]
+    shown = c.get(f"/cache/{mid}?payload=1")
+    assert base64.b64decode(shown["payload_b64"]) == payload
+    assert shown["descriptor"]["k"] == "v" and shown["reason"] == "published here"
+    assert a.alive

@@ -253,3 +253,51 @@ def test_exec_environment_carries_the_descriptor() -> None:
     assert env["DODWAN_ID"] == "m" and env["DODWAN_ATTR_MY_ATTR"] == "v"
     assert json.loads(env["DODWAN_DESCRIPTOR"]) == {"id": "m", "my-attr": "v"}
     assert env["PATH"] == "/bin" and env["DODWAN_SUBSCRIPTION"] == "k"
+
+
+def test_store_batches_partial_fragments_but_commits_what_matters(tmp_path: Path) -> None:
+    path = tmp_path / "b.db"
+    s = SqliteStore(path, commit_delay=3600.0)
+    s.put_message(MessageMeta("carried", b"z", 1, False, 1.0))
+    s.put_fragment("carried", 0, b"partial")
+    s.commit()  # only a partial set pending: kept open
+    other = sqlite3.connect(path)
+    assert other.execute("SELECT count(*) FROM fragments").fetchone()[0] == 0
+    s.add_history("carried", "", 50.0)  # completion: must be durable now
+    s.commit()
+    assert other.execute("SELECT count(*) FROM fragments").fetchone()[0] == 1
+    s.put_message(MessageMeta("mine", b"z", 0, True, 1.0))  # a local publication
+    s.put_fragment("mine", 0, b"x")
+    s.commit()
+    assert other.execute("SELECT count(*) FROM messages").fetchone()[0] == 2
+    s.put_fragment("carried", 1, b"more")
+    s.close()  # a clean close flushes what was pending
+    assert other.execute("SELECT count(*) FROM fragments").fetchone()[0] == 3
+    other.close()
+
+
+def test_store_commit_delay_zero_commits_every_input(tmp_path: Path) -> None:
+    path = tmp_path / "z.db"
+    s = SqliteStore(path, commit_delay=0.0)
+    s.put_fragment("m", 0, b"a")
+    s.commit()
+    other = sqlite3.connect(path)
+    assert other.execute("SELECT count(*) FROM fragments").fetchone()[0] == 1
+    assert s.commits == 1
+    s.commit()  # nothing pending: no empty transaction
+    assert s.commits == 1
+    other.close()
+    s.close()
+
+
+def test_admin_api_doc_covers_every_endpoint() -> None:
+    import re
+
+    doc = (ROOT / "docs" / "admin-api.md").read_text()
+    src = (ROOT / "dodwan" / "daemon" / "admin.py").read_text()
+    paths = set(re.findall(r'"(/[a-z]+)"', src))
+    assert {"/status", "/peers", "/metrics", "/publish", "/subscribe", "/follow"} <= paths
+    for p in paths:
+        assert f"{p}" in doc, p
+    for route in ("DELETE /subscriptions/KEY", "GET /cache/ID", "DELETE /cache/ID"):
+        assert route in doc
