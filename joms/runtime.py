@@ -210,3 +210,48 @@ async def start_hosts(
     for h in hosts:
         h.peers = [o.udp_address for o in hosts if o is not h]
     return hosts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m joms.runtime --host-id H --stomp 127.0.0.1:61613 [--udp PORT] [--peer PORT…]``.
+
+    Runs one loopback host until interrupted (for benchmarks and manual tests; the real
+    daemon is ``dodwan daemon --stomp``).
+    """
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m joms.runtime", description=main.__doc__)
+    ap.add_argument("--host-id", default="joms1")
+    ap.add_argument("--stomp", default="127.0.0.1:61613", help="STOMP address (loopback)")
+    ap.add_argument("--udp", type=int, default=0, help="UDP port on 127.0.0.1")
+    ap.add_argument("--peer", type=int, action="append", default=[], help="peer UDP port")
+    ap.add_argument("--state-dir", type=Path, default=None)
+    args = ap.parse_args(argv)
+    shost, _, sport = args.stomp.rpartition(":")
+    if shost not in ("127.0.0.1", "localhost", "::1"):
+        ap.error("the test runtime only serves STOMP on loopback")
+
+    async def run() -> None:
+        h = LoopbackHost(
+            HostConfig(
+                args.host_id,
+                udp_port=args.udp,
+                stomp_port=int(sport),
+                peers=[("127.0.0.1", p) for p in args.peer],
+                state_dir=args.state_dir,
+            )
+        )
+        await h.start()
+        print(f"JOMS host {h.host_id}: STOMP on {h.stomp_url}, UDP {h.udp_address}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await h.stop()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
