@@ -5,9 +5,11 @@ Usage: python bench/bench_daemon.py [--messages 200] [--size 524288] [--max-data
 1. Baseline: a sender process pushes the same bytes (messages × size) as datagrams of the
    same size to a receiver process over the same loopback multicast medium; goodput =
    bytes received / time from first send to last datagram received.
-2. DoDWAN: daemon A publishes the messages (incompressible random payloads) through its
-   admin API, daemon B's ``--dir`` subscription receives them; goodput = payload bytes
+2. DoDWAN, live: daemon A publishes the messages (incompressible random payloads) through
+   its admin API, daemon B's ``--dir`` subscription receives them; goodput = payload bytes
    delivered / time from the first publication to the last delivery.
+3. DoDWAN, cached: a third daemon C then subscribes and fetches all the messages A and B
+   carry; goodput = bytes delivered / time from its subscription to its last delivery.
 
 Prints both and their ratio (goal: ≥ 0.5). Results are recorded in docs/performance.md.
 """
@@ -113,49 +115,67 @@ def daemons(
     messages: int, size: int, dgram: int, workdir: Path, config: str | None
 ) -> dict[str, float]:
     group, port = _group()
-    procs = []
-    clients = []
-    for name in ("a", "b"):
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start_daemon(name: str) -> AdminClient:
         state = workdir / name
-        cmd = [sys.executable, "-m", "dodwan.cli", "daemon", "--state-dir", str(state),
+        prof = os.environ.get("BENCH_PROFILE_DIR")  # cProfile each daemon into this directory
+        py = (
+            [sys.executable, "-m", "cProfile", "-o", f"{prof}/{name}.prof"]
+            if prof
+            else [sys.executable]
+        )
+        cmd = [*py, "-m", "dodwan.cli", "daemon", "--state-dir", str(state),
                "--group", f"{group}:{port}", "--host-id", name, "--max-datagram", str(dgram),
                "--cache-capacity", str(4 * messages * size), "--log-level", "warning"]  # fmt: skip
         if config:
             cmd += ["--config", config]
         with open(workdir / f"{name}.log", "wb") as log:
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=log, cwd=ROOT))
-        clients.append(
-            _wait(
-                lambda s=state: (
-                    AdminClient.for_state_dir(s, 60).get("/status")
-                    and AdminClient.for_state_dir(s, 60)
-                ),
-                30,
-                f"daemon {name}",
-            )
+        return _wait(  # type: ignore[no-any-return]
+            lambda: (
+                AdminClient.for_state_dir(state, 60).get("/status")
+                and AdminClient.for_state_dir(state, 60)
+            ),
+            30,
+            f"daemon {name}",
         )
-    a, b = clients
+
+    def delivered(c: AdminClient) -> int:
+        return int(c.get("/status")["counters"].get("messages_delivered", 0))
+
+    def subscribe(c: AdminClient, out: str) -> None:
+        c.post("/subscribe", {"patterns": [{"topic": "bench"}],
+                              "sink": {"kind": "dir", "target": str(workdir / out)}})  # fmt: skip
+
     try:
-        b.post("/subscribe", {"patterns": [{"topic": "bench"}],
-                              "sink": {"kind": "dir", "target": str(workdir / "out")}})  # fmt: skip
+        a, b = start_daemon("a"), start_daemon("b")
+        subscribe(b, "out-b")
         _wait(lambda: "b" in a.get("/profile")["known"], 30, "a learns b's profile")
         rnd = random.Random(2)
         payloads = [rnd.randbytes(size) for _ in range(messages)]
+        # Phase 1, live: a publishes while b receives.
         start = time.time()
         for i, payload in enumerate(payloads):
             a.publish_bytes(payload, attributes={"topic": "bench", "n": str(i)}, ttl=3600)
         published = time.time()
-
-        def done() -> bool:
-            return int(b.get("/status")["counters"].get("messages_delivered", 0)) >= messages
-
-        _wait(done, 600, "all deliveries")
+        _wait(lambda: delivered(b) >= messages, 600, "all deliveries to b")
         end = time.time()
         sa, sb = a.get("/status")["counters"], b.get("/status")["counters"]
+        files = [p for p in (workdir / "out-b").iterdir() if not p.name.endswith(".json")]
+        live_bytes = sum(p.stat().st_size for p in files)
+        # Phase 2, cached: a newcomer c subscribes and fetches everything a and b hold.
+        c = start_daemon("c")
+        _wait(lambda: {"a", "b"} <= set(c.get("/status")["neighbours"]), 30, "c meets a, b")
+        c_start = time.time()
+        subscribe(c, "out-c")
+        _wait(lambda: delivered(c) >= messages, 600, "all deliveries to c")
+        c_end = time.time()
+        files = [p for p in (workdir / "out-c").iterdir() if not p.name.endswith(".json")]
+        cached_bytes = sum(p.stat().st_size for p in files)
         if os.environ.get("BENCH_DEBUG"):
-            print(json.dumps({"a": sa, "b": sb}, indent=1), file=sys.stderr)
-        files = [p for p in (workdir / "out").iterdir() if not p.name.endswith(".json")]
-        delivered = sum(p.stat().st_size for p in files)
+            sc = c.get("/status")["counters"]
+            print(json.dumps({"a": sa, "b": sb, "c": sc}, indent=1), file=sys.stderr)
     finally:
         for p in procs:
             p.terminate()
@@ -163,10 +183,13 @@ def daemons(
             p.wait(10)
     elapsed = end - start
     return {
-        "bytes": delivered,
+        "bytes": live_bytes,
         "seconds": elapsed,
         "publish_seconds": published - start,
-        "goodput": delivered / elapsed,
+        "goodput": live_bytes / elapsed,
+        "cached_bytes": cached_bytes,
+        "cached_seconds": c_end - c_start,
+        "cached_goodput": cached_bytes / (c_end - c_start),
         "datagrams_sent_a": sa.get("datagrams_sent", 0),
         "bytes_sent_a": sa.get("bytes_sent", 0),
         "fragments_resent": max(0, sa.get("fragments_sent", 0) - sb.get("fragments_stored", 0)),
@@ -213,6 +236,9 @@ def main() -> None:
     print(f"dodwan    : {dw['goodput'] / mb:8.1f} MiB/s  ({dw['bytes'] / mb:.1f} MiB in "
           f"{dw['seconds']:.2f} s; publishing took {dw['publish_seconds']:.2f} s)")  # fmt: skip
     print(f"ratio     : {ratio:.2f}  (goal >= 0.5)")
+    print(f"cached    : {dw['cached_goodput'] / mb:8.1f} MiB/s  (a newcomer fetches the "
+          f"{dw['cached_bytes'] / mb:.1f} MiB its neighbours carry in {dw['cached_seconds']:.2f} s;"
+          f" ratio {dw['cached_goodput'] / base['goodput']:.2f})")  # fmt: skip
 
 
 if __name__ == "__main__":
