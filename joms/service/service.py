@@ -201,6 +201,19 @@ class JomsService:
         self._subscribe_core(
             [{mdl.KIND: mdl.KIND_DIRECTORY}], f"{KEY_PREFIX}dir", self._on_directory
         )
+        # Every queue addressed to this host (Name@host) is managed here: one subscription
+        # for all of them; a queue is created by its first local use or first message.
+        self._subscribe_core(
+            [
+                {
+                    mdl.KIND: f"{mdl.KIND_MESSAGE}|{mdl.KIND_RECEIVER}|{mdl.KIND_ACK}",
+                    mdl.DEST_TYPE: "queue",
+                    mdl.DEST_ID: "[^@]+@" + _esc(self.host_id),
+                }
+            ],
+            f"{KEY_PREFIX}queues",
+            self._on_queue_input,
+        )
         for key, blob in self.store.items("durable"):
             try:
                 rec = json.loads(blob)
@@ -233,7 +246,6 @@ class JomsService:
             q = ManagedQueue(name, last=rec.get("last", ""))
             self._queues[name] = q
             self._load_queue(q)
-            self._install_manager(q)
             self._resend_assigned(q, now)
         self._next_advert = now
         self._next_housekeeping = now + 1.0
@@ -800,7 +812,6 @@ class JomsService:
         q = ManagedQueue(name, temporary=temporary, owner=owner)
         self._queues[name] = q
         self._save_queue(q)
-        self._install_manager(q)
         if not temporary:
             self._next_advert = min(self._next_advert or now, now)
         return q
@@ -810,24 +821,19 @@ class JomsService:
             "queues", q.name, json.dumps({"temporary": q.temporary, "last": q.last}).encode()
         )
 
-    def _install_manager(self, q: ManagedQueue) -> None:
-        self._subscribe_core(
-            [
-                {
-                    mdl.KIND: f"{mdl.KIND_MESSAGE}|{mdl.KIND_RECEIVER}|{mdl.KIND_ACK}",
-                    mdl.DEST_TYPE: "queue",
-                    mdl.DEST_ID: _esc(q.name),
-                }
-            ],
-            f"{KEY_PREFIX}q:{_digest(q.name)}",
-            lambda d, p, t, n=q.name: self._on_manager_input(n, d, p, t),
-        )
+    def _on_queue_input(self, d: Mapping[str, str], p: bytes, now: float) -> None:
+        name = d[mdl.DEST_ID]
+        if name not in self._queues:
+            if name.startswith("tmp."):
+                self._count("input_for_deleted_temporary_queue")
+                return
+            self._ensure_queue(name, now)
+        self._on_manager_input(name, d, p, now)
 
     def _delete_queue(self, name: str, now: float) -> None:
         q = self._queues.pop(name, None)
         if q is None:
             return
-        self._unsubscribe_core(f"{KEY_PREFIX}q:{_digest(name)}")
         self._forget_queue(name)
 
     def _forget_queue(self, name: str) -> None:
