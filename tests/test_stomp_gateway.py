@@ -349,3 +349,29 @@ def test_topic_across_two_hosts(loop: LoopThread) -> None:
     finally:
         for h in (a, b):
             loop.call(h.stop())
+
+
+def test_queue_lookup_by_name_through_the_directory(loop: LoopThread) -> None:
+    a, b = start_hosts(loop, 2, prefix="dir")
+    try:
+        ca, al = connect(a)
+        ca.subscribe("/queue/orders", id="1")  # creates orders@dir1, advertised
+        sync(ca, al)
+        cb, bl = connect(b)
+
+        def known() -> bool:
+            return loop.run(lambda: b.service.lookup_queue("orders")) == ["orders@dir1"]
+
+        assert wait_for(known, 10)
+        cb.send("/queue/orders@*", "found you", headers={"receipt": "s"})
+        assert bl.receipts.get(timeout=5) == "s"
+        f = al.get(10)
+        assert f.body == "found you"
+        assert f.headers["destination"] == "/queue/orders@dir1"
+        reply = raw_exchange(b, b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/queue/nope@*\n\n\x00")
+        assert b"not known" in reply
+        ca.disconnect()
+        cb.disconnect()
+    finally:
+        for h in (a, b):
+            loop.call(h.stop())

@@ -285,6 +285,12 @@ class StompConnection(asyncio.Protocol):
             return dest
         if text.startswith("/temp-topic/"):
             raise StompError("temporary topics are not supported; use /temp-queue/")
+        if text.startswith("/queue/") and text.endswith("@*"):
+            name = text[len("/queue/") : -2]
+            known = self.service.lookup_queue(name)
+            if not known:
+                raise StompError(f"queue {name!r} is not known here yet (directory lookup)")
+            return Destination("queue", known[0])
         return Destination.parse(text, self.service.host_id)
 
     def on_send(self, frame: Frame) -> None:
