@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dodwan import CacheFullError, MemoryStore, Node, NodeConfig
+from dodwan import CacheFullError, MemoryStore, MessageEvicted, Node, NodeConfig
 from dodwan.virtual import VirtualNetwork
 
 
@@ -127,3 +129,48 @@ def test_purge_by_local_user() -> None:
     assert n.cache_listing() == []
     with pytest.raises(KeyError):
         n.purge(mid, now=1)
+
+
+def _rank(d: dict[str, str]) -> tuple[int, int, int, float]:
+    mine = int(d["mine"] == "yes")
+    return (mine, int(d["persistent"] == "true"), int(d["priority"]), float(d["date"]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 9), st.booleans(), st.booleans(), st.integers(200, 3000)),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_cache_policy_invariants(msgs: list[tuple[int, bool, bool, int]]) -> None:
+    """Whatever arrives, the carrier never exceeds its capacity, its accounting is exact, and
+    each eviction removes a message ranked no higher than every message it leaves in place."""
+    net = VirtualNetwork(seed=3)
+    net.add("src", cache_capacity=1 << 26)
+    carrier = net.add("carrier", altruistic=True, cache_capacity=8000)
+    net.subscribe("carrier", {"mine": "yes"})
+    net.link("src", "carrier")
+    seen_events = 0
+    for i, (prio, persistent, mine, size) in enumerate(msgs):
+        before = {c["id"]: c["descriptor"] for c in carrier.cache_listing()}
+        net.publish(
+            "src",
+            {"mine": "yes" if mine else "no"},
+            noise(size, i),
+            ttl=10_000,
+            priority=prio,
+            persistent=persistent,
+        )
+        net.run(15)  # > announce period: this message's transfer is over
+        listing = carrier.cache_listing()
+        usage = carrier.cache_usage()
+        assert usage["bytes"] <= 8000
+        assert usage["bytes"] == sum(c["stored_bytes"] for c in listing)
+        events = net.events("carrier")[seen_events:]
+        seen_events += len(events)
+        evicted = [e.msg_id for e in events if isinstance(e, MessageEvicted)]
+        survivors = [before[c["id"]] for c in listing if c["id"] in before]
+        for mid in evicted:
+            assert all(_rank(before[mid]) <= _rank(s) for s in survivors)

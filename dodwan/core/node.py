@@ -1007,6 +1007,10 @@ class Node:
         already = pending.get(msg_id, 0)
         missing = self._missing(msg_id, offered, now) & ~already
         window = self.config.request_window - already.bit_count()
+        req = self._requested.get(msg_id)
+        if req is not None and req[1] + self.config.request_timeout > now:
+            c = self._cache.get(msg_id)
+            window -= (req[0] & ~(c.have if c is not None else 0)).bit_count()  # in flight
         if not missing or window <= 0:
             return
         pending[msg_id] = already | _first_bits(missing, window)
