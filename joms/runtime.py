@@ -112,7 +112,7 @@ class LoopbackHost:
         transport, _ = await loop.create_datagram_endpoint(
             lambda: _Udp(self), local_addr=("127.0.0.1", cfg.udp_port)
         )
-        self.udp = transport  # type: ignore[assignment]
+        self.udp = transport
         self.udp_address = transport.get_extra_info("sockname")[:2]
         if cfg.state_dir is not None:
             Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)

@@ -115,7 +115,7 @@ def _decode_value(item: Any) -> tuple[Any, str]:
         raise MessageFormatException("malformed typed value in a map/stream body")
     t, v = item["t"], item.get("v")
     if t == "bytes":
-        return base64.b64decode(v), t
+        return base64.b64decode(str(v)), t
     return v, t
 
 

@@ -179,7 +179,7 @@ class StompTransport:
 def _classify(text: str, default: type[JMSException]) -> JMSException:
     from .. import errors
 
-    table = [
+    table: list[tuple[str, type[JMSException]]] = [
         ("invalid selector", errors.InvalidSelectorException),
         ("client id", errors.InvalidClientIDException),
         ("unknown destination", errors.InvalidDestinationException),

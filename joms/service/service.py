@@ -12,6 +12,7 @@ malformed input from the network is dropped and counted in :attr:`counters`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -450,7 +451,7 @@ class JomsService:
                 self._subscribe_core(
                     self._topic_patterns(dest.name, sel),
                     cons.core_key,
-                    lambda d, p, t, c=cid: self._on_topic_message(c, d, p, t),
+                    functools.partial(self._on_topic_message, cid),
                     fallback=self._topic_patterns(dest.name, None),
                 )
         else:
@@ -470,7 +471,7 @@ class JomsService:
             self._subscribe_core(
                 [{mdl.KIND: mdl.KIND_DELIVERY, mdl.REPLY_ID: _esc(cons.reply_id)}],
                 cons.core_key,
-                lambda d, p, t, c=cid: self._on_queue_delivery(c, d, p, t),
+                functools.partial(self._on_queue_delivery, cid),
             )
         self._consumers[cid] = cons
         conn.consumers.add(cid)
@@ -698,7 +699,7 @@ class JomsService:
         self._subscribe_core(
             self._topic_patterns(d.topic, d.selector),
             d.core_key,
-            lambda desc, p, t, k=d.key: self._on_durable_message(k, desc, p, t),
+            functools.partial(self._on_durable_message, d.key),
             fallback=self._topic_patterns(d.topic, None),
         )
 

@@ -230,7 +230,7 @@ class StompConnection(asyncio.Protocol):
         client_id = frame.get("client-id") or None
         self.conn_id = self.service.open_connection(self.now(), client_id)
         self.gw.connections[self.conn_id] = self
-        cx, cy = _heartbeat(frame.get("heart-beat", "0,0"))
+        cx, cy = _heartbeat(frame.get("heart-beat") or "0,0")
         # we send every max(cy, ours) ms, and expect the client every max(cx, ours) ms
         self._send_every = max(cy, HEARTBEAT_MS) / 1000.0 if cy else 0.0
         self._expect_every = max(cx, HEARTBEAT_MS) / 1000.0 if cx else 0.0
@@ -380,7 +380,7 @@ class StompConnection(asyncio.Protocol):
         if ack not in ("auto", "client", "client-individual"):
             raise StompError(f"ack must be auto, client or client-individual, not {ack!r}")
         durable = next((frame.headers[k] for k in DURABLE_HEADERS if frame.get(k)), None)
-        no_local = any(frame.get(k, "").lower() == "true" for k in NO_LOCAL_HEADERS)
+        no_local = any((frame.get(k) or "").lower() == "true" for k in NO_LOCAL_HEADERS)
         consumer = self.service.subscribe(
             self.conn_id,
             dest,
