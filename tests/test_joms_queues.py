@@ -140,7 +140,9 @@ def test_queue_waits_for_a_receiver(loop: LoopThread) -> None:
 def test_three_hosts_300_messages_each_exactly_once_every_receiver_served(
     loop: LoopThread,
 ) -> None:
-    hosts = start_hosts(loop, 3, prefix="m")
+    hosts = start_hosts(
+        loop, 3, prefix="m", node={"announce_period": 0.1, "max_catalog_datagrams": 16}
+    )
     got: list[tuple[str, str]] = []
     lock = threading.Lock()
     try:
