@@ -20,7 +20,10 @@ def main() -> int:
     key = net.subscribe("island-c", {"topic": "ChatRoom1", "language": "English|French"})
     say("island-c subscribes: topic=ChatRoom1, language=English|French")
     mid = net.publish(
-        "island-a", {"id": "firstMSG", "topic": "ChatRoom1", "language": "English"}, b"Hello", ttl=3600
+        "island-a",
+        {"id": "firstMSG", "topic": "ChatRoom1", "language": "English"},
+        b"Hello",
+        ttl=3600,
     )
     say(f"island-a publishes {mid!r} (payload 'Hello'); nobody is in range")
     net.run(60)
