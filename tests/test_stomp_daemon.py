@@ -1,0 +1,71 @@
+"""The gateway hosted by a real ``dodwan daemon --stomp`` process (the daemon's ServiceHost)."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import socket
+from typing import Any
+
+import pytest
+import stomp
+from test_daemon_helpers import daemons as daemons
+from test_daemon_helpers import random_group, wait_for
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Listener(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self.receipts: queue.Queue[str] = queue.Queue()
+
+    def on_message(self, frame: Any) -> None:
+        self.messages.put(frame)
+
+    def on_receipt(self, frame: Any) -> None:
+        self.receipts.put(frame.headers["receipt-id"])
+
+
+def _connect(port: int, client_id: str) -> tuple[Any, Listener]:
+    c = stomp.Connection12([("127.0.0.1", port)])
+    lst = Listener()
+    c.set_listener("l", lst)
+    c.connect(wait=True, headers={"client-id": client_id})
+    return c, lst
+
+
+def test_durable_subscription_in_a_daemon_survives_its_restart(daemons) -> None:
+    pytest.importorskip("dodwan.daemon.runner")
+    port = _free_port()
+    group = random_group()
+    d = daemons("s", "--group", group, "--stomp", f"127.0.0.1:{port}")
+
+    def up() -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+
+    wait_for(up, what="STOMP port")
+    sub, sl = _connect(port, "keeper")
+    sub.subscribe("/topic/log", id="d", headers={"durable-subscription-name": "k", "receipt": "s"})
+    assert sl.receipts.get(timeout=10) == "s"
+    sub.send("/topic/log", "live", headers={"level": "info"})
+    assert sl.messages.get(timeout=10).body == "live"
+    sub.disconnect()
+    pub, pl = _connect(port, "writer")
+    pub.send("/topic/log", "while away", headers={"receipt": "p"})
+    assert pl.receipts.get(timeout=10) == "p"
+    pub.disconnect()
+    assert d.kill(signal.SIGTERM) in (0, -signal.SIGTERM)
+    assert (d.state_dir / "joms.sqlite").exists()
+    d.start()
+    wait_for(up, what="STOMP port after restart")
+    sub, sl = _connect(port, "keeper")
+    sub.subscribe("/topic/log", id="d", headers={"durable-subscription-name": "k"})
+    f = sl.messages.get(timeout=10)
+    assert f.body == "while away"
+    sub.disconnect()
