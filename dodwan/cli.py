@@ -150,7 +150,8 @@ def daemon(
 
     try:
         conf = cfg.load(config_file, overrides)
-        state_dir = _state_dir(ctx, local_state_dir)
+        explicit = local_state_dir or ctx.find_root().params.get("state_dir") or conf.state_dir
+        state_dir = _state_dir(ctx, explicit or None)
         d = Daemon(state_dir, conf)
     except (cfg.ConfigError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,13 +33,25 @@ class AdminClient:
         path = Path(state_dir) / ADMIN_FILE
         try:
             info = json.loads(path.read_text())
-            return cls(str(info["host"]), int(info["port"]), timeout)
+            client = cls(str(info["host"]), int(info["port"]), timeout)
+            pid = int(info.get("pid", 0))
         except FileNotFoundError:
             raise ClientError(
                 f"no daemon running for state directory {state_dir} ({path} not found)"
             ) from None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ClientError(f"cannot read {path}: {exc}") from None
+        if pid > 0:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                raise ClientError(
+                    f"no daemon running for state directory {state_dir} "
+                    f"(stale {ADMIN_FILE} of process {pid})"
+                ) from None
+            except PermissionError:
+                pass  # alive, another user's
+        return client
 
     def _open(
         self,

@@ -34,6 +34,13 @@ DEFAULT_GROUP = "239.255.42.42:8500"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
+        "state_dir",
+        "",
+        "Directory of the daemon's database, lock and admin address. Empty: --state-dir, "
+        "else $DODWAN_STATE_DIR, else $XDG_STATE_HOME/dodwan, else ~/.local/state/dodwan.",
+        cli=False,
+    ),
+    Setting(
         "host_id",
         "",
         "This host's id in the network. Empty: generated once (host name + random suffix) and "
@@ -285,9 +292,10 @@ def render_markdown() -> str:
         "",
         "`dodwan daemon` reads its settings from, in increasing priority: the defaults below,",
         "the TOML file given with `--config FILE`, and command-line options. Every daemon",
-        "setting is also a `dodwan daemon --<name>` option (underscores become dashes); the",
-        "state directory is only given on the command line (`--state-dir`, else",
-        "`$DODWAN_STATE_DIR`, else `$XDG_STATE_HOME/dodwan`, else `~/.local/state/dodwan`).",
+        "setting is also a `dodwan daemon --<name>` option (underscores become dashes). The",
+        "state directory is `--state-dir`, else `state_dir` from the file, else",
+        "`$DODWAN_STATE_DIR`, else `$XDG_STATE_HOME/dodwan`, else `~/.local/state/dodwan`;",
+        "the other commands (`dodwan status`, …) find the daemon through it.",
         "Protocol settings of the core go in the `[node]` table of the file.",
         "",
         "Example:",

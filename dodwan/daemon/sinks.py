@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import signal
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -173,8 +174,8 @@ class SinkRouter:
                     proc.communicate(ev.payload), self._exec_timeout or None
                 )
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # its own session: the whole group
                 await proc.wait()
                 self._count("sink_errors")
                 log.error("subscription %s: %r timed out", ev.subscription, command)
