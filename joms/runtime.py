@@ -49,6 +49,8 @@ class HostConfig:
     service: ServiceConfig = field(default_factory=ServiceConfig)
     login: str | None = None
     passcode: str | None = None
+    heartbeat_ms: int = 10_000
+    """STOMP heart-beat period offered and accepted."""
 
 
 def _node_store(path: Path) -> Any:
@@ -123,7 +125,12 @@ class LoopbackHost:
         self.driver = ServiceDriver(self.service, self.now, self._flush)
         self.service.start(self.now())
         self.server = await serve(
-            self.driver, "127.0.0.1", cfg.stomp_port, login=cfg.login, passcode=cfg.passcode
+            self.driver,
+            "127.0.0.1",
+            cfg.stomp_port,
+            login=cfg.login,
+            passcode=cfg.passcode,
+            heartbeat_ms=cfg.heartbeat_ms,
         )
         self.stomp_address = self.server.sockets[0].getsockname()[:2]
         self.driver.poke()

@@ -368,10 +368,65 @@ def test_queue_lookup_by_name_through_the_directory(loop: LoopThread) -> None:
         f = al.get(10)
         assert f.body == "found you"
         assert f.headers["destination"] == "/queue/orders@dir1"
-        reply = raw_exchange(b, b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/queue/nope@*\n\n\x00")
+        reply = raw_exchange(
+            b, b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/queue/nope@*\n\n\x00"
+        )
         assert b"not known" in reply
         ca.disconnect()
         cb.disconnect()
     finally:
         for h in (a, b):
             loop.call(h.stop())
+
+
+def test_silent_client_is_disconnected_after_missing_heartbeats(loop: LoopThread) -> None:
+    h = loop.call(LoopbackHost(HostConfig("hb1", heartbeat_ms=200)).start())
+    try:
+        with socket.create_connection(h.stomp_address, timeout=5) as s:
+            s.sendall(b"CONNECT\naccept-version:1.2\nheart-beat:100,100\n\n\x00")
+            data = b""
+            while b"ERROR" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        assert b"heart-beat:200,200" in data
+        assert b"\n\n\x00\n" in data  # the server's own EOL heart-beat arrived
+        assert b"heart-beat timeout" in data
+    finally:
+        loop.call(h.stop())
+
+
+def test_expires_header_drops_expired_messages(host: LoopbackHost) -> None:
+    import time as _time
+
+    c, lst = connect(host, "exp")
+    c.subscribe("/topic/e", id="d", headers={"durable-subscription-name": "e"})
+    sync(c, lst)
+    c.disconnect()
+    p, pl = connect(host)
+    soon = int((_time.time() + 0.3) * 1000)
+    p.send("/topic/e", "short-lived", headers={"expires": str(soon)})
+    p.send("/topic/e", "kept")
+    sync(p, pl)
+    _time.sleep(0.5)  # let the first message's JMSExpiration pass (no event exists for it)
+    c, lst = connect(host, "exp")
+    c.subscribe("/topic/e", id="d", headers={"durable-subscription-name": "e"})
+    f = lst.get()
+    assert f.body == "kept"
+    assert lst.none(0.3)
+    c.disconnect()
+    p.disconnect()
+
+
+def test_nack_redelivers(host: LoopbackHost) -> None:
+    c, lst = connect(host)
+    c.subscribe("/queue/nq", id="1", ack="client-individual")
+    sync(c, lst)
+    c.send("/queue/nq", "again")
+    f = lst.get()
+    c.nack(f.headers["ack"])
+    g = lst.get()
+    assert g.body == "again" and g.headers.get("redelivered") == "true"
+    c.ack(g.headers["ack"])
+    c.disconnect()

@@ -89,8 +89,10 @@ class Gateway:
         login: str | None = None,
         passcode: str | None = None,
         limits: FrameLimits | None = None,
+        heartbeat_ms: int = HEARTBEAT_MS,
     ) -> None:
         self.host = host
+        self.heartbeat_ms = heartbeat_ms
         self.service = host.service
         self.login = login
         self.passcode = passcode
@@ -232,8 +234,9 @@ class StompConnection(asyncio.Protocol):
         self.gw.connections[self.conn_id] = self
         cx, cy = _heartbeat(frame.get("heart-beat") or "0,0")
         # we send every max(cy, ours) ms, and expect the client every max(cx, ours) ms
-        self._send_every = max(cy, HEARTBEAT_MS) / 1000.0 if cy else 0.0
-        self._expect_every = max(cx, HEARTBEAT_MS) / 1000.0 if cx else 0.0
+        hb = self.gw.heartbeat_ms
+        self._send_every = max(cy, hb) / 1000.0 if cy else 0.0
+        self._expect_every = max(cx, hb) / 1000.0 if cx else 0.0
         self.send_frame(
             Frame(
                 "CONNECTED",
@@ -241,10 +244,11 @@ class StompConnection(asyncio.Protocol):
                     "version": "1.2",
                     "server": SERVER_NAME,
                     "session": self.conn_id,
-                    "heart-beat": f"{HEARTBEAT_MS if cy else 0},{HEARTBEAT_MS if cx else 0}",
+                    "heart-beat": f"{hb if cy else 0},{hb if cx else 0}",
                 },
             )
         )
+        self._wrote = False
         loop = asyncio.get_running_loop()
         if self._send_every:
             self._hb_send = loop.call_later(self._send_every, self._heartbeat_send)
@@ -520,10 +524,13 @@ async def serve(
     passcode: str | None = None,
     allow_remote: bool = False,
     limits: FrameLimits | None = None,
+    heartbeat_ms: int = HEARTBEAT_MS,
 ) -> asyncio.Server:
     """Start the STOMP gateway; returns the listening :class:`asyncio.Server`.
 
-    ``service_host`` is a :class:`~joms.stomp.host.GatewayHost` or the daemon's
+    ``heartbeat_ms`` is the heart-beat period offered and accepted (a client silent for
+    twice the agreed period is disconnected). ``service_host`` is a
+    :class:`~joms.stomp.host.GatewayHost` or the daemon's
     ``ServiceHost`` (adapted by :func:`~joms.stomp.host.from_daemon_host`). Only loopback
     addresses are accepted unless ``allow_remote`` is true.
     """
@@ -534,7 +541,9 @@ async def serve(
     if (login is None) != (passcode is None):
         raise ValueError("login and passcode go together")
     ghost = as_gateway_host(service_host)
-    gateway = Gateway(ghost, login=login, passcode=passcode, limits=limits)
+    gateway = Gateway(
+        ghost, login=login, passcode=passcode, limits=limits, heartbeat_ms=heartbeat_ms
+    )
     loop = asyncio.get_running_loop()
     server = await loop.create_server(gateway.protocol, host, port)
     server.gateway = gateway  # type: ignore[attr-defined]
