@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from sim.analysis.stats import describe, quantile_curve, time_bins
+from sim.analysis.stats import describe, describe_many, quantile_curve, time_bins
 
 
 def contact_intervals(contacts: DataFrame, until: float) -> DataFrame:
@@ -112,16 +112,23 @@ def contact_metrics(
     else:
         all_hosts = ends.select("h")
     n_hosts = all_hosts.distinct().count()
-    n_pairs = intervals.select("a", "b").distinct().count()
-    duration = describe(intervals, "duration")
+    stats, extra = describe_many(
+        intervals,
+        ["duration"],
+        {
+            "pairs": F.count_distinct("a", "b"),
+            "open": F.sum(F.when(F.col("open"), 1).otherwise(0)),
+        },
+    )
+    duration = stats["duration"]
     ict = describe(icts, "ict")
     nb = describe(neighbours, "neighbours")
     degree = degree_over_time(intervals, until, n_hosts)
     metrics: dict[str, Any] = {
         "hosts": n_hosts,
         "contacts": duration["count"],
-        "contact_pairs": n_pairs,
-        "contacts_open_at_end": intervals.where(F.col("open")).count(),
+        "contact_pairs": int(extra["pairs"] or 0),
+        "contacts_open_at_end": int(extra["open"] or 0),
         "contact_duration": duration,
         "inter_contact_time": ict,
         "distinct_neighbours": nb,

@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sim.analysis.stats import cumulative_by_time, describe, quantile_curve
+from sim.analysis.stats import cumulative_by_time, describe_many, quantile_curve
 
 STATUSES = ("delivered", "late", "undelivered")
 
@@ -78,18 +78,21 @@ def _ratio(num: float | int | None, den: float | int | None) -> float | None:
 
 def delivery_metrics(pairs: DataFrame, until: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """Overall delivery figures and plot series from the pair outcomes."""
-    row = pairs.agg(
-        F.count("*").alias("pairs"),
-        F.sum(F.when(F.col("status") == "delivered", 1).otherwise(0)).alias("delivered"),
-        F.sum(F.when(F.col("status") == "late", 1).otherwise(0)).alias("late"),
-        F.sum(F.when(F.col("status") == "delivered", F.col("bytes"))).alias("delivered_bytes"),
-        F.sum(F.greatest(F.col("deliveries") - 1, F.lit(0))).alias("duplicates"),
-        F.countDistinct("msg_id").alias("messages"),
-    ).first()
-    assert row is not None
+    is_delivered = F.col("status") == "delivered"
+    stats, row = describe_many(
+        pairs,
+        ["delay", "hops"],
+        {
+            "pairs": F.count("*"),
+            "delivered": F.sum(F.when(is_delivered, 1).otherwise(0)),
+            "late": F.sum(F.when(F.col("status") == "late", 1).otherwise(0)),
+            "delivered_bytes": F.sum(F.when(is_delivered, F.col("bytes"))),
+            "duplicates": F.sum(F.greatest(F.col("deliveries") - 1, F.lit(0))),
+            "messages": F.countDistinct("msg_id"),
+        },
+    )
     n, delivered = int(row["pairs"]), int(row["delivered"] or 0)
-    delay = describe(pairs, "delay")
-    hops = describe(pairs, "hops")
+    delay, hops = stats["delay"], stats["hops"]
     hop_hist = [
         {"hops": int(r["hops"]), "pairs": int(r["n"])}
         for r in pairs.where(F.col("hops").isNotNull())

@@ -215,13 +215,17 @@ def _read_one(spark: SparkSession, path: str) -> DataFrame:
     lines = spark.read.text(path).select(F.trim("value").alias("_line"))
     lines = lines.where((F.col("_line") != "") & ~F.col("_line").startswith("#"))
     parts = F.split("_line", r"\s+")
+
+    def part(i: int) -> Column:  # null, not an error, when the line is too short
+        return F.try_element_at(parts, F.lit(i + 1))
+
     df = lines.select(
         "_line",
-        parts.getItem(0).cast("double").alias("time"),
-        F.upper(parts.getItem(1)).alias("_kind"),
-        parts.getItem(2).alias("a"),
-        parts.getItem(3).alias("b"),
-        _up_flag(parts.getItem(4)).alias("up"),
+        part(0).try_cast("double").alias("time"),
+        F.upper(part(1)).alias("_kind"),
+        part(2).alias("a"),
+        part(3).alias("b"),
+        _up_flag(part(4)).alias("up"),
         F.size(parts).alias("_n"),
     )
     ok = (
@@ -245,7 +249,7 @@ def _read_csv(spark: SparkSession, path: str) -> DataFrame:
     raw = raw.toDF(*cols)
     df = raw.select(
         F.concat_ws(",", *[F.coalesce(F.col(c), F.lit("")) for c in cols]).alias("_line"),
-        F.trim("time").cast("double").alias("time"),
+        F.trim("time").try_cast("double").alias("time"),
         F.trim("a").alias("a"),
         F.trim("b").alias("b"),
         _up_flag(F.col("up")).alias("up"),

@@ -51,7 +51,9 @@ def _choose_bucket(messages: DataFrame, intervals: DataFrame, until: float) -> f
     life = messages.agg(
         F.percentile_approx(F.col("limit") - F.col("created"), 0.5, 1000).alias("l")
     ).first()
-    dur = intervals.agg(F.percentile_approx("duration", 0.9, 1000).alias("d")).first()
+    dur = intervals.agg(
+        F.percentile_approx(F.col("end") - F.col("start"), 0.9, 1000).alias("d")
+    ).first()
     candidates = [until / 100_000 if until > 0 else 1.0]
     for row, key in ((life, "l"), (dur, "d")):
         if row is not None and row[key] is not None:

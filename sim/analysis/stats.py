@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 ACCURACY = 100_000
@@ -21,35 +22,46 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
+def describe_many(
+    df: DataFrame, cols: Sequence[str], extra: Mapping[str, Column] | None = None
+) -> tuple[dict[str, dict[str, float | int | None]], dict[str, Any]]:
+    """:func:`describe` for several columns plus ``extra`` named aggregates, in one job."""
+    aggs: list[Column] = []
+    for i, col in enumerate(cols):
+        c = F.col(col)
+        aggs += [
+            F.count(c).alias(f"n{i}"),
+            F.mean(c).alias(f"mean{i}"),
+            F.min(c).alias(f"min{i}"),
+            F.max(c).alias(f"max{i}"),
+            F.percentile_approx(c, list(SUMMARY_PROBS), ACCURACY).alias(f"q{i}"),
+        ]
+    extra = dict(extra or {})
+    aggs += [agg.alias(f"x_{name}") for name, agg in extra.items()]
+    row = df.agg(*aggs).first()
+    assert row is not None
+    out: dict[str, dict[str, float | int | None]] = {}
+    for i, col in enumerate(cols):
+        q = row[f"q{i}"] or [None] * len(SUMMARY_PROBS)
+        out[col] = {
+            "count": int(row[f"n{i}"]),
+            "mean": _num(row[f"mean{i}"]),
+            "min": _num(row[f"min{i}"]),
+            "max": _num(row[f"max{i}"]),
+            "median": _num(q[0]),
+            "p90": _num(q[1]),
+            "p99": _num(q[2]),
+        }
+    return out, {name: row[f"x_{name}"] for name in extra}
+
+
 def describe(df: DataFrame, col: str) -> dict[str, float | int | None]:
     """count, mean, min, max, median, p90, p99 of the non-null values of ``col``.
 
     Percentiles are percentile_approx values: the smallest value v of the column such that at
     least a fraction p of the values are <= v (an observed value, never interpolated).
     """
-    c = F.col(col)
-    row = (
-        df.where(c.isNotNull())
-        .agg(
-            F.count(c).alias("n"),
-            F.mean(c).alias("mean"),
-            F.min(c).alias("min"),
-            F.max(c).alias("max"),
-            F.percentile_approx(c, list(SUMMARY_PROBS), ACCURACY).alias("q"),
-        )
-        .first()
-    )
-    assert row is not None
-    q = row["q"] or [None] * len(SUMMARY_PROBS)
-    return {
-        "count": int(row["n"]),
-        "mean": _num(row["mean"]),
-        "min": _num(row["min"]),
-        "max": _num(row["max"]),
-        "median": _num(q[0]),
-        "p90": _num(q[1]),
-        "p99": _num(q[2]),
-    }
+    return describe_many(df, [col])[0][col]
 
 
 def curve_probs(points: int = 100) -> list[float]:

@@ -1,0 +1,114 @@
+"""Contact statistics and external contact traces (The ONE CONN lines, CSV) read by Spark."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from spark_fixtures import shared_spark
+
+from sim.analysis import AnalysisError, analyze_contact_trace
+from sim.analysis.cli import analyze
+from sim.analysis.contacts import contact_intervals
+
+ONE_TRACE = """\
+# hosts 1..3
+0 CONN 1 2 up
+10 CONN 1 2 down
+15 CONN 2 1 up
+20 CONN 2 3 up
+25 CONN 1 2 down
+"""
+# Intervals: 1-2 [0,10] and [15,25]; 2-3 [20, 25 = last event, still up].
+CSV_TRACE = """\
+time,a,b,up
+0,1,2,true
+10,1,2,0
+15,2,1,up
+20,2,3,1
+25,1,2,down
+"""
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    return shared_spark()
+
+
+def test_intervals_from_events(spark: Any) -> None:
+    events = [
+        (1.0, "A", "B", True),
+        (2.0, "B", "A", True),  # repeated up, other orientation: nothing changes
+        (4.0, "A", "B", False),
+        (5.0, "A", "B", False),  # repeated down
+        (6.0, "A", "C", False),  # down without up
+        (7.0, "A", "C", True),  # still up at the end: closed at until
+        (9.0, "A", "A", True),  # self contact: ignored
+    ]
+    df = spark.createDataFrame(events, "time double, a string, b string, up boolean")
+    rows = contact_intervals(df, 12.0).orderBy("a", "b", "start").collect()
+    got = [(r["a"], r["b"], r["start"], r["end"], r["open"]) for r in rows]
+    assert got == [("A", "B", 1.0, 4.0, False), ("A", "C", 7.0, 12.0, True)]
+
+
+def _figures(spark: Any, path: Path, fmt: str = "auto") -> dict[str, Any]:
+    result = analyze_contact_trace(spark, str(path), fmt=fmt)
+    assert result.kind == "contacts"
+    return dict(result.metrics["contacts"])
+
+
+def test_one_trace(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "trace.txt"
+    path.write_text(ONE_TRACE)
+    m = _figures(spark, path)
+    assert m["events"] == 5
+    assert m["hosts"] == 3
+    assert m["contacts"] == 3
+    assert m["contact_pairs"] == 2
+    assert m["contacts_open_at_end"] == 1
+    assert m["contact_duration"]["mean"] == pytest.approx((10 + 10 + 5) / 3)
+    assert m["inter_contact_time"]["mean"] == 15 - 10
+    assert m["until"] == 25.0
+
+
+def test_csv_trace_gives_the_same_figures(spark: Any, tmp_path: Path) -> None:
+    one, csv_path = tmp_path / "trace.one", tmp_path / "trace.csv"
+    one.write_text(ONE_TRACE)
+    csv_path.write_text(CSV_TRACE)
+    assert _figures(spark, csv_path) == _figures(spark, one, fmt="one")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("bad.txt", "0 CONN 1 2 up\n5 CONN 1\n6 FOO 1 2 up\n", "2 malformed line(s)"),
+        ("bad.csv", "time,a,b\n0,1,2\n", "missing up"),
+        ("bad2.csv", "time,a,b,up\nx,1,2,true\n", "1 malformed line(s)"),
+        ("empty.txt", "# nothing\n", "no contact events"),
+    ],
+)
+def test_bad_traces_give_clear_errors(
+    spark: Any, tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(AnalysisError, match=re.escape(message)):
+        analyze_contact_trace(spark, str(path))
+
+
+def test_cli_contacts_only(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "trace.txt"
+    path.write_text(ONE_TRACE)
+    out = tmp_path / "report"
+    result = CliRunner().invoke(analyze, ["--contacts", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["trace.txt"]["contacts"]["contacts"] == 3
+    assert (out / "ict_ccdf.png").exists() and (out / "contact_duration_cdf.png").exists()
+    assert not (out / "delay_cdf.png").exists()
+    missing = CliRunner().invoke(analyze, ["--contacts", str(tmp_path / "no"), "--out", str(out)])
+    assert missing.exit_code == 1 and "no such contact trace" in missing.output
