@@ -275,3 +275,29 @@ def test_subscribe_follow_streams_until_interrupted(daemon: DaemonProc, sd: str)
         lambda: "fol" not in {s["key"] for s in daemon.client().get("/subscriptions")},
         what="follow subscription dropped with its client",
     )
+
+
+def test_admin_file_of_a_dead_process_is_one_line(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    info = {"host": "127.0.0.1", "port": 9, "pid": gone.pid}
+    (tmp_path / "admin.json").write_text(json.dumps(info))
+    _one_error_line(run("--state-dir", str(tmp_path), "status"), "stale admin.json")
+
+
+def test_state_dir_from_the_config_file(tmp_path: Path) -> None:
+    state = tmp_path / "from-config"
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'state_dir = "{state}"\ngroup = "{random_group()}"\n')
+    d = DaemonProc(tmp_path / "unused", ["--config", str(conf)])
+    d.state_dir = state  # where the daemon must put admin.json
+    try:
+        d.proc = subprocess.Popen(
+            [sys.executable, "-m", "dodwan.cli", "daemon", "--config", str(conf)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        d.wait_ready()
+        assert run("--state-dir", str(state), "status", "--json").exit_code == 0
+        assert (state / "dodwan.db").exists()
+    finally:
+        d.kill()
