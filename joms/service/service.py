@@ -50,6 +50,14 @@ def _esc(value: str) -> str:
     return re.escape(value)
 
 
+def _json_obj(payload: bytes) -> dict[str, Any]:
+    """A JSON object from the network; ValueError for anything else."""
+    obj = json.loads(payload or b"{}")
+    if not isinstance(obj, dict):
+        raise ValueError("expected a JSON object")
+    return obj
+
+
 def _digest(*parts: str) -> str:
     return hashlib.sha1("\x1f".join(parts).encode()).hexdigest()[:24]
 
@@ -293,6 +301,8 @@ class JomsService:
             handler(descriptor, payload, now)
         except (ValueError, KeyError, TypeError, JMSException):
             self._count("deliveries_malformed")
+        except Exception:  # a bug must not let a peer's message take the service down
+            self._count("internal_errors")
         self.store.commit()
 
     def next_event(self) -> Event | None:
@@ -938,7 +948,7 @@ class JomsService:
     ) -> None:
         reply_id = d[mdl.REPLY_ID]
         date = float(d.get("date", now))
-        req = json.loads(p or b"{}")
+        req = _json_obj(p)
         r = q.receivers.get(reply_id)
         if r is not None and date < r.since:
             return  # an older renewal arriving late
@@ -973,7 +983,7 @@ class JomsService:
         self._assign(q, now)
 
     def _manager_ack(self, q: ManagedQueue, d: Mapping[str, str], p: bytes, now: float) -> None:
-        rec = json.loads(p or b"{}")
+        rec = _json_obj(p)
         for mid in rec.get("acked", []):
             pend = q.pending.get(mid)
             if pend is not None:
@@ -1166,7 +1176,7 @@ class JomsService:
             self._count("advert_refused")
 
     def _on_directory(self, d: Mapping[str, str], p: bytes, now: float) -> None:
-        rec = json.loads(p)
+        rec = _json_obj(p)
         host = d.get("origin", "")
         if not host or host == self.host_id:
             return
