@@ -137,9 +137,20 @@ class Header:
         return self.zsize - self.fsize * (self.frags - 1)
 
 
+_COMPRESSORS: dict[int, zstandard.ZstdCompressor] = {}
+
+
+def compressor(level: int) -> zstandard.ZstdCompressor:
+    """A shared compressor per level (creating one costs more than compressing a descriptor)."""
+    c = _COMPRESSORS.get(level)
+    if c is None:
+        c = _COMPRESSORS[level] = zstandard.ZstdCompressor(level=level)
+    return c
+
+
 def compress_descriptor(d: Mapping[str, str], level: int = 3) -> bytes:
     """Canonical encoding (sorted attributes), zstd-compressed with its content size."""
-    return zstandard.ZstdCompressor(level=level).compress(wire.encode_attributes(d))
+    return compressor(level).compress(wire.encode_attributes(d))
 
 
 def decompress_descriptor(data: bytes, limits: Limits) -> dict[str, str]:

@@ -17,8 +17,6 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import zstandard
-
 from . import message as m
 from . import wire
 from .config import NodeConfig
@@ -310,7 +308,7 @@ class Node:
         if msg_id in self._cache or msg_id in self._history:
             raise ValueError(f"message id {msg_id!r} is already known here")
 
-        zpayload = zstandard.ZstdCompressor(level=self.config.compression_level).compress(payload)
+        zpayload = m.compressor(self.config.compression_level).compress(payload)
         descriptor = dict(attributes)
         descriptor.update(
             {
@@ -350,8 +348,13 @@ class Node:
         return msg_id
 
     def _geometry(self, descriptor: dict[str, str], zsize: int) -> tuple[bytes, m.Header]:
-        """Choose the fragment size so a fragment datagram fits ``max_datagram``."""
-        fsize = max(1, self.config.max_datagram)
+        """Choose the fragment size so a fragment datagram fits ``max_datagram``.
+
+        The first guess (one fragment when the payload is small) is usually right, so most
+        publications compress their descriptor once.
+        """
+        guess = self.config.max_datagram - 200 - len(descriptor[m.ID]) - len(self.host_id)
+        fsize = max(1, zsize if zsize <= guess else guess)
         for _ in range(8):
             frags = max(1, -(-zsize // fsize))
             descriptor[m.FRAGS] = str(frags)
