@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -212,3 +213,22 @@ def test_client_id_conflict_raises(pair: list[LoopbackHost]) -> None:
         pytest.raises(joms.InvalidClientIDException),
     ):
         joms.connect(a.stomp_url, client_id="only-one")
+
+
+def test_destinations_lists_the_directory(pair: list[LoopbackHost]) -> None:
+    a, b = pair
+    with joms.connect(a.stomp_url) as ca:
+        s = ca.create_session()
+        s.create_consumer(s.create_queue("catalogue"))  # creates catalogue@api1
+        s.create_producer(s.create_topic("weather")).send(s.create_text_message("sunny"))
+        assert "catalogue@api1" in ca.destinations()["queues"]
+        with joms.connect(b.stomp_url) as cb:
+            deadline = time.monotonic() + 10
+            known = cb.destinations()
+            while time.monotonic() < deadline and not (
+                "catalogue@api1" in known["queues"] and "weather" in known["topics"]
+            ):
+                time.sleep(0.1)  # adverts travel by DoDWAN; no event to wait on here
+                known = cb.destinations()
+            assert "catalogue@api1" in known["queues"]
+            assert "weather" in known["topics"]

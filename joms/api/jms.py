@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import queue
 import threading
@@ -114,6 +115,30 @@ class Connection:
         s = Session(self, transacted, SESSION_TRANSACTED if transacted else ack_mode)
         self._sessions.append(s)
         return s
+
+    def destinations(self, timeout: float = 10.0) -> dict[str, list[str]]:
+        """Queues (``Name@HOST``) and topics the connected host knows (its directory)."""
+        self._check()
+        sid = self._next_id("dir")
+        box: queue.Queue[Frame] = queue.Queue()
+
+        class _Once:
+            def _arrived(self, f: Frame) -> None:
+                box.put(f)
+
+        self._subs[sid] = _Once()  # type: ignore[assignment]
+        try:
+            self._transport.request(
+                Frame("SUBSCRIBE", {"id": sid, "destination": "/joms/destinations"})
+            )
+            f = box.get(timeout=timeout)
+            self._transport.send(Frame("UNSUBSCRIBE", {"id": sid}))
+        except queue.Empty:
+            raise JMSException("no directory answer from the daemon") from None
+        finally:
+            self._subs.pop(sid, None)
+        data = json.loads(f.body)
+        return {"queues": list(data.get("queues", [])), "topics": list(data.get("topics", []))}
 
     def start(self) -> None:
         """Start (or resume) delivery to consumers."""

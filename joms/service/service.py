@@ -414,7 +414,7 @@ class JomsService:
             self._count("sent_already_expired")
             return
         if msg.destination.kind == "topic":
-            self._topics_here.add(msg.destination.name)
+            self._note_topic(msg.destination.name, now)
         try:
             self.port.publish(
                 mdl.to_descriptor(msg),
@@ -447,7 +447,7 @@ class JomsService:
         cid = f"s{self._id()}"
         cons = _Consumer(cid, conn_id, "topic", dest, selector or "", sel, no_local, ack_mode)
         if dest.kind == "topic":
-            self._topics_here.add(dest.name)
+            self._note_topic(dest.name, now)
             if durable_name:
                 self._attach_durable(conn, cons, durable_name, now)
             else:
@@ -1055,7 +1055,9 @@ class JomsService:
     def _assign(self, q: ManagedQueue, now: float) -> None:
         if not q.receivers:
             return
-        for mid, pend in list(q.pending.items()):
+        # higher JMSPriority first, then arrival order
+        order = sorted(q.pending.items(), key=lambda kv: (-kv[1].message.priority, kv[1].seq))
+        for mid, pend in order:
             if pend.deadline <= now:
                 self._drop_pending(q, mid)
                 continue
@@ -1159,6 +1161,11 @@ class JomsService:
                 self._count("ack_refused")
 
     # ================================================================ directory
+    def _note_topic(self, topic: str, now: float) -> None:
+        if topic not in self._topics_here:
+            self._topics_here.add(topic)
+            self._next_advert = min(self._next_advert or now, now)  # advertise it soon
+
     def _advertise(self, now: float) -> None:
         queues = sorted(n for n, q in self._queues.items() if not q.temporary)
         topics = sorted(self._topics_here)

@@ -12,7 +12,9 @@ See docs/stomp.md.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +29,8 @@ from .host import GatewayHost, as_gateway_host
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "joms/0.1"
+DIRECTORY_DESTINATION = "/joms/destinations"
+"""Subscribing here returns one MESSAGE listing the queues and topics this host knows."""
 HEARTBEAT_MS = 10_000
 """Heart-beat period the gateway offers and accepts (ms)."""
 
@@ -379,6 +383,9 @@ class StompConnection(asyncio.Protocol):
             raise StompError("SUBSCRIBE needs an id header")
         if sub_id in self.subs:
             raise StompError(f"subscription id {sub_id!r} is already in use")
+        if frame.get("destination") == DIRECTORY_DESTINATION:
+            self.send_directory(sub_id)
+            return
         dest = self.destination(frame.get("destination"))
         ack = frame.get("ack", "auto")
         if ack not in ("auto", "client", "client-individual"):
@@ -400,9 +407,30 @@ class StompConnection(asyncio.Protocol):
             self.sub_durable[sub_id] = durable
         self.gw.pump()
 
+    def send_directory(self, sub_id: str) -> None:
+        """One MESSAGE with what this host knows: {"queues": [...], "topics": [...]}."""
+        body = json.dumps(self.service.destinations()).encode()
+        self.subs[sub_id] = ""
+        self.send_frame(
+            Frame(
+                "MESSAGE",
+                {
+                    "subscription": sub_id,
+                    "message-id": f"directory-{sub_id}",
+                    "destination": DIRECTORY_DESTINATION,
+                    "content-type": "application/json",
+                    "joms-body-type": "text",
+                },
+                body,
+            )
+        )
+
     def on_unsubscribe(self, frame: Frame) -> None:
         assert self.conn_id is not None
         sub_id = frame.get("id")
+        if sub_id is not None and self.subs.get(sub_id) == "":
+            del self.subs[sub_id]  # a directory subscription
+            return
         durable = next((frame.headers[k] for k in DURABLE_HEADERS if frame.get(k)), None)
         consumer = self.subs.pop(sub_id, None) if sub_id is not None else None
         if consumer is None and durable is None:
@@ -534,9 +562,15 @@ async def serve(
     ``ServiceHost`` (adapted by :func:`~joms.stomp.host.from_daemon_host`). Only loopback
     addresses are accepted unless ``allow_remote`` is true.
     """
+    allow_remote = allow_remote or bool(getattr(service_host, "stomp_allow_remote", False))
+    if login is None and passcode is None:
+        login = getattr(service_host, "stomp_login", None)
+        passcode = getattr(service_host, "stomp_passcode", None)
     if not allow_remote and not _is_loopback(host):
-        raise ValueError(
-            f"refusing to serve STOMP on {host}: only loopback unless remote access is enabled"
+        raise PermissionError(
+            errno.EACCES,
+            f"refusing to serve STOMP on {host}: only loopback addresses unless remote "
+            "access is enabled",
         )
     if (login is None) != (passcode is None):
         raise ValueError("login and passcode go together")
