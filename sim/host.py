@@ -73,7 +73,14 @@ class SimHost:
         if out:
             send, me, bcast = self.medium.send, self.index, self.broadcast
             for data, dest in out:
-                send(me, data, None if dest == bcast else self._dest(dest))
+                if dest == bcast:
+                    send(me, data, None)
+                    continue
+                target = self._dest(dest)
+                if target is None:  # an address no host has: nobody can receive it
+                    self.medium.unreachable += 1
+                else:
+                    send(me, data, target)
         ev = node.next_event()
         while ev is not None:
             if isinstance(ev, MessageDelivered):
