@@ -33,15 +33,17 @@ def test_issue_example_chat_with_durable_subscriber(pair: list[LoopbackHost]) ->
     with joms.connect(a.stomp_url, client_id="app1") as conn:
         session = conn.create_session(transacted=False, ack_mode=joms.AUTO_ACKNOWLEDGE)
         topic = session.create_topic("ChatRoom1")
-        session.create_producer(topic).send(
-            session.create_text_message("Hello", properties={"language": "English"})
-        )
+        hello = session.create_text_message("Hello", properties={"language": "English"})
+        session.create_producer(topic).send(hello)
+        sent_id = hello.message_id
+        assert sent_id is not None and sent_id.startswith("ID:api1-")
         sub = session.create_durable_subscriber(
             topic, "chat", selector="language IN ('English','French')"
         )
         msg = sub.receive(timeout=5.0)
         assert isinstance(msg, joms.TextMessage)
         assert msg.text == "Hello"
+        assert msg.message_id == sent_id
         assert msg.get_property("language") == "English"
         assert msg.destination == topic
         sub.close()
@@ -130,6 +132,10 @@ def test_bad_selector_raises_locally_and_connection_survives(pair: list[Loopback
             s.create_consumer(s.create_topic("x"), selector="a = = 2")
         with pytest.raises(joms.MessageFormatException):
             s.create_text_message("x", properties={"JMSBad": 1})
+        with pytest.raises(joms.InvalidDestinationException):
+            s.create_queue("a@b@c")
+        with pytest.raises(joms.InvalidDestinationException):
+            s.create_topic("has space")
         cons = s.create_consumer(s.create_topic("x"))
         s.create_producer(s.create_topic("x")).send(s.create_text_message("ok"))
         assert cons.receive(5).text == "ok"

@@ -199,13 +199,19 @@ class Session:
             self._begin()
 
     # ------------------------------------------------------------------ factories
-    def create_topic(self, name: str) -> Topic:
-        return Topic(name)
-
     def create_queue(self, name: str) -> Queue:
         """A queue reference: ``Name`` (managed by the connected host, which creates it on
         first send or subscribe) or ``Name@HOST`` (managed by HOST)."""
+        from ..service.model import check_destination_name
+
+        check_destination_name(name if "@" in name else f"{name}@local", queue=True)
         return Queue(name)
+
+    def create_topic(self, name: str) -> Topic:
+        from ..service.model import check_destination_name
+
+        check_destination_name(name, queue=False)
+        return Topic(name)
 
     def create_temporary_queue(self) -> TemporaryQueue:
         self._check()
@@ -298,8 +304,8 @@ class Session:
             raise IllegalStateException("the session is closed")
         self.connection._check()
 
-    def _request(self, frame: Frame) -> None:
-        self.connection._transport.request(frame)
+    def _request(self, frame: Frame) -> Frame | None:
+        return self.connection._transport.request(frame)
 
     def _begin(self) -> None:
         self._tx = self.connection._next_id("tx")
@@ -408,8 +414,11 @@ class MessageProducer:
         if s.transacted:
             frame.headers["transaction"] = s._tx or ""
         if self.sync:
-            s._request(frame)
+            receipt = s._request(frame)
+            if receipt is not None:
+                message.message_id = receipt.headers.get("message-id")
         else:
+            message.message_id = None
             s.connection._transport.send(frame)
 
     def close(self) -> None:

@@ -108,8 +108,8 @@ class StompTransport:
         """Send without waiting."""
         self._write(frame)
 
-    def request(self, frame: Frame, timeout: float | None = None) -> None:
-        """Send with a receipt and wait for it; raise the server's ERROR as JMSException."""
+    def request(self, frame: Frame, timeout: float | None = None) -> Frame | None:
+        """Send with a receipt and wait for it (returned); raise the server's ERROR."""
         rid = f"r{next(self._ids)}"
         frame.headers["receipt"] = rid
         ev = threading.Event()
@@ -123,6 +123,7 @@ class StompTransport:
                 raise JMSException(f"no receipt for {frame.command} from the STOMP server")
             if self._failure is not None and not box:
                 raise self._failure
+            return box[0] if box else None
         finally:
             self._waiters.pop(rid, None)
 

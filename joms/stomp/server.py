@@ -215,10 +215,13 @@ class StompConnection(asyncio.Protocol):
         handler = _HANDLERS.get(cmd)
         if handler is None:
             raise StompError(f"{cmd} is not a client frame (or a second CONNECT)")
-        handler(self, frame)
+        result = handler(self, frame)
         receipt = frame.get("receipt")
         if receipt is not None and not self.closing:
-            self.send_frame(Frame("RECEIPT", {"receipt-id": receipt}))
+            headers = {"receipt-id": receipt}
+            if cmd == "SEND" and isinstance(result, str):
+                headers["message-id"] = result  # JOMS extension: the JMSMessageID given
+            self.send_frame(Frame("RECEIPT", headers))
         if cmd == "DISCONNECT":
             self.close()
 
@@ -301,10 +304,10 @@ class StompConnection(asyncio.Protocol):
             return Destination("queue", known[0])
         return Destination.parse(text, self.service.host_id)
 
-    def on_send(self, frame: Frame) -> None:
+    def on_send(self, frame: Frame) -> str:
         assert self.conn_id is not None
         msg, ttl = self.message_from(frame)
-        self.service.send(
+        return self.service.send(
             self.conn_id, msg, self.now(), time_to_live=ttl, tx=frame.get("transaction")
         )
 
@@ -485,7 +488,7 @@ class StompConnection(asyncio.Protocol):
         pass
 
 
-_HANDLERS: dict[str, Callable[[StompConnection, Frame], None]] = {
+_HANDLERS: dict[str, Callable[[StompConnection, Frame], object]] = {
     "SEND": StompConnection.on_send,
     "SUBSCRIBE": StompConnection.on_subscribe,
     "UNSUBSCRIBE": StompConnection.on_unsubscribe,
