@@ -1,0 +1,90 @@
+"""The console's view of the daemon through its loopback admin API (docs/admin-api.md).
+
+Owns finding the admin API (``--state-dir``, else ``$DODWAN_STATE_DIR`` or the default
+state directory when a daemon runs there) and the reads the console needs: status,
+peers, and the destinations the network knows (JOMS directory adverts and the
+destinations of JOMS messages in the cache).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from dodwan.daemon.client import AdminClient, ClientError
+from dodwan.daemon.config import default_state_dir
+
+NEEDS_STATE_DIR = (
+    "this needs the daemon's admin API: start the console with --state-dir DIR "
+    "(the state directory the daemon was started with)"
+)
+_MAX_ADVERTS = 64
+
+
+class AdminUnavailable(Exception):
+    """The admin API cannot be used; the message says why and what to do."""
+
+
+class Admin:
+    """Reads from the daemon's admin API."""
+
+    def __init__(self, state_dir: str | Path | None) -> None:
+        self.state_dir = Path(state_dir) if state_dir else None
+
+    def _where(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir
+        guess = default_state_dir()
+        if os.environ.get("DODWAN_STATE_DIR") or (guess / "admin.json").exists():
+            return guess
+        raise AdminUnavailable(NEEDS_STATE_DIR)
+
+    @property
+    def configured(self) -> bool:
+        try:
+            self._where()
+        except AdminUnavailable:
+            return False
+        return True
+
+    def _get(self, path: str) -> Any:
+        try:
+            return AdminClient.for_state_dir(self._where(), timeout=5.0).get(path)
+        except ClientError as exc:
+            raise AdminUnavailable(str(exc)) from None
+
+    def status(self) -> dict[str, Any]:
+        return dict(self._get("/status"))
+
+    def peers(self) -> dict[str, Any]:
+        return dict(self._get("/peers"))
+
+    def destinations(self) -> tuple[set[str], set[str]]:
+        """(topics, queues) known from the cache: directory adverts and JOMS messages."""
+        topics: set[str] = set()
+        queues: set[str] = set()
+        adverts = 0
+        for item in self._get("/cache"):
+            d = item.get("descriptor", {})
+            kind = d.get("jms_kind")
+            if kind == "directory" and item.get("complete") and adverts < _MAX_ADVERTS:
+                adverts += 1
+                try:
+                    full = self._get(f"/cache/{item['id']}?payload=1")
+                    rec = json.loads(base64.b64decode(full.get("payload_b64", "")))
+                    topics.update(str(t) for t in rec.get("topics", []))
+                    queues.update(str(q) for q in rec.get("queues", []))
+                except (AdminUnavailable, ValueError, KeyError, TypeError, AttributeError):
+                    continue
+            elif kind == "message":
+                name = d.get("destination_id")
+                if not name:
+                    continue
+                if d.get("destination_type") == "topic":
+                    topics.add(str(name))
+                elif d.get("destination_type") == "queue" and not str(name).startswith("tmp."):
+                    queues.add(str(name))
+        return topics, queues

@@ -1,0 +1,293 @@
+"""The console's link to the daemon: one JOMS connection, its subscriptions, and recovery.
+
+Owns the connection (made on first need), one session for sending and receiving and one
+per background subscription, and the subscriptions themselves. When the connection is
+lost (daemon stopped, or it closed the connection after refusing a request) the loss is
+reported, a background thread reconnects with a growing delay, and every subscription is
+made again on the new connection; messages already shown are not shown twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import joms
+from joms.api import Connection, Destination, Message, MessageConsumer, Queue, Session, Topic
+from joms.errors import JMSException
+
+from .output import Printer, describe
+from .selection import PropertyPattern, accepts
+
+_SEEN_MAX = 10000
+
+
+class NotConnected(Exception):
+    """The daemon cannot be reached right now."""
+
+
+@dataclass
+class Subscription:
+    """A background subscription of the console."""
+
+    number: int
+    destination: Destination
+    selector: str | None
+    """Sent to the gateway (``-sel`` AND the translated ``-ssl`` patterns)."""
+    patterns: list[PropertyPattern]
+    """Also checked here on each arrival."""
+    durable: str | None = None
+    no_local: bool = False
+    count: int | None = None
+    received: int = 0
+    filtered: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+    seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    session: Session | None = None
+    consumer: MessageConsumer | None = None
+
+    def describe(self) -> str:
+        what = f"{'topic' if isinstance(self.destination, Topic) else 'queue'} "
+        what += self.destination.name
+        parts = [what]
+        if self.patterns:
+            parts.append("-ssl " + " ".join(f"{p.key}={p.regex}" for p in self.patterns))
+        if self.selector:
+            parts.append(f"selector: {self.selector}")
+        if self.durable:
+            parts.append(f"durable {self.durable}")
+        if self.count is not None:
+            parts.append(f"until {self.count} messages")
+        return ", ".join(parts)
+
+
+class Link:
+    """Connection to the daemon's STOMP gateway, with background reconnection."""
+
+    def __init__(
+        self,
+        url: str,
+        printer: Printer,
+        *,
+        client_id: str | None = None,
+        login: str | None = None,
+        passcode: str | None = None,
+        on_arrival: Callable[[Message], None] | None = None,
+    ) -> None:
+        self.url = url
+        self.client_id = client_id
+        self.login = login
+        self.passcode = passcode
+        self.printer = printer
+        self.on_arrival = on_arrival
+        self.subscriptions: dict[int, Subscription] = {}
+        self._numbers = itertools.count(1)
+        self._lock = threading.RLock()
+        self._conn: Connection | None = None
+        self._session: Session | None = None
+        self._retrying = False
+        self._closed = False
+        self._wake = threading.Event()
+        self.last_error: str | None = None
+
+    # ------------------------------------------------------------------ connection
+    @property
+    def connected(self) -> bool:
+        conn = self._conn
+        return conn is not None and conn._transport.failed is None
+
+    def connect(self) -> None:
+        """Connect now (no-op when connected); raise NotConnected with the reason."""
+        with self._lock:
+            if self.connected:
+                return
+            try:
+                conn = joms.connect(
+                    self.url,
+                    client_id=self.client_id,
+                    login=self.login,
+                    passcode=self.passcode,
+                    timeout=5.0,
+                )
+            except JMSException as exc:
+                self.last_error = str(exc)
+                raise NotConnected(f"cannot reach the daemon at {self.url}: {exc}") from None
+            conn.exception_listener = self._lost
+            self._conn = conn
+            self._session = conn.create_session()
+            self.last_error = None
+            for sub in self.subscriptions.values():
+                if not sub.done.is_set():
+                    self._open(sub)
+
+    def session(self) -> Session:
+        """The session for sending and receiving; connects first if needed."""
+        with self._lock:
+            if not self.connected:
+                self.connect()
+            assert self._session is not None
+            return self._session
+
+    def start_retrying(self) -> None:
+        """Reconnect in the background until it works (reported when it does)."""
+        with self._lock:
+            if self._retrying or self._closed:
+                return
+            self._retrying = True
+        threading.Thread(target=self._retry_loop, name="joms-console-retry", daemon=True).start()
+
+    def _lost(self, exc: JMSException) -> None:
+        # called on the transport's reader thread: report, then retry elsewhere
+        if self._closed:
+            return
+        self.last_error = str(exc)
+        self.printer.notice(f"connection to the daemon lost ({exc}); reconnecting")
+        self.start_retrying()
+
+    def _retry_loop(self) -> None:
+        delay = 0.2
+        try:
+            while not self._closed:
+                try:
+                    self.connect()
+                except NotConnected:
+                    self._wake.wait(delay)
+                    self._wake.clear()
+                    delay = min(delay * 2, 5.0)
+                    continue
+                except JMSException as exc:  # connected, but a subscription was refused
+                    self.printer.notice(f"reconnected, but: {exc}")
+                    return
+                active = sum(1 for s in self.subscriptions.values() if not s.done.is_set())
+                restored = f"; {active} subscription(s) restored" if active else ""
+                self.printer.notice(f"reconnected to the daemon at {self.url}{restored}")
+                return
+        finally:
+            with self._lock:
+                self._retrying = False
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.exception_listener = None
+            with contextlib.suppress(JMSException, OSError):
+                conn.close()
+
+    # ------------------------------------------------------------------ subscriptions
+    def subscribe(
+        self,
+        destination: Destination,
+        selector: str | None,
+        patterns: list[PropertyPattern],
+        *,
+        durable: str | None = None,
+        no_local: bool = False,
+        count: int | None = None,
+    ) -> Subscription:
+        with self._lock:
+            self.session()  # connected
+            sub = Subscription(
+                next(self._numbers), destination, selector, patterns, durable, no_local, count
+            )
+            self._open(sub)
+            self.subscriptions[sub.number] = sub
+            return sub
+
+    def _open(self, sub: Subscription) -> None:
+        assert self._conn is not None
+        session = self._conn.create_session()
+        try:
+            if sub.durable:
+                assert isinstance(sub.destination, Topic)
+                consumer = session.create_durable_subscriber(
+                    sub.destination, sub.durable, selector=sub.selector, no_local=sub.no_local
+                )
+            else:
+                consumer = session.create_consumer(
+                    sub.destination, selector=sub.selector, no_local=sub.no_local
+                )
+        except JMSException:
+            with contextlib.suppress(JMSException):
+                session.close()
+            raise
+        sub.session, sub.consumer = session, consumer
+        consumer.message_listener = lambda msg: self._arrived(sub, msg)
+
+    def _arrived(self, sub: Subscription, msg: Message) -> None:
+        if sub.done.is_set():
+            return
+        if msg.message_id:
+            if msg.message_id in sub.seen:
+                return
+            sub.seen[msg.message_id] = None
+            if len(sub.seen) > _SEEN_MAX:
+                sub.seen.popitem(last=False)
+        if not accepts(sub.patterns, msg):
+            sub.filtered += 1
+            return
+        sub.received += 1
+        self.printer.line(describe(msg, sub.number))
+        if self.on_arrival is not None:
+            self.on_arrival(msg)
+        if sub.count is not None and sub.received >= sub.count:
+            self.printer.notice(f"subscription {sub.number} got its {sub.count} message(s)")
+            self.end(sub)
+
+    def end(self, sub: Subscription) -> None:
+        """Close a subscription (a durable one is kept by the daemon; see delete_durable)."""
+        sub.done.set()
+        with self._lock:
+            self.subscriptions.pop(sub.number, None)
+        if sub.session is not None:
+            with contextlib.suppress(JMSException, OSError):
+                sub.session.close()
+
+    def delete_durable(self, name: str) -> None:
+        for sub in list(self.subscriptions.values()):
+            if sub.durable == name:
+                self.end(sub)
+        self.session().unsubscribe(name)
+
+    def active(self) -> list[Subscription]:
+        return [s for s in self.subscriptions.values() if not s.done.is_set()]
+
+    def wait_counted(self, stop: threading.Event | None = None) -> None:
+        """Block until every subscription with a ``count`` has received it."""
+        for sub in list(self.subscriptions.values()):
+            if sub.count is not None:
+                while not sub.done.wait(0.2):
+                    if stop is not None and stop.is_set():
+                        return
+
+    def receive(
+        self,
+        queue: Queue,
+        selector: str | None,
+        patterns: list[PropertyPattern],
+        timeout: float,
+    ) -> Message | None:
+        """One message from ``queue`` (skipping those the patterns reject), or None."""
+        import time
+
+        session = self.session()
+        consumer = session.create_consumer(queue, selector=selector)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                left = max(0.0, deadline - time.monotonic())
+                msg: Any = consumer.receive(left) if left > 0 else consumer.receive_no_wait()
+                if msg is None or accepts(patterns, msg):
+                    return msg  # type: ignore[no-any-return]
+                if left <= 0:
+                    return None
+        finally:
+            with contextlib.suppress(JMSException, OSError):
+                consumer.close()
