@@ -123,6 +123,7 @@ def test_stale_admin_file_is_one_line(tmp_path: Path) -> None:
         (["--admin", "localhost:http"], "port must be a number"),
         (["--config", "/nonexistent/dodwan.toml"], "does not exist"),
         (["--horizon", "0"], "horizon"),
+        (["--admin", "0.0.0.0:8080"], "not a loopback address"),
     ],
 )
 def test_daemon_refuses_bad_settings(tmp_path: Path, args: list[str], needle: str) -> None:

@@ -245,3 +245,24 @@ def test_admin_api_errors_and_raw_publish(daemons) -> None:
     assert base64.b64decode(shown["payload_b64"]) == payload
     assert shown["descriptor"]["k"] == "v" and shown["reason"] == "published here"
     assert a.alive
+
+
+def test_bitrate_paces_what_a_daemon_sends(daemons, tmp_path: Path) -> None:
+    group = random_group()
+    bitrate = 400_000  # bits/s: 60 KB of fragments need > 1 s
+    a = daemons("a", "--group", group, "--host-id", "a", "--bitrate", str(bitrate),
+                "--burst", "4000", *FAST)  # fmt: skip
+    b = daemons("b", "--group", group, "--host-id", "b", *FAST)
+    out = tmp_path / "out"
+    b.client().post(
+        "/subscribe", {"patterns": [{"k": "slow"}], "sink": {"kind": "dir", "target": str(out)}}
+    )
+    wait_for(lambda: "b" in a.client().get("/profile")["known"], what="a knows b's profile")
+    payload = random.Random(9).randbytes(60_000)
+    start = time.monotonic()
+    mid = a.client().publish_bytes(payload, attributes={"k": "slow"}, ttl=60)["id"]
+    wait_for(lambda: (out / f"{mid}.json").exists(), timeout=30, what="paced delivery")
+    elapsed = time.monotonic() - start
+    assert (out / mid).read_bytes() == payload
+    assert elapsed >= 60_000 * 8 / bitrate * 0.8
+    assert a.status()["counters"]["pacer_sent"] > 40

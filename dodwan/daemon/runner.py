@@ -14,6 +14,7 @@ import base64
 import contextlib
 import fcntl
 import inspect
+import ipaddress
 import json
 import logging
 import os
@@ -62,6 +63,15 @@ def generate_host_id() -> str:
     return f"{base}-{secrets.token_hex(3)}"
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _metric_name(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
@@ -74,6 +84,11 @@ class Daemon:
         self.config = config
         self.medium: Medium = medium_for(config.group, config.interface)
         admin_host, admin_port = parse_address(config.admin)
+        if not _is_loopback(admin_host):
+            raise ValueError(
+                f"admin address {config.admin!r} is not a loopback address; the admin API has "
+                "no authentication and only listens on loopback"
+            )
         self._admin_addr = (admin_host, admin_port)
         self.store: SqliteStore | None = None
         self.node: Node | None = None
