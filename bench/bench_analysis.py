@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sim.analysis import analyze_run, create_session, write_report
@@ -35,16 +35,16 @@ FULL_EVENTS = 10_000_000
 FULL_CONTACTS = 1_000_000
 
 
-def _host(col: F.Column) -> F.Column:
+def _host(col: Column) -> Column:
     return F.concat(F.lit("h"), F.lpad(col.cast("string"), 3, "0"))
 
 
-def _unit(*cols: F.Column) -> F.Column:
+def _unit(*cols: Column) -> Column:
     """A deterministic pseudo-random number in [0, 1) from the given columns."""
     return (F.abs(F.xxhash64(*cols)) % 1_000_003) / 1_000_003.0
 
 
-def _message_attrs(m: F.Column) -> tuple[F.Column, F.Column]:
+def _message_attrs(m: Column) -> tuple[Column, Column]:
     created = _unit(m, F.lit(1)) * (UNTIL - TTL)
     origin = (F.abs(F.xxhash64(m, F.lit(2))) % HOSTS).cast("int")
     return created, origin

@@ -67,8 +67,8 @@ def shared_spark() -> Any:
 
 def write_table(path: Path, table: str, rows: list[tuple[Any, ...]]) -> None:
     schema = ARROW_SCHEMAS[table]
-    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in schema.names]
-    arrays = [pa.array(list(c), type=f.type) for c, f in zip(cols, schema, strict=True)]
+    cols: list[list[Any]] = [[row[i] for row in rows] for i in range(len(schema.names))]
+    arrays = [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)]
     pq.write_table(pa.Table.from_arrays(arrays, schema=schema), path)
 
 

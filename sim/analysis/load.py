@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -54,8 +56,15 @@ SCHEMAS: dict[str, dict[str, str]] = {
 REQUIRED_TABLES = ("contacts", "messages", "targets", "datagrams")
 OPTIONAL_TABLES = ("cache", "hosts")
 
-_NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType)
-_NUMERIC = (*_NUMERIC, T.DecimalType)
+_NUMERIC: tuple[type[T.DataType], ...] = (
+    T.ByteType,
+    T.ShortType,
+    T.IntegerType,
+    T.LongType,
+    T.FloatType,
+    T.DoubleType,
+    T.DecimalType,
+)
 
 
 @dataclass
@@ -141,7 +150,7 @@ def _read_run_json(spark: SparkSession, run_dir: str) -> dict[str, Any]:
         run = json.loads(text)
     except FileNotFoundError as exc:
         raise AnalysisError(f"{run_dir}: missing run.json") from exc
-    except (OSError, ValueError, *SPARK_ERRORS) as exc:
+    except (OSError, ValueError, PySparkException, Py4JError) as exc:
         raise AnalysisError(f"{path}: unreadable run.json ({exc})") from exc
     if not isinstance(run, dict):
         raise AnalysisError(f"{path}: run.json is not a JSON object")

@@ -19,7 +19,7 @@ import logging
 import warnings
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 DEFAULT_MAX_ITERATIONS = 200
@@ -61,7 +61,7 @@ def _choose_bucket(messages: DataFrame, intervals: DataFrame, until: float) -> f
     return max(max(candidates), 1e-6)
 
 
-def _bucket_range(lo: F.Column, hi: F.Column, width: float) -> F.Column:
+def _bucket_range(lo: Column, hi: Column, width: float) -> Column:
     return F.explode(F.sequence(F.floor(lo / width).cast("long"), F.floor(hi / width).cast("long")))
 
 
