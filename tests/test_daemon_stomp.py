@@ -32,6 +32,23 @@ def test_stomp_gateway_answers_connect(daemons) -> None:
 
     reply = wait_for(connected, what="STOMP CONNECTED")
     assert reply.startswith(b"CONNECTED\n")
+
+    # A topic round trip through the daemon: SEND -> DoDWAN publish -> joms: delivery -> MESSAGE.
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as s:
+        s.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        s.sendall(b"SUBSCRIBE\ndestination:/topic/news\nid:1\nack:auto\n\n\x00")
+        s.sendall(
+            b"SEND\ndestination:/topic/news\ncontent-type:text/plain\nreceipt:r1\n\nhello daemon\x00"
+        )
+        data = b""
+        while b"MESSAGE\n" not in data or not data.rstrip(b"\n").endswith(b"\x00"):
+            chunk = s.recv(65536)
+            assert chunk, f"gateway closed: {data!r}"
+            data += chunk
+    message = data[data.index(b"MESSAGE\n") :]
+    assert b"destination:/topic/news" in message and b"hello daemon" in message
+    subs = d.client().get("/subscriptions")
+    assert any(x["key"].startswith("joms:") and x["sink"]["kind"] == "service" for x in subs)
     assert d.alive
 
 
