@@ -284,3 +284,10 @@ def test_folder_dataset_is_accepted(spark: Any, tmp_path: Path) -> None:
     pq.write_table(data.slice(5), folder / "part-1.parquet")
     assert load_run(spark, str(run)).messages.count() == len(HAND_MESSAGES)
     shutil.rmtree(folder)
+
+
+def test_help_names_the_inputs_and_options() -> None:
+    result = CliRunner().invoke(analyze, ["--help"])
+    assert result.exit_code == 0
+    for word in ("[RUN_DIR]...", "--out", "--contacts", "--master", "--no-oracle"):
+        assert word in result.output

@@ -47,7 +47,7 @@ def summary_table(results: Sequence[RunResult]) -> Table:
 
 
 @click.command("analyze")
-@click.argument("run_dirs", nargs=-1, metavar="RUN_DIR...")
+@click.argument("run_dirs", nargs=-1, metavar="[RUN_DIR]...")
 @click.option(
     "--out",
     "out_dir",
