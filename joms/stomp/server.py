@@ -105,12 +105,16 @@ class Gateway:
         host.add_wakeup(self.pump)
 
     def pump(self) -> None:
-        """Hand every pending service event to its connection."""
+        """Hand every pending service event to its connection (one write per connection)."""
+        touched: dict[str, StompConnection] = {}
         while (ev := self.service.next_event()) is not None:
             if isinstance(ev, MessageDispatched):
                 conn = self.connections.get(ev.connection)
                 if conn is not None:
                     conn.deliver(ev)
+                    touched[ev.connection] = conn
+        for conn in touched.values():
+            conn.flush()
 
     def protocol(self) -> StompConnection:
         return StompConnection(self)
@@ -136,6 +140,7 @@ class StompConnection(asyncio.Protocol):
         self._send_every = 0.0
         self._expect_every = 0.0
         self._wrote = False
+        self._out: list[bytes] = []
 
     # ------------------------------------------------------------------ asyncio
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -163,6 +168,7 @@ class StompConnection(asyncio.Protocol):
                 log.exception("STOMP gateway failed on a %s frame", frame.command)
                 self.error(f"internal error handling {frame.command}: {type(exc).__name__}", frame)
         self.gw.host.poke()
+        self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -180,8 +186,16 @@ class StompConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ output
     def send_frame(self, frame: Frame) -> None:
+        """Queue a frame; :meth:`flush` writes the queued frames in one go."""
+        self._out.append(encode(frame))
+
+    def flush(self) -> None:
+        if not self._out:
+            return
+        data = b"".join(self._out)
+        self._out.clear()
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(encode(frame))
+            self.transport.write(data)
             self._wrote = True
 
     def error(self, message: str, frame: Frame | None = None) -> None:
@@ -191,9 +205,11 @@ class StompConnection(asyncio.Protocol):
         if frame is not None and frame.get("receipt"):
             headers["receipt-id"] = frame.headers["receipt"]
         self.send_frame(Frame("ERROR", headers, message.encode()))
+        self.flush()
         self.close()
 
     def close(self) -> None:
+        self.flush()
         self.closing = True
         if self.transport is not None:
             self.transport.close()
@@ -255,6 +271,7 @@ class StompConnection(asyncio.Protocol):
                 },
             )
         )
+        self.flush()
         self._wrote = False
         loop = asyncio.get_running_loop()
         if self._send_every:
