@@ -19,7 +19,7 @@ from joms.errors import JMSException
 from . import grammar
 from .admin import Admin, AdminUnavailable
 from .grammar import Command, HelpRequest, UsageError
-from .link import Link, NotConnected
+from .link import Link, NotConnected, Subscription
 from .output import LABEL, Printer, describe
 from .selection import PatternError, combined_selector, parse_patterns, parse_properties
 
@@ -172,11 +172,14 @@ class Console:
             durable=args.durable,
             no_local=args.no_local,
             count=args.count,
+            announce=self._announce,
         )
-        (self.topics if isinstance(dest, Topic) else self.queues).add(dest.name)
+        (self.topics if isinstance(dest, Topic) else self.queues).add(sub.destination.name)
+        return True
+
+    def _announce(self, sub: Subscription) -> None:
         self.out.line(f"[{sub.number}] subscribed to {sub.describe()}")
         self.out.line("Waiting ....")
-        return True
 
     def do_unsub(self, args: argparse.Namespace) -> bool:
         subs = self.link.active()

@@ -339,6 +339,7 @@ def parse_words(words: list[str]) -> Command | HelpRequest:
     rest = words[1:]
     if "-h" in rest or "--help" in rest:
         return HelpRequest(name)
+    _check_options(name, rest)
     try:
         args = parser_for(name).parse_args(rest)
     except argparse.ArgumentError as exc:  # exit_on_error=False path
@@ -348,10 +349,27 @@ def parse_words(words: list[str]) -> Command | HelpRequest:
     return Command(name, args)
 
 
+def _check_options(name: str, words: list[str]) -> None:
+    """Refuse option abbreviations (argparse 3.11 still expands ``-ss`` to ``-ssl``)."""
+    known = set(option_strings(name))
+    for w in words:
+        if w == "--":
+            return
+        if not w.startswith("-") or w == "-" or w[1:2].isdigit() or w[1:2] == ".":
+            continue
+        opt = w.split("=", 1)[0] if w.startswith("--") else w
+        if opt not in known and w[:2] not in known:
+            raise UsageError(f"unknown option {opt}", usage(name))
+
+
 def parse_line(text: str) -> Command | HelpRequest:
     """Parse one command written as a shell-quoted line."""
     try:
         words = shlex.split(text)
     except ValueError as exc:
-        raise UsageError(f"cannot read the line: {exc}") from None
+        first = text.split()[0] if text.split() else ""
+        name = ALIASES.get(first, first)
+        raise UsageError(
+            f"cannot read the line: {exc}", usage(name) if name in COMMANDS else ""
+        ) from None
     return parse_words(words)

@@ -191,17 +191,21 @@ class Link:
         durable: str | None = None,
         no_local: bool = False,
         count: int | None = None,
+        announce: Callable[[Subscription], None] | None = None,
     ) -> Subscription:
+        """Subscribe in the background; ``announce(sub)`` runs before the first arrival."""
         with self._lock:
             self.session()  # connected
             sub = Subscription(
                 next(self._numbers), destination, selector, patterns, durable, no_local, count
             )
-            self._open(sub)
+            self._open(sub, announce)
             self.subscriptions[sub.number] = sub
             return sub
 
-    def _open(self, sub: Subscription) -> None:
+    def _open(
+        self, sub: Subscription, announce: Callable[[Subscription], None] | None = None
+    ) -> None:
         assert self._conn is not None
         session = self._conn.create_session()
         try:
@@ -219,6 +223,8 @@ class Link:
                 session.close()
             raise
         sub.session, sub.consumer = session, consumer
+        if announce is not None:
+            announce(sub)
         consumer.message_listener = lambda msg: self._arrived(sub, msg)
 
     def _arrived(self, sub: Subscription, msg: Message) -> None:

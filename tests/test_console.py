@@ -1,0 +1,336 @@
+"""The ``joms`` console's parts without a daemon: grammar, ``-ssl`` mapping, printing,
+completion, history, admin discovery. (Real terminals and daemons: test_console_terminal.py.)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+
+from console import grammar
+from console.admin import NEEDS_STATE_DIR, Admin, AdminUnavailable
+from console.cli import main
+from console.commands import Console
+from console.grammar import Command, HelpRequest, UsageError
+from console.interactive import ConsoleCompleter, open_history
+from console.link import Link
+from console.output import Printer, describe
+from console.selection import (
+    PatternError,
+    accepts,
+    combined_selector,
+    parse_patterns,
+    parse_properties,
+    selector_clause,
+)
+from joms import selector as jms_selector
+from joms.api import TextMessage, Topic
+
+# ---------------------------------------------------------------- grammar
+
+
+def test_the_papers_lines_parse_as_written() -> None:
+    pub = grammar.parse_line("pub -t ChatRoom1 -id firstMSG -p Hello -ssl language=English")
+    assert isinstance(pub, Command) and pub.name == "pub"
+    a = pub.args
+    assert (a.topic, a.label, a.text, a.props) == (
+        "ChatRoom1",
+        "firstMSG",
+        ["Hello"],
+        ["language=English"],
+    )
+    sub = grammar.parse_line("sub -t ChatRoom1 -ssl language=English|French")
+    assert isinstance(sub, Command) and sub.name == "sub"
+    assert (sub.args.topic, sub.args.patterns) == ("ChatRoom1", ["language=English|French"])
+
+
+def test_publish_options() -> None:
+    c = grammar.parse_line(
+        "send -q Box@h2 -p meet at noon --non-persistent --priority 7 --ttl 30 "
+        "-ssl a=1 b=2 -ssl c=3"
+    )
+    assert isinstance(c, Command)
+    a = c.args
+    assert a.queue == "Box@h2" and " ".join(a.text) == "meet at noon"
+    assert (a.persistent, a.priority, a.ttl) == (False, 7, 30.0)
+    assert a.props == ["a=1", "b=2", "c=3"]
+    d = grammar.parse_line("pub -t T -f /tmp/x --persistent")
+    assert isinstance(d, Command) and d.args.file == "/tmp/x" and d.args.persistent is True
+
+
+def test_sub_options_and_quoted_selector() -> None:
+    c = grammar.parse_line(
+        "sub -t T -sel \"language = 'English' AND n > 3\" --durable d --count 2 --no-local"
+    )
+    assert isinstance(c, Command)
+    assert c.args.selector == "language = 'English' AND n > 3"
+    assert (c.args.durable, c.args.count, c.args.no_local) == ("d", 2, True)
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("pub -t X", "-p -f is required"),
+        ("pub -p x", "required: -t"),
+        ("pub -t X -p a -f b", "not allowed"),
+        ("pub -t X -p a --priority 12", "invalid choice"),
+        ("pub -t X -p a --bogus", "unknown option --bogus"),
+        ("unsub 1 2", "unrecognized arguments"),
+        ("sub -t", "expected one argument"),
+        ("sub -t A -q B", "not allowed"),
+        ("receive -q Q --timeout soon", "invalid float"),
+        ("create thing x", "invalid choice"),
+        ("unsub one", "invalid int"),
+        ('pub -t X -p "open', "No closing quotation"),
+        ("frobnicate", "unknown command"),
+        ("-ssl", "unknown command"),
+    ],
+)
+def test_bad_commands_raise_a_usage_error(line: str, needle: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        grammar.parse_line(line)
+    assert needle in str(exc.value)
+    name = line.split()[0]
+    if name in grammar.COMMANDS:
+        assert exc.value.usage.startswith(f"usage: {name} ")
+        assert "\n" not in exc.value.usage  # one short line
+
+
+def test_single_dash_options_are_not_abbreviated() -> None:
+    for line in ["sub -t T -ss language=x", "pub -t T -p x --prio 3", "sub -t T -s x=1"]:
+        with pytest.raises(UsageError) as exc:
+            grammar.parse_line(line)
+        assert "unknown option" in str(exc.value)
+    c = grammar.parse_line("pub -tT -p x --priority=3 --ttl -1")
+    assert isinstance(c, Command) and (c.args.topic, c.args.priority) == ("T", 3)
+
+
+def test_split_commands_respects_quotes_and_comments() -> None:
+    assert grammar.split_commands('pub -t X -p "a;b"; sub -t Y # not; this') == [
+        'pub -t X -p "a;b"',
+        "sub -t Y",
+    ]
+    assert grammar.split_commands("pub -t X -p 'x;y' ;; status ;") == [
+        "pub -t X -p 'x;y'",
+        "status",
+    ]
+    assert grammar.split_commands("pub -p a\\;b") == ["pub -p a\\;b"]
+    assert grammar.split_commands("# only a comment") == []
+
+
+def test_every_command_has_help_and_a_summary() -> None:
+    overview = grammar.overview()
+    for name, (summary, _) in grammar.COMMANDS.items():
+        assert summary and name in overview
+        text = grammar.help_text(name)
+        assert text.startswith(f"usage: {name}")
+        assert len(text.splitlines()) >= 3  # usage, blank, description
+    for name in grammar.COMMANDS:
+        assert grammar.parse_line(f"{name} --help") == HelpRequest(name)
+        assert grammar.parse_line(f"{name} -h") == HelpRequest(name)
+    assert "-ssl" in grammar.option_strings("pub") and "-sel" in grammar.option_strings("sub")
+
+
+def test_aliases() -> None:
+    c = grammar.parse_line("quit")
+    assert isinstance(c, Command) and c.name == "exit"
+
+
+# ---------------------------------------------------------------- -ssl mapping
+
+
+@pytest.mark.parametrize(
+    ("regex", "clause"),
+    [
+        ("English|French", "language IN ('English','French')"),
+        ("English", "language = 'English'"),
+        ("it's", "language = 'it''s'"),
+        ("Chat.*", "language LIKE 'Chat%' ESCAPE '\\'"),
+        ("a\\.b", "language = 'a.b'"),
+        ("[a-z]+", None),
+        ("(English|French)", None),
+        ("Eng(lish)?", None),
+    ],
+)
+def test_selector_clause(regex: str, clause: str | None) -> None:
+    assert selector_clause("language", regex) == clause
+
+
+@pytest.mark.parametrize("regex", ["English|French", "Chat.*|x", "5%_.|a.c", "", "it's|a\\*"])
+@pytest.mark.parametrize(
+    "value", ["English", "French", "Englis", "Chat", "Chatroom", "x", "5%_z", "abc", "", "a*"]
+)
+def test_translated_clause_selects_exactly_what_the_regex_matches(regex: str, value: str) -> None:
+    [p] = parse_patterns([f"language={regex}"])
+    assert p.clause is not None
+    sel = jms_selector.parse(p.clause)
+    assert sel.matches({"language": value}) == p.matches(value)
+
+
+def test_keys_that_are_not_selector_identifiers_are_only_checked_locally() -> None:
+    assert selector_clause("my-key", "x") is None
+    assert selector_clause("AND", "x") is None
+    assert selector_clause("1st", "x") is None
+
+
+def test_combined_selector() -> None:
+    ps = parse_patterns(["language=English|French", "n=[0-9]+"])
+    assert combined_selector("x = 'y'", ps) == "(x = 'y') AND language IN ('English','French')"
+    assert combined_selector("x = 'y'", []) == "x = 'y'"
+    assert combined_selector(None, parse_patterns(["n=[0-9]+"])) is None
+
+
+def test_local_check_is_a_full_match_on_the_property_string() -> None:
+    ps = parse_patterns(["language=English|French", "n=[0-9]+"])
+    ok = TextMessage("hi", {"language": "French", "n": 42})
+    assert accepts(ps, ok)
+    assert not accepts(ps, TextMessage("hi", {"language": "Frenchy", "n": 42}))
+    assert not accepts(ps, TextMessage("hi", {"language": "French", "n": 4.5}))
+    assert not accepts(ps, TextMessage("hi", {"language": "French"}))  # missing property
+
+
+@pytest.mark.parametrize("bad", ["novalue", "=x", "k=(", "k=a{2"])
+def test_bad_patterns(bad: str) -> None:
+    if bad == "k=a{2":  # RE2 reads a{2 as literal: valid
+        assert parse_patterns([bad])[0].matches("a{2")
+        return
+    with pytest.raises(PatternError):
+        parse_patterns([bad])
+
+
+def test_publish_properties() -> None:
+    assert parse_properties(["language=English", "empty="]) == {
+        "language": "English",
+        "empty": "",
+    }
+    for bad in ["noequals", "id=5", "jms_x=1", "=v"]:
+        with pytest.raises(PatternError):
+            parse_properties([bad])
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _arrived(text: str, **props: object) -> TextMessage:
+    m = TextMessage(text, dict(props))
+    m.destination = Topic("ChatRoom1")
+    m.message_id = "ID:h1-1"
+    return m
+
+
+def test_describe_shows_topic_id_properties_and_content() -> None:
+    line = describe(_arrived("Hello", label="firstMSG", language="English"), 3)
+    assert line == "[3] topic ChatRoom1 id firstMSG language=English: Hello"
+    assert describe(_arrived("Hi")) == "topic ChatRoom1 id ID:h1-1: Hi"
+    multi = describe(_arrived("one\ntwo", note="a b"))
+    assert multi.splitlines() == ['topic ChatRoom1 id ID:h1-1 note="a b": one', "    two"]
+
+
+# ---------------------------------------------------------------- completion and history
+
+
+def _console(tmp_path: Path) -> Console:
+    printer = Printer()
+    return Console(Link("127.0.0.1:1", printer), Admin(tmp_path), printer)
+
+
+def _complete(completer: ConsoleCompleter, text: str) -> list[str]:
+    doc = Document(text, len(text))
+    return [
+        c.text for c in completer.get_completions(doc, CompleteEvent(completion_requested=True))
+    ]
+
+
+def test_completion_of_commands_options_and_destinations(tmp_path: Path) -> None:
+    console = _console(tmp_path)
+    console.topics |= {"ChatRoom1", "ChatRoom2", "News"}
+    console.queues.add("MailBox1@h2")
+    c = ConsoleCompleter(console)
+    assert set(_complete(c, "su")) == {"sub", "subscriptions", "subscribe"}
+    assert _complete(c, "pub -t Chat") == ["ChatRoom1", "ChatRoom2"]
+    assert _complete(c, "send -q M") == ["MailBox1@h2"]
+    assert "-ssl" in _complete(c, "pub -t X -s") and "-sel" not in _complete(c, "pub -s")
+    assert set(_complete(c, "sub -t X -s")) == {"-ssl", "-sel"}
+    assert _complete(c, "help rec") == ["receive"]
+    assert _complete(c, "create q") == ["queue"]
+    assert _complete(c, "status; pu") == ["pub", "publish"]
+    (tmp_path / "payload.txt").write_text("x")
+    assert _complete(c, f"pub -t X -f {tmp_path}/pay") == ["load.txt"]
+    assert _complete(c, "nonsense -") == []
+
+
+def test_history_file_and_fallback(tmp_path: Path) -> None:
+    hist, warning = open_history(tmp_path / "deep" / "history")
+    assert warning is None and (tmp_path / "deep" / "history").exists()
+    hist.append_string("status")
+    again, _ = open_history(tmp_path / "deep" / "history")
+    assert "status" in list(again.load_history_strings())
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    mem, warning = open_history(blocker / "history")  # parent is a file
+    assert warning is not None and "history not kept" in warning
+    mem.append_string("x")
+
+
+# ---------------------------------------------------------------- admin discovery, errors
+
+
+def test_admin_without_a_state_dir_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DODWAN_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    admin = Admin(None)
+    assert not admin.configured
+    with pytest.raises(AdminUnavailable) as exc:
+        admin.peers()
+    assert str(exc.value) == NEEDS_STATE_DIR and "--state-dir" in NEEDS_STATE_DIR
+    with pytest.raises(AdminUnavailable) as exc2:
+        Admin(tmp_path / "nothing").status()
+    assert "no daemon running" in str(exc2.value)
+
+
+def test_commands_without_a_daemon_fail_with_one_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DODWAN_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    url = "127.0.0.1:9"  # discard port: nothing listens
+    rc = main(["--url", url, "-c", "pub -t X -p hi; peers; help pub; exit; status"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert err.count("error: ") == 2, err
+    assert "cannot reach the daemon at 127.0.0.1:9" in err
+    assert "--state-dir" in err
+    assert "usage: pub" in out
+    assert "daemon " not in out  # `exit` stopped before `status`
+    assert "Traceback" not in out + err
+
+
+def test_one_shot_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pub", "-t", "X"]) == 2
+    out, err = capsys.readouterr()
+    assert "one of the arguments -p -f is required" in err and out.startswith("usage: pub")
+    assert main(["help", "sub"]) == 0
+    assert "-ssl KEY=REGEX" in capsys.readouterr().out
+    assert main(["-c", "help", "status"]) == 2
+
+
+def test_file_payload_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    console = _console(tmp_path)
+    console.link.session = lambda: _FakeSession()  # type: ignore[method-assign]
+    console.run_text(f"pub -t X -f {tmp_path}/missing")
+    assert "does not exist" in capsys.readouterr().err
+    assert console.failures == 1
+    os.mkdir(tmp_path / "dir")
+    console.run_text(f"pub -t X -f {tmp_path}/dir")
+    assert "cannot read" in capsys.readouterr().err
+
+
+class _FakeSession:
+    def create_text_message(self, text: str, props: dict[str, object]) -> TextMessage:
+        return TextMessage(text, props)
