@@ -266,3 +266,16 @@ def test_bitrate_paces_what_a_daemon_sends(daemons, tmp_path: Path) -> None:
     assert (out / mid).read_bytes() == payload
     assert elapsed >= 60_000 * 8 / bitrate * 0.8
     assert a.status()["counters"]["pacer_sent"] > 40
+
+
+def test_trace_records_go_to_a_jsonl_file(daemons) -> None:
+    import json
+
+    a = daemons("a", "--group", random_group(), "--trace", *FAST)
+    mid = a.client().post("/publish", {"attributes": {"k": "v"}, "text": "traced", "ttl": 60})["id"]
+    wait_for(lambda: a.status()["counters"].get("announcements_sent", 0) >= 1, what="announce")
+    assert a.kill(signal.SIGTERM) == 0  # a clean stop flushes the file
+    records = [json.loads(x) for x in (a.state_dir / "trace.jsonl").read_text().splitlines()]
+    created = [r for r in records if r["kind"] == "message_created"]
+    assert [r["msg_id"] for r in created] == [mid] and created[0]["size"] == len("traced")
+    assert any(r["kind"] == "datagram_sent" for r in records)

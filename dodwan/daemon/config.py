@@ -332,6 +332,11 @@ def render_markdown() -> str:
         lines.append(f"| `{name}` | `{_toml_value(NODE_DEFAULTS[name])}` | {docs.get(name, '')} |")
     lines += [
         "",
+        "With `trace = true` the daemon appends every trace record to `STATE_DIR/trace.jsonl`",
+        "(one JSON object per line: time, kind, msg_id, size, hops, detail).",
+    ]
+    lines += [
+        "",
         "## Limits (`[node.limits]` table)",
         "",
         "Bounds on what a peer (or a local caller) can make the node hold or compute. The",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import fcntl
 import inspect
 import ipaddress
@@ -26,7 +27,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..core import (
     CacheFullError,
@@ -51,6 +52,7 @@ log = logging.getLogger("dodwan.daemon")
 ADMIN_FILE = "admin.json"
 LOCK_FILE = "daemon.lock"
 DB_FILE = "dodwan.db"
+TRACE_FILE = "trace.jsonl"
 DEFAULT_TTL = 3600.0
 
 
@@ -104,6 +106,7 @@ class Daemon:
         self._pump_handle: asyncio.TimerHandle | None = None
         self._stopping = asyncio.Event()
         self._lock_fd: int | None = None
+        self._trace_file: TextIO | None = None
         self._started = time.time()
         self.counters: dict[str, int] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -146,6 +149,10 @@ class Daemon:
         self.host_id = host_id
         node_config = self.config.node_config(host_id)
         self.node = Node(node_config, rng=random.Random(), store=self.store)
+        if node_config.trace:
+            self._trace_file = open(  # noqa: SIM115  (open for the daemon's lifetime)
+                self.state_dir / TRACE_FILE, "a", encoding="utf-8", buffering=1 << 16
+            )
         self.sinks = SinkRouter(self.config.exec_timeout, self.config.exec_concurrency)
         for row in list(self.store.iter_sinks()):
             if row.kind == "follow" or row.key not in self.node.subscriptions():
@@ -253,6 +260,9 @@ class Daemon:
                 self._drop_subscription(key)
         if self.store is not None:
             self.store.close()
+        if self._trace_file is not None:
+            self._trace_file.close()
+            self._trace_file = None
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / ADMIN_FILE).unlink()
         if self._lock_fd is not None:
@@ -295,6 +305,9 @@ class Daemon:
             self._pump()
         while (ev := node.next_event()) is not None:
             self._on_event(ev)
+        if self._trace_file is not None:
+            for rec in node.pop_trace():
+                self._trace_file.write(json.dumps(dataclasses.asdict(rec)) + "\n")
         self._arm_timer(now)
 
     def _pump(self) -> None:
