@@ -69,3 +69,27 @@ def test_durable_subscription_in_a_daemon_survives_its_restart(daemons) -> None:
     f = sl.messages.get(timeout=10)
     assert f.body == "while away"
     sub.disconnect()
+
+
+def test_queue_and_transaction_through_a_daemon(daemons) -> None:
+    port = _free_port()
+    daemons("q", "--group", random_group(), "--stomp", f"127.0.0.1:{port}")
+
+    def up() -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+
+    wait_for(up, what="STOMP port")
+    c, lst = _connect(port, "worker")
+    c.subscribe("/queue/jobs", id="w", ack="client-individual", headers={"receipt": "s"})
+    assert lst.receipts.get(timeout=10) == "s"
+    tx = c.begin()
+    for i in range(3):
+        c.send("/queue/jobs", f"job{i}", transaction=tx)
+    c.commit(tx)
+    got = [lst.messages.get(timeout=10) for _ in range(3)]
+    assert sorted(f.body for f in got) == ["job0", "job1", "job2"]
+    assert all(f.headers["destination"].startswith("/queue/jobs@") for f in got)
+    for f in got:
+        c.ack(f.headers["ack"])
+    c.disconnect()

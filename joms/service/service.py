@@ -1049,7 +1049,8 @@ class JomsService:
             self._count("queue_delivery_refused")
             return False
         pend.assigned = reply_id
-        self._save_pending(q, pend)
+        if q.pending.get(pend.message.message_id) is pend:  # not consumed meanwhile
+            self._save_pending(q, pend)
         return True
 
     def _assign(self, q: ManagedQueue, now: float) -> None:

@@ -174,7 +174,14 @@ def from_daemon_host(
     driver = ServiceDriver(service, host.now)
 
     def on_delivery(ev: Any) -> None:
-        driver.deliver(ev.subscription, ev.descriptor, ev.payload)
+        # The daemon drains node events synchronously inside publish/subscribe, which the
+        # service calls: defer each delivery to the loop so the service is never re-entered.
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            driver.deliver(ev.subscription, ev.descriptor, ev.payload)
+            return
+        loop.call_soon(driver.deliver, ev.subscription, ev.descriptor, ev.payload)
 
     host.set_delivery_handler(on_delivery)
     service.start(host.now())
