@@ -449,7 +449,7 @@ class MessageConsumer:
     def _arrived(self, f: Frame) -> None:
         self._inbox.put(f)
 
-    def _take(self, timeout: float | None) -> Message | None:
+    def _take(self, timeout: float | None, ack_now: bool = True) -> Message | None:
         conn = self.session.connection
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -477,7 +477,9 @@ class MessageConsumer:
                 self._inbox.queue.appendleft(item)
                 continue
             msg = from_frame(item)
-            self.session._delivered(self, item, msg)
+            msg._frame = item
+            if ack_now:
+                self.session._delivered(self, item, msg)
             return msg
 
     def receive(self, timeout: float | None = None) -> Message | None:
@@ -506,20 +508,27 @@ class MessageConsumer:
         self.message_listener = listener
 
     def _listen(self) -> None:
+        # AUTO_ACKNOWLEDGE acknowledges when the listener returns; other modes hand the
+        # message over first (so the listener may call acknowledge()).
+        after = self.session.ack_mode == AUTO_ACKNOWLEDGE and not self.session.transacted
         while not self._closed:
             try:
-                msg = self._take(0.2)
+                msg = self._take(0.2, ack_now=not after)
             except JMSException:
                 return
             if msg is None:
                 continue
             listener = self._listener
-            if listener is None:
-                continue
             try:
-                listener(msg)
+                if listener is not None:
+                    listener(msg)
             except Exception:  # JMS: a listener's exception must not stop delivery
                 log.exception("message listener failed")
+            if after and msg._frame is not None:
+                try:
+                    self.session._delivered(self, msg._frame, msg)
+                except JMSException:
+                    return
 
     def close(self) -> None:
         if self._closed:
