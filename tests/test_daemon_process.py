@@ -279,3 +279,15 @@ def test_trace_records_go_to_a_jsonl_file(daemons) -> None:
     created = [r for r in records if r["kind"] == "message_created"]
     assert [r["msg_id"] for r in created] == [mid] and created[0]["size"] == len("traced")
     assert any(r["kind"] == "datagram_sent" for r in records)
+
+
+def test_sigterm_with_an_open_follow_stream_cleans_up(daemons) -> None:  # noqa: F811
+    a = daemons("a", "--group", random_group(), *FAST)
+    stream = a.client().stream("/follow", {"patterns": [{"x": "y"}], "key": "open"})
+    assert next(stream) == {"subscribed": "open"}
+    assert a.kill(signal.SIGTERM) == 0
+    assert list(stream) == []  # the daemon ended the stream
+    log = a.log.read_text()
+    assert "Traceback" not in log and "ERROR" not in log
+    a.start()
+    assert a.client().get("/subscriptions") == []

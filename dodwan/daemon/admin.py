@@ -86,8 +86,11 @@ class AdminServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-            for t in list(self._streams):
+            pending = list(self._streams)
+            for t in pending:
                 t.cancel()
+            if pending:  # let follow streams run their clean-up while the daemon still can
+                await asyncio.wait(pending, timeout=2.0)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
@@ -234,24 +237,28 @@ class AdminServer:
         )
         await writer.drain()
         hangup = asyncio.ensure_future(reader.read(1))
+        step: asyncio.Future[dict[str, Any]] | None = None
         try:
             while True:
                 nxt: Awaitable[dict[str, Any]] = items.__anext__()
                 step = asyncio.ensure_future(nxt)
                 done, _ = await asyncio.wait({step, hangup}, return_when=asyncio.FIRST_COMPLETED)
-                if hangup in done:
-                    step.cancel()
-                    with contextlib.suppress(BaseException):
-                        await step
+                if step not in done:  # the client hung up
                     break
                 try:
                     item = step.result()
                 except StopAsyncIteration:
                     break
+                finally:
+                    step = None
                 writer.write(json.dumps(item).encode() + b"\n")
                 await writer.drain()
         finally:
             hangup.cancel()
+            if step is not None:  # stop the pending read: the generator runs its clean-up
+                step.cancel()
+                with contextlib.suppress(BaseException):
+                    await step
             aclose = getattr(items, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(BaseException):

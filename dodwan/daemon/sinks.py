@@ -31,6 +31,8 @@ from ..core import MessageDelivered
 log = logging.getLogger("dodwan.daemon.sinks")
 
 KINDS = ("dir", "exec", "follow")
+FOLLOW_BACKLOG = 10000
+"""Deliveries queued for one follow stream before further ones are dropped (and counted)."""
 _SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+@=-]{0,200}")
 
 
@@ -148,6 +150,9 @@ class SinkRouter:
         else:
             qs = self._followers.get(ev.subscription, set())
             for q in qs:
+                if q.qsize() >= FOLLOW_BACKLOG:  # a client that stopped reading
+                    self._count("deliveries_follow_dropped")
+                    continue
                 q.put_nowait(ev)
             self._count("deliveries_follow" if qs else "deliveries_follow_unattended")
         return True
