@@ -252,3 +252,31 @@ def test_expired_messages_are_not_dispatched() -> None:
     s.subscribe(c, t, w.net.now, durable_name="d")
     w.step()
     assert w.events["a"] == []
+
+
+def test_carriers_drop_copies_of_consumed_queue_messages() -> None:
+    w = World("m", "c", "r")
+    w.net.unlink("m", "r")  # m - c - r: c carries both ways (horizon 2)
+    q = w.svc["m"].create_queue("q", w.net.now)
+    cr = w.svc["r"].open_connection(w.net.now)
+    w.svc["r"].subscribe(cr, q, w.net.now)
+    w.run(3)
+    cm = w.svc["m"].open_connection(w.net.now)
+    for i in range(3):
+        w.svc["m"].send(cm, text(q, f"x{i}"), w.net.now)
+
+    def carried(host: str) -> list[str]:
+        return [
+            e["descriptor"]["jms_kind"]
+            for e in w.net.node(host).cache_listing()
+            if e["descriptor"].get("destination_id") == "q@m"
+            and e["descriptor"].get("jms_kind") in ("message", "delivery")
+        ]
+
+    w.run(3)
+    assert sorted(w.bodies("r")) == [b"x0", b"x1", b"x2"]
+    w.run(4)  # the acknowledgements travel back
+    assert w.svc["m"].queue_status("q@m")["pending"] == 0
+    assert carried("c") == []
+    assert carried("m") == [] and carried("r") == []
+    assert w.svc["c"].counters.get("copies_dropped", 0) >= 6

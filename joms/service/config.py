@@ -30,6 +30,11 @@ class ServiceConfig:
     """How a queue manager picks a receiver: ``round-robin`` or ``module:callable``
     returning a :class:`~joms.service.queues.ReceiverPolicy`."""
 
+    purge_acknowledged: bool = True
+    """Subscribe to every queue acknowledgement and drop the cached copies (originals and
+    deliveries) of consumed queue messages this host carries, so carriers stop spreading
+    them. Costs the acknowledgements travelling to every JOMS host."""
+
     max_pending: int = 100_000
     """Messages one durable subscription or one queue may hold waiting; beyond, the oldest
     are dropped (and counted)."""

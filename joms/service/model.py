@@ -41,6 +41,7 @@ BODY = "jms_body"
 CONNECTION = "joms_conn"
 REPLY_ID = "reply_id"
 REDELIVERED = "jms_redelivered"  # only set on queue deliveries re-sent by a manager
+COPY_OF = "jms_copy_of"  # on a queue delivery: DoDWAN id of the original the manager received
 
 PERSISTENT = "PERSISTENT"
 NON_PERSISTENT = "NON_PERSISTENT"
@@ -59,7 +60,7 @@ DODWAN_SYSTEM = frozenset(
 )
 JOMS_ATTRIBUTES = frozenset(
     {KIND, DEST_ID, DEST_TYPE, MESSAGE_ID, DELIVERY_MODE, TIMESTAMP, EXPIRATION}
-    | {CORRELATION_ID, REPLY_TO, TYPE, TYPES, BODY, CONNECTION, REPLY_ID, REDELIVERED}
+    | {CORRELATION_ID, REPLY_TO, TYPE, TYPES, BODY, CONNECTION, REPLY_ID, REDELIVERED, COPY_OF}
 )
 HEADER_IDENTIFIERS = {
     "JMSDeliveryMode": DELIVERY_MODE,

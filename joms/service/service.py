@@ -132,6 +132,8 @@ class _Consumer:
     """Queue message ids received (a manager may re-send after a restart)."""
     done: set[str] = field(default_factory=set)
     """Queue message ids consumed (a re-sent copy is acknowledged again, not delivered)."""
+    copies: dict[str, list[str]] = field(default_factory=dict)
+    """Queue message id -> DoDWAN ids of its copies (delivery, original) held here."""
     pending: deque[tuple[str, JomsMessage]] = field(default_factory=deque)
     unacked: OrderedDict[str, tuple[str, JomsMessage]] = field(default_factory=OrderedDict)
 
@@ -190,7 +192,7 @@ class JomsService:
         self._durables: dict[str, _Durable] = {}
         self._queues: dict[str, ManagedQueue] = {}  # full name -> state (managed here)
         self._routes: dict[str, Callable[[Mapping[str, str], bytes, float], None]] = {}
-        self._acks_out: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+        self._acks_out: dict[tuple[str, str], tuple[list[str], list[str], list[str]]] = {}
         self._ack_flush_at: float | None = None
         self._next_advert: float | None = None
         self._next_housekeeping: float | None = None
@@ -210,6 +212,8 @@ class JomsService:
         self._subscribe_core(
             [{mdl.KIND: mdl.KIND_DIRECTORY}], f"{KEY_PREFIX}dir", self._on_directory
         )
+        if self.config.purge_acknowledged:
+            self._subscribe_core([{mdl.KIND: mdl.KIND_ACK}], f"{KEY_PREFIX}acks", self._on_any_ack)
         # Every queue addressed to this host (Name@host) is managed here: one subscription
         # for all of them; a queue is created by its first local use or first message.
         self._subscribe_core(
@@ -595,7 +599,8 @@ class JomsService:
             self.store.delete("dpending", skey)
         elif cons.kind == "queue":
             cons.done.add(msg.message_id)
-            self._queue_ack(cons, [msg.message_id], [], now)
+            copies = cons.copies.pop(msg.message_id, [])
+            self._queue_ack(cons, [msg.message_id], [], now, copies)
             if skey:
                 self.port.drop(skey)
 
@@ -999,6 +1004,17 @@ class JomsService:
         if released:
             self._assign(q, now)
 
+    def _on_any_ack(self, d: Mapping[str, str], p: bytes, now: float) -> None:
+        """Any host: drop the cached copies of queue messages consumed somewhere."""
+        rec = _json_obj(p)
+        copies = rec.get("copies", [])
+        if not isinstance(copies, list):
+            raise ValueError("copies must be a list")
+        for core_id in copies[:1000]:
+            if isinstance(core_id, str) and core_id:
+                self.port.drop(core_id)
+                self._count("copies_dropped")
+
     def _drop_pending(self, q: ManagedQueue, mid: str) -> None:
         pend = q.pending.pop(mid)
         self.store.delete("qpending", q.name + _SEP + pend.seq)
@@ -1035,6 +1051,8 @@ class JomsService:
         desc = mdl.to_descriptor(pend.message)
         desc[mdl.KIND] = mdl.KIND_DELIVERY
         desc[mdl.REPLY_ID] = reply_id
+        if pend.core_id:
+            desc[mdl.COPY_OF] = pend.core_id
         if redelivered:
             desc[mdl.REDELIVERED] = "true"
         try:
@@ -1123,16 +1141,23 @@ class JomsService:
             self._count("queue_duplicates")
             return
         cons.seen.add(msg.message_id)
+        cons.copies[msg.message_id] = [c for c in (d.get("id", ""), d.get(mdl.COPY_OF, "")) if c]
         cons.pending.append((d.get("id", ""), msg))
         self._pump(cons, now)
 
     def _queue_ack(
-        self, cons: _Consumer, acked: list[str], released: list[str], now: float
+        self,
+        cons: _Consumer,
+        acked: list[str],
+        released: list[str],
+        now: float,
+        copies: list[str] | None = None,
     ) -> None:
         key = (cons.dest.name, cons.reply_id)
-        a, r = self._acks_out.setdefault(key, ([], []))
+        a, r, c = self._acks_out.setdefault(key, ([], [], []))
         a.extend(acked)
         r.extend(released)
+        c.extend(copies or ())
         if self._ack_flush_at is None:
             self._ack_flush_at = now + self.config.ack_delay
         if self.config.ack_delay == 0:
@@ -1142,7 +1167,7 @@ class JomsService:
         out = self._acks_out
         self._acks_out = {}
         self._ack_flush_at = None
-        for (qname, reply_id), (acked, released) in out.items():
+        for (qname, reply_id), (acked, released, copies) in out.items():
             if not acked and not released:
                 continue
             try:
@@ -1153,7 +1178,7 @@ class JomsService:
                         mdl.DEST_ID: qname,
                         mdl.REPLY_ID: reply_id,
                     },
-                    json.dumps({"acked": acked, "released": released}).encode(),
+                    json.dumps({"acked": acked, "released": released, "copies": copies}).encode(),
                     deadline=now + self.config.default_ttl,
                     priority=9,
                     persistent=True,
