@@ -128,6 +128,9 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., DaemonProc]]:
     yield make
     for d in started:
         d.kill()
+    for d in started:  # a daemon must never log an unhandled exception
+        text = d.log.read_text() if d.log.exists() else ""
+        assert "Traceback" not in text, f"{d.log}:\n{text}"
 
 
 def test_wait_for_returns_the_first_truthy_value() -> None:
