@@ -280,3 +280,21 @@ def test_carriers_drop_copies_of_consumed_queue_messages() -> None:
     assert carried("c") == []
     assert carried("m") == [] and carried("r") == []
     assert w.svc["c"].counters.get("copies_dropped", 0) >= 6
+
+
+def test_durable_backlog_is_bounded_oldest_dropped() -> None:
+    w = World("a", config=ServiceConfig(max_pending=2))
+    s = w.svc["a"]
+    t = Destination("topic", "t")
+    c = s.open_connection(w.net.now, "slow")
+    s.subscribe(c, t, w.net.now, durable_name="d", ack_mode="client")
+    s.close_connection(c, w.net.now)
+    p = s.open_connection(w.net.now)
+    for i in range(4):
+        s.send(p, text(t, f"m{i}"), w.net.now)
+    w.step()
+    c = s.open_connection(w.net.now, "slow")
+    s.subscribe(c, t, w.net.now, durable_name="d", ack_mode="client")
+    w.step()
+    assert w.bodies("a") == [b"m2", b"m3"]
+    assert s.counters["pending_overflow"] == 2

@@ -190,6 +190,7 @@ class JomsService:
         self._clients: dict[str, str] = {}  # client id -> connection id
         self._consumers: dict[str, _Consumer] = {}
         self._durables: dict[str, _Durable] = {}
+        self._dcount: dict[str, int] = {}  # durable key -> messages in "dpending"
         self._queues: dict[str, ManagedQueue] = {}  # full name -> state (managed here)
         self._routes: dict[str, Callable[[Mapping[str, str], bytes, float], None]] = {}
         self._acks_out: dict[tuple[str, str], tuple[list[str], list[str], list[str]]] = {}
@@ -597,6 +598,8 @@ class JomsService:
         """A message is consumed: forget it for good."""
         if cons.kind == "durable":
             self.store.delete("dpending", skey)
+            if cons.durable in self._dcount:
+                self._dcount[cons.durable] -= 1
         elif cons.kind == "queue":
             cons.done.add(msg.message_id)
             copies = cons.copies.pop(msg.message_id, [])
@@ -709,6 +712,7 @@ class JomsService:
                 cons.pending.append((skey, mdl.thaw(blob)))
             except (ValueError, KeyError):
                 self.store.delete("dpending", skey)
+                self._dcount.pop(key, None)
 
     def _install_durable(self, d: _Durable) -> None:
         self._subscribe_core(
@@ -724,6 +728,13 @@ class JomsService:
             self.store.delete("dpending", skey)
         self.store.delete("durable", d.key)
         self._durables.pop(d.key, None)
+        self._dcount.pop(d.key, None)
+
+    def _durable_count(self, key: str) -> int:
+        """Messages waiting for a durable subscription (counted once, then maintained)."""
+        if key not in self._dcount:
+            self._dcount[key] = len(self.store.items("dpending", key + _SEP))
+        return self._dcount[key]
 
     def _on_durable_message(self, key: str, desc: Mapping[str, str], p: bytes, now: float) -> None:
         d = self._durables.get(key)
@@ -736,11 +747,17 @@ class JomsService:
             self._count("filtered_on_delivery")
             return
         skey = f"{key}{_SEP}{int(now * 1e6):020d}{self._id()}"
-        existing = self.store.items("dpending", key + _SEP)
-        if len(existing) >= self.config.max_pending:
-            self.store.delete("dpending", existing[0][0])
+        if self._durable_count(key) >= self.config.max_pending:
+            oldest = self.store.items("dpending", key + _SEP)[:1]
+            for okey, _ in oldest:
+                self.store.delete("dpending", okey)
+                self._dcount[key] -= 1
+                for c in self._consumers.values():  # not waiting in memory either
+                    if c.durable == key:
+                        c.pending = deque(x for x in c.pending if x[0] != okey)
             self._count("pending_overflow")
         self.store.put("dpending", skey, mdl.freeze(msg))
+        self._dcount[key] += 1
         if d.consumer is not None:
             cons = self._consumers[d.consumer]
             cons.pending.append((skey, msg))
