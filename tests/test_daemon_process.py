@@ -281,7 +281,7 @@ def test_trace_records_go_to_a_jsonl_file(daemons) -> None:
     assert any(r["kind"] == "datagram_sent" for r in records)
 
 
-def test_sigterm_with_an_open_follow_stream_cleans_up(daemons) -> None:  # noqa: F811
+def test_sigterm_with_an_open_follow_stream_cleans_up(daemons) -> None:
     a = daemons("a", "--group", random_group(), *FAST)
     stream = a.client().stream("/follow", {"patterns": [{"x": "y"}], "key": "open"})
     assert next(stream) == {"subscribed": "open"}
@@ -291,3 +291,29 @@ def test_sigterm_with_an_open_follow_stream_cleans_up(daemons) -> None:  # noqa:
     assert "Traceback" not in log and "ERROR" not in log
     a.start()
     assert a.client().get("/subscriptions") == []
+
+
+def test_kill_9_in_the_middle_of_a_transfer_resumes_and_delivers_once(
+    daemons, tmp_path: Path
+) -> None:
+    group = random_group()
+    # a sends at 4 Mbit/s: 400 KB take about a second, time to kill b half-way.
+    a = daemons("a", "--group", group, "--host-id", "a", "--bitrate", "4000000", *FAST)
+    b = daemons("b", "--group", group, "--host-id", "b", *FAST)
+    log = tmp_path / "deliveries.log"
+    b.client().post("/subscribe", {"patterns": [{"k": "big"}], "sink": _exec_sink(log)})
+    wait_for(lambda: "b" in a.client().get("/profile")["known"], what="a knows b's profile")
+    payload = random.Random(12).randbytes(400_000)
+    mid = a.client().publish_bytes(payload, attributes={"k": "big", "topic": "x"}, ttl=600)["id"]
+    wait_for(
+        lambda: b.status()["counters"].get("fragments_stored", 0) >= 30, what="transfer under way"
+    )
+    assert b.kill(signal.SIGKILL) == -signal.SIGKILL
+    b.start()
+    cached = b.client().get("/cache")
+    assert all(not m["complete"] for m in cached)  # only a partial set (or nothing) survived
+    wait_for(lambda: log.exists() and mid in log.read_text(), timeout=40, what="resumed delivery")
+    wait_for(lambda: b.status()["counters"].get("announcements_sent", 0) >= 3, what="a few rounds")
+    assert log.read_text().splitlines() == [f"{mid} x"]
+    out = b.client().get(f"/cache/{mid}?payload=1")
+    assert base64.b64decode(out["payload_b64"]) == payload
