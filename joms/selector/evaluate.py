@@ -92,7 +92,7 @@ def compile_condition(node: Node) -> Evaluator:
 
 
 def _compile(node: Node) -> Evaluator:
-    return _COMPILERS[type(node)](node)  # type: ignore[no-any-return]
+    return _COMPILERS[type(node)](node)
 
 
 # -- values -----------------------------------------------------------------------------
@@ -205,13 +205,13 @@ def compare(op: str, a: Any, b: Any) -> bool | None:
     if ta in _NUMBERS and tb in _NUMBERS:
         if ta is not tb:  # long vs double: Java promotes the long to double
             a, b = float(a), float(b)
-        return _ORDERINGS[op](a, b)
+        return bool(_ORDERINGS[op](a, b))
     if ta is tb and (ta is str or ta is bool) and op in ("=", "<>"):
-        return (a == b) == (op == "=")
+        return bool(a == b) == (op == "=")
     return None
 
 
-def _compare(node: Compare) -> Evaluator:
+def _comparison(node: Compare) -> Evaluator:
     op = node.op
     left, right = _compile(node.left), _compile(node.right)
     return lambda props: compare(op, left(props), right(props))
@@ -322,7 +322,7 @@ _COMPILERS: dict[type, Callable[[Any], Evaluator]] = {
     Identifier: _identifier,
     Negate: _negate,
     Arithmetic: _arithmetic,
-    Compare: _compare,
+    Compare: _comparison,
     Between: _between,
     In: _in,
     Like: _like,

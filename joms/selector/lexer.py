@@ -63,7 +63,8 @@ class Token:
         if self.kind is Kind.END:
             return "end of selector"
         if self.kind is Kind.KEYWORD:
-            return str(self.value)
+            literal = self.value in ("TRUE", "FALSE", "NULL")
+            return str(self.value) if literal else f"reserved word {self.value}"
         if self.kind is Kind.OP:
             return f"'{self.value}'"
         shown = self.text if len(self.text) <= 30 else self.text[:27] + "..."

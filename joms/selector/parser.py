@@ -102,11 +102,7 @@ class _Parser:
         return self.token.kind is Kind.OP and self.token.value in ops
 
     def fail(self, expected: str) -> NoReturn:
-        token = self.token
-        found = token.describe()
-        if token.kind is Kind.KEYWORD and token.value not in ("TRUE", "FALSE", "NULL"):
-            found = f"reserved word {token.value}"
-        raise error(f"expected {expected}, found {found}", token.pos)
+        raise error(f"expected {expected}, found {self.token.describe()}", self.token.pos)
 
     def expect_keyword(self, word: str, expected: str) -> None:
         if not self.at_keyword(word):
@@ -159,26 +155,23 @@ class _Parser:
         return node
 
     def or_expr(self) -> Node:
-        pos = self.token.pos
-        first = self.and_expr()
-        if not self.at_keyword("OR"):
-            return first
-        operands = [self.require(first, pos, (Type.BOOLEAN,), "a condition before OR")]
-        while self.at_keyword("OR"):
-            self.advance()
-            operands.append(self.condition(self.and_expr))
-        return Or(tuple(operands))
+        return self.logical("OR", self.and_expr, Or)
 
     def and_expr(self) -> Node:
+        return self.logical("AND", self.not_expr, And)
+
+    def logical(
+        self, keyword: str, operand: Callable[[], Node], make: Callable[[tuple[Node, ...]], Node]
+    ) -> Node:
         pos = self.token.pos
-        first = self.not_expr()
-        if not self.at_keyword("AND"):
+        first = operand()
+        if not self.at_keyword(keyword):
             return first
-        operands = [self.require(first, pos, (Type.BOOLEAN,), "a condition before AND")]
-        while self.at_keyword("AND"):
+        operands = [self.require(first, pos, (Type.BOOLEAN,), f"a condition before {keyword}")]
+        while self.at_keyword(keyword):
             self.advance()
-            operands.append(self.condition(self.not_expr))
-        return And(tuple(operands))
+            operands.append(self.condition(operand))
+        return make(tuple(operands))
 
     def not_expr(self) -> Node:
         if not self.at_keyword("NOT"):
