@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 link.start_retrying()
             banner = f"JOMS console, {state}. `help` lists the commands, Ctrl-D leaves."
             history = Path(args.history) if args.history else interactive.default_history_file()
-            interactive.run(console, history, banner)
+            return interactive.run(console, history, banner)  # typing errors are no failure
         else:
             for line in sys.stdin:
                 if not console.run_text(line):

@@ -8,6 +8,7 @@ nothing a user types can crash it. ``run_text`` runs a line of ``;``-separated c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -279,6 +280,8 @@ class Console:
 
     def do_status(self, args: argparse.Namespace) -> bool:
         link = self.link
+        with contextlib.suppress(NotConnected, JMSException):
+            link.connect()
         state = "connected" if link.connected else "not connected"
         if not link.connected and link.last_error:
             state += f" ({link.last_error})"

@@ -60,8 +60,7 @@ class ConsoleCompleter(Completer):
             words.append("")
         current = words[-1]
         if len(words) == 1:
-            names = [*grammar.COMMANDS, *grammar.ALIASES]
-            yield from self._choices(current, names)
+            yield from self._choices(current, grammar.COMMANDS)  # not the aliases: less noise
             return
         name = grammar.ALIASES.get(words[0], words[0])
         if name not in grammar.COMMANDS:
@@ -96,10 +95,10 @@ def run(console: Console, history_file: Path, banner: str) -> int:
         completer=ConsoleCompleter(console),
         complete_while_typing=False,
     )
+    console.out.line(banner)
+    if warning:
+        console.out.notice(warning)
     with patch_stdout(raw=True):
-        console.out.line(banner)
-        if warning:
-            console.out.notice(warning)
         while True:
             try:
                 text = session.prompt(PROMPT)

@@ -1,0 +1,466 @@
+"""The real ``joms`` console in real terminals (tmux panes and a pty) against real daemons.
+
+Two ``dodwan daemon`` processes with the STOMP gateway run on loopback for the module. The
+tests type into consoles like a person would and read the screen: the paper's example
+between two consoles on two daemons, a message arriving while a line is being typed,
+bad input, history and completion, a daemon that goes away and comes back, and the
+non-interactive modes (one command, ``-c``, commands piped on stdin).
+
+Every wait polls the screen or the output with a deadline: there is no event to await in
+another process's terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+TMUX = shutil.which("tmux")
+needs_tmux = pytest.mark.skipif(
+    TMUX is None, reason="tmux is not installed (apt-get install -y tmux)"
+)
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]|\x1b\][^\x07]*\x07")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Host:
+    """A daemon with its STOMP port."""
+
+    def __init__(self, root: Path, host_id: str, group: str) -> None:
+        self.host_id = host_id
+        self.port = _free_port()
+        self.url = f"127.0.0.1:{self.port}"
+        args = ["--host-id", host_id, "--group", group, "--stomp", self.url]
+        args += ["--announce-period", "0.5"]
+        self.daemon = DaemonProc(root / host_id, args)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.daemon.state_dir
+
+    def start(self) -> Host:
+        self.daemon.start()
+        wait_for(self._stomp_up, 10, what=f"STOMP gateway of {self.host_id}")
+        return self
+
+    def _stomp_up(self) -> bool:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2):
+            return True
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Host, Host]]:
+    root = tmp_path_factory.mktemp("console-net")
+    group = random_group()
+    a, b = Host(root, "ca", group), Host(root, "cb", group)
+    try:
+        a.start()
+        b.start()
+        wait_for(lambda: "cb" in a.daemon.status()["neighbours"], 15, what="neighbours")
+        yield a, b
+    finally:
+        a.daemon.kill()
+        b.daemon.kill()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "home").mkdir()
+    return tmp_path / "home"
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DODWAN_", "TMUX"))}
+    env.update(
+        HOME=str(home),
+        XDG_DATA_HOME=str(home / "data"),
+        XDG_STATE_HOME=str(home / "state"),
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    return env
+
+
+def joms(*args: str) -> list[str]:
+    return [sys.executable, "-m", "console.cli", *args]
+
+
+def run_joms(
+    home: Path, *args: str, input: str | None = None, timeout: float = 30
+) -> tuple[int, str, str]:
+    p = subprocess.run(
+        joms(*args),
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(home),
+        cwd=ROOT,
+    )
+    return p.returncode, p.stdout, p.stderr
+
+
+# ---------------------------------------------------------------- tmux
+
+
+class Pane:
+    """A console in its own tmux pane: type into it and read its screen."""
+
+    def __init__(self, server: str, name: str, cmd: list[str], env: dict[str, str]) -> None:
+        assert TMUX is not None
+        self.base = [TMUX, "-L", server]
+        self.name = name
+        shell = f'{shlex.join(cmd)}; echo "[exited $?]"; sleep 600'
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k.isidentifier())
+        subprocess.run(
+            [*self.base, "new-session", "-d", "-s", name, "-x", "200", "-y", "50",
+             "-c", str(ROOT), f"env -i {exports} sh -c {shlex.quote(shell)}"],
+            check=True,
+        )  # fmt: skip
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run([*self.base, "send-keys", "-t", self.name, *keys], check=True)
+
+    def type(self, text: str) -> None:
+        subprocess.run([*self.base, "send-keys", "-t", self.name, "-l", text], check=True)
+
+    def line(self, text: str) -> None:
+        self.type(text)
+        self.keys("Enter")
+
+    def screen(self) -> str:
+        out = subprocess.run(
+            [*self.base, "capture-pane", "-p", "-J", "-S", "-", "-t", self.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout
+
+    def wait(self, want: str | Callable[[str], bool], timeout: float = 15.0) -> str:
+        test = (lambda s: want in s) if isinstance(want, str) else want
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if test(text):
+                return text
+            if time.monotonic() > deadline:
+                pytest.fail(f"pane {self.name}: timed out waiting for {want!r}; screen:\n{text}")
+            time.sleep(0.05)
+
+    def last_line(self) -> str:
+        lines = [x for x in self.screen().splitlines() if x.strip()]
+        return lines[-1] if lines else ""
+
+
+@pytest.fixture
+def tmux(home: Path) -> Iterator[Callable[..., Pane]]:
+    if TMUX is None:
+        pytest.skip("tmux is not installed (apt-get install -y tmux)")
+    server = f"joms-test-{os.getpid()}-{time.monotonic_ns()}"
+    count = iter(range(100))
+
+    def open_console(*args: str, history: Path | None = None) -> Pane:
+        hist = history or home / f"history-{next(count)}"
+        pane = Pane(server, f"c{next(count)}", joms("--history", str(hist), *args), _env(home))
+        pane.wait("joms>")  # capture-pane drops trailing spaces
+        return pane
+
+    yield open_console
+    subprocess.run([TMUX, "-L", server, "kill-server"], capture_output=True)
+
+
+def _lines_with(screen: str, *needles: str) -> list[str]:
+    return [x for x in screen.splitlines() if all(n in x for n in needles)]
+
+
+@needs_tmux
+def test_two_consoles_exchange_the_papers_example(
+    net: tuple[Host, Host], tmux: Callable[..., Pane]
+) -> None:
+    a, b = net
+    host1 = tmux("--url", a.url)
+    host2 = tmux("--url", b.url)
+    host2.line("sub -t ChatRoom1 -ssl language=English|French")
+    host2.wait("Waiting ....")
+    host1.line("pub -t ChatRoom1 -id otherMSG -p Hallo -ssl language=German")
+    host1.line("pub -t ChatRoom1 -id firstMSG -p Hello -ssl language=English")
+    host1.wait("The message firstMSG has been published")
+    screen = host2.wait(lambda s: bool(_lines_with(s, "Hello", "ChatRoom1", "firstMSG")))
+    [line] = _lines_with(screen, "Hello", "ChatRoom1", "firstMSG")
+    assert line == "[1] topic ChatRoom1 id firstMSG language=English: Hello"
+    assert "Hallo" not in screen  # German is outside the pattern
+    host2.line("subscriptions")
+    host2.wait("(1 received)")
+
+
+@needs_tmux
+def test_a_message_arriving_while_typing_keeps_the_line(
+    net: tuple[Host, Host], tmux: Callable[..., Pane], home: Path
+) -> None:
+    a, b = net
+    pane = tmux("--url", b.url)
+    pane.line("sub -t Typing")
+    pane.wait("Waiting ....")
+    pane.type("subscrip")
+    pane.wait(lambda s: s.rstrip().endswith("joms> subscrip"))
+    rc, _, err = run_joms(home, "--url", a.url, "pub", "-t", "Typing", "-id", "live", "-p",
+                            "arrived", "while", "typing")  # fmt: skip
+    assert rc == 0, err
+    screen = pane.wait("arrived while typing")
+    assert _lines_with(screen, "[1] topic Typing id live: arrived while typing")
+    pane.wait(lambda s: s.rstrip().endswith("joms> subscrip"))  # redrawn below the arrival
+    pane.type("tions")
+    pane.keys("Enter")
+    pane.wait("(1 received)")
+
+
+@needs_tmux
+def test_bad_input_prints_usage_and_the_console_goes_on(
+    net: tuple[Host, Host], tmux: Callable[..., Pane]
+) -> None:
+    a, _ = net
+    pane = tmux("--url", a.url)
+    cases = [
+        ("pub -t X", "error: one of the arguments -p -f is required"),
+        ("frobnicate now", "error: unknown command 'frobnicate'"),
+        ("sub -t X -ssl bad=(", "error: bad regular expression '(' for bad"),
+        ('pub -t X -p "open', "error: cannot read the line: No closing quotation"),
+        ("pub -t X -p x --priority 99", "error: argument --priority: invalid choice: 99"),
+        ("receive -q Empty --timeout 0.3", "error: no message on queue Empty within 0.3 s"),
+        ("peers", "--state-dir DIR"),
+        ("unsub 7", "error: no subscription 7"),
+        ("pub -t X -ssl id=1 -p x", "property name 'id' is reserved"),
+        ("sub -t D --durable keep", "start the console with --client-id ID"),
+    ]
+    for line, expected in cases:
+        pane.line(line)
+        pane.wait(expected)
+    screen = pane.screen()
+    assert screen.count("usage: pub -t TOPIC") >= 3
+    assert "Traceback" not in screen and "[exited" not in screen
+    pane.line("help pub")
+    pane.wait("example: pub -t ChatRoom1 -id firstMSG -p Hello -ssl language=English")
+    pane.line("exit")
+    pane.wait("[exited 0]")
+
+
+@needs_tmux
+def test_history_between_runs_and_tab_completion(
+    net: tuple[Host, Host], tmux: Callable[..., Pane], home: Path
+) -> None:
+    a, _ = net
+    history = home / "kept-history"
+    first = tmux("--url", a.url, history=history)
+    first.line("pub -t Hist -p one")
+    first.wait("has been published to topic Hist")
+    first.line("exit")
+    first.wait("[exited 0]")
+    assert "pub -t Hist -p one" in history.read_text()
+
+    second = tmux("--url", a.url, history=history)
+    second.keys("Up")
+    second.wait(lambda s: s.rstrip().endswith("joms> exit"))
+    second.keys("Up")
+    second.wait(lambda s: s.rstrip().endswith("joms> pub -t Hist -p one"))
+    second.keys("C-u")
+    second.type("subscr")
+    second.keys("Tab")
+    second.wait(lambda s: s.rstrip().endswith("joms> subscriptions"))
+    second.keys("Enter")
+    second.wait("no subscriptions")
+    second.line("create topic Tabbed")
+    second.wait("topic Tabbed is ready")
+    second.type("pub -t Tab")
+    second.keys("Tab")
+    second.wait(lambda s: s.rstrip().endswith("joms> pub -t Tabbed"))
+    second.type(" --non")
+    second.keys("Tab")
+    second.wait(lambda s: s.rstrip().endswith("joms> pub -t Tabbed --non-persistent"))
+    second.line(" -p done")
+    second.wait("has been published to topic Tabbed")
+
+
+@needs_tmux
+def test_a_lost_daemon_is_reported_and_the_console_reconnects(
+    tmp_path: Path, tmux: Callable[..., Pane]
+) -> None:
+    host = Host(tmp_path, "cr", random_group()).start()
+    try:
+        pane = tmux("--url", host.url)
+        pane.line("sub -t Back")
+        pane.wait("Waiting ....")
+        host.daemon.kill(signal.SIGKILL)
+        pane.wait("! connection to the daemon lost")
+        pane.line("pub -t Back -p nobody")
+        pane.wait(f"error: cannot reach the daemon at {host.url}")
+        host.start()
+        pane.wait("! reconnected to the daemon at " + host.url + "; 1 subscription(s) restored")
+        pane.line("pub -t Back -id again -p after restart")
+        pane.wait("[1] topic Back id again: after restart")
+        assert "[exited" not in pane.screen()
+    finally:
+        host.daemon.kill()
+
+
+# ---------------------------------------------------------------- pty
+
+
+class PtyConsole:
+    """A console on a pseudo-terminal of our own (stdlib pty): no tmux needed."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.master, slave = pty.openpty()
+        env = {**env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+        self.proc = subprocess.Popen(
+            args, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT,
+            start_new_session=True,
+        )  # fmt: skip
+        os.close(slave)
+        self.seen = ""
+
+    def read_until(self, needle: str, timeout: float = 15.0) -> str:
+        deadline = time.monotonic() + timeout
+        while needle not in ANSI.sub("", self.seen):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pytest.fail(f"pty: no {needle!r} within {timeout} s; got:\n{self.text()}")
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 65536).decode("utf-8", "replace")
+                except OSError:  # the console exited
+                    time.sleep(0.05)
+        return self.text()
+
+    def text(self) -> str:
+        return ANSI.sub("", self.seen).replace("\r", "")
+
+    def write(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def close(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        rc = self.proc.wait(10)
+        os.close(self.master)
+        return rc
+
+
+def test_papers_example_in_a_pty(net: tuple[Host, Host], home: Path) -> None:
+    a, b = net
+    console = PtyConsole(joms("--url", b.url, "--history", str(home / "h")), _env(home))
+    try:
+        console.read_until("joms>")
+        console.write("sub -t PtyRoom -ssl language=English|French\r")
+        console.read_until("Waiting ....")
+        rc, out, err = run_joms(home, "--url", a.url, "pub", "-t", "PtyRoom", "-id", "firstMSG",
+                                "-p", "Hello", "-ssl", "language=English")  # fmt: skip
+        assert rc == 0 and "has been published" in out, err
+        text = console.read_until("Hello")
+        assert "topic PtyRoom id firstMSG language=English: Hello" in text
+        console.write("exit\r")
+        assert console.proc.wait(10) == 0
+    finally:
+        console.close()
+
+
+# ---------------------------------------------------------------- non-interactive
+
+
+class Follower:
+    """A one-shot console whose output lines are collected as they come."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_line(self, needle: str, timeout: float = 15.0) -> str:
+        found = wait_for(
+            lambda: next((x for x in self.lines if needle in x), None), timeout, what=needle
+        )
+        return str(found)
+
+
+def test_one_shot_commands(net: tuple[Host, Host], home: Path) -> None:
+    a, b = net
+    sub = Follower(
+        joms("--url", b.url, "sub", "-t", "OneShot", "-ssl", "language=English|French",
+             "--count", "1"),
+        _env(home),
+    )  # fmt: skip
+    try:
+        sub.wait_line("Waiting ....")
+        rc, out, err = run_joms(home, "--url", a.url, "pub", "-t", "OneShot", "-id", "o1",
+                                "-p", "Hello", "-ssl", "language=French")  # fmt: skip
+        assert (rc, out.strip(), err) == (
+            0,
+            "The message o1 has been published to topic OneShot",
+            "",
+        )
+        assert sub.proc.wait(20) == 0
+        assert "[1] topic OneShot id o1 language=French: Hello" in sub.lines
+    finally:
+        if sub.proc.poll() is None:
+            sub.proc.kill()
+    rc, out, err = run_joms(home, "--url", a.url, "send", "-q", "Nowhere", "-f", "/nonexistent")
+    assert rc == 1 and err.strip() == "error: file /nonexistent does not exist"
+
+
+def test_dash_c_runs_a_script(net: tuple[Host, Host], home: Path) -> None:
+    a, _ = net
+    rc, out, err = run_joms(
+        home, "--url", a.url, "-c",
+        "sub -t Script --count 1; pub -t Script -id s1 -p via dash c; subscriptions",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert "[1] topic Script id s1: via dash c" in out.splitlines()
+    rc, out, err = run_joms(home, "--url", a.url, "--state-dir", str(a.state_dir), "-c",
+                            "status; peers")  # fmt: skip
+    assert rc == 0, err
+    assert "host id    ca" in out and "daemon     " + a.url + ": connected" in out
+    assert any(line.startswith("cb  127.0.0.1:") for line in out.splitlines()), out
+
+
+def test_commands_piped_on_stdin(net: tuple[Host, Host], home: Path) -> None:
+    a, b = net
+    rc, out, err = run_joms(home, "--url", b.url, input="create queue Box\n")
+    assert rc == 0 and "queue Box created, managed by this host" in out, err
+    rc, out, err = run_joms(home, "--url", a.url, "send", "-q", "Box@cb", "-id", "q1", "-p",
+                            "queued")  # fmt: skip
+    assert rc == 0, err
+    script = "# a comment line\nreceive -q Box --timeout 15\nbogus\ndestinations\nexit\nstatus\n"
+    rc, out, err = run_joms(home, "--url", b.url, input=script)
+    assert rc == 1  # `bogus` failed; the others ran
+    assert "queue Box@cb id q1: queued" in out.splitlines()
+    assert "error: unknown command 'bogus'" in err
+    assert "queues:  Box" in out
+    assert "daemon     " not in out  # nothing after exit
