@@ -301,3 +301,17 @@ def test_admin_api_doc_covers_every_endpoint() -> None:
         assert f"{p}" in doc, p
     for route in ("DELETE /subscriptions/KEY", "GET /cache/ID", "DELETE /cache/ID"):
         assert route in doc
+
+
+def test_store_fragment_cache_is_bounded_and_consistent(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "c.db", fragment_cache=3000)
+    for i in range(5):
+        s.put_fragment("m", i, bytes([i]) * 1000)
+    assert s._frags_bytes <= 3000  # only the last three stay in memory
+    assert [s.get_fragment("m", i) for i in range(5)] == [bytes([i]) * 1000 for i in range(5)]
+    s.put_fragment("m", 4, b"new")  # a rewrite replaces the cached copy
+    assert s.get_fragment("m", 4) == b"new"
+    s.delete_message("m")
+    assert s.get_fragment("m", 4) is None and s.get_fragment("m", 0) is None
+    assert s._frags_bytes == 0 and not s._frags_of
+    s.close()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,7 @@ class SqliteStore:
         synchronous: str = "NORMAL",
         commit_delay: float = 0.0,
         commit_batch: int = 4096,
+        fragment_cache: int = 32 * 1024 * 1024,
     ) -> None:
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"bad sqlite synchronous mode {synchronous!r}")
@@ -91,6 +93,12 @@ class SqliteStore:
         self._must = False  # one of them must be durable at the next commit()
         self._since = 0.0  # monotonic time of the first pending write
         self.commits = 0
+        # Recently written or read fragments, so serving a fresh message or reassembling a
+        # completed one does not read back what was just written (bounded in bytes).
+        self._frags: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._frags_of: dict[str, set[int]] = {}
+        self._frags_bytes = 0
+        self._frags_limit = max(0, fragment_cache)
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False)
             self.db = sqlite_utils.Database(conn)
@@ -154,6 +162,7 @@ class SqliteStore:
 
     def delete_message(self, msg_id: str) -> None:
         self._wrote(True)
+        self._forget(msg_id)
         self.conn.execute("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
         self.conn.execute("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
 
@@ -163,12 +172,47 @@ class SqliteStore:
             "INSERT OR REPLACE INTO fragments(msg_id, idx, data) VALUES (?, ?, ?)",
             (msg_id, index, data),
         )
+        self._remember(msg_id, index, bytes(data))
 
     def get_fragment(self, msg_id: str, index: int) -> bytes | None:
+        key = (msg_id, index)
+        data = self._frags.get(key)
+        if data is not None:
+            self._frags.move_to_end(key)
+            return data
         row = self.conn.execute(
-            "SELECT data FROM fragments WHERE msg_id = ? AND idx = ?", (msg_id, index)
+            "SELECT data FROM fragments WHERE msg_id = ? AND idx = ?", key
         ).fetchone()
-        return None if row is None else bytes(row[0])
+        if row is None:
+            return None
+        data = bytes(row[0])
+        self._remember(msg_id, index, data)
+        return data
+
+    def _remember(self, msg_id: str, index: int, data: bytes) -> None:
+        if len(data) > self._frags_limit:
+            return
+        key = (msg_id, index)
+        old = self._frags.pop(key, None)
+        if old is not None:
+            self._frags_bytes -= len(old)
+        self._frags[key] = data
+        self._frags_bytes += len(data)
+        self._frags_of.setdefault(msg_id, set()).add(index)
+        while self._frags_bytes > self._frags_limit:
+            (mid, idx), dropped = self._frags.popitem(last=False)
+            self._frags_bytes -= len(dropped)
+            held = self._frags_of.get(mid)
+            if held is not None:
+                held.discard(idx)
+                if not held:
+                    del self._frags_of[mid]
+
+    def _forget(self, msg_id: str) -> None:
+        for idx in self._frags_of.pop(msg_id, ()):
+            data = self._frags.pop((msg_id, idx), None)
+            if data is not None:
+                self._frags_bytes -= len(data)
 
     def iter_messages(self) -> Iterable[tuple[MessageMeta, list[int]]]:
         indexes: dict[str, list[int]] = {}
