@@ -175,10 +175,7 @@ class LoopbackHost:
         node, service = self.node, self.service
         if node is None or service is None:
             return
-        for _ in range(1000):
-            ev = node.next_event()
-            if ev is None:
-                break
+        while (ev := node.next_event()) is not None:
             if isinstance(ev, MessageDelivered) and ev.subscription.startswith("joms:"):
                 service.on_delivery(ev.subscription, ev.descriptor, ev.payload, self.now())
         for data, dest in node.datagrams_to_send(self.now()):
