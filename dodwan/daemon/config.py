@@ -117,6 +117,12 @@ SETTINGS: tuple[Setting, ...] = (
         "the call returns whatever this is. 0 = commit every input.",
     ),
     Setting(
+        "fragment_cache",
+        32 * 1024 * 1024,
+        "Bytes of recently stored or served fragments kept in memory besides SQLite (serving "
+        "a fresh message and reassembling a completed one then skip the database); 0 = none.",
+    ),
+    Setting(
         "log_level",
         "info",
         "Logging threshold: debug, info, warning or error (logs go to stderr).",
@@ -254,7 +260,14 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
         raise ConfigError("log_level must be debug, info, warning or error")
     if str(values["sqlite_synchronous"]).upper() not in ("NORMAL", "FULL", "EXTRA", "OFF"):
         raise ConfigError("sqlite_synchronous must be NORMAL, FULL, EXTRA or OFF")
-    for name in ("bitrate", "burst", "socket_buffer", "exec_timeout", "fragment_commit_delay"):
+    for name in (
+        "bitrate",
+        "burst",
+        "socket_buffer",
+        "exec_timeout",
+        "fragment_commit_delay",
+        "fragment_cache",
+    ):
         if values[name] < 0:
             raise ConfigError(f"{name} must not be negative")
     if values["exec_concurrency"] < 1 or values["burst"] < 1:

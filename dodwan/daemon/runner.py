@@ -141,6 +141,7 @@ class Daemon:
             self.state_dir / DB_FILE,
             self.config.sqlite_synchronous,
             commit_delay=self.config.fragment_commit_delay,
+            fragment_cache=self.config.fragment_cache,
         )
         host_id = self.config.host_id or self.store.get_meta("host_id") or generate_host_id()
         if self.store.get_meta("host_id") != host_id:
