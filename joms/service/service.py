@@ -987,9 +987,8 @@ class JomsService:
             return  # the receiver was already cancelled (its last renewal came late)
         lease = min(float(req.get("lease", self.config.lease)), 24 * 3600.0)
         text = str(req.get("selector") or "")
-        until = min(date + lease, now + lease)
-        if until <= now:
-            return
+        # the lease counts from its arrival: clocks of distant hosts need not agree
+        until = now + lease
         if r is None or r.selector_text != text:
             try:
                 sel = compile_selector(text)
