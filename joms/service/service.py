@@ -985,7 +985,9 @@ class JomsService:
             return
         if self.store.get("seen", q.name + _SEP + "cancel:" + reply_id) is not None:
             return  # the receiver was already cancelled (its last renewal came late)
-        lease = min(float(req.get("lease", self.config.lease)), 24 * 3600.0)
+        lease = float(req.get("lease", self.config.lease))
+        if not 0.0 < lease <= 24 * 3600.0:  # also rejects NaN
+            lease = self.config.lease
         text = str(req.get("selector") or "")
         # the lease counts from its arrival: clocks of distant hosts need not agree
         until = now + lease
