@@ -93,3 +93,43 @@ def test_queue_and_transaction_through_a_daemon(daemons) -> None:
     for f in got:
         c.ack(f.headers["ack"])
     c.disconnect()
+
+
+def test_python_api_across_two_daemons(daemons) -> None:
+    joms = pytest.importorskip("joms")
+    group = random_group()
+    ports = [_free_port(), _free_port()]
+    names = ["d1", "d2"]
+    for name, port in zip(names, ports, strict=True):
+        daemons(
+            name,
+            "--host-id", name,
+            "--group", group,
+            "--stomp", f"127.0.0.1:{port}",
+            "--announce-period", "0.2",
+        )  # fmt: skip
+
+    def up(port: int) -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+
+    for p in ports:
+        wait_for(lambda p=p: up(p), what="STOMP port")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{ports[1]}", client_id="reader") as c2,
+        joms.connect(f"stomp://127.0.0.1:{ports[0]}") as c1,
+    ):
+        s2 = c2.create_session()
+        news = s2.create_durable_subscriber(s2.create_topic("news"), "n", selector="lang = 'en'")
+        jobs = s2.create_consumer(s2.create_queue("jobs"))  # jobs@d2, managed by d2
+        s1 = c1.create_session()
+        p = s1.create_producer(s1.create_topic("news"))
+        p.send(s1.create_text_message("hello", properties={"lang": "en"}))
+        p.send(s1.create_text_message("bonjour", properties={"lang": "fr"}))
+        s1.create_producer(s1.create_queue("jobs@d2")).send(s1.create_text_message("job"))
+        m = news.receive(20)
+        assert m is not None and m.text == "hello"
+        assert m.message_id.startswith("ID:d1-")
+        j = jobs.receive(20)
+        assert j is not None and j.text == "job"
+        assert news.receive(0.5) is None
