@@ -430,3 +430,22 @@ def test_nack_redelivers(host: LoopbackHost) -> None:
     assert g.body == "again" and g.headers.get("redelivered") == "true"
     c.ack(g.headers["ack"])
     c.disconnect()
+
+
+def test_prefetch_bounds_unacknowledged_messages(host: LoopbackHost) -> None:
+    c, lst = connect(host)
+    c.subscribe(
+        "/queue/pf", id="1", ack="client-individual", headers={"activemq.prefetchSize": "1"}
+    )
+    sync(c, lst)
+    for i in range(3):
+        c.send("/queue/pf", f"p{i}")
+    first = lst.get()
+    assert first.body == "p0"
+    assert lst.none(0.4)  # the window is full until p0 is acknowledged
+    c.ack(first.headers["ack"])
+    second = lst.get()
+    assert second.body == "p1"
+    c.ack(second.headers["ack"])
+    assert lst.get().body == "p2"
+    c.disconnect()

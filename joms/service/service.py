@@ -124,6 +124,7 @@ class _Consumer:
     selector: Any
     no_local: bool
     ack_mode: str
+    prefetch: int = 0
     core_key: str = ""
     durable: str = ""  # durable subscription key
     reply_id: str = ""
@@ -443,14 +444,22 @@ class JomsService:
         no_local: bool = False,
         durable_name: str | None = None,
         ack_mode: str = "auto",
+        prefetch: int = 0,
     ) -> str:
-        """Create a consumer; returns its id. Messages come as :class:`MessageDispatched`."""
+        """Create a consumer; returns its id. Messages come as :class:`MessageDispatched`.
+
+        ``prefetch`` (client ack modes) bounds the messages dispatched and not yet
+        acknowledged; 0 = unbounded.
+        """
         conn = self._conn(conn_id)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise JMSException("prefetch must be an int >= 0")
         if ack_mode not in ACK_MODES:
             raise JMSException(f"unknown ack mode {ack_mode!r}: use one of {', '.join(ACK_MODES)}")
         sel = compile_selector(selector)
         cid = f"s{self._id()}"
         cons = _Consumer(cid, conn_id, "topic", dest, selector or "", sel, no_local, ack_mode)
+        cons.prefetch = prefetch
         if dest.kind == "topic":
             self._note_topic(dest.name, now)
             if durable_name:
@@ -579,7 +588,8 @@ class JomsService:
 
     # ---------------------------------------------------------------- dispatch
     def _pump(self, cons: _Consumer, now: float) -> None:
-        while cons.pending:
+        limit = cons.prefetch if cons.ack_mode != "auto" else 0
+        while cons.pending and (not limit or len(cons.unacked) < limit):
             skey, msg = cons.pending.popleft()
             if msg.expiration and msg.expiration / 1000.0 <= now:
                 self._count("expired_before_delivery")
@@ -621,6 +631,8 @@ class JomsService:
         for t in tags:
             skey, msg = cons.unacked.pop(t)
             self._finish(cons, skey, msg, now)
+        if cons.pending:
+            self._pump(cons, now)  # room in the prefetch window
 
     def _redeliver(self, cons: _Consumer, tags: list[str], now: float) -> None:
         back = []

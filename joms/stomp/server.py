@@ -40,6 +40,7 @@ DURABLE_HEADERS = (
     "activemq.subscriptionName",
 )
 NO_LOCAL_HEADERS = ("no-local", "activemq.noLocal")
+PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize")
 _SEND_RESERVED = frozenset(
     {
         "destination",
@@ -411,6 +412,13 @@ class StompConnection(asyncio.Protocol):
         if ack not in ("auto", "client", "client-individual"):
             raise StompError(f"ack must be auto, client or client-individual, not {ack!r}")
         durable = next((frame.headers[k] for k in DURABLE_HEADERS if frame.get(k)), None)
+        raw_prefetch = next((frame.headers[k] for k in PREFETCH_HEADERS if frame.get(k)), "0")
+        try:
+            prefetch = int(raw_prefetch)
+            if prefetch < 0:
+                raise ValueError
+        except ValueError:
+            raise StompError(f"bad prefetch size {raw_prefetch!r}: an integer >= 0") from None
         no_local = any((frame.get(k) or "").lower() == "true" for k in NO_LOCAL_HEADERS)
         consumer = self.service.subscribe(
             self.conn_id,
@@ -420,6 +428,7 @@ class StompConnection(asyncio.Protocol):
             no_local=no_local,
             durable_name=durable,
             ack_mode=ack,
+            prefetch=prefetch,
         )
         self.subs[sub_id] = consumer
         self.sub_of[consumer] = sub_id
