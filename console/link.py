@@ -91,6 +91,7 @@ class Link:
         self._conn: Connection | None = None
         self._session: Session | None = None
         self._retrying = False
+        self._was_connected = False
         self._closed = False
         self._wake = threading.Event()
         self.last_error: str | None = None
@@ -119,6 +120,7 @@ class Link:
                 raise NotConnected(f"cannot reach the daemon at {self.url}: {exc}") from None
             conn.exception_listener = self._lost
             self._conn = conn
+            self._was_connected = True
             self._session = conn.create_session()
             self.last_error = None
             for sub in self.subscriptions.values():
@@ -153,6 +155,7 @@ class Link:
         delay = 0.2
         try:
             while not self._closed:
+                again = "reconnected" if self._was_connected else "connected"
                 try:
                     self.connect()
                 except NotConnected:
@@ -165,7 +168,7 @@ class Link:
                     return
                 active = sum(1 for s in self.subscriptions.values() if not s.done.is_set())
                 restored = f"; {active} subscription(s) restored" if active else ""
-                self.printer.notice(f"reconnected to the daemon at {self.url}{restored}")
+                self.printer.notice(f"{again} to the daemon at {self.url}{restored}")
                 return
         finally:
             with self._lock:

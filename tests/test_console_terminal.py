@@ -302,12 +302,16 @@ def test_history_between_runs_and_tab_completion(
 
 
 @needs_tmux
-def test_a_lost_daemon_is_reported_and_the_console_reconnects(
+def test_the_console_waits_for_its_daemon_and_reconnects_after_a_loss(
     tmp_path: Path, tmux: Callable[..., Pane]
 ) -> None:
-    host = Host(tmp_path, "cr", random_group()).start()
+    host = Host(tmp_path, "cr", random_group())
     try:
-        pane = tmux("--url", host.url)
+        pane = tmux("--url", host.url)  # before the daemon: the console waits for it
+        pane.wait(f"cannot reach the daemon at {host.url}")
+        pane.wait("retrying in the background")
+        host.start()
+        pane.wait(f"! connected to the daemon at {host.url}")
         pane.line("sub -t Back")
         pane.wait("Waiting ....")
         host.daemon.kill(signal.SIGKILL)
@@ -444,10 +448,39 @@ def test_dash_c_runs_a_script(net: tuple[Host, Host], home: Path) -> None:
     assert rc == 0, err
     assert "[1] topic Script id s1: via dash c" in out.splitlines()
     rc, out, err = run_joms(home, "--url", a.url, "--state-dir", str(a.state_dir), "-c",
-                            "status; peers")  # fmt: skip
+                            "status; peers; destinations")  # fmt: skip
     assert rc == 0, err
     assert "host id    ca" in out and "daemon     " + a.url + ": connected" in out
     assert any(line.startswith("cb  127.0.0.1:") for line in out.splitlines()), out
+    [topics] = [x for x in out.splitlines() if x.startswith("topics:")]
+    assert "Script" in topics.split(": ", 1)[1].split(", ")  # from the daemon's cache
+
+
+def test_a_general_regex_is_checked_by_the_console(net: tuple[Host, Host], home: Path) -> None:
+    a, _ = net
+    rc, out, err = run_joms(
+        home, "--url", a.url, "-c",
+        "sub -t Rx -ssl n=[0-9]+ --count 1; pub -t Rx -id bad -p no -ssl n=4x; "
+        "pub -t Rx -id good -p yes -ssl n=42",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert "selector:" not in out  # nothing could be pushed to the network
+    assert "[1] topic Rx id good n=42: yes" in out.splitlines()
+    assert "id bad" not in out
+
+
+def test_durable_subscription_by_client_id(net: tuple[Host, Host], home: Path) -> None:
+    a, _ = net
+    rc, out, err = run_joms(
+        home, "--url", a.url, "--client-id", "alice", "-c",
+        "sub -t Dur --durable keep --count 1; pub -t Dur -id d1 -p kept; subscriptions",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert "[1] subscribed to topic Dur, durable keep, until 1 messages" in out
+    assert "[1] topic Dur id d1: kept" in out.splitlines()
+    rc, out, err = run_joms(home, "--url", a.url, "--client-id", "alice", "-c",
+                            "unsub --durable keep")  # fmt: skip
+    assert (rc, out.strip()) == (0, "durable subscription keep deleted"), err
 
 
 def test_commands_piped_on_stdin(net: tuple[Host, Host], home: Path) -> None:
