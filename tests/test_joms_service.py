@@ -10,7 +10,7 @@ import pytest
 
 from dodwan import MessageDelivered
 from dodwan.virtual import VirtualNetwork
-from joms.errors import IllegalStateException, InvalidSelectorException
+from joms.errors import IllegalStateException, InvalidDestinationException, InvalidSelectorException
 from joms.service import (
     Destination,
     JomsMessage,
@@ -298,3 +298,22 @@ def test_durable_backlog_is_bounded_oldest_dropped() -> None:
     w.step()
     assert w.bodies("a") == [b"m2", b"m3"]
     assert s.counters["pending_overflow"] == 2
+
+
+def test_temporary_queue_is_owned_by_its_connection_and_dies_with_it() -> None:
+    w = World("a")
+    s = w.svc["a"]
+    owner = s.open_connection(w.net.now)
+    other = s.open_connection(w.net.now)
+    tq = s.create_temporary_queue(owner, w.net.now)
+    assert tq.name.startswith("tmp.") and tq.manager == "a"
+    with pytest.raises(InvalidDestinationException):
+        s.subscribe(other, tq, w.net.now)
+    s.subscribe(owner, tq, w.net.now)
+    s.send(other, text(tq, "reply"), w.net.now)
+    w.run(0.5)
+    assert w.bodies("a") == [b"reply"]
+    s.close_connection(owner, w.net.now)
+    assert tq.name not in s.destinations()["queues"]
+    with pytest.raises(InvalidDestinationException):
+        s.send(other, text(tq, "too late"), w.net.now)

@@ -519,8 +519,7 @@ class JomsService:
             d = self._durables.get(cons.durable)
             if d is not None:
                 d.consumer = None
-                for tag, (skey, msg) in cons.unacked.items():
-                    del tag
+                for skey, msg in cons.unacked.values():
                     msg.redelivered = True
                     self.store.put("dpending", skey, mdl.freeze(msg))
         elif cons.kind == "topic":
@@ -854,6 +853,11 @@ class JomsService:
         q = self._queues.get(name)
         if q is not None:
             return q
+        if not temporary and name.startswith("tmp."):
+            raise InvalidDestinationException(
+                f"temporary queue {name} does not exist (any more); names starting with "
+                "'tmp.' are reserved for temporary queues"
+            )
         q = ManagedQueue(name, temporary=temporary, owner=owner)
         self._queues[name] = q
         self._save_queue(q)
