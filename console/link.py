@@ -25,6 +25,8 @@ from .output import Printer, describe
 from .selection import PropertyPattern, accepts
 
 _SEEN_MAX = 10000
+_LOSS = ("connection lost", "the STOMP server closed", "bad frame", "no CONNECTED")
+"""How the transport words a lost connection (anything else is the gateway's ERROR)."""
 
 
 class NotConnected(Exception):
@@ -92,6 +94,7 @@ class Link:
         self._session: Session | None = None
         self._retrying = False
         self._was_connected = False
+        self._refused = False
         self._closed = False
         self._wake = threading.Event()
         self.last_error: str | None = None
@@ -147,8 +150,12 @@ class Link:
         # called on the transport's reader thread: report, then retry elsewhere
         if self._closed:
             return
-        self.last_error = str(exc)
-        self.printer.notice(f"connection to the daemon lost ({exc}); reconnecting")
+        text = self.last_error = str(exc)
+        # the gateway closes the connection after an ERROR frame: the command that caused
+        # it reports the refusal, so only a real loss is announced here
+        self._refused = not text.startswith(_LOSS)
+        if not self._refused:
+            self.printer.notice(f"connection to the daemon lost ({exc}); reconnecting")
         self.start_retrying()
 
     def _retry_loop(self) -> None:
@@ -168,7 +175,10 @@ class Link:
                     return
                 active = sum(1 for s in self.subscriptions.values() if not s.done.is_set())
                 restored = f"; {active} subscription(s) restored" if active else ""
-                self.printer.notice(f"{again} to the daemon at {self.url}{restored}")
+                if not self._refused:
+                    self.printer.notice(f"{again} to the daemon at {self.url}{restored}")
+                elif active:
+                    self.printer.notice(f"connection renewed after the refusal{restored}")
                 return
         finally:
             with self._lock:

@@ -252,6 +252,8 @@ def test_bad_input_prints_usage_and_the_console_goes_on(
         ("unsub 7", "error: no subscription 7"),
         ("pub -t X -ssl id=1 -p x", "property name 'id' is reserved"),
         ("sub -t D --durable keep", "start the console with --client-id ID"),
+        ("send -q Nope@* -p x", "error: the daemon refused: queue 'Nope' is not known"),
+        ("pub -t Fine -p after the refusal", "has been published to topic Fine"),
     ]
     for line, expected in cases:
         pane.line(line)
@@ -259,6 +261,7 @@ def test_bad_input_prints_usage_and_the_console_goes_on(
     screen = pane.screen()
     assert screen.count("usage: pub -t TOPIC") >= 3
     assert "Traceback" not in screen and "[exited" not in screen
+    assert "connection to the daemon lost" not in screen  # a refusal is not a loss
     pane.line("help pub")
     pane.wait("example: pub -t ChatRoom1 -id firstMSG -p Hello -ssl language=English")
     pane.line("exit")
