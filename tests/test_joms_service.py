@@ -317,3 +317,20 @@ def test_temporary_queue_is_owned_by_its_connection_and_dies_with_it() -> None:
     assert tq.name not in s.destinations()["queues"]
     with pytest.raises(InvalidDestinationException):
         s.send(other, text(tq, "too late"), w.net.now)
+
+
+def test_service_config_from_a_config_file_table() -> None:
+    from joms.service.config import field_docs
+
+    cfg = ServiceConfig.from_mapping(
+        {"nondurable": "refuse", "lease": 10, "purge_acknowledged": False}
+    )
+    assert (cfg.nondurable, cfg.lease, cfg.purge_acknowledged) == ("refuse", 10.0, False)
+    with pytest.raises(ValueError, match="unknown JOMS setting"):
+        ServiceConfig.from_mapping({"leese": 3})
+    with pytest.raises(ValueError, match="must be a float"):
+        ServiceConfig.from_mapping({"lease": "long"})
+    with pytest.raises(ValueError, match="nondurable"):
+        ServiceConfig.from_mapping({"nondurable": "maybe"})
+    docs = field_docs()
+    assert set(docs) >= {"default_ttl", "nondurable", "lease"} and all(docs.values())

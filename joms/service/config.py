@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +50,52 @@ class ServiceConfig:
             raise ValueError("lease and directory_period must be positive, ack_delay >= 0")
         if self.max_pending < 1:
             raise ValueError("max_pending must be >= 1")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> ServiceConfig:
+        """Build from a config-file table (e.g. TOML ``[joms]``); ValueError names bad keys."""
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(
+                f"unknown JOMS setting(s) {', '.join(unknown)}; known: {', '.join(known)}"
+            )
+        values: dict[str, Any] = {}
+        for name, value in data.items():
+            default = getattr(cls(), name)
+            if isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, float):
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+                value = float(value) if ok else value
+            elif isinstance(default, int):
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                raise ValueError(
+                    f"JOMS setting {name} must be a {type(default).__name__}, not {value!r}"
+                )
+            values[name] = value
+        return cls(**values)
+
+
+def field_docs() -> dict[str, str]:
+    """Setting name -> its docstring (for generated docs and CLI help)."""
+    import ast
+    import inspect
+    import itertools
+
+    tree = ast.parse(inspect.getsource(ServiceConfig))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return {f.name: docs.get(f.name, "") for f in fields(ServiceConfig)}

@@ -160,7 +160,7 @@ def from_daemon_host(
 
     The service state goes to ``STATE_DIR/joms.sqlite`` when the host has a ``state_dir``
     attribute (else memory), and its settings come from a ``joms_config`` attribute
-    (a :class:`ServiceConfig`) when present.
+    (a :class:`ServiceConfig`, or a mapping such as a TOML ``[joms]`` table) when present.
     """
     if store is None:
         state_dir = getattr(host, "state_dir", None)
@@ -170,6 +170,8 @@ def from_daemon_host(
             else MemoryServiceStore()
         )
     cfg = config or getattr(host, "joms_config", None) or ServiceConfig()
+    if isinstance(cfg, Mapping):  # a config-file table, e.g. TOML [joms]
+        cfg = ServiceConfig.from_mapping(cfg)
     service = JomsService(_DaemonPort(host), cfg, store, random.Random())
     driver = ServiceDriver(service, host.now)
 
