@@ -27,11 +27,11 @@ class SimHost:
         "broadcast",
         "deliveries",
         "env",
-        "gen",
         "index",
         "medium",
         "name",
         "node",
+        "pending",
         "recorder",
         "timer_fires",
     )
@@ -56,7 +56,7 @@ class SimHost:
         self.broadcast = broadcast
         self._dest = dest_index
         self.armed: float | None = None
-        self.gen = 0
+        self.pending: simpy.Event | None = None
         self.deliveries = 0
         self.timer_fires = 0
 
@@ -99,28 +99,20 @@ class SimHost:
         if armed is not None and armed <= t:
             return  # the pending timeout fires first and re-arms
         self.armed = t
-        self.gen += 1
-        ev = self.env.timeout(max(0.0, t - self.env.now))
-        ev.callbacks.append(_Fire(self, self.gen))
+        env = self.env
+        ev = env.timeout(t - env.now if t > env.now else 0.0)
+        ev.callbacks.append(self._on_timer)
+        self.pending = ev
 
-    def fire(self, gen: int) -> None:
-        if gen != self.gen:
+    def _on_timer(self, ev: simpy.Event) -> None:
+        if ev is not self.pending:
             return  # superseded by an earlier deadline
         self.armed = None
+        self.pending = None
         now = self.env.now
-        t = self.node.get_timer()
+        node = self.node
+        t = node.get_timer()
         if t is not None and t <= now + 1e-9:
             self.timer_fires += 1
-            self.node.handle_timer(now=max(now, t))
+            node.handle_timer(now=t if t > now else now)
         self.service()
-
-
-class _Fire:
-    __slots__ = ("gen", "host")
-
-    def __init__(self, host: SimHost, gen: int) -> None:
-        self.host = host
-        self.gen = gen
-
-    def __call__(self, _event: simpy.Event) -> None:
-        self.host.fire(self.gen)
