@@ -7,7 +7,7 @@ configuration, with our speed as a ratio to it. PONS runs in a child process; wh
 missing or fails, the reason is printed and our figures still are.
 
     .venv/bin/python bench/bench_sim.py                    # full 12-hour campus run
-    .venv/bin/python bench/bench_sim.py --until 3600 --pons-until 1800
+    .venv/bin/python bench/bench_sim.py --until 3600 --profile-until 600
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ def main() -> None:
     ap.add_argument("--profile-until", type=float, default=1800.0,
                     help="simulated seconds of the profiled run (0: no profile)")  # fmt: skip
     ap.add_argument("--top", type=int, default=25, help="profile entries to print")
-    ap.add_argument("--pons-until", type=float, default=3600.0,
-                    help="simulated seconds of the PONS run (0: skip PONS)")  # fmt: skip
+    ap.add_argument("--pons-until", type=float,
+                    help="simulated seconds of the PONS run (default: same as ours; 0: skip)")  # fmt: skip
     args = ap.parse_args()
 
     sc = load(args.scenario)
@@ -148,9 +148,12 @@ def main() -> None:
         print(f"\n== profile of a {args.profile_until:.0f} s run (top {args.top})")
         print(profile(sc, args.profile_until, args.top))
 
-    if args.pons_until > 0:
-        print(f"== PONS, equivalent random-waypoint epidemic run, {args.pons_until:.0f} s")
-        res = run_pons(sc, args.pons_until)
+    pons_until = sim_result.until if args.pons_until is None else args.pons_until
+    if pons_until > 0:
+        print(f"== PONS, equivalent random-waypoint epidemic run, {pons_until:.0f} s")
+        if pons_until != sim_result.until:
+            print("(not the same duration as ours: rates change as caches fill, compare with care)")
+        res = run_pons(sc, pons_until)
         if isinstance(res, str):
             print(res)
         else:
