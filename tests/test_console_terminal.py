@@ -131,6 +131,7 @@ class Pane:
         self.base = [TMUX, "-L", server]
         self.name = name
         shell = f'{shlex.join(cmd)}; echo "[exited $?]"; sleep 600'
+        env = {**env, "TERM": "screen"}  # what tmux emulates, whatever runs the tests
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k.isidentifier())
         subprocess.run(
             [*self.base, "new-session", "-d", "-s", name, "-x", "200", "-y", "50",
