@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -128,7 +129,7 @@ class Pane:
 
     def __init__(self, server: str, name: str, cmd: list[str], env: dict[str, str]) -> None:
         assert TMUX is not None
-        self.base = [TMUX, "-L", server]
+        self.base = [TMUX, "-S", server]
         self.name = name
         shell = f'{shlex.join(cmd)}; echo "[exited $?]"; sleep 600'
         env = {**env, "TERM": "screen"}  # what tmux emulates, whatever runs the tests
@@ -178,7 +179,8 @@ class Pane:
 def tmux(home: Path) -> Iterator[Callable[..., Pane]]:
     if TMUX is None:
         pytest.skip("tmux is not installed (apt-get install -y tmux)")
-    server = f"joms-test-{os.getpid()}-{time.monotonic_ns()}"
+    sockdir = tempfile.mkdtemp(prefix="joms-tmux-")  # short: socket paths are limited
+    server = os.path.join(sockdir, "sock")
     count = iter(range(100))
 
     def open_console(*args: str, history: Path | None = None) -> Pane:
@@ -188,7 +190,8 @@ def tmux(home: Path) -> Iterator[Callable[..., Pane]]:
         return pane
 
     yield open_console
-    subprocess.run([TMUX, "-L", server, "kill-server"], capture_output=True)
+    subprocess.run([TMUX, "-S", server, "kill-server"], capture_output=True)
+    shutil.rmtree(sockdir, ignore_errors=True)
 
 
 def _lines_with(screen: str, *needles: str) -> list[str]:
