@@ -127,6 +127,9 @@ class Node:
         self._cache_bytes = 0
         self._partial_bytes = 0
         self._partial: set[str] = set()
+        self._reserved: dict[str, tuple[int, float]] = {}
+        """Reassembly budget promised to requested messages not stored yet: id -> (zsize, when)."""
+        self._reserved_bytes = 0
         """Ids of incomplete cached messages."""
         self._deadlines: list[tuple[float, str]] = []
         self._evict_heap: list[tuple[tuple[int, int, int, float], str]] = []
@@ -157,6 +160,7 @@ class Node:
         self._relay_rotation = 0
         self._relay_cache: dict[tuple[str, int, int], bytes] = {}
         self._next_announce: float | None = None
+        self._last_announce = float("-inf")
         self._next_housekeeping: float | None = None
 
         self._load()
@@ -343,6 +347,7 @@ class Node:
         self._count("messages_published")
         self._tr(now, "message_created", msg_id, len(payload), 0)
         self._schedule_basics(now)
+        self._prompt_announce(msg_id, now)
         self._deliver(c, now, payload=payload)
         self._store.commit()
         return msg_id
@@ -582,6 +587,7 @@ class Node:
         if not c.complete:
             self._partial_bytes += c.nbytes
             self._partial.add(msg_id)
+            self._reserve(msg_id, c.header.zsize, c.progress, force=True)
         heapq.heappush(self._deadlines, (c.header.deadline, msg_id))
         heapq.heappush(self._evict_heap, (c.rank(), msg_id))
         self._matcher.add_message(msg_id, c.descriptor)
@@ -594,6 +600,7 @@ class Node:
         if not c.complete:
             self._partial_bytes -= c.nbytes
             self._partial.discard(msg_id)
+        self._release(msg_id)
         self._matcher.remove_message(msg_id)
         self._entry_cache.pop(msg_id, None)
         self._requested.pop(msg_id, None)
@@ -805,6 +812,11 @@ class Node:
             self._count("neighbours_lost")
         if lost:
             self._recompute_known()
+        expired = now - 2 * self.config.request_timeout
+        for msg_id in [
+            k for k, (_, t) in self._reserved.items() if t < expired and k not in self._cache
+        ]:
+            self._release(msg_id)  # requested but never started
         stale_before = now - self.config.partial_timeout
         for msg_id in [p for p in self._partial if self._cache[p].progress < stale_before]:
             self._drop(msg_id, now, "stale")
@@ -868,8 +880,20 @@ class Node:
             self._relay_rotation += len(out) or 1
         return out
 
+    def _prompt_announce(self, msg_id: str, now: float) -> None:
+        """Offer a new message soon when a neighbour may want it (rate-limited)."""
+        if not self._neighbours or not (
+            msg_id in self._matcher.eligible or any(n.altruistic for n in self._neighbours.values())
+        ):
+            return
+        gap = min(1.0, self.config.announce_period / 5)
+        at = max(now, self._last_announce + gap) + self._rng.uniform(0, _PROMPT_ANNOUNCE)
+        if self._next_announce is None or at < self._next_announce:
+            self._next_announce = at
+
     def _announce(self, now: float) -> None:
         self._seq += 1
+        self._last_announce = now
         own = self._wire_patterns(self._own_profile)
         bare = wire.encode_announce(
             self.host_id, self._seq, self.config.altruistic, self._own_profile.version, own, (), ()
@@ -984,26 +1008,50 @@ class Node:
     def _on_catalog_entries(
         self, n: Neighbour, entries: Sequence[wire.CatalogEntry], now: float
     ) -> None:
+        started: list[tuple[str, int]] = []
+        new: list[tuple[str, int, int]] = []
         for e in entries:
-            full = (1 << e.frags) - 1
-            offered = full if e.have is None else e.have
+            offered = (1 << e.frags) - 1 if e.have is None else e.have
             n.offers[e.msg_id] = offered
             c = self._cache.get(e.msg_id)
             if c is not None:
-                if c.complete or c.header.frags != e.frags:
-                    continue
-            elif e.msg_id in self._history:
+                if not c.complete and c.header.frags == e.frags:
+                    started.append((e.msg_id, offered))
                 continue
-            else:
-                decoded = self._descriptor_of(e.msg_id, e.zdesc)
-                if decoded is None or decoded[1].frags != e.frags or decoded[1].deadline <= now:
-                    continue
-                if not self._wants(e.msg_id, decoded[0]):
-                    continue
-            self._queue_request(n.host_id, e.msg_id, offered, now)
+            if e.msg_id in self._history:
+                continue
+            decoded = self._descriptor_of(e.msg_id, e.zdesc)
+            if decoded is None or decoded[1].frags != e.frags or decoded[1].deadline <= now:
+                continue
+            if self._wants(e.msg_id, decoded[0]):
+                new.append((e.msg_id, offered, decoded[1].zsize if e.frags > 1 else 0))
+        # messages already being reassembled first; a new one only when the reassembly
+        # budget can hold all of it, so partial sets never starve each other
+        for msg_id, offered in started:
+            self._queue_request(n.host_id, msg_id, offered, now)
+        for msg_id, offered, zsize in new:
+            if zsize and not self._reserve(msg_id, zsize, now):
+                self._count("deferred_reassembly_budget")
+                continue
+            self._queue_request(n.host_id, msg_id, offered, now)
         if len(n.offers) > 4 * self._limits.max_catalog_entries:
             for k in list(n.offers)[: len(n.offers) // 2]:
                 del n.offers[k]
+
+    def _reserve(self, msg_id: str, zsize: int, now: float, force: bool = False) -> bool:
+        """Promise reassembly memory (the whole compressed size) to an incomplete message."""
+        if msg_id in self._reserved:
+            return True
+        if not force and self._reserved_bytes + zsize > self._limits.max_partial_bytes:
+            return False
+        self._reserved[msg_id] = (zsize, now)
+        self._reserved_bytes += zsize
+        return True
+
+    def _release(self, msg_id: str) -> None:
+        r = self._reserved.pop(msg_id, None)
+        if r is not None:
+            self._reserved_bytes -= r[0]
 
     def _queue_request(self, target: str, msg_id: str, offered: int, now: float) -> None:
         pending = self._pending.setdefault(target, {})
@@ -1118,7 +1166,8 @@ class Node:
                 progress=now,
             )
             c.own = self._own_profile.matches(c.descriptor)
-            if self._partial_bytes + extra > self._limits.max_partial_bytes:
+            # overheard, not requested by us: start it only if all of it would fit
+            if header.frags > 1 and not self._reserve(dg.msg_id, header.zsize, now):
                 self._count("partial_memory_full")
                 return
             if not self._make_room(extra, c.rank(), now, exclude=dg.msg_id):
@@ -1128,9 +1177,6 @@ class Node:
             c.nbytes = len(dg.zdesc)
             self._index(c)
         else:
-            if self._partial_bytes + extra > self._limits.max_partial_bytes:
-                self._count("partial_memory_full")
-                return
             if not self._make_room(extra, c.rank(), now, exclude=dg.msg_id):
                 self._count("cache_full")
                 return
@@ -1146,6 +1192,7 @@ class Node:
         if c.complete:
             self._partial_bytes -= c.nbytes
             self._partial.discard(dg.msg_id)
+            self._release(dg.msg_id)
             self._completed(c, now)
         else:
             self._continue_transfer(c, now)
@@ -1168,6 +1215,7 @@ class Node:
         self._count("messages_completed")
         self._tr(now, "message_completed", msg_id, c.header.size, c.meta.hops)
         self._add_history(msg_id, "", c.header.deadline)
+        self._prompt_announce(msg_id, now)
         self._deliver(c, now, zpayload=z)
 
     def _continue_transfer(self, c: Cached, now: float) -> None:
