@@ -442,6 +442,16 @@ def test_one_shot_commands(net: tuple[Host, Host], home: Path) -> None:
     finally:
         if sub.proc.poll() is None:
             sub.proc.kill()
+    follow = Follower(joms("--url", b.url, "sub", "-t", "OneShot"), _env(home))
+    try:
+        follow.wait_line("(Ctrl-C to stop)")
+        follow.wait_line("[1] topic OneShot id o1")  # still in the network: DTN semantics
+        follow.proc.send_signal(signal.SIGINT)
+        assert follow.proc.wait(10) == 130
+        assert not any("Traceback" in x for x in follow.lines), follow.lines
+    finally:
+        if follow.proc.poll() is None:
+            follow.proc.kill()
     rc, out, err = run_joms(home, "--url", a.url, "send", "-q", "Nowhere", "-f", "/nonexistent")
     assert rc == 1 and err.strip() == "error: file /nonexistent does not exist"
 
