@@ -131,3 +131,28 @@ def test_joms_traffic_fails_with_one_clear_line() -> None:
     )
     with pytest.raises(SimulationError, match=r"^JOMS traffic is not supported yet: "):
         simulate(loads(text), Path("/nonexistent/never-written"))
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="core Matcher.set_profile iterates a set of message ids (hash order); reported",
+)
+def test_runs_are_identical_across_processes(tmp_path: Path) -> None:
+    """Same tables whatever the interpreter's string-hash seed (no set-order dependence)."""
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"h{hash_seed}"
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        subprocess.run(
+            [sys.executable, "-m", "sim.cli", "run", str(SCENARIOS / "quickstart.toml"),
+             "--out", str(out), "--until", "300", "--quiet"],
+            check=True, env=env, capture_output=True,
+        )  # fmt: skip
+        outs.append(out)
+    for name in SCHEMAS:
+        a = pq.read_table(outs[0] / f"{name}.parquet")
+        assert a.equals(pq.read_table(outs[1] / f"{name}.parquet")), name
