@@ -141,6 +141,23 @@ def test_fuzz_only_protocol_error_escapes(data: bytes, chunk: int) -> None:
 def test_fuzz_structured_fragments(parts: list[bytes]) -> None:
     p = FrameParser()
     try:
-        p.feed(b"".join(parts))
-    except ProtocolError:
-        pass
+        frames = p.feed(b"".join(parts))
+    except ProtocolError as exc:
+        assert str(exc)
+    else:
+        assert all(f.command == "SEND" for f in frames)
+
+
+def test_large_nul_terminated_body_in_small_chunks_is_linear() -> None:
+    import time
+
+    body = b"y" * (2 * 1024 * 1024)
+    data = b"SEND\ndestination:/topic/x\n\n" + body + b"\x00"
+    p = FrameParser()
+    t = time.perf_counter()
+    frames = []
+    for i in range(0, len(data), 1024):
+        frames += p.feed(data[i : i + 1024])
+    elapsed = time.perf_counter() - t
+    assert len(frames) == 1 and frames[0].body == body
+    assert elapsed < 2.0  # rescanning the whole buffer each time would take minutes

@@ -138,6 +138,7 @@ class FrameParser:
         self._frame: Frame | None = None  # headers parsed, waiting for the body
         self._length: int | None = None
         self._failed: ProtocolError | None = None
+        self._scan = 0  # bytes before this index hold no terminator we are looking for
         self.heartbeats = 0
         """EOLs received between frames (heart-beats)."""
 
@@ -161,6 +162,7 @@ class FrameParser:
             raise self._failed from None
         if self._pos:
             del self._buf[: self._pos]
+            self._scan = max(0, self._scan - self._pos)
             self._pos = 0
         return frames
 
@@ -200,8 +202,10 @@ class FrameParser:
             return None
         # Need the whole header block before parsing it.
         start = self._pos
-        end = buf.find(b"\n\n", start)
-        end_crlf = buf.find(b"\n\r\n", start)
+        # resume where the previous feed stopped looking (a terminator may straddle it)
+        s0 = max(start, self._scan - 2)
+        end = buf.find(b"\n\n", s0)
+        end_crlf = buf.find(b"\n\r\n", s0)
         ends = [e for e in (end, end_crlf) if e >= 0]
         if not ends:
             budget = self.limits.max_command_line + (self.limits.max_header_line + 2) * (
@@ -210,12 +214,14 @@ class FrameParser:
             if len(buf) - start > budget:
                 raise ProtocolError("frame headers too large")
             # a NUL before the blank line means a frame without the blank line
-            if buf.find(b"\x00", start) >= 0:
+            if buf.find(b"\x00", s0) >= 0:
                 raise ProtocolError("frame ended before the blank line after its headers")
-            line_end = buf.find(b"\n", start)
-            if line_end < 0 and len(buf) - start > self.limits.max_command_line:
+            limit = self.limits.max_command_line
+            if len(buf) - start > limit and buf.find(b"\n", start, start + limit + 1) < 0:
                 raise ProtocolError("command line too long")
+            self._scan = len(buf)
             return None
+        self._scan = 0
         command_line = self._line(self.limits.max_command_line, "command line")
         assert command_line is not None
         command = _decode(command_line, "command")
@@ -268,15 +274,17 @@ class FrameParser:
                 raise ProtocolError("body longer than its content-length (no NUL after it)")
             body = bytes(buf[self._pos : end])
         else:
-            end = buf.find(b"\x00", self._pos)
+            end = buf.find(b"\x00", max(self._pos, self._scan))
             if end < 0:
                 if len(buf) - self._pos > self.limits.max_body:
                     raise ProtocolError(f"body exceeds the {self.limits.max_body}-byte limit")
+                self._scan = len(buf)
                 return None
             if end - self._pos > self.limits.max_body:
                 raise ProtocolError(f"body exceeds the {self.limits.max_body}-byte limit")
             body = bytes(buf[self._pos : end])
         self._pos = end + 1
+        self._scan = 0
         frame = self._frame
         frame.body = body
         self._frame = None
