@@ -167,7 +167,7 @@ class VirtualNetwork:
         self._after_input(host_id)
         return mid
 
-    def subscribe(self, host_id: str, patterns: Any, key: str | None = None) -> str:
-        k = self._hosts[host_id].node.subscribe(patterns, now=self.now, key=key)
+    def subscribe(self, host_id: str, patterns: Any, key: str | None = None, **kw: Any) -> str:
+        k = self._hosts[host_id].node.subscribe(patterns, now=self.now, key=key, **kw)
         self._after_input(host_id)
         return k

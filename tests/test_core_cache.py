@@ -8,8 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dodwan import CacheFullError, MemoryStore, MessageEvicted, Node, NodeConfig
+from dodwan import CacheFullError, Limits, MemoryStore, MessageEvicted, Node, NodeConfig
 from dodwan.virtual import VirtualNetwork
+
+
+ONE_ORIGIN = Limits(max_origin_share=1.0)  # these tests fill a cache from a single origin
 
 
 def make(capacity: int = 1 << 20, **kw: object) -> Node:
@@ -57,7 +60,7 @@ def test_eviction_order_expired_then_carried_then_nonpersistent_then_priority_th
         net.run(1)  # distinct creation dates: older goes first among equals
     # room for exactly these six messages
     capacity = sum(c["stored_bytes"] for c in src.cache_listing()) + 100
-    net.add("carrier", altruistic=True, cache_capacity=capacity)
+    net.add("carrier", altruistic=True, cache_capacity=capacity, limits=ONE_ORIGIN)
     net.subscribe("carrier", {"keep": "yes"})
     net.link("src", "carrier")
     net.run(30)
@@ -87,7 +90,7 @@ def test_incoming_lower_rank_does_not_evict_better_messages() -> None:
         net.publish("src", {"t": "x"}, noise(1000, i), ttl=10_000, priority=9) for i in range(2)
     ]
     capacity = sum(c["stored_bytes"] for c in src.cache_listing()) + 100
-    net.add("dst", cache_capacity=capacity)
+    net.add("dst", cache_capacity=capacity, limits=ONE_ORIGIN)
     net.link("src", "dst")
     net.subscribe("dst", {"t": ".*"})
     net.run(30)
@@ -95,7 +98,8 @@ def test_incoming_lower_rank_does_not_evict_better_messages() -> None:
     net.publish("src", {"t": "x"}, noise(1000, 5), ttl=10_000, priority=0)
     net.run(30)
     assert sorted(c["id"] for c in net.node("dst").cache_listing()) == sorted(keep)
-    assert net.node("dst").counters["cache_full"] >= 1
+    refused = net.node("dst").counters
+    assert refused.get("cache_full", 0) + refused.get("origin_quota_exceeded", 0) >= 1
 
 
 def test_local_publish_that_cannot_fit_raises() -> None:
@@ -149,7 +153,7 @@ def test_cache_policy_invariants(msgs: list[tuple[int, bool, bool, int]]) -> Non
     each eviction removes a message ranked no higher than every message it leaves in place."""
     net = VirtualNetwork(seed=3)
     net.add("src", cache_capacity=1 << 26)
-    carrier = net.add("carrier", altruistic=True, cache_capacity=8000)
+    carrier = net.add("carrier", altruistic=True, cache_capacity=8000, limits=ONE_ORIGIN)
     net.subscribe("carrier", {"mine": "yes"})
     net.link("src", "carrier")
     seen_events = 0

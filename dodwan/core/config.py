@@ -60,6 +60,11 @@ class NodeConfig:
     compression_level: int = 3
     """zstd level used when publishing (descriptor and payload)."""
 
+    signing_key: bytes | None = None
+    """Raw 32-byte Ed25519 private key: when set, every publication carries ``sigkey`` (the
+    public key, hex) and ``sig`` (a signature over the whole descriptor, which includes the
+    payload digest), so carriers cannot forge or alter it."""
+
     trace: bool = False
     """Record :class:`~dodwan.core.events.TraceRecord` entries for :meth:`Node.pop_trace`."""
 
@@ -95,6 +100,10 @@ class NodeConfig:
             raise ValueError("request_window must be >= 1")
         if self.max_catalog_datagrams < 1:
             raise ValueError("max_catalog_datagrams must be >= 1")
+        if self.signing_key is not None and (
+            not isinstance(self.signing_key, bytes) or len(self.signing_key) != 32
+        ):
+            raise ValueError("signing_key must be 32 raw bytes (an Ed25519 private key)")
         if not 1 <= self.compression_level <= 22:
             raise ValueError("compression_level must be between 1 and 22")
 

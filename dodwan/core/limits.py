@@ -52,3 +52,7 @@ class Limits:
 
     max_partial_bytes: int = 32 * 1024 * 1024
     """Bytes held in incomplete messages (reassembly memory) before new partial sets are refused."""
+
+    max_origin_share: float = 0.5
+    """Fraction of the cache capacity the messages of one remote origin may occupy, so a
+    flooding peer cannot take the whole cache (messages published here are exempt)."""

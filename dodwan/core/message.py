@@ -31,8 +31,24 @@ ZSIZE = "zsize"
 FRAGS = "frags"
 FSIZE = "fsize"
 ZHASH = "zhash"
+SIGKEY = "sigkey"
+SIG = "sig"
 SYSTEM_ATTRIBUTES = frozenset(
-    {ID, DEADLINE, ORIGIN, DATE, SIZE, PRIORITY, PERSISTENT, ZSIZE, FRAGS, FSIZE, ZHASH}
+    {
+        ID,
+        DEADLINE,
+        ORIGIN,
+        DATE,
+        SIZE,
+        PRIORITY,
+        PERSISTENT,
+        ZSIZE,
+        FRAGS,
+        FSIZE,
+        ZHASH,
+        SIGKEY,
+        SIG,
+    }
 )
 APP_SETTABLE = frozenset({ID})
 

@@ -32,6 +32,7 @@ from .events import (
 from .matcher import Matcher
 from .neighbours import Neighbour
 from .patterns import PatternError, Profile, normalise_specs
+from .signing import Signer, verify
 from .store import MemoryStore, MessageMeta, Store
 
 BROADCAST = "<broadcast>"
@@ -73,6 +74,38 @@ class Cached:
 class _Subscription:
     key: str
     profile: Profile
+    trusted: frozenset[str] | None = None
+    """Hex Ed25519 public keys one of which must have signed a message (None: any message)."""
+
+    def accepts(self, descriptor: Mapping[str, str]) -> bool:
+        if self.trusted is not None and descriptor.get(m.SIGKEY) not in self.trusted:
+            return False
+        return self.profile.matches(descriptor)
+
+
+_TRUSTED = "#trusted"
+"""Subscription options travel to the store as a final one-entry dict with this key."""
+
+
+def _split_options(
+    specs: list[dict[str, str]],
+) -> tuple[list[dict[str, str]], frozenset[str] | None]:
+    if specs and _TRUSTED in specs[-1]:
+        keys = specs[-1][_TRUSTED]
+        return specs[:-1], frozenset(k for k in keys.split(",") if k)
+    return specs, None
+
+
+def _check_public_key(key: object) -> str:
+    if not isinstance(key, str):
+        raise TypeError("trusted keys are hex strings")
+    try:
+        raw = bytes.fromhex(key)
+    except ValueError:
+        raise ValueError(f"trusted key {key!r} is not hex") from None
+    if len(raw) != 32:
+        raise ValueError(f"trusted key {key!r} is not a 32-byte Ed25519 public key")
+    return raw.hex()
 
 
 def _ranges(mask: int) -> list[tuple[int, int]]:
@@ -116,6 +149,7 @@ class Node:
         self.host_id = config.host_id
         self._limits = config.limits
         self._rng = rng
+        self._signer = Signer(config.signing_key) if config.signing_key is not None else None
         self._store: Store = store if store is not None else MemoryStore()
         self._events: deque[Event] = deque()
         self._trace: list[TraceRecord] = []
@@ -130,6 +164,8 @@ class Node:
         self._reserved: dict[str, tuple[int, float]] = {}
         """Reassembly budget promised to requested messages not stored yet: id -> (zsize, when)."""
         self._reserved_bytes = 0
+        self._origin_bytes: dict[str, int] = {}
+        """Cached bytes per origin host (the per-origin quota)."""
         """Ids of incomplete cached messages."""
         self._deadlines: list[tuple[float, str]] = []
         self._evict_heap: list[tuple[tuple[int, int, int, float], str]] = []
@@ -192,13 +228,14 @@ class Node:
 
     def _load(self) -> None:
         """Rebuild the in-memory indexes from the store (after a restart)."""
-        for key, specs in self._store.iter_subscriptions():
+        for key, stored in self._store.iter_subscriptions():
+            specs, trusted = _split_options(list(stored))
             try:
                 profile = Profile.from_patterns(specs, self._limits)
             except (PatternError, TypeError):
                 self._store.delete_subscription(key)
                 continue
-            self._subs[key] = _Subscription(key, profile)
+            self._subs[key] = _Subscription(key, profile, trusted)
         self._rebuild_own_profile()
         for msg_id, key, deadline in self._store.iter_history():
             self._history.setdefault(msg_id, set()).add(key)
@@ -227,13 +264,23 @@ class Node:
         patterns: Mapping[str, str] | Sequence[Mapping[str, str]],
         now: float,
         key: str | None = None,
+        trusted_keys: Sequence[str] | None = None,
     ) -> str:
         """Add (or replace, when ``key`` exists) a subscription; returns its key.
 
         ``patterns`` is one mapping attribute -> regex, or a list of them (an OR). Cached
         complete messages that match are delivered at once (each at most once per key).
+        With ``trusted_keys`` (hex Ed25519 public keys), only messages signed by one of
+        them are delivered.
         """
         specs = normalise_specs(patterns)
+        trusted: frozenset[str] | None = None
+        if trusted_keys is not None:
+            if isinstance(trusted_keys, str | bytes):
+                raise TypeError("trusted_keys is a sequence of hex public keys")
+            trusted = frozenset(_check_public_key(k) for k in trusted_keys)
+            if not trusted:
+                raise ValueError("trusted_keys must name at least one key")
         try:
             profile = Profile.from_patterns(specs, self._limits)
         except PatternError as exc:
@@ -254,12 +301,14 @@ class Node:
             raise ValueError(
                 "the host profile would not fit in an announcement; use fewer or shorter patterns"
             )
-        self._subs[key] = _Subscription(key, profile)
-        self._store.put_subscription(key, specs)
+        sub = _Subscription(key, profile, trusted)
+        self._subs[key] = sub
+        options = [] if trusted is None else [{_TRUSTED: ",".join(sorted(trusted))}]
+        self._store.put_subscription(key, specs + options)
         self._rebuild_own_profile()
         self._schedule_basics(now)
         for c in list(self._cache.values()):
-            if c.complete and profile.matches(c.descriptor):
+            if c.complete and sub.accepts(c.descriptor):
                 self._deliver(c, now, only=key)
         self._store.commit()
         return key
@@ -276,6 +325,16 @@ class Node:
     def subscriptions(self) -> dict[str, list[dict[str, str]]]:
         """Local subscriptions: key -> patterns."""
         return {k: s.profile.specs() for k, s in self._subs.items()}
+
+    def trusted_keys(self, key: str) -> list[str] | None:
+        """The public keys a subscription requires (None when it accepts unsigned messages)."""
+        trusted = self._subs[key].trusted
+        return None if trusted is None else sorted(trusted)
+
+    @property
+    def public_key(self) -> str | None:
+        """Hex public key this node signs with, if any."""
+        return self._signer.public_hex if self._signer is not None else None
 
     def publish(
         self,
@@ -364,6 +423,8 @@ class Node:
             frags = max(1, -(-zsize // fsize))
             descriptor[m.FRAGS] = str(frags)
             descriptor[m.FSIZE] = str(fsize)
+            if self._signer is not None:
+                self._signer.sign(descriptor)
             zdesc = m.compress_descriptor(descriptor, self.config.compression_level)
             if len(zdesc) > self._limits.max_descriptor_bytes:
                 raise ValueError("descriptor too large")
@@ -584,6 +645,8 @@ class Node:
         c.own = c.meta.local or self._own_profile.matches(c.descriptor)
         self._cache[msg_id] = c
         self._cache_bytes += c.nbytes
+        origin = c.header.origin
+        self._origin_bytes[origin] = self._origin_bytes.get(origin, 0) + c.nbytes
         if not c.complete:
             self._partial_bytes += c.nbytes
             self._partial.add(msg_id)
@@ -597,6 +660,11 @@ class Node:
         if c is None:
             return
         self._cache_bytes -= c.nbytes
+        left = self._origin_bytes.get(c.header.origin, 0) - c.nbytes
+        if left > 0:
+            self._origin_bytes[c.header.origin] = left
+        else:
+            self._origin_bytes.pop(c.header.origin, None)
         if not c.complete:
             self._partial_bytes -= c.nbytes
             self._partial.discard(msg_id)
@@ -637,6 +705,27 @@ class Node:
         for v in victims:
             heapq.heappush(self._evict_heap, v)
         return self._cache_bytes + needed <= cap
+
+    def _within_origin_quota(
+        self, header: m.Header, incoming: tuple[int, int, int, float], extra: int, now: float
+    ) -> bool:
+        """Keep one remote origin under its share of the cache, evicting its own
+        lower-ranked messages first; False when the new bytes cannot fit."""
+        quota = self._limits.max_origin_share * self.config.cache_capacity
+        origin = header.origin
+        if self._origin_bytes.get(origin, 0) + extra <= quota:
+            return True
+        msg_id = header.msg_id
+        victims = sorted(
+            (v.rank(), v.header.msg_id)
+            for v in self._cache.values()
+            if v.header.origin == origin and not v.meta.local and v.header.msg_id != msg_id
+        )
+        for rank, vid in victims:
+            if self._origin_bytes.get(origin, 0) + extra <= quota or rank >= incoming:
+                break
+            self._drop(vid, now, "capacity")
+        return self._origin_bytes.get(origin, 0) + extra <= quota
 
     def _purge_expired(self, now: float) -> None:
         while self._deadlines and self._deadlines[0][0] <= now:
@@ -689,7 +778,7 @@ class Node:
         keys = [
             k
             for k, s in self._subs.items()
-            if (only is None or k == only) and k not in done and s.profile.matches(c.descriptor)
+            if (only is None or k == only) and k not in done and s.accepts(c.descriptor)
         ]
         if not keys:
             return
@@ -981,8 +1070,11 @@ class Node:
             h = m.Header.parse(d, self._limits)
             if h.msg_id != msg_id:
                 raise WireError("descriptor id mismatch")
-        except WireError:
+            verify(d)
+        except WireError as exc:
             self._count("bad_descriptors")
+            if exc.reason == "bad signature":
+                self._count("dropped_bad_signature")
             if len(self._bad_zdesc) > 4096:
                 self._bad_zdesc.clear()
             self._bad_zdesc.add(zdesc)
@@ -1166,6 +1258,9 @@ class Node:
                 progress=now,
             )
             c.own = self._own_profile.matches(c.descriptor)
+            if not self._within_origin_quota(header, c.rank(), extra, now):
+                self._count("origin_quota_exceeded")
+                return
             # overheard, not requested by us: start it only if all of it would fit
             if header.frags > 1 and not self._reserve(dg.msg_id, header.zsize, now):
                 self._count("partial_memory_full")
@@ -1177,6 +1272,9 @@ class Node:
             c.nbytes = len(dg.zdesc)
             self._index(c)
         else:
+            if not self._within_origin_quota(header, c.rank(), extra, now):
+                self._count("origin_quota_exceeded")
+                return
             if not self._make_room(extra, c.rank(), now, exclude=dg.msg_id):
                 self._count("cache_full")
                 return
@@ -1186,6 +1284,7 @@ class Node:
         c.nbytes += size
         self._cache_bytes += size
         self._partial_bytes += size
+        self._origin_bytes[header.origin] = self._origin_bytes.get(header.origin, 0) + size
         c.progress = now
         self._count("fragments_stored")
         self._tr(now, "fragment_stored", dg.msg_id, size, dg.hops)

@@ -1,0 +1,137 @@
+"""Origin signatures and per-origin quotas: what a hostile carrier or flooder cannot do."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import zstandard
+
+from dodwan import MemoryStore, Node, NodeConfig
+from dodwan.core import message as m
+from dodwan.core import wire
+from dodwan.core.signing import public_key_of
+from dodwan.virtual import VirtualNetwork
+
+KEY_A = bytes(range(32))
+KEY_X = bytes(range(1, 33))
+
+
+def delivered(net: VirtualNetwork, host: str, key: str) -> list[bytes]:
+    return [d.payload for d in net.deliveries(host) if d.subscription == key]
+
+
+def test_subscription_requiring_a_key_gets_only_messages_signed_by_it() -> None:
+    net = VirtualNetwork(seed=1)
+    net.add("a", signing_key=KEY_A)
+    net.add("x", signing_key=KEY_X)
+    net.add("plain")
+    net.add("b")
+    net.connect_all("a", "x", "plain", "b")
+    trusted = net.subscribe("b", {"t": "news"}, key="trusted", trusted_keys=[public_key_of(KEY_A)])
+    anyone = net.subscribe("b", {"t": "news"}, key="anyone")
+    net.publish("a", {"t": "news"}, b"from a", ttl=3600)
+    net.publish("x", {"t": "news"}, b"from x", ttl=3600)
+    net.publish("plain", {"t": "news"}, b"unsigned", ttl=3600)
+    net.run(60)
+    assert delivered(net, "b", trusted) == [b"from a"]
+    assert sorted(delivered(net, "b", anyone)) == [b"from a", b"from x", b"unsigned"]
+    assert net.node("a").public_key == public_key_of(KEY_A)
+    assert net.node("b").trusted_keys("trusted") == [public_key_of(KEY_A)]
+    assert net.node("b").trusted_keys("anyone") is None
+
+
+def _signed_fragment(mutate: dict[str, str | None]) -> bytes:
+    n = Node(NodeConfig(host_id="a", signing_key=KEY_A), rng=random.Random(0))
+    n.publish({"t": "news"}, b"genuine", deadline=1000, now=0)
+    n.handle_timer(0)
+    [c] = n.cache_listing()
+    desc = dict(c["descriptor"])
+    for k, v in mutate.items():
+        if v is None:
+            desc.pop(k, None)
+        else:
+            desc[k] = v
+    zdesc = zstandard.ZstdCompressor().compress(wire.encode_attributes(desc))
+    chunk = n._store.get_fragment(c["id"], 0)  # type: ignore[attr-defined]
+    assert chunk is not None
+    return wire.encode_fragment("evil-carrier", c["id"], 3, 0, zdesc, chunk)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        {"t": "news", "extra": "injected"},  # altered attribute
+        {m.SIG: None},  # signature stripped, key kept
+        {m.SIGKEY: public_key_of(KEY_X)},  # another signer claimed
+        {m.SIG: "00" * 64},
+        {m.SIGKEY: "zz"},
+    ],
+)
+def test_tampered_signed_messages_are_dropped(mutate: dict[str, str | None]) -> None:
+    b = Node(NodeConfig(host_id="b"), rng=random.Random(1))
+    b.subscribe({"t": "news"}, now=0)
+    b.receive_datagram(_signed_fragment(mutate), "evil-carrier", now=1)
+    assert b.counters["dropped_bad_signature"] == 1
+    assert b.cache_listing() == []
+
+
+def test_untampered_signed_fragment_from_a_carrier_is_accepted() -> None:
+    b = Node(NodeConfig(host_id="b"), rng=random.Random(1))
+    b.subscribe({"t": "news"}, now=0, trusted_keys=[public_key_of(KEY_A)])
+    b.receive_datagram(_signed_fragment({}), "evil-carrier", now=1)
+    payloads = [e.payload for e in iter(b.next_event, None) if hasattr(e, "payload")]
+    assert payloads == [b"genuine"]
+
+
+def test_trusted_keys_survive_a_restart_and_are_validated() -> None:
+    store = MemoryStore()
+    n = Node(NodeConfig(host_id="b"), rng=random.Random(0), store=store)
+    n.subscribe({"t": "x"}, now=0, key="k", trusted_keys=[public_key_of(KEY_A)])
+    again = Node(NodeConfig(host_id="b"), rng=random.Random(0), store=store)
+    assert again.trusted_keys("k") == [public_key_of(KEY_A)]
+    assert again.subscriptions() == {"k": [{"t": "x"}]}
+    with pytest.raises(ValueError, match="not hex"):
+        n.subscribe({"t": "x"}, now=0, trusted_keys=["nothex"])
+    with pytest.raises(ValueError, match="32-byte"):
+        n.subscribe({"t": "x"}, now=0, trusted_keys=["abcd"])
+    with pytest.raises(TypeError):
+        n.subscribe({"t": "x"}, now=0, trusted_keys="abcd")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="signing_key"):
+        NodeConfig(host_id="a", signing_key=b"short")
+    with pytest.raises(ValueError, match="set by DoDWAN"):
+        n.publish({"sig": "forged"}, b"x", deadline=10, now=0)
+
+
+def test_a_flooding_origin_cannot_evict_own_or_subscribed_persistent_messages() -> None:
+    capacity = 200_000
+    net = VirtualNetwork(seed=2)
+    victim = net.add("victim", altruistic=True, cache_capacity=capacity)
+    net.add("friend")
+    net.add("flooder", cache_capacity=1 << 26)
+    net.subscribe("victim", {"t": "news"})
+    own = net.publish("victim", {"t": "mine"}, os.urandom(20_000), ttl=10_000, priority=0)
+    net.link("friend", "victim")
+    wanted = net.publish("friend", {"t": "news"}, os.urandom(20_000), ttl=10_000, priority=0)
+    net.run(30)
+    assert {own, wanted} <= {c["id"] for c in victim.cache_listing()}
+    net.link("flooder", "victim")
+    for i in range(40):  # 40 x 20 KB of junk that even matches the subscription, top priority
+        net.publish(
+            "flooder", {"t": "news", "n": str(i)}, os.urandom(20_000), ttl=10_000, priority=9
+        )
+        net.run(2)
+    net.run(60)
+    held = {c["id"]: c for c in victim.cache_listing()}
+    assert own in held and wanted in held
+    usage = victim.cache_usage()
+    assert usage["bytes"] <= capacity
+    junk = sum(c["stored_bytes"] for c in held.values() if c["descriptor"]["origin"] == "flooder")
+    assert junk <= 0.5 * capacity
+    # the flooder sent far more than its share: the quota made its own oldest junk go
+    from dodwan import MessageEvicted
+
+    evicted = [e.msg_id for e in net.events("victim") if isinstance(e, MessageEvicted)]
+    assert len(evicted) >= 20
+    assert own not in evicted and wanted not in evicted
