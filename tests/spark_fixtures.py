@@ -130,6 +130,7 @@ HAND_CONTACTS = [
 # m3: B at 12, deadline 100, 300 bytes, t1.
 HAND_MESSAGES = [
     (0.0, "A", "m1", "created", 100, 0),
+    (0.0, "A", "m1", "delivered", 100, 0),  # to a subscriber on the origin: not a target pair
     (12.0, "B", "m1", "complete", 100, 1),
     (35.0, "C", "m1", "complete", 100, 2),
     (35.0, "C", "m1", "delivered", 100, 2),

@@ -91,6 +91,8 @@ def test_delivery_counts_on_time_pairs_once_and_late_ones_apart(report: dict[str
     assert m["late_deliveries"] == 1
     assert m["duplicate_deliveries"] == 1
     assert m["delivered_bytes"] == 100 + 300 + 300
+    assert m["origin_deliveries"] == 1  # m1 delivered on its origin A: not a target pair
+    assert m["unexpected_deliveries"] == 0
 
 
 def test_delay_and_hops(report: dict[str, Any]) -> None:

@@ -64,10 +64,26 @@ def pair_outcomes(targets: DataFrame, messages: DataFrame) -> DataFrame:
     )
 
 
-def unexpected_deliveries(targets: DataFrame, messages: DataFrame) -> int:
-    """Number of (msg_id, host) pairs delivered although they are not target pairs."""
+def extra_deliveries(targets: DataFrame, messages: DataFrame) -> tuple[int, int]:
+    """(origin_deliveries, unexpected_deliveries): delivered (message, host) pairs that are not
+    target pairs, at the message's own origin (local subscribers) and elsewhere."""
     delivered = messages.where(F.col("event") == "delivered").select("msg_id", "host").distinct()
-    return delivered.join(targets.select("msg_id", "host"), ["msg_id", "host"], "left_anti").count()
+    extra = delivered.join(targets.select("msg_id", "host"), ["msg_id", "host"], "left_anti")
+    origins = (
+        messages.where(F.col("event") == "created")
+        .groupBy("msg_id")
+        .agg(F.min("host").alias("origin"))
+    )
+    at_origin = F.coalesce(F.col("host") == F.col("origin"), F.lit(False))
+    row = (
+        extra.join(origins, "msg_id", "left")
+        .agg(
+            F.sum(F.when(at_origin, 1).otherwise(0)).alias("own"),
+            F.sum(F.when(at_origin, 0).otherwise(1)).alias("other"),
+        )
+        .first()
+    )
+    return (int(row["own"] or 0), int(row["other"] or 0)) if row is not None else (0, 0)
 
 
 def _ratio(num: float | int | None, den: float | int | None) -> float | None:

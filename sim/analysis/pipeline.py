@@ -105,6 +105,7 @@ def analyze_run(
     else:
         o_metrics = {"oracle_delivery_ratio": None, "efficiency": None}
     one = one_summary(d_metrics, run.messages)
+    own, unexpected = delivery.extra_deliveries(run.targets, run.messages)
     ov_metrics, ov_table = overhead.overhead_metrics(
         run.datagrams, d_metrics["delivered_pairs"], d_metrics["delivered_bytes"]
     )
@@ -127,7 +128,8 @@ def analyze_run(
         "overhead_ratio": one["overhead_ratio"],
         **{k: v for k, v in one.items() if k not in ("latency_med", "overhead_ratio")},
         **{k: v for k, v in d_metrics.items() if k != "delivery_ratio"},
-        "unexpected_deliveries": delivery.unexpected_deliveries(run.targets, run.messages),
+        "origin_deliveries": own,
+        "unexpected_deliveries": unexpected,
         "overhead": ov_metrics,
         **cache_summary,
         "contacts": c_metrics,
