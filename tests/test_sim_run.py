@@ -149,7 +149,7 @@ def test_runs_are_identical_across_processes(tmp_path: Path) -> None:
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         subprocess.run(
             [sys.executable, "-m", "sim.cli", "run", str(SCENARIOS / "quickstart.toml"),
-             "--out", str(out), "--until", "300", "--quiet"],
+             "--out", str(out), "--until", "150", "--quiet"],
             check=True, env=env, capture_output=True,
         )  # fmt: skip
         outs.append(out)
