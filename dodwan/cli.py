@@ -123,6 +123,9 @@ def _daemon_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             continue
         flag = s.name.replace("_", "-")
         help_text = f"{s.help} (default: {s.default!r})"
+        if isinstance(s.default, bool):
+            fn = click.option(f"--{flag}/--no-{flag}", s.name, default=None, help=help_text)(fn)
+            continue
         fn = click.option(f"--{flag}", s.name, type=type(s.default), default=None, help=help_text)(
             fn
         )
@@ -166,6 +169,44 @@ def daemon(
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:  # pragma: no cover - signal handlers normally catch it
         pass
+
+
+@cli.command()
+@click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option(
+    "--signing",
+    is_flag=True,
+    help="Write an Ed25519 signing key (for --signing-key) instead of a network key; "
+    "prints its public key (hex) for subscribers' --trusted-key.",
+)
+@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+def keygen(file: str, signing: bool, force: bool) -> None:
+    """Write a new random key to FILE, readable by its owner only (mode 0600).
+
+    Without --signing: a network key for `dodwan daemon --network-key FILE`, to be copied to
+    every host of the network.
+    """
+    from .daemon.netkey import encode_key, generate_key, write_secret_file
+
+    if signing:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+        priv = Ed25519PrivateKey.generate()
+        key = priv.private_bytes_raw()
+        public = priv.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+    else:
+        key, public = generate_key(), ""
+    try:
+        write_secret_file(file, encode_key(key) + "\n", force=force)
+    except FileExistsError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {file}: {exc.strerror}") from None
+    if signing:
+        click.echo(public)
+    else:
+        click.echo(f"network key written to {file}")
 
 
 # ---------------------------------------------------------------------- reading

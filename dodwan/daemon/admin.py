@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import urllib.parse
@@ -27,6 +28,7 @@ MAX_BODY = 96 * 1024 * 1024
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
@@ -69,10 +71,15 @@ def _json(status: int, obj: Any) -> Response:
 
 
 class AdminServer:
-    """Serves one :class:`AdminApp` on a loopback TCP port."""
+    """Serves one :class:`AdminApp` on a TCP port.
 
-    def __init__(self, app: AdminApp) -> None:
+    With a ``token``, every request must carry ``Authorization: Bearer <token>`` (the daemon
+    sets one when the API listens on a non-local address).
+    """
+
+    def __init__(self, app: AdminApp, token: str | None = None) -> None:
         self.app = app
+        self._expected = None if token is None else f"Bearer {token}".encode()
         self._server: asyncio.Server | None = None
         self._streams: set[asyncio.Task[Any]] = set()
         self.address: tuple[str, int] = ("", 0)
@@ -128,6 +135,10 @@ class AdminServer:
                     break
                 name, _, value = line.decode("latin-1").partition(":")
                 headers[name.strip().lower()] = value.strip()
+            if self._expected is not None and not hmac.compare_digest(
+                headers.get("authorization", "").encode("latin-1"), self._expected
+            ):
+                raise ApiError(401, "missing or wrong bearer token (see STATE_DIR/admin.token)")
             length = int(headers.get("content-length", "0") or 0)
             if length < 0 or length > MAX_BODY:
                 raise ApiError(413, f"request body larger than {MAX_BODY} bytes")

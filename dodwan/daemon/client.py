@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 ADMIN_FILE = "admin.json"
+TOKEN_FILE = "admin.token"
 
 
 class ClientError(Exception):
@@ -23,10 +24,13 @@ class ClientError(Exception):
 
 
 class AdminClient:
-    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float = 30.0, token: str | None = None
+    ) -> None:
         self.host = host
         self.port = port
         self.timeout = timeout
+        self.token = token
 
     @classmethod
     def for_state_dir(cls, state_dir: str | Path, timeout: float = 30.0) -> AdminClient:
@@ -41,6 +45,13 @@ class AdminClient:
             ) from None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ClientError(f"cannot read {path}: {exc}") from None
+        try:
+            lines = (Path(state_dir) / TOKEN_FILE).read_text(encoding="utf-8").splitlines()
+            client.token = lines[0].strip() if lines else None
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ClientError(f"cannot read the admin token {TOKEN_FILE}: {exc}") from None
         if pid > 0:
             try:
                 os.kill(pid, 0)
@@ -64,6 +75,8 @@ class AdminClient:
         timeout = None if stream else self.timeout  # a stream waits for deliveries
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         headers: dict[str, str] = {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         data: bytes | None
         if raw is not None:
             data = raw

@@ -127,11 +127,48 @@ SETTINGS: tuple[Setting, ...] = (
         "info",
         "Logging threshold: debug, info, warning or error (logs go to stderr).",
     ),
+    Setting(
+        "network_key",
+        "",
+        "File holding the network key (32 bytes, base64 or hex; `dodwan keygen FILE` makes "
+        "one). When set, every datagram is authenticated with it (ChaCha20-Poly1305, replays "
+        "refused) and datagrams of hosts without it are dropped. Empty = open network.",
+    ),
+    Setting(
+        "network_key_mode",
+        "encrypt",
+        "With a network key: encrypt (datagrams are also encrypted) or auth (authenticated "
+        "only, readable on the air).",
+    ),
+    Setting(
+        "signing_key",
+        "",
+        "File holding this host's Ed25519 private key (`dodwan keygen --signing FILE`); "
+        "every message published here is then signed by it. Empty = unsigned.",
+    ),
+    Setting(
+        "allow_remote",
+        False,
+        "Let the admin API and the STOMP gateway listen on addresses other than 127.0.0.1 "
+        "and ::1. The admin API then requires the bearer token of STATE_DIR/admin.token, and "
+        "the STOMP gateway stomp_login and the passcode of stomp_passcode_file.",
+    ),
+    Setting(
+        "stomp_login",
+        "",
+        "Login STOMP clients must give (with the passcode of stomp_passcode_file); required "
+        "when the gateway listens on a non-local address.",
+    ),
+    Setting(
+        "stomp_passcode_file",
+        "",
+        "File whose first line is the STOMP passcode (keep it mode 0600).",
+    ),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}
 
-_NODE_EXCLUDED = {"host_id", "limits"}
+_NODE_EXCLUDED = {"host_id", "limits", "signing_key"}
 NODE_FIELDS = {f.name: f for f in fields(NodeConfig) if f.name not in _NODE_EXCLUDED}
 NODE_DEFAULTS: dict[str, Any] = {
     f.name: getattr(NodeConfig(host_id="x"), f.name)
@@ -201,9 +238,9 @@ class DaemonConfig:
         except KeyError:
             raise AttributeError(name) from None
 
-    def node_config(self, host_id: str) -> NodeConfig:
+    def node_config(self, host_id: str, **extra: Any) -> NodeConfig:
         try:
-            return NodeConfig(host_id=host_id, limits=Limits(**self.limits), **self.node)
+            return NodeConfig(host_id=host_id, limits=Limits(**self.limits), **self.node, **extra)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"[node] settings: {exc}") from None
 
@@ -258,6 +295,10 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
             raise ConfigError(f"unknown setting {key!r}")
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError("log_level must be debug, info, warning or error")
+    if values["network_key_mode"] not in ("auth", "encrypt"):
+        raise ConfigError("network_key_mode must be auth or encrypt")
+    if bool(values["stomp_login"]) != bool(values["stomp_passcode_file"]):
+        raise ConfigError("stomp_login and stomp_passcode_file go together")
     if str(values["sqlite_synchronous"]).upper() not in ("NORMAL", "FULL", "EXTRA", "OFF"):
         raise ConfigError("sqlite_synchronous must be NORMAL, FULL, EXTRA or OFF")
     for name in (

@@ -41,6 +41,7 @@ from ..core import (
 )
 from .admin import RAW_PAYLOAD, AdminServer, ApiError
 from .config import DaemonConfig
+from .netkey import NetKey, NetKeyError, read_key_file, write_secret_file
 from .pacer import Pacer
 from .service_host import SERVICE_PREFIX
 from .sinks import KINDS, SinkRouter, delivery_json
@@ -53,6 +54,7 @@ ADMIN_FILE = "admin.json"
 LOCK_FILE = "daemon.lock"
 DB_FILE = "dodwan.db"
 TRACE_FILE = "trace.jsonl"
+TOKEN_FILE = "admin.token"
 DEFAULT_TTL = 3600.0
 
 
@@ -65,13 +67,27 @@ def generate_host_id() -> str:
     return f"{base}-{secrets.token_hex(3)}"
 
 
-def _is_loopback(host: str) -> bool:
+def _is_local(host: str) -> bool:
+    """The default local addresses; anything else needs ``allow_remote`` and credentials."""
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
         return False
+    return ip in (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+
+
+def _read_secret_line(path: str, what: str) -> str:
+    try:
+        line = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise DaemonError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise DaemonError(f"{what} {path} is not UTF-8 text") from None
+    if not line or not line[0]:
+        raise DaemonError(f"{what} {path} is empty")
+    return line[0]
 
 
 def _metric_name(name: str) -> str:
@@ -86,12 +102,26 @@ class Daemon:
         self.config = config
         self.medium: Medium = medium_for(config.group, config.interface)
         admin_host, admin_port = parse_address(config.admin)
-        if not _is_loopback(admin_host):
+        if not _is_local(admin_host) and not config.allow_remote:
             raise ValueError(
-                f"admin address {config.admin!r} is not a loopback address; the admin API has "
-                "no authentication and only listens on loopback"
+                f"admin address {config.admin!r} is not a loopback address (by default only "
+                "127.0.0.1 and ::1 are); listening elsewhere needs --allow-remote, and clients "
+                "then need the token of STATE_DIR/admin.token"
             )
         self._admin_addr = (admin_host, admin_port)
+        self._admin_token: str | None = None
+        self.netkey: NetKey | None = None
+        if config.network_key:
+            try:
+                self.netkey = NetKey(read_key_file(config.network_key), config.network_key_mode)
+            except NetKeyError as exc:
+                raise ValueError(f"--network-key: {exc}") from None
+        self._signing_key: bytes | None = None
+        if config.signing_key:
+            try:
+                self._signing_key = read_key_file(config.signing_key)
+            except NetKeyError as exc:
+                raise ValueError(f"--signing-key: {exc}") from None
         self.store: SqliteStore | None = None
         self.node: Node | None = None
         self.transport: UdpTransport | None = None
@@ -148,7 +178,10 @@ class Daemon:
             self.store.set_meta("host_id", host_id)
             self.store.commit()
         self.host_id = host_id
-        node_config = self.config.node_config(host_id)
+        extra: dict[str, Any] = {}
+        if self._signing_key is not None:
+            extra["signing_key"] = self._signing_key
+        node_config = self.config.node_config(host_id, **extra)
         self.node = Node(node_config, rng=random.Random(), store=self.store)
         if node_config.trace:
             self._trace_file = open(  # noqa: SIM115  (open for the daemon's lifetime)
@@ -165,12 +198,14 @@ class Daemon:
             self.sinks.set(row.key, row.kind, row.target)
         self.store.commit()
         self.transport = UdpTransport(
-            self.medium, self.config.socket_buffer, self.config.multicast_ttl
+            self.medium, self.config.socket_buffer, self.config.multicast_ttl, self.netkey
         )
         now = time.time()
         self.pacer = Pacer(self.transport.send, float(self.config.bitrate), self.config.burst, now)
         await self.transport.start(self._on_datagram, self._after_input)
-        self.admin = AdminServer(self)
+        if not _is_local(self._admin_addr[0]):
+            self._admin_token = self._load_token()
+        self.admin = AdminServer(self, token=self._admin_token)
         try:
             host, port = await self.admin.start(*self._admin_addr)
         except OSError as exc:
@@ -195,11 +230,40 @@ class Daemon:
         )
         self._after_input()
 
+    def _load_token(self) -> str:
+        """The admin bearer token of STATE_DIR/admin.token (made once, mode 0600)."""
+        path = self.state_dir / TOKEN_FILE
+        if path.exists():
+            token = _read_secret_line(str(path), "admin token file")
+            if len(token) >= 32:
+                return token
+        token = secrets.token_urlsafe(32)
+        try:
+            write_secret_file(path, token + "\n", force=True)
+        except OSError as exc:
+            raise DaemonError(f"cannot write {path}: {exc.strerror}") from None
+        return token
+
     async def _start_stomp(self, address: str) -> None:
         try:
             host, port = parse_address(address)
         except ValueError as exc:
             raise DaemonError(f"--stomp: {exc}") from None
+        login: str | None = self.config.stomp_login or None
+        passcode: str | None = None
+        if self.config.stomp_passcode_file:
+            passcode = _read_secret_line(self.config.stomp_passcode_file, "STOMP passcode file")
+        if not _is_local(host):
+            if not self.config.allow_remote:
+                raise DaemonError(
+                    f"STOMP address {address!r} is not a loopback address (by default only "
+                    "127.0.0.1 and ::1 are); listening elsewhere needs --allow-remote and a "
+                    "login (stomp_login, stomp_passcode_file)"
+                )
+            if login is None or passcode is None:
+                raise DaemonError(
+                    f"STOMP on {address!r} needs a login: set stomp_login and stomp_passcode_file"
+                )
         try:
             from joms.stomp.server import serve
         except ImportError as exc:
@@ -207,7 +271,14 @@ class Daemon:
                 f"--stomp needs the JOMS STOMP gateway (joms.stomp.server), which is not available: {exc}"
             ) from None
         try:
-            server: Any = serve(self.service_host(), host, port)
+            server: Any = serve(
+                self.service_host(),
+                host,
+                port,
+                login=login,
+                passcode=passcode,
+                allow_remote=bool(self.config.allow_remote),
+            )
             if inspect.isawaitable(server):
                 server = await server
         except OSError as exc:
@@ -411,6 +482,9 @@ class Daemon:
             out["pacer_sent"] = self.pacer.sent
             out["pacer_dropped"] = self.pacer.dropped
             out["pacer_queued"] = self.pacer.queued
+        if self.netkey is not None:
+            out["netkey_rejected"] = self.netkey.rejected
+            out["netkey_replayed"] = self.netkey.replayed
         if self.transport is not None:
             out["udp_send_errors"] = self.transport.send_errors
             out["udp_receive_errors"] = self.transport.receive_errors

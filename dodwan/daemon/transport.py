@@ -20,6 +20,8 @@ import struct
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from .netkey import NetKey
+
 SIOCGIFADDR = 0x8915
 SIOCGIFBRDADDR = 0x8919
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
@@ -239,10 +241,19 @@ class UdpTransport:
     wake-up, calls ``on_datagram`` per datagram and ``on_batch`` once after, so the runner
     drains the node's outputs once per batch rather than once per datagram. Datagrams from
     this host's own sending socket (looped back by multicast/broadcast) are dropped here.
+    With a :class:`~dodwan.daemon.netkey.NetKey`, every datagram is sealed on the way out and
+    opened on the way in; what does not open is dropped (and counted by the key) here.
     """
 
-    def __init__(self, medium: Medium, buffer_size: int = 8 << 20, ttl: int = 1) -> None:
+    def __init__(
+        self,
+        medium: Medium,
+        buffer_size: int = 8 << 20,
+        ttl: int = 1,
+        netkey: NetKey | None = None,
+    ) -> None:
         self.medium = medium
+        self.netkey = netkey
         self._buffer_size = buffer_size
         self._ttl = ttl
         self._rx: socket.socket | None = None
@@ -289,6 +300,11 @@ class UdpTransport:
             if addr == own:
                 self.own_filtered += 1
                 continue
+            if self.netkey is not None:
+                opened = self.netkey.open(data)
+                if opened is None:
+                    continue
+                data = opened
             got += 1
             self._on_datagram(data, addr)
         if got:
@@ -297,6 +313,8 @@ class UdpTransport:
     def send(self, data: bytes) -> None:
         if self._tx is None or self._tx.is_closing():
             return
+        if self.netkey is not None:
+            data = self.netkey.seal(data)
         try:
             self._tx.sendto(data, self._dest)
         except OSError:
