@@ -95,11 +95,11 @@ def oracle_arrivals(
         ends.select(F.col("b").alias("u"), F.col("a").alias("v"), "start", "end")
     )
     edges = edges.select("*", _bucket_range(F.col("start"), F.col("end"), width).alias("ek"))
-    edges = edges.localCheckpoint()
+    edges = edges.localCheckpoint(eager=False)
 
     best = messages.select(
         "msg_id", F.col("origin").alias("node"), F.col("created").alias("t"), "limit"
-    ).localCheckpoint()
+    ).localCheckpoint(eager=False)
     frontier = best
     iterations, converged = 0, False
     while iterations < max_iterations:
@@ -117,16 +117,16 @@ def oracle_arrivals(
             cand.join(old, ["msg_id", "node"], "left")
             .where(F.col("old_t").isNull() | (F.col("t") < F.col("old_t")))
             .select("msg_id", "node", "t", "limit")
-            .localCheckpoint()
+            .localCheckpoint(eager=False)
         )
-        if improved.isEmpty():
+        if improved.count() == 0:  # the one action per round; it also fills the checkpoint
             converged = True
             break
         best = (
             best.unionByName(improved)
             .groupBy("msg_id", "node")
             .agg(F.min("t").alias("t"), F.first("limit").alias("limit"))
-            .localCheckpoint()
+            .localCheckpoint(eager=False)  # filled by the next round's action
         )
         frontier = improved
     if not converged:
