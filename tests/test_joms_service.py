@@ -334,3 +334,22 @@ def test_service_config_from_a_config_file_table() -> None:
         ServiceConfig.from_mapping({"nondurable": "maybe"})
     docs = field_docs()
     assert set(docs) >= {"default_ttl", "nondurable", "lease"} and all(docs.values())
+
+
+def test_waiting_durable_messages_come_higher_priority_first() -> None:
+    w = World("a")
+    s = w.svc["a"]
+    t = Destination("topic", "t")
+    c = s.open_connection(w.net.now, "p")
+    s.subscribe(c, t, w.net.now, durable_name="d")
+    s.close_connection(c, w.net.now)
+    p = s.open_connection(w.net.now)
+    for body, prio in [("low", 1), ("high", 9), ("mid", 5), ("low2", 1)]:
+        m = text(t, body)
+        m.priority = prio
+        s.send(p, m, w.net.now)
+    w.step()
+    c = s.open_connection(w.net.now, "p")
+    s.subscribe(c, t, w.net.now, durable_name="d")
+    w.step()
+    assert w.bodies("a") == [b"high", b"mid", b"low", b"low2"]

@@ -718,12 +718,16 @@ class JomsService:
         cons.durable = key
         cons.core_key = d.core_key
         d.consumer = cons.id
+        waiting: list[tuple[str, JomsMessage]] = []
         for skey, blob in self.store.items("dpending", key + _SEP):
             try:
-                cons.pending.append((skey, mdl.thaw(blob)))
+                waiting.append((skey, mdl.thaw(blob)))
             except (ValueError, KeyError):
                 self.store.delete("dpending", skey)
                 self._dcount.pop(key, None)
+        # what waited is handed over higher JMSPriority first, then in arrival order
+        waiting.sort(key=lambda item: (-item[1].priority, item[0]))
+        cons.pending.extend(waiting)
 
     def _install_durable(self, d: _Durable) -> None:
         self._subscribe_core(
