@@ -187,7 +187,9 @@ class Daemon:
             self._trace_file = open(  # noqa: SIM115  (open for the daemon's lifetime)
                 self.state_dir / TRACE_FILE, "a", encoding="utf-8", buffering=1 << 16
             )
-        self.sinks = SinkRouter(self.config.exec_timeout, self.config.exec_concurrency)
+        self.sinks = SinkRouter(
+            self.config.exec_timeout, self.config.exec_concurrency, on_done=self._sink_done
+        )
         for row in list(self.store.iter_sinks()):
             if row.kind == "follow" or row.key not in self.node.subscriptions():
                 # A follow stream ended with the previous process; drop its subscription.
@@ -197,6 +199,7 @@ class Daemon:
                 continue
             self.sinks.set(row.key, row.kind, row.target)
         self.store.commit()
+        self._redo_deliveries()
         self.transport = UdpTransport(
             self.medium, self.config.socket_buffer, self.config.multicast_ttl, self.netkey
         )
@@ -243,6 +246,37 @@ class Daemon:
         except OSError as exc:
             raise DaemonError(f"cannot write {path}: {exc.strerror}") from None
         return token
+
+    def _sink_done(self, ev: MessageDelivered) -> None:
+        if self.store is None:
+            return
+        try:
+            deadline = float(ev.descriptor.get("deadline", "0"))
+        except ValueError:
+            deadline = 0.0
+        self.store.sink_done(str(ev.descriptor.get("id", "")), ev.subscription, deadline)
+        self.store.commit()
+
+    def _redo_deliveries(self) -> None:
+        """Deliveries the core made before a crash that their dir/exec sink did not finish."""
+        node, store, sinks = self.node, self.store, self.sinks
+        assert node is not None and store is not None and sinks is not None
+        undone = store.unfinished_deliveries()
+        store.purge_sink_done(time.time())
+        if undone:
+            descriptors = {e["id"]: e["descriptor"] for e in node.cache_listing()}
+            for msg_id, key, deadline in undone:
+                payload = node.message_payload(msg_id) if msg_id in descriptors else None
+                if payload is None:  # no longer cached: nothing to redo it from
+                    self._count("redeliveries_impossible")
+                    store.sink_done(msg_id, key, deadline)
+                    continue
+                self._count("redeliveries")
+                sinks.deliver(
+                    MessageDelivered(key, dict(descriptors[msg_id]), payload), redelivered=True
+                )
+                log.info("redelivered %s to %s (unfinished before a restart)", msg_id, key)
+        store.flush()
 
     async def _start_stomp(self, address: str) -> None:
         try:

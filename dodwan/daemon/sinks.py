@@ -9,6 +9,10 @@ Each subscription key held by the daemon maps to one sink:
   environment (``DODWAN_ID``, ``DODWAN_SUBSCRIPTION``, ``DODWAN_DESCRIPTOR`` as JSON, and
   ``DODWAN_ATTR_<NAME>`` per attribute, names upper-cased with non-alphanumerics as ``_``).
 * ``follow``: deliveries are queued to the admin API clients streaming that key.
+
+``on_done`` is told when a ``dir`` or ``exec`` delivery is finished (files renamed into
+place, command ended); the daemon records it, and after a crash redoes the deliveries the
+core made but no sink finished (``exec`` then sees ``DODWAN_REDELIVERED=1``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import os
 import re
 import signal
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +77,12 @@ def write_to_dir(outdir: Path, ev: MessageDelivered) -> Path:
     return target
 
 
-def exec_environment(ev: MessageDelivered, base: Mapping[str, str]) -> dict[str, str]:
+def exec_environment(
+    ev: MessageDelivered, base: Mapping[str, str], redelivered: bool = False
+) -> dict[str, str]:
     env = dict(base)
+    if redelivered:
+        env["DODWAN_REDELIVERED"] = "1"
     env["DODWAN_ID"] = str(ev.descriptor.get("id", ""))
     env["DODWAN_SUBSCRIPTION"] = ev.subscription
     env["DODWAN_DESCRIPTOR"] = json.dumps(dict(ev.descriptor), sort_keys=True)
@@ -88,7 +96,13 @@ def exec_environment(ev: MessageDelivered, base: Mapping[str, str]) -> dict[str,
 class SinkRouter:
     """Sinks by subscription key; dispatches deliveries without blocking the event loop."""
 
-    def __init__(self, exec_timeout: float = 60.0, exec_concurrency: int = 4) -> None:
+    def __init__(
+        self,
+        exec_timeout: float = 60.0,
+        exec_concurrency: int = 4,
+        on_done: Callable[[MessageDelivered], None] | None = None,
+    ) -> None:
+        self._on_done = on_done or (lambda ev: None)
         self._sinks: dict[str, tuple[str, str]] = {}
         self._followers: dict[str, set[asyncio.Queue[MessageDelivered | None]]] = {}
         self._exec_timeout = exec_timeout
@@ -129,7 +143,7 @@ class SinkRouter:
 
     # ------------------------------------------------------------------ dispatch
 
-    def deliver(self, ev: MessageDelivered) -> bool:
+    def deliver(self, ev: MessageDelivered, redelivered: bool = False) -> bool:
         """Route one delivery; False when no sink holds its key."""
         sink = self._sinks.get(ev.subscription)
         if sink is None:
@@ -140,11 +154,12 @@ class SinkRouter:
             try:
                 write_to_dir(Path(target), ev)
                 self._count("deliveries_dir")
+                self._on_done(ev)
             except OSError as exc:
                 self._count("sink_errors")
                 log.error("subscription %s: cannot write to %s: %s", ev.subscription, target, exc)
         elif kind == "exec":
-            task = asyncio.get_running_loop().create_task(self._run(target, ev))
+            task = asyncio.get_running_loop().create_task(self._run(target, ev, redelivered))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         else:
@@ -157,48 +172,52 @@ class SinkRouter:
             self._count("deliveries_follow" if qs else "deliveries_follow_unattended")
         return True
 
-    async def _run(self, command: str, ev: MessageDelivered) -> None:
+    async def _run(self, command: str, ev: MessageDelivered, redelivered: bool = False) -> None:
         async with self._exec_slots:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    "/bin/sh",
-                    "-c",
-                    command,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.PIPE,
-                    env=exec_environment(ev, os.environ),
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                self._count("sink_errors")
-                log.error("subscription %s: cannot run %r: %s", ev.subscription, command, exc)
-                return
-            try:
-                _, err = await asyncio.wait_for(
-                    proc.communicate(ev.payload), self._exec_timeout or None
-                )
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # its own session: the whole group
-                await proc.wait()
-                self._count("sink_errors")
-                log.error("subscription %s: %r timed out", ev.subscription, command)
-                return
-            except (BrokenPipeError, ConnectionResetError):
-                err = b""
-                await proc.wait()
-            if proc.returncode == 0:
-                self._count("deliveries_exec")
-            else:
-                self._count("sink_errors")
-                log.error(
-                    "subscription %s: %r exited with %s: %s",
-                    ev.subscription,
-                    command,
-                    proc.returncode,
-                    err.decode(errors="replace").strip()[:500],
-                )
+            await self._run_one(command, ev, redelivered)
+        self._on_done(ev)  # whatever its outcome: a failed command is not retried
+
+    async def _run_one(self, command: str, ev: MessageDelivered, redelivered: bool) -> None:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "/bin/sh",
+                "-c",
+                command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                env=exec_environment(ev, os.environ, redelivered),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._count("sink_errors")
+            log.error("subscription %s: cannot run %r: %s", ev.subscription, command, exc)
+            return
+        try:
+            _, err = await asyncio.wait_for(
+                proc.communicate(ev.payload), self._exec_timeout or None
+            )
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: the whole group
+            await proc.wait()
+            self._count("sink_errors")
+            log.error("subscription %s: %r timed out", ev.subscription, command)
+            return
+        except (BrokenPipeError, ConnectionResetError):
+            err = b""
+            await proc.wait()
+        if proc.returncode == 0:
+            self._count("deliveries_exec")
+        else:
+            self._count("sink_errors")
+            log.error(
+                "subscription %s: %r exited with %s: %s",
+                ev.subscription,
+                command,
+                proc.returncode,
+                err.decode(errors="replace").strip()[:500],
+            )
 
     async def close(self) -> None:
         for qs in self._followers.values():

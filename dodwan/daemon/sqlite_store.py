@@ -49,9 +49,19 @@ def _v2(db: sqlite_utils.Database) -> None:
     db.table("sinks").create({"key": str, "kind": str, "target": str, "created": float}, pk="key")
 
 
+def _v3(db: sqlite_utils.Database) -> None:
+    db.table("sink_done").create(
+        {"msg_id": str, "key": str, "deadline": float}, pk=("msg_id", "key")
+    )
+    db.table("sink_done").create_index(["deadline"])
+    # Deliveries made before this table existed are taken as done.
+    db.execute("INSERT OR IGNORE INTO sink_done SELECT msg_id, key, deadline FROM history")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (1, "core store: meta, messages, fragments, history, subscriptions", _v1),
     (2, "daemon subscription sinks", _v2),
+    (3, "deliveries a sink has finished (the others are redone after a crash)", _v3),
 ]
 """(version, description, function) applied in order to bring a database up to date."""
 
@@ -303,6 +313,32 @@ class SqliteStore:
     def delete_sink(self, key: str) -> None:
         self._wrote(True)
         self.conn.execute("DELETE FROM sinks WHERE key = ?", (key,))
+        self.conn.execute("DELETE FROM sink_done WHERE key = ?", (key,))
+
+    def sink_done(self, msg_id: str, key: str, deadline: float) -> None:
+        """A sink finished a delivery (written, or its command ended): not redone at restart.
+
+        Durable at the next ``commit()``; only a kill between the sink's work and that commit
+        has it redone (the same files rewritten, or the command run with the redelivered flag).
+        """
+        self._wrote(True)
+        self.conn.execute(
+            "INSERT OR REPLACE INTO sink_done(msg_id, key, deadline) VALUES (?, ?, ?)",
+            (msg_id, key, deadline),
+        )
+
+    def unfinished_deliveries(self) -> list[tuple[str, str, float]]:
+        """(msg_id, key, deadline) delivered by the core but not finished by the key's sink."""
+        rows = self.conn.execute(
+            "SELECT h.msg_id, h.key, h.deadline FROM history h JOIN sinks s ON s.key = h.key "
+            "WHERE s.kind IN ('dir', 'exec') AND NOT EXISTS (SELECT 1 FROM sink_done d "
+            "WHERE d.msg_id = h.msg_id AND d.key = h.key) ORDER BY h.rowid"
+        ).fetchall()
+        return [(str(a), str(b), float(c)) for a, b, c in rows]
+
+    def purge_sink_done(self, before: float) -> None:
+        self._wrote(False)
+        self.conn.execute("DELETE FROM sink_done WHERE deadline < ?", (before,))
 
     def iter_sinks(self) -> Iterator[SinkRow]:
         rows = self.conn.execute("SELECT key, kind, target FROM sinks ORDER BY key").fetchall()
