@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dodwan import Limits
+
 from .. import selector as selector_lang
 from ..errors import (
     IllegalStateException,
@@ -656,7 +658,9 @@ class JomsService:
         if sel is None:
             return [base]
         try:
-            extra = sel.network_patterns(attribute_for)
+            # leave room for the base attributes within DoDWAN's per-pattern limit
+            room = Limits().max_pattern_attributes - len(base)
+            extra = sel.network_patterns(attribute_for, max_attributes=room)
         except Exception:
             extra = None
         if not extra:
