@@ -71,6 +71,8 @@ def run(
             result = _run_with_progress(sc, Path(out), seed, until, trace, horizon)
     except (SimulationError, TraceError) as e:
         raise click.ClickException(str(e)) from None
+    except OSError as e:
+        raise click.ClickException(f"cannot write the logs into {out}: {e.strerror}") from None
     c = result.counters
     click.echo(
         f"{sc.name}: {result.hosts} hosts, {_fmt_time(result.until)} simulated in "
