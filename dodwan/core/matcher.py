@@ -51,10 +51,12 @@ class Matcher:
             return
         self.remove_profile(host)
         self._profiles[host] = profile
-        matched = {m for m, d in self._descriptors.items() if profile.matches(d)}
+        matched: set[str] = set()
         self._matched[host] = matched
-        for m in matched:
-            self._inc(m)
+        for m, d in self._descriptors.items():  # cache order, not hash order: deterministic
+            if profile.matches(d):
+                matched.add(m)
+                self._inc(m)
 
     def remove_profile(self, host: str) -> None:
         if self._profiles.pop(host, None) is None:
