@@ -51,32 +51,60 @@ def reference(
     return best
 
 
-def test_time_respecting_path_decides_not_connectivity(spark: Any) -> None:
-    # A-B-C-D is connected over the run, but C-D happens before C can hold the message.
-    intervals = [("C", "D", 5.0, 8.0), ("A", "B", 10.0, 20.0), ("B", "C", 30.0, 40.0)]
-    pairs, iv = _frames(spark, [("m", "A", 0.0, 1000.0)], intervals)
-    got = _arrivals(oracle_arrivals(pairs, iv, 1000.0))
-    assert got == {("m", "A"): 0.0, ("m", "B"): 10.0, ("m", "C"): 30.0}
-    assert ("m", "D") not in got
-    # Reverse the order of the C-D contact in time and D becomes reachable at its start.
-    later = [*intervals[1:], ("C", "D", 45.0, 50.0)]
-    pairs, iv = _frames(spark, [("m", "A", 0.0, 1000.0)], later)
-    assert _arrivals(oracle_arrivals(pairs, iv, 1000.0))[("m", "D")] == 45.0
+# Hand-worked cases, on disjoint host sets so that one Spark computation serves them all.
+HAND_INTERVALS = [
+    # A-B-C-D is connected over the run, but C-D happens before C can hold the message;
+    # W-X-Y-Z is the same chain with the last contact later, so Z is reachable.
+    ("C", "D", 5.0, 8.0),
+    ("A", "B", 10.0, 20.0),
+    ("B", "C", 30.0, 40.0),
+    ("Y", "Z", 45.0, 50.0),
+    ("W", "X", 10.0, 20.0),
+    ("X", "Y", 30.0, 40.0),
+    # expiry: P-Q only from 70; P-R ended before the messages existed
+    ("P", "Q", 70.0, 80.0),
+    ("P", "R", 10.0, 12.0),
+    # S-T already up when the message is created at 15
+    ("S", "T", 10.0, 20.0),
+]
+HAND_MESSAGES = [
+    ("chain", "A", 0.0, 1000.0),
+    ("later", "W", 0.0, 1000.0),
+    ("early", "P", 50.0, 60.0),
+    ("ok", "P", 50.0, 75.0),
+    ("up", "T", 15.0, 100.0),
+]
 
 
-def test_message_expiring_before_any_path(spark: Any) -> None:
-    intervals = [("A", "B", 70.0, 80.0), ("A", "C", 10.0, 12.0)]
-    msgs = [("early", "A", 50.0, 60.0), ("ok", "A", 50.0, 75.0)]
-    pairs, iv = _frames(spark, msgs, intervals)
-    got = _arrivals(oracle_arrivals(pairs, iv, 100.0))
-    assert ("early", "B") not in got  # the contact starts at 70, after the deadline 60
-    assert ("early", "C") not in got  # that contact ended before the message existed
-    assert got[("ok", "B")] == 70.0  # deadline 75 >= 70: counts (deadline inclusive)
+@pytest.fixture(scope="module")
+def hand(spark: Any) -> dict[tuple[str, str], float]:
+    pairs, iv = _frames(spark, HAND_MESSAGES, HAND_INTERVALS)
+    result = oracle_arrivals(pairs, iv, 1000.0)
+    assert result.converged
+    return _arrivals(result)
 
 
-def test_contact_already_up_at_creation_carries_at_once(spark: Any) -> None:
-    pairs, iv = _frames(spark, [("m", "B", 15.0, 100.0)], [("A", "B", 10.0, 20.0)])
-    assert _arrivals(oracle_arrivals(pairs, iv, 100.0))[("m", "A")] == 15.0
+def test_time_respecting_path_decides_not_connectivity(hand: dict[Any, float]) -> None:
+    chain = {h: t for (m, h), t in hand.items() if m == "chain"}
+    assert chain == {"A": 0.0, "B": 10.0, "C": 30.0}  # no D
+    assert hand[("later", "Z")] == 45.0  # Y holds it from 30, Y-Z at 45
+
+
+def test_message_expiring_before_any_path(hand: dict[Any, float]) -> None:
+    assert ("early", "Q") not in hand  # the contact starts at 70, after the deadline 60
+    assert ("early", "R") not in hand  # that contact ended before the message existed
+    assert hand[("ok", "Q")] == 70.0  # deadline 75 >= 70: counts (deadline inclusive)
+
+
+def test_contact_already_up_at_creation_carries_at_once(hand: dict[Any, float]) -> None:
+    assert hand[("up", "S")] == 15.0
+
+
+def test_hand_cases_match_reference(hand: dict[Any, float]) -> None:
+    expected = {
+        (m[0], h): t for m in HAND_MESSAGES for h, t in reference(m, HAND_INTERVALS).items()
+    }
+    assert hand == expected
 
 
 def test_matches_reference_on_random_contacts(spark: Any) -> None:

@@ -113,21 +113,17 @@ def contact_metrics(
         all_hosts = ends.select("h")
     n_hosts = all_hosts.distinct().count()
     stats, extra = describe_many(
-        intervals,
-        ["duration"],
-        {
-            "pairs": F.count_distinct("a", "b"),
-            "open": F.sum(F.when(F.col("open"), 1).otherwise(0)),
-        },
+        intervals, ["duration"], {"open": F.sum(F.when(F.col("open"), 1).otherwise(0))}
     )
     duration = stats["duration"]
     ict = describe(icts, "ict")
-    nb = describe(neighbours, "neighbours")
+    nb_stats, nb_extra = describe_many(neighbours, ["neighbours"], {"sum": F.sum("neighbours")})
+    nb = nb_stats["neighbours"]
     degree = degree_over_time(intervals, until, n_hosts)
     metrics: dict[str, Any] = {
         "hosts": n_hosts,
         "contacts": duration["count"],
-        "contact_pairs": int(extra["pairs"] or 0),
+        "contact_pairs": int(nb_extra["sum"] or 0) // 2,  # each pair seen from both ends
         "contacts_open_at_end": int(extra["open"] or 0),
         "contact_duration": duration,
         "inter_contact_time": ict,

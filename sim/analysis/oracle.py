@@ -95,7 +95,14 @@ def oracle_arrivals(
         ends.select(F.col("b").alias("u"), F.col("a").alias("v"), "start", "end")
     )
     edges = edges.select("*", _bucket_range(F.col("start"), F.col("end"), width).alias("ek"))
-    edges = edges.localCheckpoint(eager=False)
+    # Partitioned (and sorted) once by the join key, checkpointed with that layout: the rounds
+    # then shuffle only the frontier, never the contacts.
+    parts = int(edges.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8)
+    edges = (
+        edges.repartition(parts, "u", "ek")
+        .sortWithinPartitions("u", "ek")
+        .localCheckpoint(eager=False)
+    )
 
     best = messages.select(
         "msg_id", F.col("origin").alias("node"), F.col("created").alias("t"), "limit"

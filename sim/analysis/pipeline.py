@@ -72,7 +72,9 @@ def analyze_run(
     c_metrics, c_series, intervals, contact_pairs = contacts_mod.contact_metrics(
         run.contacts, until, run.hosts
     )
-    pairs = delivery.pair_outcomes(run.targets, run.messages).cache()
+    # The events the figures use, read from the (large) messages table once.
+    events = run.messages.where(F.col("event").isin("created", "complete", "delivered")).cache()
+    pairs = delivery.pair_outcomes(run.targets, events).cache()
     d_metrics, d_series = delivery.delivery_metrics(pairs, until)
     o_metrics: dict[str, Any] = {}
     if with_oracle:
@@ -104,8 +106,8 @@ def analyze_run(
         d_series["oracle_over_time"] = cumulative_by_time(pairs, "oracle_arrival", until)
     else:
         o_metrics = {"oracle_delivery_ratio": None, "efficiency": None}
-    one = one_summary(d_metrics, run.messages)
-    own, unexpected = delivery.extra_deliveries(run.targets, run.messages)
+    one = one_summary(d_metrics, events)
+    own, unexpected = delivery.extra_deliveries(run.targets, events)
     ov_metrics, ov_table = overhead.overhead_metrics(
         run.datagrams, d_metrics["delivered_pairs"], d_metrics["delivered_bytes"]
     )

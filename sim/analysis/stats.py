@@ -72,17 +72,25 @@ def curve_probs(points: int = 100) -> list[float]:
 
 
 def quantile_curve(df: DataFrame, col: str, points: int = 100) -> list[tuple[float, float]]:
-    """Empirical CDF as (value, p) points from one percentile_approx aggregate."""
+    """Empirical CDF as (value, p) points from one percentile_approx aggregate.
+
+    Tail probabilities finer than the sample allows (1 - p < 1/count) are left out, except
+    p = 1 (the maximum).
+    """
     probs = curve_probs(points)
     row = (
         df.where(F.col(col).isNotNull())
-        .agg(F.percentile_approx(col, probs, ACCURACY).alias("q"))
+        .agg(F.percentile_approx(col, probs, ACCURACY).alias("q"), F.count("*").alias("n"))
         .first()
     )
-    values = row["q"] if row is not None else None
-    if not values:
+    if row is None or not row["q"]:
         return []
-    return [(float(v), p) for v, p in zip(values, probs, strict=True)]
+    n = int(row["n"])
+    return [
+        (float(v), p)
+        for v, p in zip(row["q"], probs, strict=True)
+        if p == 1.0 or (1 - p) * n >= 1 - 1e-9
+    ]
 
 
 def time_bins(until: float, bins: int = 200) -> float:
