@@ -410,6 +410,14 @@ def _print_delivery(d: dict[str, Any]) -> None:
     "ends with the stream).",
 )
 @click.option("--key", help="Subscription key (default: generated).")
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    multiple=True,
+    metavar="HEX",
+    help="Deliver only messages signed by this Ed25519 public key (repeatable: any of them); "
+    "see `dodwan keygen --signing`.",
+)
 @json_option
 @click.pass_context
 def subscribe(
@@ -420,6 +428,7 @@ def subscribe(
     command: str | None,
     follow: bool,
     key: str | None,
+    trusted_keys: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Subscribe: the daemon holds the subscription (across restarts, except --follow)."""
@@ -431,6 +440,8 @@ def subscribe(
         body: dict[str, Any] = {"patterns": [spec]}
         if key:
             body["key"] = key
+        if trusted_keys:
+            body["trusted_keys"] = list(trusted_keys)
         try:
             for item in client.stream("/follow", body):
                 if as_json:
@@ -452,6 +463,8 @@ def subscribe(
     body = {"patterns": [spec], "sink": sink}
     if key:
         body["key"] = key
+    if trusted_keys:
+        body["trusted_keys"] = list(trusted_keys)
     res = _call(lambda: client.post("/subscribe", body))
     if as_json:
         _out_json(res)
@@ -552,6 +565,8 @@ def cache_show(
     )
     click.echo(f"hops       {it['hops']}")
     click.echo(f"kept       {it['reason']}")
+    signer = it.get("signed_by")
+    click.echo(f"signed by  {signer if signer else '(unsigned)'}")
     click.echo("descriptor")
     for k, v in sorted(it["descriptor"].items()):
         click.echo(f"  {k}: {v}")

@@ -544,25 +544,35 @@ class Daemon:
     def subscriptions(self) -> list[dict[str, Any]]:
         assert self.sinks is not None
         out = []
-        for key, patterns in sorted(self._node().subscriptions().items()):
+        node = self._node()
+        for key, patterns in sorted(node.subscriptions().items()):
             sink = self.sinks.get(key)
             if sink is None and key.startswith(SERVICE_PREFIX):
                 sink = ("service", "joms")
+            trusted = node.trusted_keys(key)
             out.append(
                 {
                     "key": key,
+                    "trusted_keys": trusted,
                     "patterns": patterns,
                     "sink": None if sink is None else {"kind": sink[0], "target": sink[1]},
                 }
             )
         return out
 
+    def _cache_entries(self) -> list[dict[str, Any]]:
+        entries = self._node().cache_listing()
+        for e in entries:
+            # Only verified signatures are kept: a bad one is dropped at reception.
+            e["signed_by"] = e.get("descriptor", {}).get("sigkey")
+        return entries
+
     def cache_list(self) -> list[dict[str, Any]]:
-        return self._node().cache_listing()
+        return self._cache_entries()
 
     def cache_show(self, msg_id: str, payload: bool) -> dict[str, Any]:
         node = self._node()
-        for entry in node.cache_listing():
+        for entry in self._cache_entries():
             if entry["id"] == msg_id:
                 if payload:
                     data = node.message_payload(msg_id)
@@ -637,8 +647,22 @@ class Daemon:
                 raise ApiError(400, "each pattern must map attribute names to regex strings")
         return patterns
 
+    @staticmethod
+    def _trusted(body: dict[str, Any]) -> list[str] | None:
+        keys = body.get("trusted_keys")
+        if keys is None:
+            return None
+        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+            raise ApiError(400, "trusted_keys must be a non-empty list of hex public keys")
+        return keys
+
     def _add_subscription(
-        self, patterns: list[dict[str, str]], key: str | None, kind: str, target: str
+        self,
+        patterns: list[dict[str, str]],
+        key: str | None,
+        kind: str,
+        target: str,
+        trusted_keys: list[str] | None = None,
     ) -> str:
         node, store, sinks = self._node(), self.store, self.sinks
         assert store is not None and sinks is not None
@@ -652,7 +676,10 @@ class Daemon:
         sinks.set(key, kind, target)
         store.put_sink(key, kind, target)  # committed with the subscription, atomically
         try:
-            key = node.subscribe(patterns, now=time.time(), key=key)
+            extra: dict[str, Any] = {}
+            if trusted_keys is not None:
+                extra["trusted_keys"] = trusted_keys
+            key = node.subscribe(patterns, now=time.time(), key=key, **extra)
         except (TypeError, ValueError) as exc:
             store.delete_sink(key)
             store.commit()
@@ -685,7 +712,8 @@ class Daemon:
                 raise ApiError(400, f"cannot create directory {target}: {exc.strerror}") from None
             if not os.access(target, os.W_OK):
                 raise ApiError(400, f"directory {target} is not writable")
-        key = self._add_subscription(patterns, body.get("key"), kind, target)
+        trusted = self._trusted(body)
+        key = self._add_subscription(patterns, body.get("key"), kind, target, trusted)
         return {"key": key}
 
     def _drop_subscription(self, key: str) -> None:
@@ -710,7 +738,8 @@ class Daemon:
     async def follow(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         patterns = self._patterns(body)
         assert self.sinks is not None
-        key = self._add_subscription(patterns, body.get("key"), "follow", "")
+        trusted = self._trusted(body)
+        key = self._add_subscription(patterns, body.get("key"), "follow", "", trusted)
         queue = self.sinks.follow(key)
         try:
             yield {"subscribed": key}
