@@ -1,0 +1,189 @@
+"""Every limit on what a peer can make a daemon hold or compute, provoked with real UDP
+datagrams crafted with the wire encoders, is refused and counted in /status and /metrics."""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import zstandard
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+
+from dodwan.core import Node, NodeConfig, wire
+from dodwan.core import message as m
+
+CAPACITY = 400_000
+LIMITS_TOML = f"""
+[node]
+cache_capacity = {CAPACITY}
+[node.limits]
+max_requests_per_second = 20.0
+max_partial_bytes = 50000
+max_origin_share = 0.5
+"""
+
+
+def forge(host: str, payload: bytes, attrs: dict[str, str], seed: int):  # type: ignore[no-untyped-def]
+    """A message as ``host`` would publish it: id, compressed descriptor, descriptor, fragments."""
+    node = Node(NodeConfig(host_id=host, max_datagram=1400), rng=random.Random(seed))
+    msg_id = node.publish(attrs, payload, deadline=time.time() + 600, now=time.time())
+    c = node._cache[msg_id]
+    frags = [node._store.get_fragment(msg_id, i) for i in range(c.header.frags)]
+    return msg_id, c.meta.zdesc, dict(c.descriptor), frags
+
+
+def announce(sender: str = "evil", patterns=(), relayed=(), entries=()) -> bytes:  # type: ignore[no-untyped-def]
+    return wire.encode_announce(sender, 1, False, 1, tuple(patterns), list(relayed), list(entries))
+
+
+class Victim:
+    def __init__(self, proc: DaemonProc, group: str) -> None:
+        self.proc = proc
+        host, port = group.rsplit(":", 1)
+        self.dest = (host, int(port))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(
+            socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1")
+        )
+
+    def counters(self) -> dict[str, int]:
+        return self.proc.status()["counters"]  # type: ignore[no-any-return]
+
+    def provoke(self, datagrams: list[bytes], counter: str, at_least: int = 1) -> None:
+        before = self.counters().get(counter, 0)
+        for d in datagrams:
+            self.sock.sendto(d, self.dest)
+            time.sleep(0.001)  # a paced burst: we count refusals, not socket overflows
+        wait_for(
+            lambda: self.counters().get(counter, 0) - before >= at_least, what=f"{counter} counted"
+        )
+        metrics = self.proc.client().get("/metrics")
+        assert f'dodwan_events_total{{name="{counter}"}}' in metrics
+
+
+@pytest.fixture(scope="module")
+def victim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Victim]:
+    tmp = tmp_path_factory.mktemp("limits")
+    conf = tmp / "v.toml"
+    conf.write_text(LIMITS_TOML)
+    group = random_group()
+    proc = DaemonProc(tmp / "v", ["--group", group, "--host-id", "v", "--config", str(conf),
+                                  "--announce-period", "0.5"])  # fmt: skip
+    proc.start()
+    proc.client().post(
+        "/subscribe",
+        {"patterns": [{"topic": ".*"}], "sink": {"kind": "dir", "target": str(tmp / "out")}},
+    )
+    v = Victim(proc, group)
+    yield v
+    v.sock.close()
+    proc.kill()
+    text = proc.log.read_text()
+    assert "Traceback" not in text
+
+
+_PAT = (("topic", "x"),)
+CASES: dict[str, tuple[Callable[[], list[bytes]], str]] = {
+    "patterns per profile": (lambda: [announce(patterns=[_PAT] * 65)], "dropped_too_many_patterns"),
+    "pattern length": (
+        lambda: [announce(patterns=[(("topic", "x" * 300),)])],
+        "dropped_regex_too_long",
+    ),
+    "attributes per pattern": (
+        lambda: [announce(patterns=[tuple((f"a{i}", "x") for i in range(17))])],
+        "dropped_bad_pattern_size",
+    ),
+    "relayed profiles": (
+        lambda: [
+            announce(relayed=[wire.RelayedProfile(f"h{i}", 1, 1, (_PAT,)) for i in range(65)])
+        ],
+        "dropped_too_many_relayed_profiles",
+    ),
+    "catalog size": (
+        lambda: [wire.encode_catalog("evil", 1, [b""] * 600)],
+        "dropped_value_out_of_range",
+    ),
+    "request size": (
+        lambda: [wire.encode_request("evil", "v", [("m", [(0, 1)])] * 300)],
+        "dropped_value_out_of_range",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_announce_catalog_and_request_limits(victim: Victim, case: str) -> None:
+    make, counter = CASES[case]
+    victim.provoke(make(), counter)
+
+
+def test_fragment_and_descriptor_limits(victim: Victim) -> None:
+    msg_id, zdesc, desc, frags = forge("evil", b"hello", {"topic": "x"}, seed=1)
+    # Fragments per message: an index beyond max_fragments.
+    victim.provoke([wire.encode_fragment("evil", msg_id, 1, 70000, zdesc, b"x")],
+                   "dropped_value_out_of_range")  # fmt: skip
+    # Descriptor size: a zstd bomb as descriptor is refused by its declared size.
+    bomb = zstandard.ZstdCompressor().compress(b"\0" * 100_000)
+    victim.provoke([wire.encode_fragment("evil", "evil-1", 1, 0, bomb, b"x")],
+                   "dropped_bad_descriptor")  # fmt: skip
+    # Attribute count.
+    many = {**desc, **{f"a{i}": "v" for i in range(70)}}
+    victim.provoke([wire.encode_fragment("evil", msg_id, 1, 0, m.compress_descriptor(many),
+                                         frags[0])], "bad_descriptors")  # fmt: skip
+    # Declared message size beyond max_message_size.
+    huge = {**desc, "size": str(1 << 40)}
+    victim.provoke([wire.encode_fragment("evil", msg_id, 1, 0, m.compress_descriptor(huge),
+                                         frags[0])], "bad_descriptors")  # fmt: skip
+
+
+def test_a_payload_bomb_is_refused_before_it_is_inflated(victim: Victim) -> None:
+    msg_id, _, desc, _ = forge("evil", b"hello", {"topic": "bomb"}, seed=2)
+    zbomb = zstandard.ZstdCompressor().compress(b"\0" * (16 << 20))  # 16 MB in ~500 bytes
+    lying = {
+        **desc,
+        "zsize": str(len(zbomb)),
+        "zhash": m.payload_digest(zbomb),
+        "frags": "1",
+        "fsize": str(len(zbomb)),
+    }  # fmt: skip  (declares the 5 bytes of "hello")
+    frag = wire.encode_fragment("evil", msg_id, 1, 0, m.compress_descriptor(lying), zbomb)
+    victim.provoke([frag], "corrupt_messages")
+    assert msg_id not in {e["id"] for e in victim.proc.client().get("/cache")}
+
+
+def test_requests_per_neighbour_per_second(victim: Victim) -> None:
+    payload = random.Random(1).randbytes(100_000)
+    mid = victim.proc.client().publish_bytes(payload, attributes={"topic": "local"}, ttl=600)["id"]
+    victim.provoke([announce(), wire.encode_request("evil", "v", [(mid, [(0, 70)])])],
+                   "requests_rate_limited")  # fmt: skip
+
+
+def test_reassembly_memory(victim: Victim) -> None:
+    mid, zdesc, _, frags = forge("evil2", random.Random(2).randbytes(200_000), {"topic": "big"}, 3)
+    entry = wire.encode_catalog_entry(wire.CatalogEntry(mid, len(frags), None, zdesc))
+    victim.provoke([announce("evil2", entries=[entry])], "deferred_reassembly_budget")
+
+
+def test_a_flooding_origin_gets_at_most_its_share_of_the_cache(victim: Victim) -> None:
+    own = victim.proc.client().publish_bytes(b"mine", attributes={"topic": "own"}, ttl=600)["id"]
+    datagrams = []
+    for i in range(14):
+        msg_id, zdesc, _, frags = forge("evil3", random.Random(10 + i).randbytes(20_000),
+                                        {"topic": f"flood{i}"}, seed=100 + i)  # fmt: skip
+        datagrams += [wire.encode_fragment("evil3", msg_id, 1, j, zdesc, f)
+                      for j, f in enumerate(frags)]  # fmt: skip
+    before = victim.counters()
+    # Past its share, the origin's own older messages make room (or the newcomer is refused).
+    victim.provoke(datagrams, "datagrams_received", at_least=len(datagrams))
+    after = victim.counters()
+    assert after.get("messages_evicted", 0) + after.get("origin_quota_exceeded", 0) > before.get(
+        "messages_evicted", 0
+    ) + before.get("origin_quota_exceeded", 0)
+    cache = victim.proc.client().get("/cache")
+    flooded = sum(e["stored_bytes"] for e in cache if e["descriptor"].get("origin") == "evil3")
+    assert 0 < flooded <= CAPACITY * 0.5
+    assert own in {e["id"] for e in cache}  # the host's own message was not evicted
+    assert victim.proc.status()["cache"]["bytes"] <= CAPACITY
+    assert victim.counters().get("internal_errors", 0) == 0
