@@ -141,6 +141,7 @@ class Daemon:
         self.counters: dict[str, int] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self.host_id = ""
+        self._sinks_done = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -255,6 +256,9 @@ class Daemon:
         except ValueError:
             deadline = 0.0
         self.store.sink_done(str(ev.descriptor.get("id", "")), ev.subscription, deadline)
+        self._sinks_done += 1
+        if self._sinks_done % 256 == 0:  # rows of expired messages go with their history
+            self.store.purge_sink_done(time.time())
         self.store.commit()
 
     def _redo_deliveries(self) -> None:
