@@ -49,3 +49,25 @@ def test_unfinished_deliveries_are_redone_once_after_a_kill(daemons, tmp_path: P
     a.start()
     assert a.status()["counters"].get("daemon_redeliveries", 0) == 0
     assert len(log.read_text().splitlines()) == 3
+
+
+def test_store_tracks_unfinished_deliveries_of_dir_and_exec_sinks(tmp_path: Path) -> None:
+    from dodwan.daemon.sqlite_store import SqliteStore
+
+    s = SqliteStore(tmp_path / "db")
+    s.put_sink("d", "dir", "/x")
+    s.put_sink("f", "follow", "")
+    for msg_id, key, deadline in (("m1", "d", 10.0), ("m2", "d", 50.0), ("m3", "f", 10.0)):
+        s.add_history(msg_id, key, deadline)
+    s.add_history("m1", "", 10.0)  # the host's own reception record: no sink
+    s.commit()
+    assert s.unfinished_deliveries() == [("m1", "d", 10.0), ("m2", "d", 50.0)]
+    s.sink_done("m1", "d", 10.0)
+    s.commit()
+    assert s.unfinished_deliveries() == [("m2", "d", 50.0)]
+    s.purge_sink_done(20.0)
+    s.purge_history(20.0)
+    assert s.unfinished_deliveries() == [("m2", "d", 50.0)]
+    s.delete_sink("d")
+    assert s.unfinished_deliveries() == []
+    s.close()
