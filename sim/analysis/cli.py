@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sim.analysis.errors import SPARK_ERRORS, AnalysisError, brief
-from sim.analysis.load import TRACE_FORMATS, run_name
+from sim.analysis.load import TRACE_FORMATS, precheck_run_dir, precheck_trace, run_name
 from sim.analysis.oracle import DEFAULT_MAX_ITERATIONS, OracleNotConverged
 from sim.analysis.pipeline import RunResult, analyze_contact_trace, analyze_run
 from sim.analysis.report import summary_rows, write_report
@@ -116,6 +116,10 @@ def analyze(
     results: list[RunResult] = []
     logging.getLogger("py4j").setLevel(logging.ERROR)
     try:
+        for path in run_dirs:
+            precheck_run_dir(path)
+        for path in traces:
+            precheck_trace(path)
         spark = create_session(master, driver_memory=driver_memory)
         for path, name in zip(run_dirs, names, strict=False):
             console.print(f"analysing run [bold]{name}[/] ({path})")

@@ -166,6 +166,26 @@ def _read_run_json(spark: SparkSession, run_dir: str) -> dict[str, Any]:
     return run
 
 
+def precheck_run_dir(run_dir: str) -> None:
+    """Fail fast, before Spark starts, on a local run directory that cannot be a run."""
+    if not _is_local(run_dir):
+        return
+    local = _local(run_dir)
+    if not os.path.isdir(local):
+        raise AnalysisError(f"{run_dir}: not a run directory (no such directory)")
+    if not os.path.exists(os.path.join(local, "run.json")):
+        raise AnalysisError(f"{run_dir}: missing run.json")
+    for table in REQUIRED_TABLES:
+        if not os.path.exists(os.path.join(local, f"{table}.parquet")):
+            raise AnalysisError(f"{run_dir}: missing table {table}.parquet")
+
+
+def precheck_trace(path: str) -> None:
+    """Fail fast, before Spark starts, on a local contact trace that does not exist."""
+    if _is_local(path) and not os.path.exists(_local(path)):
+        raise AnalysisError(f"{path}: no such contact trace")
+
+
 def load_run(spark: SparkSession, run_dir: str, name: str | None = None) -> RunTables:
     """Open the run directory written by ``dodwan-sim run`` (clear AnalysisError if unusable)."""
     if _is_local(run_dir) and not os.path.isdir(_local(run_dir)):
