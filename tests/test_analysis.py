@@ -293,3 +293,22 @@ def test_help_names_the_inputs_and_options() -> None:
     assert result.exit_code == 0
     for word in ("[RUN_DIR]...", "--out", "--contacts", "--master", "--no-oracle"):
         assert word in result.output
+
+
+def test_run_names_are_made_unique() -> None:
+    from sim.analysis.cli import unique_names
+
+    assert unique_names(["a/run", "b/run/", "c/other", "d/run"]) == [
+        "run",
+        "run-2",
+        "other",
+        "run-3",
+    ]
+
+
+def test_missing_inputs_fail_before_spark_starts(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _assert_clean_error(_invoke([str(empty), "--out", str(tmp_path / "r")]), "missing run.json")
+    result = _invoke(["--contacts", str(tmp_path / "none.txt"), "--out", str(tmp_path / "r")])
+    _assert_clean_error(result, "no such contact trace")
