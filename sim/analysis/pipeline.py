@@ -17,7 +17,7 @@ from sim.analysis import delivery, oracle, overhead
 from sim.analysis.errors import AnalysisError
 from sim.analysis.load import load_run, read_contact_trace, run_name
 from sim.analysis.one_summary import one_summary
-from sim.analysis.stats import cumulative_by_time, describe, quantile_curve
+from sim.analysis.stats import cumulative_by_time, describe_many, quantile_curve
 
 HEADLINE = (
     "delivery_ratio",
@@ -58,6 +58,42 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _oracle_figures(
+    pairs: DataFrame,
+    intervals: DataFrame,
+    until: float,
+    d_metrics: dict[str, Any],
+    d_series: dict[str, Any],
+    max_iterations: int,
+) -> tuple[DataFrame, dict[str, Any]]:
+    """Run the oracle; return the pairs with oracle columns and the oracle figures (and add
+    the oracle curves to ``d_series``)."""
+    result = oracle.oracle_arrivals(pairs, intervals, until, max_iterations=max_iterations)
+    pairs = oracle.with_oracle(pairs, result).cache()
+    beyond = (F.col("status") == "delivered") & F.col("oracle_arrival").isNull()
+    stats, row = describe_many(
+        pairs,
+        ["oracle_delay"],
+        {
+            "reach": F.count("oracle_arrival"),
+            "beyond": F.sum(F.when(beyond, 1).otherwise(0)),
+        },
+    )
+    reach = int(row["reach"])
+    oracle_ratio = _ratio(reach, d_metrics["target_pairs"])
+    d_series["oracle_delay_cdf"] = quantile_curve(pairs, "oracle_delay")
+    d_series["oracle_over_time"] = cumulative_by_time(pairs, "oracle_arrival", until)
+    return pairs, {
+        "oracle_delivered_pairs": reach,
+        "oracle_delivery_ratio": oracle_ratio,
+        "efficiency": _ratio(d_metrics["delivery_ratio"], oracle_ratio),
+        "oracle_delay": stats["oracle_delay"],
+        "oracle_iterations": result.iterations,
+        "oracle_converged": result.converged,
+        "delivered_beyond_oracle": int(row["beyond"] or 0),
+    }
+
+
 def analyze_run(
     spark: SparkSession,
     run_dir: str,
@@ -76,34 +112,10 @@ def analyze_run(
     events = run.messages.where(F.col("event").isin("created", "complete", "delivered")).cache()
     pairs = delivery.pair_outcomes(run.targets, events).cache()
     d_metrics, d_series = delivery.delivery_metrics(pairs, until)
-    o_metrics: dict[str, Any] = {}
     if with_oracle:
-        result = oracle.oracle_arrivals(
-            pairs, intervals, until, max_iterations=max_oracle_iterations
+        pairs, o_metrics = _oracle_figures(
+            pairs, intervals, until, d_metrics, d_series, max_oracle_iterations
         )
-        pairs = oracle.with_oracle(pairs, result).cache()
-        row = pairs.agg(
-            F.count("oracle_arrival").alias("reach"),
-            F.sum(
-                F.when(
-                    (F.col("status") == "delivered") & F.col("oracle_arrival").isNull(), 1
-                ).otherwise(0)
-            ).alias("beyond"),
-        ).first()
-        assert row is not None
-        reach = int(row["reach"])
-        oracle_ratio = _ratio(reach, d_metrics["target_pairs"])
-        o_metrics = {
-            "oracle_delivered_pairs": reach,
-            "oracle_delivery_ratio": oracle_ratio,
-            "efficiency": _ratio(d_metrics["delivery_ratio"], oracle_ratio),
-            "oracle_delay": describe(pairs, "oracle_delay"),
-            "oracle_iterations": result.iterations,
-            "oracle_converged": result.converged,
-            "delivered_beyond_oracle": int(row["beyond"] or 0),
-        }
-        d_series["oracle_delay_cdf"] = quantile_curve(pairs, "oracle_delay")
-        d_series["oracle_over_time"] = cumulative_by_time(pairs, "oracle_arrival", until)
     else:
         o_metrics = {"oracle_delivery_ratio": None, "efficiency": None}
     one = one_summary(d_metrics, events)
