@@ -133,10 +133,6 @@ def test_joms_traffic_fails_with_one_clear_line() -> None:
         simulate(loads(text), Path("/nonexistent/never-written"))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="core Matcher.set_profile iterates a set of message ids (hash order); reported",
-)
 def test_runs_are_identical_across_processes(tmp_path: Path) -> None:
     """Same tables whatever the interpreter's string-hash seed (no set-order dependence)."""
     import os
