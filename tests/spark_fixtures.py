@@ -3,6 +3,7 @@ hand-made run directories written with pyarrow in log schema v1."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 from pathlib import Path
@@ -61,8 +62,11 @@ ARROW_SCHEMAS = {
 
 @functools.cache
 def shared_spark() -> Any:
-    """The test suite's one local SparkSession (2 shuffle partitions keeps tiny jobs fast)."""
-    return create_session("local[2]", app_name="dodwan-analysis-tests", shuffle_partitions=2)
+    """The test suite's one local SparkSession (2 shuffle partitions keeps tiny jobs fast),
+    stopped when the test process exits."""
+    spark = create_session("local[2]", app_name="dodwan-analysis-tests", shuffle_partitions=2)
+    atexit.register(spark.stop)
+    return spark
 
 
 def write_table(path: Path, table: str, rows: list[tuple[Any, ...]]) -> None:
