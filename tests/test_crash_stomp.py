@@ -91,7 +91,7 @@ def _close(c: Any) -> None:
 @pytest.mark.xfail(
     reason="JOMS finding, reported: some queue messages whose SEND receipt was returned are "
     "never consumed after a kill -9 (e.g. most of the last cycle's), even after the lease; "
-    "passes in about half the runs",
+    "passes in most runs",
     strict=False,
 )
 def test_queue_and_durable_topic_survive_kill_9(daemons) -> None:
