@@ -214,3 +214,15 @@ def test_only_hosts_with_the_key_take_part_and_replays_are_refused(daemons, tmp_
         assert after["messages_delivered"] == before["messages_delivered"]
     finally:
         cap.close()
+
+
+def test_pacing_charges_the_seal_overhead() -> None:
+    from dodwan.daemon.pacer import Pacer
+
+    for overhead, expected in ((0, 2), (nk.OVERHEAD, 1)):
+        sent: list[bytes] = []
+        p = Pacer(sent.append, bitrate=8.0, burst=100, now=0.0, overhead=overhead)
+        p.push(b"x" * 50)
+        p.push(b"y" * 50)
+        p.pump(0.0)
+        assert len(sent) == expected

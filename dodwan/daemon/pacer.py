@@ -53,8 +53,11 @@ class Pacer:
         burst: int,
         now: float,
         max_queue: int = 65536,
+        overhead: int = 0,
     ) -> None:
         self._send = send
+        self._overhead = overhead
+        """Bytes ``send`` adds to each datagram (the network key's seal), charged too."""
         self._bucket = TokenBucket(bitrate / 8.0, burst, now) if bitrate > 0 else None
         self._queue: deque[bytes] = deque()
         self.max_queue = max_queue
@@ -76,8 +79,9 @@ class Pacer:
         bucket = self._bucket
         while self._queue:
             data = self._queue[0]
-            if bucket is not None and not bucket.take(len(data), now):
-                return bucket.wait(len(data), now)
+            size = len(data) + self._overhead
+            if bucket is not None and not bucket.take(size, now):
+                return bucket.wait(size, now)
             self._queue.popleft()
             self._send(data)
             self.sent += 1

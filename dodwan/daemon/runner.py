@@ -41,6 +41,7 @@ from ..core import (
 )
 from .admin import RAW_PAYLOAD, AdminServer, ApiError
 from .config import DaemonConfig
+from .netkey import OVERHEAD as NETKEY_OVERHEAD
 from .netkey import NetKey, NetKeyError, read_key_file, write_secret_file
 from .pacer import Pacer
 from .service_host import SERVICE_PREFIX
@@ -205,7 +206,13 @@ class Daemon:
             self.medium, self.config.socket_buffer, self.config.multicast_ttl, self.netkey
         )
         now = time.time()
-        self.pacer = Pacer(self.transport.send, float(self.config.bitrate), self.config.burst, now)
+        self.pacer = Pacer(
+            self.transport.send,
+            float(self.config.bitrate),
+            self.config.burst,
+            now,
+            overhead=NETKEY_OVERHEAD if self.netkey is not None else 0,
+        )
         await self.transport.start(self._on_datagram, self._after_input)
         if not _is_local(self._admin_addr[0]):
             self._admin_token = self._load_token()
