@@ -32,6 +32,11 @@ logger.executor.name = org.apache.spark.executor.Executor
 logger.executor.level = off
 logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
 logger.tasks.level = off
+# Spark 4 logs a harmless "non-existent accumulator" ERROR with a stack trace for tasks of
+# local checkpoints whose accumulators were already cleaned (the oracle's rounds); a real
+# scheduler failure still reaches the driver as an exception.
+logger.dag.name = org.apache.spark.scheduler.DAGScheduler
+logger.dag.level = fatal
 """
 
 
