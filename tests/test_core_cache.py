@@ -183,3 +183,15 @@ def test_cache_policy_invariants(msgs: list[tuple[int, bool, bool, int]]) -> Non
         for mid in evicted:
             if mid in before:
                 assert all(_rank(before[mid]) <= _rank(s) for s in survivors)
+
+
+def test_internal_heaps_stay_proportional_to_the_cache() -> None:
+    """Thousands of short-lived messages leave no stale bookkeeping behind (no slow leak)."""
+    n = make(capacity=1 << 24)
+    for i in range(3000):
+        n.publish({"t": "x"}, b"p%d" % i, deadline=i + 5, now=i)
+        n.handle_timer(now=i)
+    assert n.cache_usage()["messages"] <= 6
+    assert len(n._evict_heap) <= 2 * 6 + 64
+    assert len(n._deadlines) <= 2 * 6 + 64
+    assert len(n._history_heap) <= 10

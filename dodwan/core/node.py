@@ -39,7 +39,7 @@ BROADCAST = "<broadcast>"
 """Destination meaning: every neighbour in radio range."""
 
 _PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbour
-_HOUSEKEEPING = 1.0  # period of neighbour / partial-set checks
+_HOUSEKEEPING_MIN = 1e-3  # housekeeping never re-runs sooner than this
 
 
 class CacheFullError(ValueError):
@@ -222,7 +222,7 @@ class Node:
         if self._next_announce is None:
             self._next_announce = now + self._rng.uniform(0, self.config.announce_period * 0.5)
         if self._next_housekeeping is None:
-            self._next_housekeeping = now + _HOUSEKEEPING
+            self._next_housekeeping = now + self.config.effective_neighbour_timeout
 
     # ------------------------------------------------------------------ restart
 
@@ -451,7 +451,7 @@ class Node:
         try:
             if size > 65535:
                 raise WireError("oversized")
-            dg = wire.decode(bytes(data), self._limits)
+            dg = wire.decode_cached(bytes(data), self._limits)
         except WireError as exc:
             self._count("datagrams_dropped")
             self._count(f"dropped_{exc.reason.replace(' ', '_')}")
@@ -513,14 +513,16 @@ class Node:
         """
         if self._next_announce is None:
             return 0.0
-        times = [t for t in (self._next_announce, self._next_housekeeping) if t is not None]
+        t = self._next_announce
+        if self._next_housekeeping is not None and self._next_housekeeping < t:
+            t = self._next_housekeeping
         if self._pending_at:
-            times.append(min(self._pending_at.values()))
-        if self._deadlines:
-            times.append(self._deadlines[0][0])
-        if self._history_heap:
-            times.append(self._history_heap[0][0])
-        return min(times) if times else None
+            t = min(t, min(self._pending_at.values()))
+        if self._deadlines and self._deadlines[0][0] < t:
+            t = self._deadlines[0][0]
+        if self._history_heap and self._history_heap[0][0] < t:
+            t = self._history_heap[0][0]
+        return t
 
     def handle_timer(self, now: float) -> None:
         """Do whatever was due at or before ``now``."""
@@ -530,8 +532,7 @@ class Node:
             if at <= now:
                 self._send_request(target, now)
         if self._next_housekeeping is not None and self._next_housekeeping <= now:
-            self._housekeeping(now)
-            self._next_housekeeping = now + _HOUSEKEEPING
+            self._next_housekeeping = self._housekeeping(now)
         if self._next_announce is not None and self._next_announce <= now:
             self._announce(now)
             j = self.config.announce_jitter
@@ -653,7 +654,17 @@ class Node:
             self._reserve(msg_id, c.header.zsize, c.progress, force=True)
         heapq.heappush(self._deadlines, (c.header.deadline, msg_id))
         heapq.heappush(self._evict_heap, (c.rank(), msg_id))
+        if len(self._evict_heap) > 2 * len(self._cache) + 64:
+            self._rebuild_heaps()
         self._matcher.add_message(msg_id, c.descriptor)
+
+    def _rebuild_heaps(self) -> None:
+        """Forget heap entries of messages no longer cached (they are skipped lazily, but
+        without this a busy cache would keep one stale entry per message ever held)."""
+        self._evict_heap = [(c.rank(), k) for k, c in self._cache.items()]
+        heapq.heapify(self._evict_heap)
+        self._deadlines = [(c.header.deadline, k) for k, c in self._cache.items()]
+        heapq.heapify(self._deadlines)
 
     def _drop(self, msg_id: str, now: float, reason: str) -> None:
         c = self._cache.pop(msg_id, None)
@@ -890,9 +901,11 @@ class Node:
             n.last_heard = now
             n.address = source
 
-    def _housekeeping(self, now: float) -> None:
+    def _housekeeping(self, now: float) -> float:
+        """Drop silent neighbours, stale partial sets and unused reservations; return when
+        the next of these can happen (so an idle node wakes rarely)."""
         timeout = self.config.effective_neighbour_timeout
-        lost = [h for h, n in self._neighbours.items() if n.last_heard + timeout < now]
+        lost = [h for h, n in self._neighbours.items() if n.last_heard + timeout <= now]
         for h in lost:
             del self._neighbours[h]
             self._pending.pop(h, None)
@@ -901,14 +914,23 @@ class Node:
             self._count("neighbours_lost")
         if lost:
             self._recompute_known()
-        expired = now - 2 * self.config.request_timeout
+        hold = 2 * self.config.request_timeout
         for msg_id in [
-            k for k, (_, t) in self._reserved.items() if t < expired and k not in self._cache
+            k for k, (_, t) in self._reserved.items() if t + hold <= now and k not in self._cache
         ]:
             self._release(msg_id)  # requested but never started
-        stale_before = now - self.config.partial_timeout
-        for msg_id in [p for p in self._partial if self._cache[p].progress < stale_before]:
+        stale = self.config.partial_timeout
+        for msg_id in [p for p in self._partial if self._cache[p].progress + stale <= now]:
             self._drop(msg_id, now, "stale")
+        nxt = now + timeout
+        for n in self._neighbours.values():
+            nxt = min(nxt, n.last_heard + timeout)
+        for k, (_, t) in self._reserved.items():
+            if k not in self._cache:
+                nxt = min(nxt, t + hold)
+        for p in self._partial:
+            nxt = min(nxt, self._cache[p].progress + stale)
+        return max(nxt, now + _HOUSEKEEPING_MIN)
 
     # ------------------------------------------------------------------ announcements
 

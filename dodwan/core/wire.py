@@ -8,6 +8,7 @@ anything beyond the :class:`~dodwan.core.limits.Limits` raise :class:`WireError`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -422,6 +423,13 @@ def _decode_fragment(data: bytes, limits: Limits) -> Fragment:
     if not chunk:
         raise WireError("empty fragment")
     return Fragment(sender, msg_id, hops, index, zdesc, chunk)
+
+
+@functools.lru_cache(maxsize=256)
+def decode_cached(data: bytes, limits: Limits) -> Datagram:
+    """:func:`decode`, remembering recent results: a broadcast heard by many hosts of one
+    process (the simulator) is decoded once. Decoded datagrams are immutable."""
+    return decode(data, limits)
 
 
 def decode(data: bytes, limits: Limits) -> Datagram:
