@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from dodwan import CacheFullError, Limits, MemoryStore, MessageEvicted, Node, NodeConfig
 from dodwan.virtual import VirtualNetwork
 
-
 ONE_ORIGIN = Limits(max_origin_share=1.0)  # these tests fill a cache from a single origin
 
 
