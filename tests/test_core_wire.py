@@ -190,3 +190,13 @@ def test_fuzz_mutated_valid_datagrams_never_escape(
     n.receive_datagram(bytes(data), "fuzz", now=1)
     n.handle_timer(now=2)
     n.datagrams_to_send(now=2)
+
+
+def test_fast_fragment_encoder_matches_the_reference() -> None:
+    for index in (0, 1, 127, 128, 300, 65535):
+        prefix, suffix = wire.fragment_encoder("a1", "m1", b"\x01\x02")
+        fast = wire.encode_fragment_fast(prefix, suffix, 2, index, b"chunk")
+        assert fast == wire.encode_fragment("a1", "m1", 2, index, b"\x01\x02", b"chunk")
+        assert wire.decode(fast, LIMITS) == wire.Fragment(
+            "a1", "m1", 2, index, b"\x01\x02", b"chunk"
+        )

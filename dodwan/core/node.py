@@ -487,22 +487,29 @@ class Node:
         if self._send_queue:
             queue = self._send_queue
             self._send_queue = {}
+            parts: dict[str, tuple[bytes, bytes]] = {}
+            get = self._store.get_fragment
+            head = len(out)
             for (msg_id, index), hops in queue.items():
                 c = self._cache.get(msg_id)
                 if c is None or not c.have >> index & 1:
                     continue
-                chunk = self._store.get_fragment(msg_id, index)
+                chunk = get(msg_id, index)
                 if chunk is None:
                     continue
-                out.append(
-                    wire.encode_fragment(self.host_id, msg_id, hops, index, c.meta.zdesc, chunk)
-                )
-                self._count("fragments_sent")
-        for dg in out:
-            kind = wire.KIND_NAMES.get(dg[3], "?")
-            self._count("datagrams_sent")
-            self._count("bytes_sent", len(dg))
-            self._tr(now, "datagram_sent", size=len(dg), detail=kind)
+                pre = parts.get(msg_id)
+                if pre is None:
+                    pre = parts[msg_id] = wire.fragment_encoder(self.host_id, msg_id, c.meta.zdesc)
+                out.append(wire.encode_fragment_fast(pre[0], pre[1], hops, index, chunk))
+            self._count("fragments_sent", len(out) - head)
+        if out:
+            counters = self.counters
+            counters["datagrams_sent"] = counters.get("datagrams_sent", 0) + len(out)
+            counters["bytes_sent"] = counters.get("bytes_sent", 0) + sum(map(len, out))
+            if self.config.trace:
+                for dg in out:
+                    kind = wire.KIND_NAMES.get(dg[3], "?")
+                    self._tr(now, "datagram_sent", size=len(dg), detail=kind)
         return [(dg, BROADCAST) for dg in out]
 
     def get_timer(self) -> float | None:

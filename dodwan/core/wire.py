@@ -311,6 +311,20 @@ def encode_fragment(
     )
 
 
+def fragment_encoder(sender: str, msg_id: str, zdesc: bytes) -> tuple[bytes, bytes]:
+    """The parts of a message's fragment datagrams that do not change between fragments:
+    ``prefix + bytes((hops,)) + varint(index) + suffix + chunk`` equals
+    :func:`encode_fragment`."""
+    return _header(FRAGMENT, sender) + _str(msg_id), _blob(zdesc)
+
+
+def encode_fragment_fast(
+    prefix: bytes, suffix: bytes, hops: int, index: int, chunk: bytes
+) -> bytes:
+    idx = bytes((index,)) if index < 0x80 else _varint(index)
+    return b"".join((prefix, bytes((min(hops, 255),)), idx, suffix, chunk))
+
+
 def fragment_overhead(sender: str, msg_id: str, zdesc_len: int) -> int:
     """Bytes of a fragment datagram besides its chunk (index varint counted at its widest)."""
     return (
