@@ -77,7 +77,9 @@ def run(
     click.echo(
         f"{sc.name}: {result.hosts} hosts, {_fmt_time(result.until)} simulated in "
         f"{result.wall_time:.1f} s wall ({result.hosts * result.until / max(result.wall_time, 1e-9):,.0f}"
-        f" host-s/s); {c.get('sim_published', 0)} published, "
+        f" host-s/s); {c.get('sim_published', 0)} published"
+        + (f" + {c['sim_joms_published']} JMS" if c.get("sim_joms_published") else "")
+        + ", "
         f"{c.get('sim_deliveries', 0)} deliveries; logs in {out}"
     )
 

@@ -9,12 +9,15 @@ SimPy timeout at the node's earliest deadline. Hosts with nothing due cost nothi
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
 from dodwan.core.events import MessageDelivered
 from sim.logs import Recorder
+
+if TYPE_CHECKING:
+    from sim.joms_traffic import JomsHost
 from sim.medium import Medium
 
 
@@ -28,6 +31,7 @@ class SimHost:
         "deliveries",
         "env",
         "index",
+        "joms",
         "medium",
         "name",
         "node",
@@ -59,6 +63,8 @@ class SimHost:
         self.pending: simpy.Event | None = None
         self.deliveries = 0
         self.timer_fires = 0
+        self.joms: JomsHost | None = None
+        """The host's JOMS service when the scenario gives it JOMS traffic."""
 
     def receive(self, sender: str, data: bytes) -> None:
         """A datagram from ``sender`` (its host name is its address) finished arriving."""
@@ -69,6 +75,9 @@ class SimHost:
         """Pull everything the node has to say, then re-arm its timer."""
         node = self.node
         now = self.env.now
+        joms = self.joms
+        if joms is not None:
+            self._service_joms(joms, now)
         out = node.datagrams_to_send(now=now)
         if out:
             send, me, bcast = self.medium.send, self.index, self.broadcast
@@ -91,8 +100,25 @@ class SimHost:
             self.recorder.trace(self.name, records)
         self.arm()
 
+    def _service_joms(self, joms: JomsHost, now: float) -> None:
+        """Core deliveries to the JOMS service, its dispatches to the messages table."""
+        node = self.node
+        ev = node.next_event()
+        while ev is not None:
+            if isinstance(ev, MessageDelivered) and not joms.on_event(ev, now):
+                self.deliveries += 1
+            ev = node.next_event()
+        records = node.pop_trace()
+        if records:
+            self.recorder.trace(self.name, joms.filter_trace(records))
+        self.deliveries += joms.pump(now)
+
     def arm(self) -> None:
         t = self.node.get_timer()
+        if self.joms is not None:
+            tj = self.joms.timer()
+            if tj is not None and (t is None or tj < t):
+                t = tj
         if t is None:
             return
         armed = self.armed
@@ -115,4 +141,6 @@ class SimHost:
         if t is not None and t <= now + 1e-9:
             self.timer_fires += 1
             node.handle_timer(now=t if t > now else now)
+        if self.joms is not None:
+            self.joms.handle_timer(now)
         self.service()

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim import grid
+from sim import grid, joms_traffic
 from sim.host import SimHost
 from sim.logs import SCHEMA_VERSION, Recorder, write_run_json
 from sim.medium import Medium
@@ -57,13 +57,9 @@ class Simulation:
         until: float | None = None,
         contacts: ContactTrace | None = None,
     ) -> None:
-        if scenario.uses_joms:
-            what = [f"topic {t.name!r}" for t in scenario.joms_topics]
-            what += [f"queue {q.name!r}" for q in scenario.joms_queues]
-            raise SimulationError(
-                "JOMS traffic is not supported yet: the JOMS service does not exist "
-                f"(scenario uses {', '.join(what)})"
-            )
+        why = joms_traffic.check_supported(scenario)
+        if why is not None:
+            raise SimulationError(why)
         from dodwan import BROADCAST, Node, NodeConfig
 
         self.scenario = scenario
@@ -103,6 +99,13 @@ class Simulation:
                 )  # fmt: skip
                 self.hosts.append(host)
         self.targets = Targets(scenario)
+        self.joms_targets = joms_traffic.JomsTargets(scenario)
+        self.joms_publications = joms_traffic.schedule(scenario, self.names, self.until, self.seed)
+        self.joms_body_rng = joms_traffic.body_rng(self.seed)
+        self.joms_published = 0
+        for name in joms_traffic.joms_hosts(scenario):
+            host = self.hosts[index[name]]
+            host.joms = joms_traffic.JomsHost(name, host.node, self._now, self.seed, self.recorder)
         self.publications = schedule(scenario, self.names, self.until, self.seed)
         self.payload_rng = py_rng(self.seed, "payload")
         self.mobility_steps = 0
@@ -116,6 +119,9 @@ class Simulation:
             )
 
     # -- wiring
+
+    def _now(self) -> float:
+        return float(self.env.now)
 
     def _deliver(self, receiver: int, sender: int, data: bytes) -> None:
         self.hosts[receiver].receive(self.names[sender], data)
@@ -206,6 +212,28 @@ class Simulation:
             )  # fmt: skip
         host.service()
 
+    def _joms_traffic(self) -> Any:
+        for pub in self.joms_publications:
+            if pub.time > self.env.now:
+                yield self.env.timeout(pub.time - self.env.now)
+            self._joms_publish(pub.host, pub.entry)
+
+    def _joms_publish(self, h: int, e: int) -> None:
+        topic = self.scenario.joms_topics[e]
+        host = self.hosts[h]
+        assert host.joms is not None
+        now = self.env.now
+        body = self.joms_body_rng.randbytes(topic.size)
+        sent = host.joms.send(topic, body, now)
+        if sent is not None:
+            self.joms_published += 1
+            for t in self.joms_targets.of(sent.message, host.name):
+                self.recorder.row(
+                    "targets", msg_id=sent.msg_id, host=t, origin=host.name, created=now,
+                    deadline=sent.deadline, topic=topic.name, group=self.group_of[t],
+                )  # fmt: skip
+        host.service()
+
     def _sample_cache(self) -> Any:
         period = self.scenario.cache_sample_period
         while True:
@@ -225,11 +253,20 @@ class Simulation:
         for host in self.hosts:
             for patterns in subs[host.name]:
                 host.node.subscribe(patterns, now=0.0)
+            if host.joms is not None:
+                host.joms.start(0.0)
+        for e, topic in enumerate(self.scenario.joms_topics):
+            for name in self.scenario.resolve(topic.subscribers):
+                jh = self.hosts[self.names.index(name)].joms
+                assert jh is not None
+                jh.subscribe(e, topic, 0.0)
         if self.link_events is not None:
             self.env.process(self._replay(self.link_events))
         else:
             self.env.process(self._mobility())
         self.env.process(self._traffic())
+        if self.joms_publications:
+            self.env.process(self._joms_traffic())
         self.env.process(self._sample_cache())
         for host in self.hosts:
             host.service()
@@ -252,6 +289,7 @@ class Simulation:
         total |= {
             "sim_hosts": len(self.hosts),
             "sim_published": self.published,
+            "sim_joms_published": self.joms_published,
             "sim_deliveries": sum(h.deliveries for h in self.hosts),
             "sim_timer_fires": sum(h.timer_fires for h in self.hosts),
             "sim_mobility_steps": self.mobility_steps,
@@ -260,6 +298,10 @@ class Simulation:
             "medium_lost": self.medium.lost,
             "medium_unreachable": self.medium.unreachable,
         }
+        for host in self.hosts:
+            if host.joms is not None:
+                for k, v in host.joms.service.counters.items():
+                    total[f"joms_{k}"] = total.get(f"joms_{k}", 0) + v
         for reason, n in sorted(self.recorder.dropped.items()):
             total[f"dropped_{reason}"] = n
         return dict(sorted(total.items()))
@@ -269,7 +311,7 @@ class Simulation:
         return (
             self.medium.sent
             + sum(h.timer_fires for h in self.hosts)
-            + (self.mobility_steps + self.published)
+            + (self.mobility_steps + self.published + self.joms_published)
         )
 
 

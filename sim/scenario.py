@@ -12,7 +12,7 @@ import math
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,11 @@ class Subscribe:
 
 @dataclass(frozen=True)
 class JomsTopic:
-    """JOMS topic traffic (parsed and validated; running it needs the JOMS service)."""
+    """JOMS topic traffic: publishers send JMS messages, subscribers consume with a selector.
+
+    Either side may be empty, so one topic can have several entries (e.g. publishers with
+    different properties, subscribers with different selectors).
+    """
 
     name: str
     publishers: tuple[str, ...]
@@ -161,6 +165,13 @@ class JomsTopic:
     interval: float = 60.0
     size: int = 1000
     ttl: float = 3600.0
+    properties: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+    """JMS user properties of every message the publishers send."""
+    durable: bool = False
+    """Subscribers use durable subscriptions (client id + name) instead of plain consumers."""
+    process: str = "poisson"
+    priority: int = 4
+    persistent: bool = True
 
 
 @dataclass(frozen=True)
@@ -688,20 +699,30 @@ class _Validator:
         t = self.table(raw, path, ("topics", "queues")) or {}
         topics = []
         for p, x in self.items(t.get("topics"), (*path, "topics")):
-            tt = self.table(
-                x, p, ("name", "publishers", "subscribers", "selector", "interval", "size", "ttl")
-            )
+            allowed = (
+                "name", "publishers", "subscribers", "selector", "interval", "size", "ttl",
+                "properties", "durable", "process", "priority", "persistent",
+            )  # fmt: skip
+            tt = self.table(x, p, allowed)
             if tt is None:
                 continue
             topic = JomsTopic(
                 name=self.string(tt, p, "name") or "",
-                publishers=self.names(tt, p, "publishers"),
-                subscribers=self.names(tt, p, "subscribers"),
+                publishers=self.names(tt, p, "publishers", required=False),
+                subscribers=self.names(tt, p, "subscribers", required=False),
                 selector=self.string(tt, p, "selector", ""),
                 interval=self.num(tt, p, "interval", 60.0, positive=True),
                 size=self.num(tt, p, "size", 1000, minimum=0, integer=True),
                 ttl=self.num(tt, p, "ttl", 3600.0, positive=True),
+                properties=self.jms_properties(tt.get("properties", {}), (*p, "properties")),
+                durable=self.boolean(tt, p, "durable", False),
+                process=self.string(tt, p, "process", "poisson", choices=ARRIVAL_PROCESSES),
+                priority=self.num(tt, p, "priority", 4, minimum=0, maximum=9, integer=True),
+                persistent=self.boolean(tt, p, "persistent", True),
             )
+            if not topic.publishers and not topic.subscribers:
+                self.err(p, "needs publishers, subscribers or both")
+            self.jms_selector(topic.selector, (*p, "selector"))
             check_sel((*p, "publishers"), topic.publishers)
             check_sel((*p, "subscribers"), topic.subscribers)
             topics.append(topic)
@@ -727,6 +748,35 @@ class _Validator:
             check_sel((*p, "receivers"), q.receivers)
             queues.append(q)
         return tuple(topics), tuple(queues)
+
+    def jms_properties(self, raw: Any, path: _Path) -> dict[str, str | int | float | bool]:
+        from joms.errors import MessageFormatException
+        from joms.service.model import check_property_name
+
+        if not isinstance(raw, dict):
+            self.err(path, "must be a table of property = value")
+            return {}
+        out: dict[str, str | int | float | bool] = {}
+        for k, v in raw.items():
+            try:
+                check_property_name(k)
+            except MessageFormatException as e:
+                self.err((*path, k), f"not a usable JMS property name: {e}")
+                continue
+            if not isinstance(v, str | int | float | bool):
+                self.err((*path, k), f"must be a string, number or boolean, got {v!r}")
+                continue
+            out[k] = v
+        return out
+
+    def jms_selector(self, text: str | None, path: _Path) -> None:
+        from joms.errors import InvalidSelectorException
+        from joms.service.service import compile_selector
+
+        try:
+            compile_selector(text)
+        except InvalidSelectorException as e:
+            self.err(path, str(e))
 
     def contacts(self, raw: Any, path: _Path) -> ContactTrace | None:
         t = self.table(raw, path, ("trace", "format"))

@@ -125,11 +125,14 @@ def test_logs_follow_schema_v1(tmp_path: Path) -> None:
         assert r["host"] != r["origin"] and r["topic"] == "news" and r["group"] == "walker"
 
 
-def test_joms_traffic_fails_with_one_clear_line() -> None:
+def test_joms_queue_traffic_fails_with_one_clear_line() -> None:
     text = CARRIER + (
-        '[[traffic.joms.topics]]\nname = "alerts"\npublishers = ["A"]\nsubscribers = ["C"]\n'
+        '[[traffic.joms.queues]]\nname = "jobs"\nmanager = "A-0"\nsenders = ["A"]\n'
+        'receivers = ["C"]\n'
     )
-    with pytest.raises(SimulationError, match=r"^JOMS traffic is not supported yet: "):
+    with pytest.raises(
+        SimulationError, match=r"^JOMS queues are not supported in the simulator yet "
+    ):
         simulate(loads(text), Path("/nonexistent/never-written"))
 
 
