@@ -79,3 +79,24 @@ def test_joms_topic_entries_are_validated() -> None:
     assert "traffic.joms.topics[0].properties.ok" in found
     assert "selector" in found["traffic.joms.topics[1].selector"]
     assert "publishers, subscribers" in found["traffic.joms.topics[2]"]
+
+
+def test_joms_runs_are_identical_across_hash_seeds(tmp_path: Path) -> None:
+    """The JOMS services add no dependence on the interpreter's string-hash seed."""
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for hash_seed in ("3", "4"):
+        out = tmp_path / f"h{hash_seed}"
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        subprocess.run(
+            [sys.executable, "-m", "sim.cli", "run", str(SCENARIO), "--out", str(out),
+             "--until", "120", "--quiet"],
+            check=True, env=env, capture_output=True,
+        )  # fmt: skip
+        outs.append(out)
+    for name in ("messages", "targets", "datagrams"):
+        assert table(outs[0], name) == table(outs[1], name), name
+    assert any(r["event"] == "delivered" for r in table(outs[0], "messages"))
