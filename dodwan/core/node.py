@@ -197,6 +197,7 @@ class Node:
         self._relay_cache: dict[tuple[str, int, int], bytes] = {}
         self._next_announce: float | None = None
         self._last_announce = float("-inf")
+        self._own_encoded: tuple[int, bytes] = (-1, b"")
         self._next_housekeeping: float | None = None
 
         self._load()
@@ -1012,7 +1013,12 @@ class Node:
     def _announce(self, now: float) -> None:
         self._seq += 1
         self._last_announce = now
-        own = self._wire_patterns(self._own_profile)
+        if self._own_encoded[0] != self._own_profile.version:
+            self._own_encoded = (
+                self._own_profile.version,
+                wire.encode_patterns(self._wire_patterns(self._own_profile)),
+            )
+        own = self._own_encoded[1]
         bare = wire.encode_announce(
             self.host_id, self._seq, self.config.altruistic, self._own_profile.version, own, (), ()
         )

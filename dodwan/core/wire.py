@@ -215,6 +215,11 @@ def _header(kind: int, sender: str) -> bytes:
     return MAGIC + bytes((VERSION, kind)) + _str(sender)
 
 
+def encode_patterns(patterns: PatternSpecs) -> bytes:
+    """A pattern list, for callers that reuse it across announcements."""
+    return _patterns(patterns)
+
+
 def _patterns(patterns: PatternSpecs) -> bytes:
     parts = [bytes((len(patterns),))]
     for items in patterns:
@@ -253,7 +258,7 @@ def encode_announce(
     seq: int,
     altruistic: bool,
     version: int,
-    patterns: PatternSpecs,
+    patterns: PatternSpecs | bytes,
     relayed: Sequence[RelayedProfile | bytes],
     entries: Sequence[bytes],
 ) -> bytes:
@@ -264,7 +269,7 @@ def encode_announce(
         _varint(seq),
         bytes((FLAG_ALTRUISTIC if altruistic else 0,)),
         version.to_bytes(4, "big"),
-        _patterns(patterns),
+        patterns if isinstance(patterns, bytes) else _patterns(patterns),
         bytes((len(relayed),)),
     ]
     for rp in relayed:
