@@ -5,7 +5,9 @@ store, virtual clock): deliveries for ``joms:`` subscriptions go to the service,
 service's consumers' dispatches become ``delivered`` rows carrying the DoDWAN id of the
 message that carried them, and JOMS publications are scheduled, sent and given their
 ``targets`` rows (hosts whose JOMS subscription, topic plus selector, matches). Queue
-traffic is not handled here (see :func:`check_supported`).
+messages are logged under the DoDWAN id of the sender's original (a receiver consumes the
+manager's re-published copy); their one target is decided at the end of the run (see
+:class:`QueueTargets`).
 """
 
 from __future__ import annotations
@@ -20,19 +22,11 @@ from dodwan.core.node import Node
 from joms.service import Destination, JomsMessage, JomsService, MemoryServiceStore
 from joms.service.core_port import NodePort
 from joms.service.events import MessageDispatched
-from joms.service.model import MESSAGE_ID
+from joms.service.model import COPY_OF, MESSAGE_ID
 from joms.service.service import KEY_PREFIX, compile_selector, selector_matches
 from sim.logs import Recorder
-from sim.scenario import JomsTopic, Scenario
+from sim.scenario import JomsQueue, JomsTopic, Scenario
 from sim.seeds import py_rng
-
-
-def check_supported(scenario: Scenario) -> str | None:
-    """Why the scenario's JOMS traffic cannot run yet (None: it can)."""
-    if scenario.joms_queues:
-        names = ", ".join(repr(q.name) for q in scenario.joms_queues)
-        return f"JOMS queues are not supported in the simulator yet (scenario uses queue {names})"
-    return None
 
 
 def joms_hosts(scenario: Scenario) -> list[str]:
@@ -41,6 +35,10 @@ def joms_hosts(scenario: Scenario) -> list[str]:
     for t in scenario.joms_topics:
         wanted.update(scenario.resolve(t.publishers))
         wanted.update(scenario.resolve(t.subscribers))
+    for q in scenario.joms_queues:
+        wanted.add(q.manager)
+        wanted.update(scenario.resolve(q.senders))
+        wanted.update(scenario.resolve(q.receivers))
     return [h for h in scenario.host_names() if h in wanted]
 
 
@@ -63,7 +61,8 @@ class RecordingPort(NodePort):
         mid = super().publish(
             attributes, payload, deadline=deadline, priority=priority, persistent=persistent
         )
-        self.last = (mid, deadline)
+        if self.last is None:  # the message itself, not what a local manager hands out
+            self.last = (mid, deadline)
         return mid
 
 
@@ -79,7 +78,15 @@ class Sent:
 class JomsHost:
     """The JOMS service of one simulated host and the consumers the scenario gives it."""
 
-    def __init__(self, name: str, node: Node, clock: Any, seed: int, recorder: Recorder) -> None:
+    def __init__(
+        self,
+        name: str,
+        node: Node,
+        clock: Any,
+        seed: int,
+        recorder: Recorder,
+        consumed: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.port = RecordingPort(node, clock)
         self.service = JomsService(
@@ -87,8 +94,11 @@ class JomsHost:
         )
         self.recorder = recorder
         self.conn: str | None = None
-        self.carrier: dict[str, str] = {}
-        """JMSMessageID -> DoDWAN id of the copy the core delivered here."""
+        self.carrier: dict[str, tuple[str, str]] = {}
+        """JMSMessageID -> (DoDWAN id logged, DoDWAN id of the copy the core delivered here);
+        they differ for a queue message: the original's id is logged."""
+        self.consumed = consumed if consumed is not None else {}
+        """Shared by all hosts: logged DoDWAN id -> first host whose consumer got it."""
         self.received: dict[str, tuple[int, int]] = {}
         """DoDWAN id -> (bytes, hops) from the core's delivery trace."""
         self.dispatched = 0
@@ -110,16 +120,29 @@ class JomsHost:
             assert self.conn is not None
             svc.subscribe(self.conn, dest, now, selector=topic.selector or None)
 
-    def send(self, topic: JomsTopic, body: bytes, now: float) -> Sent | None:
+    def receive(self, queue: JomsQueue, now: float) -> None:
+        """One auto-acknowledging receiver on ``queue``."""
+        assert self.conn is not None
+        dest = Destination("queue", f"{queue.name}@{queue.manager}")
+        self.service.subscribe(self.conn, dest, now)
+
+    def send(self, topic: JomsTopic | JomsQueue, body: bytes, now: float) -> Sent | None:
         """Send one JMS bytes message; None when the service refused it."""
         assert self.conn is not None
+        if isinstance(topic, JomsQueue):
+            dest = Destination("queue", f"{topic.name}@{topic.manager}")
+            props: dict[str, Any] = {}
+            priority, persistent = 4, True
+        else:
+            dest = Destination("topic", topic.name)
+            props, priority, persistent = dict(topic.properties), topic.priority, topic.persistent
         msg = JomsMessage(
-            destination=Destination("topic", topic.name),
+            destination=dest,
             body=body,
             body_type="bytes",
-            properties=dict(topic.properties),
-            priority=topic.priority,
-            delivery_mode="PERSISTENT" if topic.persistent else "NON_PERSISTENT",
+            properties=props,
+            priority=priority,
+            delivery_mode="PERSISTENT" if persistent else "NON_PERSISTENT",
         )
         self.port.last = None
         self.service.send(self.conn, msg, now, time_to_live=topic.ttl)
@@ -137,7 +160,9 @@ class JomsHost:
         jms_id = ev.descriptor.get(MESSAGE_ID)
         mid = ev.descriptor.get("id")
         if jms_id and mid:
-            self.carrier.setdefault(jms_id, mid)
+            logged = ev.descriptor.get(COPY_OF) or mid
+            if jms_id not in self.carrier or logged != mid:  # a queue copy wins
+                self.carrier[jms_id] = (logged, mid)
         self.service.on_delivery(ev.subscription, ev.descriptor, ev.payload, now)
         return True
 
@@ -157,10 +182,12 @@ class JomsHost:
         while (ev := self.service.next_event()) is not None:
             if not isinstance(ev, MessageDispatched):
                 continue
-            mid = self.carrier.get(ev.message.message_id)
-            if mid is None:  # not carried by a core delivery here (cannot happen for topics)
+            ids = self.carrier.get(ev.message.message_id)
+            if ids is None:  # not carried by a core delivery here (cannot happen)
                 continue
-            size, hops = self.received.get(mid, (len(ev.message.body), 0))
+            mid, core_id = ids
+            size, hops = self.received.get(core_id, (len(ev.message.body), 0))
+            self.consumed.setdefault(mid, self.name)
             self.recorder.row(
                 "messages", time=now, host=self.name, msg_id=mid, event="delivered",
                 bytes=size, hops=hops,
@@ -185,7 +212,8 @@ class JomsPublication:
     time: float
     host: int
     entry: int
-    """Index into ``scenario.joms_topics``."""
+    """Index into ``scenario.joms_topics``, then (from ``len(joms_topics)`` on) into
+    ``scenario.joms_queues``."""
     seq: int
 
 
@@ -195,16 +223,19 @@ def schedule(
     """Every JOMS publication before ``until`` in time order (one stream per entry and host)."""
     index = {h: i for i, h in enumerate(hosts)}
     out: list[JomsPublication] = []
-    for e, t in enumerate(scenario.joms_topics):
-        for h in scenario.resolve(t.publishers):
+    entries: list[tuple[tuple[str, ...], float, str]] = [
+        (t.publishers, t.interval, t.process) for t in scenario.joms_topics
+    ] + [(q.senders, q.interval, "poisson") for q in scenario.joms_queues]
+    for e, (senders, interval, process) in enumerate(entries):
+        for h in scenario.resolve(senders):
             rng = py_rng(seed, "joms-traffic", e, h)
-            periodic = t.process == "periodic"
-            at = rng.uniform(0.0, t.interval) if periodic else rng.expovariate(1.0 / t.interval)
+            periodic = process == "periodic"
+            at = rng.uniform(0.0, interval) if periodic else rng.expovariate(1.0 / interval)
             seq = 0
             while at < until:
                 out.append(JomsPublication(at, index[h], e, seq))
                 seq += 1
-                at += t.interval if periodic else rng.expovariate(1.0 / t.interval)
+                at += interval if periodic else rng.expovariate(1.0 / interval)
     out.sort(key=lambda p: (p.time, p.host, p.entry, p.seq))
     return out
 
@@ -227,6 +258,37 @@ class JomsTargets:
             if topic == msg.destination.name and selector_matches(sel, msg):
                 out.update(h for h in hosts if h != origin)
         return sorted(out, key=self.order.__getitem__)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSent:
+    """A queue message waiting for its target to be decided."""
+
+    msg_id: str
+    origin: str
+    created: float
+    deadline: float
+    queue: str
+    """``Name@Manager``."""
+    receivers: tuple[str, ...]
+
+
+class QueueTargets:
+    """One target per queue message, decided when the run ends: the receiver whose consumer
+    got it first, or (never consumed) the first receiver in scenario order."""
+
+    def __init__(self) -> None:
+        self.sent: list[QueueSent] = []
+
+    def rows(self, consumed: Mapping[str, str]) -> list[tuple[QueueSent, str]]:
+        out = []
+        for q in self.sent:
+            host = consumed.get(q.msg_id)
+            if host is None and q.receivers:
+                host = q.receivers[0]
+            if host is not None:
+                out.append((q, host))
+        return out
 
 
 def body_rng(seed: int) -> random.Random:

@@ -22,7 +22,7 @@ from sim.logs import SCHEMA_VERSION, Recorder, write_run_json
 from sim.medium import Medium
 from sim.mobility import build_world
 from sim.mobility.trace import load_trace, map_hosts
-from sim.scenario import ContactTrace, Scenario
+from sim.scenario import ContactTrace, JomsQueue, Scenario
 from sim.seeds import py_rng
 from sim.traffic import Targets, schedule, subscriptions
 
@@ -57,9 +57,6 @@ class Simulation:
         until: float | None = None,
         contacts: ContactTrace | None = None,
     ) -> None:
-        why = joms_traffic.check_supported(scenario)
-        if why is not None:
-            raise SimulationError(why)
         from dodwan import BROADCAST, Node, NodeConfig
 
         self.scenario = scenario
@@ -103,9 +100,14 @@ class Simulation:
         self.joms_publications = joms_traffic.schedule(scenario, self.names, self.until, self.seed)
         self.joms_body_rng = joms_traffic.body_rng(self.seed)
         self.joms_published = 0
+        self.joms_consumed: dict[str, str] = {}
+        self.queue_targets = joms_traffic.QueueTargets()
+        self.finished = False
         for name in joms_traffic.joms_hosts(scenario):
             host = self.hosts[index[name]]
-            host.joms = joms_traffic.JomsHost(name, host.node, self._now, self.seed, self.recorder)
+            host.joms = joms_traffic.JomsHost(
+                name, host.node, self._now, self.seed, self.recorder, self.joms_consumed
+            )
         self.publications = schedule(scenario, self.names, self.until, self.seed)
         self.payload_rng = py_rng(self.seed, "payload")
         self.mobility_steps = 0
@@ -219,19 +221,29 @@ class Simulation:
             self._joms_publish(pub.host, pub.entry)
 
     def _joms_publish(self, h: int, e: int) -> None:
-        topic = self.scenario.joms_topics[e]
+        sc = self.scenario
+        n_topics = len(sc.joms_topics)
+        entry = sc.joms_topics[e] if e < n_topics else sc.joms_queues[e - n_topics]
         host = self.hosts[h]
         assert host.joms is not None
         now = self.env.now
-        body = self.joms_body_rng.randbytes(topic.size)
-        sent = host.joms.send(topic, body, now)
+        body = self.joms_body_rng.randbytes(entry.size)
+        sent = host.joms.send(entry, body, now)
         if sent is not None:
             self.joms_published += 1
-            for t in self.joms_targets.of(sent.message, host.name):
-                self.recorder.row(
-                    "targets", msg_id=sent.msg_id, host=t, origin=host.name, created=now,
-                    deadline=sent.deadline, topic=topic.name, group=self.group_of[t],
+            if isinstance(entry, JomsQueue):
+                self.queue_targets.sent.append(
+                    joms_traffic.QueueSent(
+                        sent.msg_id, host.name, now, sent.deadline,
+                        f"{entry.name}@{entry.manager}", tuple(sc.resolve(entry.receivers)),
+                    )
                 )  # fmt: skip
+            else:
+                for t in self.joms_targets.of(sent.message, host.name):
+                    self.recorder.row(
+                        "targets", msg_id=sent.msg_id, host=t, origin=host.name, created=now,
+                        deadline=sent.deadline, topic=entry.name, group=self.group_of[t],
+                    )  # fmt: skip
         host.service()
 
     def _sample_cache(self) -> Any:
@@ -260,6 +272,14 @@ class Simulation:
                 jh = self.hosts[self.names.index(name)].joms
                 assert jh is not None
                 jh.subscribe(e, topic, 0.0)
+        for queue in self.scenario.joms_queues:
+            manager = self.hosts[self.names.index(queue.manager)].joms
+            assert manager is not None
+            manager.service.create_queue(queue.name, 0.0)
+            for name in self.scenario.resolve(queue.receivers):
+                jh = self.hosts[self.names.index(name)].joms
+                assert jh is not None
+                jh.receive(queue, 0.0)
         if self.link_events is not None:
             self.env.process(self._replay(self.link_events))
         else:
@@ -276,10 +296,22 @@ class Simulation:
         self.start()
         if progress is None:
             self.env.run(until=self.until)
+        else:
+            for k in range(1, chunks + 1):
+                self.env.run(until=self.until * k / chunks)
+                progress(self.env.now)
+        self.finish()
+
+    def finish(self) -> None:
+        """Write what is only known at the end: the targets of JOMS queue messages."""
+        if self.finished:
             return
-        for k in range(1, chunks + 1):
-            self.env.run(until=self.until * k / chunks)
-            progress(self.env.now)
+        self.finished = True
+        for q, host in self.queue_targets.rows(self.joms_consumed):
+            self.recorder.row(
+                "targets", msg_id=q.msg_id, host=host, origin=q.origin, created=q.created,
+                deadline=q.deadline, topic=q.queue, group=self.group_of[host],
+            )  # fmt: skip
 
     def counters(self) -> dict[str, int]:
         total: dict[str, int] = {}

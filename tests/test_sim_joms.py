@@ -100,3 +100,29 @@ def test_joms_runs_are_identical_across_hash_seeds(tmp_path: Path) -> None:
     for name in ("messages", "targets", "datagrams"):
         assert table(outs[0], name) == table(outs[1], name), name
     assert any(r["event"] == "delivered" for r in table(outs[0], "messages"))
+
+
+def test_queue_jobs_are_consumed_once_by_one_receiver(tmp_path: Path) -> None:
+    sc = load(SCENARIO.parent / "joms_queues.toml")
+    simulate(sc, tmp_path)
+    messages = table(tmp_path, "messages")
+    targets = table(tmp_path, "targets")
+    created_by = {r["msg_id"]: r["host"] for r in messages if r["event"] == "created"}
+    workers = {"sub-0", "sub-1", "sub-2"}
+    # One target per job: the worker that consumed it (or the first worker if none did).
+    assert targets and len({r["msg_id"] for r in targets}) == len(targets)
+    for r in targets:
+        assert r["topic"] == "jobs@mgr-0" and r["host"] in workers
+        assert created_by[r["msg_id"]] == r["origin"] and r["origin"] in {"pub-0", "pub-1"}
+    delivered = [r for r in messages if r["event"] == "delivered"]
+    # Deliveries carry the sender's DoDWAN id, not the manager's copy, and go to workers.
+    assert {r["host"] for r in delivered} <= workers
+    assert {r["msg_id"] for r in delivered} <= {r["msg_id"] for r in targets}
+    per_job = {}
+    for r in delivered:
+        per_job.setdefault(r["msg_id"], set()).add(r["host"])
+    assert len(per_job) >= 0.8 * len(targets)
+    # Competing consumers: the work is shared, and a job goes to one worker (a lease or ack
+    # race may rarely hand it to a second one: at most a few such).
+    assert len({h for hs in per_job.values() for h in hs}) >= 2
+    assert sum(len(hs) > 1 for hs in per_job.values()) <= max(1, len(per_job) // 10)

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 
 from sim.logs import SCHEMAS
-from sim.runner import SimulationError, simulate
+from sim.runner import simulate
 from sim.scenario import load, loads
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -123,17 +122,6 @@ def test_logs_follow_schema_v1(tmp_path: Path) -> None:
     # Every target pair excludes the origin and matches the subscribed topic.
     for r in table(out, "targets"):
         assert r["host"] != r["origin"] and r["topic"] == "news" and r["group"] == "walker"
-
-
-def test_joms_queue_traffic_fails_with_one_clear_line() -> None:
-    text = CARRIER + (
-        '[[traffic.joms.queues]]\nname = "jobs"\nmanager = "A-0"\nsenders = ["A"]\n'
-        'receivers = ["C"]\n'
-    )
-    with pytest.raises(
-        SimulationError, match=r"^JOMS queues are not supported in the simulator yet "
-    ):
-        simulate(loads(text), Path("/nonexistent/never-written"))
 
 
 def test_runs_are_identical_across_processes(tmp_path: Path) -> None:
