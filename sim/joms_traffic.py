@@ -102,6 +102,8 @@ class JomsHost:
         self.received: dict[str, tuple[int, int]] = {}
         """DoDWAN id -> (bytes, hops) from the core's delivery trace."""
         self.dispatched = 0
+        self.consumers: list[str] = []
+        """Consumer ids the scenario created here, in creation order."""
 
     def start(self, now: float) -> None:
         self.service.start(now)
@@ -113,18 +115,19 @@ class JomsHost:
         dest = Destination("topic", topic.name)
         if topic.durable:
             conn = svc.open_connection(now, client_id=f"sim-{self.name}-{entry}")
-            svc.subscribe(
+            cid = svc.subscribe(
                 conn, dest, now, selector=topic.selector or None, durable_name=f"t{entry}"
             )
         else:
             assert self.conn is not None
-            svc.subscribe(self.conn, dest, now, selector=topic.selector or None)
+            cid = svc.subscribe(self.conn, dest, now, selector=topic.selector or None)
+        self.consumers.append(cid)
 
     def receive(self, queue: JomsQueue, now: float) -> None:
         """One auto-acknowledging receiver on ``queue``."""
         assert self.conn is not None
         dest = Destination("queue", f"{queue.name}@{queue.manager}")
-        self.service.subscribe(self.conn, dest, now)
+        self.consumers.append(self.service.subscribe(self.conn, dest, now))
 
     def send(self, topic: JomsTopic | JomsQueue, body: bytes, now: float) -> Sent | None:
         """Send one JMS bytes message; None when the service refused it."""

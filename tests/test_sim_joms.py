@@ -4,18 +4,20 @@ deliveries logged with DoDWAN ids against computed targets, deterministic runs."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from sim.runner import simulate
+from sim.runner import Simulation, simulate
 from sim.scenario import ScenarioError, load, loads
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "joms_topics.toml"
 
 
-def table(out: Path, name: str) -> list[dict]:
-    return pq.read_table(out / f"{name}.parquet").to_pylist()
+def table(out: Path, name: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = pq.read_table(out / f"{name}.parquet").to_pylist()
+    return rows
 
 
 @pytest.fixture(scope="module")
@@ -87,19 +89,20 @@ def test_joms_runs_are_identical_across_hash_seeds(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    outs = []
-    for hash_seed in ("3", "4"):
-        out = tmp_path / f"h{hash_seed}"
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        subprocess.run(
-            [sys.executable, "-m", "sim.cli", "run", str(SCENARIO), "--out", str(out),
-             "--until", "120", "--quiet"],
-            check=True, env=env, capture_output=True,
-        )  # fmt: skip
-        outs.append(out)
-    for name in ("messages", "targets", "datagrams"):
-        assert table(outs[0], name) == table(outs[1], name), name
-    assert any(r["event"] == "delivered" for r in table(outs[0], "messages"))
+    for scenario in (SCENARIO, SCENARIO.parent / "joms_queues.toml"):
+        outs = []
+        for hash_seed in ("3", "4"):
+            out = tmp_path / f"{scenario.stem}-h{hash_seed}"
+            env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+            subprocess.run(
+                [sys.executable, "-m", "sim.cli", "run", str(scenario), "--out", str(out),
+                 "--until", "120", "--quiet"],
+                check=True, env=env, capture_output=True,
+            )  # fmt: skip
+            outs.append(out)
+        for name in ("messages", "targets", "datagrams"):
+            assert table(outs[0], name) == table(outs[1], name), (scenario.stem, name)
+        assert any(r["event"] == "delivered" for r in table(outs[0], "messages"))
 
 
 def test_queue_jobs_are_consumed_once_by_one_receiver(tmp_path: Path) -> None:
@@ -118,7 +121,7 @@ def test_queue_jobs_are_consumed_once_by_one_receiver(tmp_path: Path) -> None:
     # Deliveries carry the sender's DoDWAN id, not the manager's copy, and go to workers.
     assert {r["host"] for r in delivered} <= workers
     assert {r["msg_id"] for r in delivered} <= {r["msg_id"] for r in targets}
-    per_job = {}
+    per_job: dict[str, set[str]] = {}
     for r in delivered:
         per_job.setdefault(r["msg_id"], set()).add(r["host"])
     assert len(per_job) >= 0.8 * len(targets)
@@ -126,3 +129,18 @@ def test_queue_jobs_are_consumed_once_by_one_receiver(tmp_path: Path) -> None:
     # race may rarely hand it to a second one: at most a few such).
     assert len({h for hs in per_job.values() for h in hs}) >= 2
     assert sum(len(hs) > 1 for hs in per_job.values()) <= max(1, len(per_job) // 10)
+
+
+def test_subscribers_are_durable_or_plain_as_declared() -> None:
+    sim = Simulation(load(SCENARIO), until=1.0)
+    sim.start()
+    kinds: dict[str, list[tuple[str, str]]] = {}
+    for host in sim.hosts:
+        if host.joms is not None:
+            info = [host.joms.service.consumer_info(c) for c in host.joms.consumers]
+            kinds[host.name] = [(i["kind"], i["selector"]) for i in info]
+    assert kinds == {
+        "pub-0": [], "pub-1": [], "sub-0": [("durable", "lang = 'en'")],
+        "sub-1": [("durable", "lang = 'en'")], "sub-2": [("topic", "level > 2")],
+        "sub-3": [("topic", "")],
+    }  # fmt: skip
