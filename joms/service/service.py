@@ -203,6 +203,9 @@ class JomsService:
         self._directory: dict[str, tuple[float, list[str], list[str]]] = {}
         self._topics_here: set[str] = set()
         self._started = False
+        self._queues_key = f"{KEY_PREFIX}queues"
+        self._run = "0"
+        """Number of this start of the service on its store (part of subscription keys)."""
 
     # ================================================================ lifecycle
     def start(self, now: float) -> None:
@@ -213,6 +216,20 @@ class JomsService:
         for key, _ in self.store.items("ephemeral"):
             self.port.unsubscribe(key)
             self.store.delete("ephemeral", key)
+        # The dissemination layer records a delivery as done when it hands it out, but a
+        # runner may feed it to the service a moment later: a crash in between (or a message
+        # arriving before the service was attached) would lose it for good under a key the
+        # layer remembers. So the keys receiving messages that must not be lost are new at
+        # every start (messages still cached come again) and the service de-duplicates.
+        try:
+            starts = int(self.store.get("meta", "starts") or b"0") + 1
+        except ValueError:
+            starts = 1
+        self.store.put("meta", "starts", str(starts).encode())
+        self._run = f"{starts:x}"
+        self.port.unsubscribe(f"{KEY_PREFIX}queues")  # the key of earlier versions
+        self._queues_key = f"{KEY_PREFIX}queues.{self._run}"
+        self.store.put("ephemeral", self._queues_key, b"")
         self._subscribe_core(
             [{mdl.KIND: mdl.KIND_DIRECTORY}], f"{KEY_PREFIX}dir", self._on_directory
         )
@@ -228,7 +245,7 @@ class JomsService:
                     mdl.DEST_ID: "[^@]+@" + _esc(self.host_id),
                 }
             ],
-            f"{KEY_PREFIX}queues",
+            self._queues_key,
             self._on_queue_input,
         )
         for key, blob in self.store.items("durable"):
@@ -251,6 +268,9 @@ class JomsService:
                 self.store.delete("durable", key)
                 continue
             self._durables[key] = d
+            self.port.unsubscribe(d.core_key)  # the previous run's key (see above)
+            d.core_key = self._durable_core_key(key)
+            self.store.put("durable", key, d.record())
             self._install_durable(d)
         for name, blob in self.store.items("queues"):
             try:
@@ -712,7 +732,7 @@ class JomsService:
                 cons.selector_text,
                 cons.selector,
                 cons.no_local,
-                f"{KEY_PREFIX}d:{key}",
+                self._durable_core_key(key),
                 int(now * 1000),
             )
             self._durables[key] = d
@@ -732,6 +752,10 @@ class JomsService:
         # what waited is handed over higher JMSPriority first, then in arrival order
         waiting.sort(key=lambda item: (-item[1].priority, item[0]))
         cons.pending.extend(waiting)
+
+    def _durable_core_key(self, key: str) -> str:
+        """Subscription key of a durable subscription for this start (new at every start)."""
+        return f"{KEY_PREFIX}d:{key}.{self._run}"
 
     def _install_durable(self, d: _Durable) -> None:
         self._subscribe_core(
@@ -760,6 +784,13 @@ class JomsService:
         if d is None:
             return
         msg = mdl.from_descriptor(desc, p)
+        core_id = desc.get("id", "")
+        if core_id:  # each DoDWAN message once per durable subscription, across restarts
+            seen_key = key + _SEP + core_id
+            if self.store.get("seen", seen_key) is not None:
+                self._count("durable_duplicates")
+                return
+            self.store.put("seen", seen_key, desc.get("deadline", "0").encode())
         if msg.destination != Destination("topic", d.topic) or not self._accepts(
             d.selector, d.no_local, f"{self.host_id}/{d.client_id}", msg
         ):
@@ -1015,6 +1046,12 @@ class JomsService:
         text = str(req.get("selector") or "")
         # the lease counts from its arrival: clocks of distant hosts need not agree
         until = now + lease
+        if d.get("origin") == self.host_id:
+            # a request from this host (same clock) seen again after a restart must not
+            # give a receiver that died with the process a fresh lease
+            until = min(until, date + lease)
+            if until <= now:
+                return
         if r is None or r.selector_text != text:
             try:
                 sel = compile_selector(text)

@@ -133,6 +133,7 @@ class StompConnection(asyncio.Protocol):
         self.subs: dict[str, str] = {}  # STOMP subscription id -> consumer id
         self.sub_of: dict[str, str] = {}  # consumer id -> STOMP subscription id
         self.sub_durable: dict[str, str] = {}  # STOMP subscription id -> durable name
+        self.auto: set[str] = set()  # consumers in ack=auto mode (MESSAGE without ack header)
         self.temp: dict[str, Destination] = {}  # /temp-queue/NAME -> real queue
         self.closing = False
         self._last_rx = 0.0
@@ -219,7 +220,7 @@ class StompConnection(asyncio.Protocol):
         sub = self.sub_of.get(ev.consumer)
         if sub is None:
             return
-        self.send_frame(message_frame(ev, sub))
+        self.send_frame(message_frame(ev, sub, ack=ev.consumer not in self.auto))
 
     # ------------------------------------------------------------------ frames
     def handle(self, frame: Frame) -> None:
@@ -432,6 +433,8 @@ class StompConnection(asyncio.Protocol):
         )
         self.subs[sub_id] = consumer
         self.sub_of[consumer] = sub_id
+        if ack == "auto":
+            self.auto.add(consumer)
         if durable:
             self.sub_durable[sub_id] = durable
         self.gw.pump()
@@ -466,6 +469,7 @@ class StompConnection(asyncio.Protocol):
             raise StompError(f"no subscription with id {sub_id!r}")
         if consumer is not None:
             self.sub_of.pop(consumer, None)
+            self.auto.discard(consumer)
             self.sub_durable.pop(sub_id or "", None)
             self.service.close_consumer(consumer, self.now())
         if durable is not None:
@@ -538,14 +542,18 @@ def _heartbeat(value: str) -> tuple[int, int]:
         raise StompError(f"bad heart-beat header {value!r}: use 'cx,cy'") from None
 
 
-def message_frame(ev: MessageDispatched, subscription: str) -> Frame:
-    """The MESSAGE frame for a dispatched message."""
+def message_frame(ev: MessageDispatched, subscription: str, *, ack: bool = True) -> Frame:
+    """The MESSAGE frame for a dispatched message.
+
+    ``ack``: the subscription needs acknowledgements (client modes), so the frame carries
+    an ``ack`` header. STOMP 1.2 leaves it out in auto mode, where a client acknowledging
+    anyway would get an ERROR (the message is no longer waiting) and lose its connection.
+    """
     m = ev.message
     h = {
         "subscription": subscription,
         "message-id": m.message_id,
         "destination": str(m.destination),
-        "ack": ev.tag,
         "content-type": _CONTENT_TYPES[m.body_type],
         "joms-body-type": m.body_type,
         "persistent": "true" if m.delivery_mode == mdl.PERSISTENT else "false",
@@ -553,6 +561,8 @@ def message_frame(ev: MessageDispatched, subscription: str) -> Frame:
         "timestamp": str(m.timestamp),
         "expires": str(m.expiration),
     }
+    if ack:
+        h["ack"] = ev.tag
     if m.redelivered:
         h["redelivered"] = "true"
     if m.correlation_id is not None:

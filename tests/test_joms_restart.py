@@ -1,0 +1,132 @@
+"""A JOMS host crashing (kill -9) and restarting: nothing whose send returned is lost.
+
+Virtual time, the service alone (``World`` of test_joms_service): messages handed to a
+receiver that died with the process, and messages the core delivered to the service's
+subscriptions just before the crash but the service never handled. Plus the STOMP detail
+that made the crash suite's consumer lose its connection (auto-mode ``ack`` header).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_joms_service import World, text
+from test_stomp_gateway import connect, sync
+from test_stomp_gateway import host as host
+from test_stomp_gateway import loop as loop
+
+from joms.runtime import LoopbackHost
+from joms.service import Destination, MessageDispatched, SqliteServiceStore
+
+
+def _crash_and_restart(w: World, h: str, db: Path) -> None:
+    """The process dies: nothing is closed, no cancel or release is published."""
+    w.svc[h].store.close()  # committed state only, as after kill -9
+    w.attach(h, SqliteServiceStore(db))
+
+
+def test_messages_held_by_a_dead_local_receiver_reach_the_receiver_after_restart(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "joms.sqlite"
+    w = World("m")
+    w.attach("m", SqliteServiceStore(db))
+    s = w.svc["m"]
+    q = s.create_queue("jobs", w.net.now)
+    c = s.open_connection(w.net.now, "worker")
+    s.subscribe(c, q, w.net.now, ack_mode="client-individual")
+    w.run(1)
+    p = s.open_connection(w.net.now, "writer")
+    sent = [s.send(p, text(q, f"j{i}"), w.net.now) for i in range(5)]
+    w.run(1)
+    first = [e for e in w.events["m"] if isinstance(e, MessageDispatched)]
+    assert sorted(e.message.message_id for e in first) == sorted(sent)  # none acknowledged
+    _crash_and_restart(w, "m", db)
+    s2 = w.svc["m"]
+    c2 = s2.open_connection(w.net.now, "worker")
+    cons = s2.subscribe(c2, Destination("queue", "jobs@m"), w.net.now, ack_mode="auto")
+    w.run(3 * w.cfg.lease)  # well past the dead receiver's lease
+    again = [e for e in w.events["m"][len(first) :] if e.consumer == cons]
+    assert sorted(e.message.message_id for e in again) == sorted(sent)
+    assert all(e.message.redelivered for e in again)
+    assert s2.queue_status("jobs@m")["pending"] == 0
+
+
+def test_queue_message_delivered_by_the_core_but_not_yet_handled_survives_a_crash(
+    tmp_path: Path,
+) -> None:
+    """The core records a delivery as done when it emits it; the runner feeds it to the
+    service a moment later. A crash in between must not lose a message whose send returned."""
+    db = tmp_path / "joms.sqlite"
+    w = World("m")
+    w.attach("m", SqliteServiceStore(db))
+    s = w.svc["m"]
+    q = s.create_queue("jobs", w.net.now)
+    p = s.open_connection(w.net.now, "writer")
+    mid = s.send(p, text(q, "in flight"), w.net.now)  # the receipt would go back now
+    w.net._after_input("m")
+    assert any(  # the core has handed the message to the manager's subscription...
+        ev.descriptor.get("destination_id") == "jobs@m" for ev in w.net.deliveries("m")
+    )
+    _crash_and_restart(w, "m", db)  # ...but the process dies before the service saw it
+    s2 = w.svc["m"]
+    c = s2.open_connection(w.net.now, "worker")
+    s2.subscribe(c, Destination("queue", "jobs@m"), w.net.now)
+    w.run(2)
+    assert [e.message.message_id for e in w.events["m"]] == [mid]
+    assert s2.queue_status("jobs@m")["pending"] == 0
+
+
+def test_durable_message_delivered_by_the_core_but_not_yet_handled_survives_a_crash(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "joms.sqlite"
+    w = World("m")
+    w.attach("m", SqliteServiceStore(db))
+    s = w.svc["m"]
+    c = s.open_connection(w.net.now, "worker")
+    news = Destination("topic", "news")
+    s.subscribe(c, news, w.net.now, durable_name="keeper")
+    p = s.open_connection(w.net.now, "writer")
+    s.send(p, text(news, "seen"), w.net.now)
+    w.run(1)
+    assert w.bodies("m") == [b"seen"]
+    s.send(p, text(news, "in flight"), w.net.now)
+    w.net._after_input("m")
+    assert any(ev.payload == b"in flight" for ev in w.net.deliveries("m"))
+    _crash_and_restart(w, "m", db)
+    s2 = w.svc["m"]
+    c2 = s2.open_connection(w.net.now, "worker")
+    s2.subscribe(c2, news, w.net.now, durable_name="keeper")
+    w.run(2)
+    # the message in flight comes once; the one consumed before the crash does not come again
+    assert w.bodies("m") == [b"seen", b"in flight"]
+    _crash_and_restart(w, "m", db)  # and a second restart replays nothing
+    s3 = w.svc["m"]
+    c3 = s3.open_connection(w.net.now, "worker")
+    s3.subscribe(c3, news, w.net.now, durable_name="keeper")
+    w.run(2)
+    assert w.bodies("m") == [b"seen", b"in flight"]
+
+
+def test_stomp_auto_mode_messages_carry_no_ack_header(host: LoopbackHost) -> None:
+    """STOMP 1.2: only client-mode MESSAGEs carry ``ack``. A client acknowledging every
+    MESSAGE that has one (as the crash suite's consumer does) must not get an ERROR in auto
+    mode — that closed its connection and lost the auto-consumed messages behind it."""
+    c, lst = connect(host, "worker")
+    c.subscribe("/topic/news", id="t", headers={"durable-subscription-name": "keeper"})
+    c.subscribe("/queue/jobs", id="q", ack="client-individual")
+    sync(c, lst)
+    c.send("/topic/news", "t0")
+    c.send("/queue/jobs", "q0")
+    got = {f.body: f for f in (lst.get(), lst.get())}
+    assert "ack" not in got["t0"].headers
+    assert "ack" in got["q0"].headers
+    for f in got.values():
+        if "ack" in f.headers:
+            c.ack(f.headers["ack"])
+    c.send("/topic/news", "t1")
+    assert lst.get().body == "t1"
+    sync(c, lst, "after")
+    assert lst.errors.empty()
+    c.disconnect()
