@@ -227,6 +227,9 @@ class JomsService:
             starts = 1
         self.store.put("meta", "starts", str(starts).encode())
         self._run = f"{starts:x}"
+        # ids (consumers, receivers, JMSMessageIDs) never repeat across starts, even with a
+        # seeded rng: a restarted consumer is a new receiver, a new message is not "seen"
+        self._epoch = f"{self._epoch}r{self._run}x"
         self.port.unsubscribe(f"{KEY_PREFIX}queues")  # the key of earlier versions
         self._queues_key = f"{KEY_PREFIX}queues.{self._run}"
         self.store.put("ephemeral", self._queues_key, b"")
