@@ -27,6 +27,8 @@ class Receiver:
     since: float
     """Date of the newest request seen (older requests are ignored)."""
     served: int = 0
+    local: bool = False
+    """A consumer of this host: it cannot outlive this process (dropped at a restart)."""
 
 
 @dataclass(slots=True)

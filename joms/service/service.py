@@ -205,6 +205,7 @@ class JomsService:
         self._started = False
         self._queues_key = f"{KEY_PREFIX}queues"
         self._run = "0"
+        self._started_at = 0.0
         """Number of this start of the service on its store (part of subscription keys)."""
 
     # ================================================================ lifecycle
@@ -213,6 +214,7 @@ class JomsService:
         if self._started:
             return
         self._started = True
+        self._started_at = now
         for key, _ in self.store.items("ephemeral"):
             self.port.unsubscribe(key)
             self.store.delete("ephemeral", key)
@@ -286,6 +288,11 @@ class JomsService:
             q = ManagedQueue(name, last=rec.get("last", ""))
             self._queues[name] = q
             self._load_queue(q)
+            # receivers of this host were consumers of the previous process: dead for sure,
+            # what they held goes to live receivers now rather than at their lease's end
+            for r in [r for r in q.receivers.values() if r.local]:
+                self._remove_receiver(q, r.reply_id, now)
+                self._count("dead_local_receivers")
             self._resend_assigned(q, now)
         self._next_advert = now
         self._next_housekeeping = now + 1.0
@@ -943,6 +950,7 @@ class JomsService:
                     compile_selector(rec["selector"]),
                     float(rec["until"]),
                     float(rec["since"]),
+                    local=bool(rec.get("local", False)),
                 )
             except (ValueError, KeyError, JMSException):
                 self.store.delete("qreceivers", k)
@@ -990,6 +998,7 @@ class JomsService:
                     "selector": r.selector_text,
                     "until": r.until,
                     "since": r.since,
+                    "local": r.local,
                 }
             ).encode(),
         )
@@ -1029,6 +1038,12 @@ class JomsService:
         reply_id = d[mdl.REPLY_ID]
         date = float(d.get("date", now))
         req = _json_obj(p)
+        local = d.get("origin") == self.host_id
+        if local and date < self._started_at:
+            # a request of a consumer of the previous process, still cached and seen again
+            # after a restart (same clock): that consumer died with the process
+            self._count("stale_local_receiver_requests")
+            return
         r = q.receivers.get(reply_id)
         if r is not None and date < r.since:
             return  # an older renewal arriving late
@@ -1049,19 +1064,13 @@ class JomsService:
         text = str(req.get("selector") or "")
         # the lease counts from its arrival: clocks of distant hosts need not agree
         until = now + lease
-        if d.get("origin") == self.host_id:
-            # a request from this host (same clock) seen again after a restart must not
-            # give a receiver that died with the process a fresh lease
-            until = min(until, date + lease)
-            if until <= now:
-                return
         if r is None or r.selector_text != text:
             try:
                 sel = compile_selector(text)
             except JMSException:
                 self._count("bad_receiver_selectors")
                 return
-            r = Receiver(reply_id, text, sel, until, date)
+            r = Receiver(reply_id, text, sel, until, date, local=local)
             q.receivers[reply_id] = r
         else:
             r.until = until
