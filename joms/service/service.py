@@ -205,8 +205,8 @@ class JomsService:
         self._started = False
         self._queues_key = f"{KEY_PREFIX}queues"
         self._run = "0"
-        self._started_at = 0.0
         """Number of this start of the service on its store (part of subscription keys)."""
+        self._started_at = 0.0
 
     # ================================================================ lifecycle
     def start(self, now: float) -> None:
