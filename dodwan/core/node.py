@@ -584,24 +584,20 @@ class Node:
             },
         }
 
+    def _kept_because(self, c: Cached) -> str:
+        if c.meta.local:
+            return "published here"
+        if c.own:
+            return "subscribed"
+        hosts = self._matcher.interested_hosts(c.header.msg_id)
+        return "carried for " + ", ".join(hosts) if hosts else "carried altruistically"
+
     def cache_listing(self) -> list[dict[str, Any]]:
         """What the host carries: one dict per message."""
         out: list[dict[str, Any]] = []
         for c in self._cache.values():
             h = c.header
-            reason = (
-                "published here"
-                if c.meta.local
-                else (
-                    "subscribed"
-                    if c.own
-                    else (
-                        "carried for " + ", ".join(self._matcher.interested_hosts(h.msg_id))
-                        if self._matcher.interested_hosts(h.msg_id)
-                        else "carried altruistically"
-                    )
-                )
-            )
+            reason = self._kept_because(c)
             out.append(
                 {
                     "id": h.msg_id,
