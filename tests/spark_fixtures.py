@@ -13,51 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sim.analysis.session import create_session
+from sim.logs import SCHEMAS
 
-ARROW_SCHEMAS = {
-    "contacts": pa.schema(
-        [("time", pa.float64()), ("a", pa.string()), ("b", pa.string()), ("up", pa.bool_())]
-    ),
-    "messages": pa.schema(
-        [
-            ("time", pa.float64()),
-            ("host", pa.string()),
-            ("msg_id", pa.string()),
-            ("event", pa.string()),
-            ("bytes", pa.int64()),
-            ("hops", pa.int32()),
-        ]
-    ),
-    "targets": pa.schema(
-        [
-            ("msg_id", pa.string()),
-            ("host", pa.string()),
-            ("origin", pa.string()),
-            ("created", pa.float64()),
-            ("deadline", pa.float64()),
-            ("topic", pa.string()),
-            ("group", pa.string()),
-        ]
-    ),
-    "datagrams": pa.schema(
-        [
-            ("host", pa.string()),
-            ("kind", pa.string()),
-            ("direction", pa.string()),
-            ("count", pa.int64()),
-            ("bytes", pa.int64()),
-        ]
-    ),
-    "cache": pa.schema(
-        [
-            ("time", pa.float64()),
-            ("host", pa.string()),
-            ("bytes", pa.int64()),
-            ("messages", pa.int64()),
-        ]
-    ),
-    "hosts": pa.schema([("host", pa.string()), ("group", pa.string())]),
-}
+# the simulator's schemas are the contract the analysis reads: fixtures use them as they are
+ARROW_SCHEMAS = SCHEMAS
 
 
 @functools.cache

@@ -194,3 +194,25 @@ def test_internal_heaps_stay_proportional_to_the_cache() -> None:
     assert len(n._evict_heap) <= 2 * 6 + 64
     assert len(n._deadlines) <= 2 * 6 + 64
     assert len(n._history_heap) <= 10
+
+
+def test_incomplete_set_without_progress_expires() -> None:
+    """A transfer cut off mid-way leaves a partial set, dropped after ``partial_timeout``."""
+    net = VirtualNetwork(seed=4, bitrate=200_000)  # ~0.06 s per fragment on the air
+    net.add("a")
+    b = net.add("b", partial_timeout=300.0)
+    net.subscribe("b", {"t": "x"})
+    net.publish("a", {"t": "x"}, noise(200_000, 9), ttl=10_000)
+    net.link("a", "b")
+    assert net.run(
+        60, stop=lambda: b.cache_usage()["messages"] == 1 and not b.cache_listing()[0]["complete"]
+    )
+    net.run(0.5)
+    net.unlink("a", "b")  # out of range in the middle of the transfer
+    [partial] = b.cache_listing()
+    assert not partial["complete"] and partial["fragments"] > 0
+    net.run(200)
+    assert [c["id"] for c in b.cache_listing()] == [partial["id"]]  # kept while young
+    net.run(200)
+    assert b.cache_listing() == []
+    assert [e.reason for e in net.events("b") if isinstance(e, MessageEvicted)] == ["stale"]

@@ -10,7 +10,6 @@ the injected :class:`~dodwan.core.store.Store`. Nothing here reads a clock or do
 from __future__ import annotations
 
 import heapq
-import json
 import random
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -1247,6 +1246,7 @@ class Node:
 
     def _on_fragment(self, dg: wire.Fragment, now: float) -> None:
         c = self._cache.get(dg.msg_id)
+        descriptor: dict[str, str] = {}
         if c is not None:
             if dg.zdesc != c.meta.zdesc:
                 raise WireError("descriptor mismatch")
@@ -1272,19 +1272,23 @@ class Node:
             raise WireError("fragment index out of range")
         if len(dg.chunk) != header.fragment_length(dg.index):
             raise WireError("fragment length mismatch")
-        self._store_fragment(c, dg, header, now)
+        self._store_fragment(c, dg, header, descriptor, now)
 
     def _store_fragment(
-        self, c: Cached | None, dg: wire.Fragment, header: m.Header, now: float
+        self,
+        c: Cached | None,
+        dg: wire.Fragment,
+        header: m.Header,
+        descriptor: dict[str, str],
+        now: float,
     ) -> None:
+        """Store a validated fragment; ``descriptor`` is the decoded one when ``c`` is None."""
         size = len(dg.chunk)
         extra = size if c is not None else size + len(dg.zdesc)
         if c is None:
-            descriptor = self._descriptor_of(dg.msg_id, dg.zdesc)
-            assert descriptor is not None
             c = Cached(
                 MessageMeta(dg.msg_id, dg.zdesc, dg.hops, False, now),
-                descriptor[0],
+                descriptor,
                 header,
                 progress=now,
             )
@@ -1367,8 +1371,3 @@ class Node:
         wire.Request: _on_request,
         wire.Fragment: _on_fragment,
     }
-
-
-def specs_to_json(specs: list[dict[str, str]]) -> str:
-    """Stable JSON form of pattern specs (for stores and admin APIs)."""
-    return json.dumps(specs, sort_keys=True)

@@ -345,13 +345,6 @@ def fragment_overhead(sender: str, msg_id: str, zdesc_len: int) -> int:
 # ---------------------------------------------------------------- decoding
 
 
-def peek_kind(data: bytes) -> int | None:
-    """The kind byte of a well-framed v1 datagram, or None."""
-    if len(data) >= 4 and data[:2] == MAGIC and data[2] == VERSION:
-        return data[3]
-    return None
-
-
 def _decode_patterns(r: _Reader, limits: Limits) -> PatternSpecs:
     n = r.u8()
     if n > limits.max_patterns:
