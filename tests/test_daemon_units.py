@@ -188,11 +188,27 @@ def test_pacer_unlimited_sends_at_once_and_limited_spreads() -> None:
     assert len(sent) == 5 and t == pytest.approx(1.5)
 
 
+def test_pacer_unlimited_hands_whole_batches_over_in_order() -> None:
+    batches: list[list[bytes]] = []
+    p = Pacer(lambda d: None, bitrate=0, burst=1, now=0.0, send_many=batches.append)
+    p.push_many([b"a", b"b"])
+    p.push(b"c")
+    assert p.pump(0.0) is None
+    assert batches == [[b"a", b"b", b"c"]] and p.sent == 3 and p.queued == 0
+    limited: list[bytes] = []
+    q = Pacer(limited.append, bitrate=8000, burst=1000, now=0.0, send_many=batches.append)
+    q.push_many([b"x" * 600, b"y" * 600])
+    assert q.pump(0.0) is not None and limited == [b"x" * 600]  # the bit rate still holds
+    assert len(batches) == 1
+
+
 def test_pacer_queue_is_bounded() -> None:
     p = Pacer(lambda d: None, bitrate=8, burst=1, now=0.0, max_queue=3)
     for i in range(5):
         p.push(bytes([i]))
     assert p.queued == 3 and p.dropped == 2
+    p.push_many([b"y"] * 4)
+    assert p.queued == 3 and p.dropped == 6
 
 
 # ---------------------------------------------------------------------- media
@@ -307,11 +323,26 @@ def test_store_fragment_cache_is_bounded_and_consistent(tmp_path: Path) -> None:
     s = SqliteStore(tmp_path / "c.db", fragment_cache=3000)
     for i in range(5):
         s.put_fragment("m", i, bytes([i]) * 1000)
-    assert s._frags_bytes <= 3000  # only the last three stay in memory
+    assert s._frags_bytes <= 3000  # bounded: whole messages are evicted
     assert [s.get_fragment("m", i) for i in range(5)] == [bytes([i]) * 1000 for i in range(5)]
     s.put_fragment("m", 4, b"new")  # a rewrite replaces the cached copy
     assert s.get_fragment("m", 4) == b"new"
     s.delete_message("m")
     assert s.get_fragment("m", 4) is None and s.get_fragment("m", 0) is None
-    assert s._frags_bytes == 0 and not s._frags_of
+    assert s._frags_bytes == 0 and not s._frags
+    s.close()
+
+
+def test_store_fragments_evicted_before_their_commit_are_still_read(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "e.db", fragment_cache=2500, commit_delay=60.0)
+    for i in range(3):
+        s.put_fragment("a", i, b"a" * 1000)
+    s.put_fragment("b", 0, b"b" * 1000)  # evicts message a from memory, uncommitted
+    assert "a" not in s._frags
+    assert [s.get_fragment("a", i) for i in range(3)] == [b"a" * 1000] * 3
+    s.delete_message("b")  # a pending fragment of a deleted message is never written
+    s.flush()
+    assert s.get_fragment("b", 0) is None
+    rows = s.conn.execute("SELECT msg_id, idx FROM fragments ORDER BY msg_id, idx").fetchall()
+    assert rows == [("a", 0), ("a", 1), ("a", 2)]
     s.close()

@@ -13,6 +13,8 @@ delivered message (reception history), a subscription, a deletion, a sink, the h
 makes the next ``commit()`` real. So a published or completely received message is durable
 when the core call returns, and a crash loses at most a fraction of a second of partial
 fragments, which are simply fetched again. ``commit_delay=0`` commits every input.
+Fragment rows are written with one ``executemany`` when the transaction is flushed (or
+before a read that needs them), not a statement per fragment.
 
 The schema is versioned: :data:`MIGRATIONS` is applied in order and each applied version is
 recorded in the ``migrations`` table, so a newer daemon upgrades an older state directory.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -81,6 +84,48 @@ class SinkRow:
     target: str
 
 
+class _Checkpointer(threading.Thread):
+    """Copies the write-ahead log back into the database on its own connection.
+
+    SQLite's automatic checkpoint runs inside a ``commit()`` and fsyncs both files, which
+    stalled the daemon's event loop for milliseconds every few megabytes written. This
+    thread does the same PASSIVE checkpoint when the store pokes it; SQLite releases the
+    GIL while it works, so the loop keeps serving datagrams.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(name="dodwan-checkpoint", daemon=True)
+        self._path = path
+        self._wake = threading.Event()
+        self._stopping = False
+        self.runs = 0
+        self.error: str | None = None
+
+    def run(self) -> None:
+        conn = sqlite3.connect(str(self._path), timeout=30.0)
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.runs += 1
+                except sqlite3.Error as exc:  # retried at the next poke
+                    self.error = str(exc)
+        finally:
+            conn.close()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self.join(30)
+
+
 class SqliteStore:
     """Durable :class:`~dodwan.core.store.Store` with a meta table and subscription sinks."""
 
@@ -91,6 +136,7 @@ class SqliteStore:
         commit_delay: float = 0.0,
         commit_batch: int = 4096,
         fragment_cache: int = 32 * 1024 * 1024,
+        checkpoint_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"bad sqlite synchronous mode {synchronous!r}")
@@ -103,18 +149,29 @@ class SqliteStore:
         self._must = False  # one of them must be durable at the next commit()
         self._since = 0.0  # monotonic time of the first pending write
         self.commits = 0
-        # Recently written or read fragments, so serving a fresh message or reassembling a
-        # completed one does not read back what was just written (bounded in bytes).
-        self._frags: OrderedDict[tuple[str, int], bytes] = OrderedDict()
-        self._frags_of: dict[str, set[int]] = {}
+        # Fragments written since the last commit, inserted with one ``executemany`` when the
+        # transaction is flushed (a statement per fragment cost more than the protocol work).
+        self._unwritten: list[tuple[str, int, bytes]] = []
+        # Recently written or read fragments, per message in least-recently-used order, so
+        # serving a fresh message or reassembling a completed one does not read back what
+        # was just written (bounded in bytes; whole messages are evicted).
+        self._frags: OrderedDict[str, dict[int, bytes]] = OrderedDict()
         self._frags_bytes = 0
         self._frags_limit = max(0, fragment_cache)
+        # Background checkpoints after about ``checkpoint_bytes`` committed (0: SQLite's own
+        # automatic checkpoints inside commit()).
+        self.checkpoint_bytes = checkpoint_bytes
+        self._wal_bytes = 0  # estimate of what was committed since the last checkpoint
+        self._rows = 0  # writes other than fragments in the open transaction
+        self._checkpointer: _Checkpointer | None = None
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False)
             self.db = sqlite_utils.Database(conn)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys=OFF")
+            if checkpoint_bytes > 0:
+                conn.execute("PRAGMA wal_autocheckpoint=0")
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open {self.path}: {exc}") from None
@@ -173,58 +230,66 @@ class SqliteStore:
     def delete_message(self, msg_id: str) -> None:
         self._wrote(True)
         self._forget(msg_id)
+        if self._unwritten:
+            self._unwritten = [f for f in self._unwritten if f[0] != msg_id]
         self.conn.execute("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
         self.conn.execute("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
 
     def put_fragment(self, msg_id: str, index: int, data: bytes) -> None:
-        self._wrote(False)
-        self.conn.execute(
-            "INSERT OR REPLACE INTO fragments(msg_id, idx, data) VALUES (?, ?, ?)",
-            (msg_id, index, data),
-        )
-        self._remember(msg_id, index, bytes(data))
+        if not self._pending:
+            self._since = time.monotonic()
+        self._pending += 1
+        data = bytes(data)
+        self._unwritten.append((msg_id, index, data))
+        if len(data) <= self._frags_limit:
+            self._remember(msg_id, index, data)
 
     def get_fragment(self, msg_id: str, index: int) -> bytes | None:
-        key = (msg_id, index)
-        data = self._frags.get(key)
-        if data is not None:
-            self._frags.move_to_end(key)
-            return data
+        held = self._frags.get(msg_id)
+        if held is not None:
+            data = held.get(index)
+            if data is not None:
+                return data
+        self._write_fragments()  # a fragment evicted from memory may not be in a row yet
         row = self.conn.execute(
-            "SELECT data FROM fragments WHERE msg_id = ? AND idx = ?", key
+            "SELECT data FROM fragments WHERE msg_id = ? AND idx = ?", (msg_id, index)
         ).fetchone()
         if row is None:
             return None
         data = bytes(row[0])
-        self._remember(msg_id, index, data)
+        if len(data) <= self._frags_limit:
+            self._remember(msg_id, index, data)
         return data
 
+    def _write_fragments(self) -> None:
+        if self._unwritten:
+            rows, self._unwritten = self._unwritten, []
+            self._wal_bytes += sum(len(r[2]) for r in rows)
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO fragments(msg_id, idx, data) VALUES (?, ?, ?)", rows
+            )
+
     def _remember(self, msg_id: str, index: int, data: bytes) -> None:
-        if len(data) > self._frags_limit:
-            return
-        key = (msg_id, index)
-        old = self._frags.pop(key, None)
-        if old is not None:
-            self._frags_bytes -= len(old)
-        self._frags[key] = data
-        self._frags_bytes += len(data)
-        self._frags_of.setdefault(msg_id, set()).add(index)
+        frags = self._frags
+        held = frags.get(msg_id)
+        if held is None:
+            held = frags[msg_id] = {}
+        else:
+            frags.move_to_end(msg_id)
+        old = held.get(index)
+        held[index] = data
+        self._frags_bytes += len(data) - (len(old) if old is not None else 0)
         while self._frags_bytes > self._frags_limit:
-            (mid, idx), dropped = self._frags.popitem(last=False)
-            self._frags_bytes -= len(dropped)
-            held = self._frags_of.get(mid)
-            if held is not None:
-                held.discard(idx)
-                if not held:
-                    del self._frags_of[mid]
+            _, dropped = frags.popitem(last=False)
+            self._frags_bytes -= sum(map(len, dropped.values()))
 
     def _forget(self, msg_id: str) -> None:
-        for idx in self._frags_of.pop(msg_id, ()):
-            data = self._frags.pop((msg_id, idx), None)
-            if data is not None:
-                self._frags_bytes -= len(data)
+        held = self._frags.pop(msg_id, None)
+        if held is not None:
+            self._frags_bytes -= sum(map(len, held.values()))
 
     def iter_messages(self) -> Iterable[tuple[MessageMeta, list[int]]]:
+        self._write_fragments()
         indexes: dict[str, list[int]] = {}
         for msg_id, idx in self.conn.execute(
             "SELECT msg_id, idx FROM fragments ORDER BY msg_id, idx"
@@ -280,6 +345,7 @@ class SqliteStore:
         if not self._pending:
             self._since = time.monotonic()
         self._pending += 1
+        self._rows += 1
         self._must = self._must or must
 
     def commit(self) -> None:
@@ -296,10 +362,24 @@ class SqliteStore:
 
     def flush(self) -> None:
         """Commit whatever is pending."""
+        self._write_fragments()
         self.conn.commit()
+        self._wal_bytes += 4096 * self._rows  # a page per other row, roughly
+        self._rows = 0
         self._pending = 0
         self._must = False
         self.commits += 1
+        if self.checkpoint_bytes > 0 and self._wal_bytes >= self.checkpoint_bytes:
+            self._wal_bytes = 0
+            if self._checkpointer is None:
+                self._checkpointer = _Checkpointer(self.path)
+                self._checkpointer.start()
+            self._checkpointer.poke()
+
+    @property
+    def checkpoints(self) -> int:
+        """Background checkpoints run so far."""
+        return self._checkpointer.runs if self._checkpointer is not None else 0
 
     # ------------------------------------------------------------------ sinks
 
@@ -348,6 +428,9 @@ class SqliteStore:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
         try:
             self.flush()
             self.conn.close()
