@@ -200,3 +200,45 @@ def test_fast_fragment_encoder_matches_the_reference() -> None:
         assert wire.decode(fast, LIMITS) == wire.Fragment(
             "a1", "m1", 2, index, b"\x01\x02", b"chunk"
         )
+
+
+def _outcome(decoder, data: bytes, limits: Limits) -> object:  # type: ignore[no-untyped-def]
+    try:
+        return decoder(data, limits)
+    except WireError as exc:
+        return ("error", exc.reason)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    sender=st.text(min_size=0, max_size=140),
+    msg_id=st.text(min_size=0, max_size=140),
+    hops=st.integers(0, 255),
+    index=st.integers(0, 1 << 20),
+    zdesc=st.binary(max_size=20000),
+    chunk=st.binary(max_size=50),
+    cut=st.integers(0, 400),
+    flip=st.tuples(st.integers(0, 300), st.integers(0, 255)),
+)
+def test_inline_fragment_decoder_agrees_with_the_general_one(
+    sender: str,
+    msg_id: str,
+    hops: int,
+    index: int,
+    zdesc: bytes,
+    chunk: bytes,
+    cut: int,
+    flip: tuple[int, int],
+) -> None:
+    limits = Limits(max_descriptor_bytes=8192, max_fragments=50000)
+    data = wire.encode_fragment(sender, msg_id, hops, index, zdesc, chunk)
+    variants = [data, data[: len(data) - cut]]
+    if flip[0] < len(data):
+        mutated = bytearray(data)
+        mutated[flip[0]] = flip[1]
+        variants.append(bytes(mutated))
+    for d in variants:
+        if len(d) > 4:
+            fast = _outcome(wire._decode_fragment, d, limits)
+            general = _outcome(wire._decode_fragment_general, d, limits)
+            assert fast == general

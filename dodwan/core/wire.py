@@ -407,7 +407,49 @@ def _short(data: bytes, pos: int, maximum: int) -> tuple[bytes, int]:
 
 
 def _decode_fragment(data: bytes, limits: Limits) -> Fragment:
-    """Fragments are most of the traffic: decoded without the generic reader."""
+    """Fragments are most of the traffic: decoded inline when every length and the index
+    take at most two varint bytes (always, for what this program sends); anything else,
+    malformed input included, goes through :func:`_decode_fragment_general`."""
+    try:
+        n = data[4]
+        p = 5 + n
+        k = data[p]
+        if n >= 0x80 or k >= 0x80 or n > MAX_HOST_ID or k > MAX_MSG_ID:
+            return _decode_fragment_general(data, limits)
+        q = p + 1 + k
+        hops = data[q]
+        index = data[q + 1]
+        q += 2
+        if index >= 0x80:
+            b = data[q]
+            if b >= 0x80:
+                return _decode_fragment_general(data, limits)
+            index = (index & 0x7F) | b << 7
+            q += 1
+        z = data[q]
+        q += 1
+        if z >= 0x80:
+            b = data[q]
+            if b >= 0x80:
+                return _decode_fragment_general(data, limits)
+            z = (z & 0x7F) | b << 7
+            q += 1
+    except IndexError:
+        return _decode_fragment_general(data, limits)
+    end = q + z
+    if index > limits.max_fragments or z > limits.max_descriptor_bytes or end >= len(data):
+        return _decode_fragment_general(data, limits)
+    try:
+        sender = data[5:p].decode("utf-8")
+        msg_id = data[p + 1 : p + 1 + k].decode("utf-8")
+    except UnicodeDecodeError:
+        raise WireError("invalid utf-8") from None
+    if not sender:
+        raise WireError("empty sender")
+    return Fragment(sender, msg_id, hops, index, data[q:end], data[end:])
+
+
+def _decode_fragment_general(data: bytes, limits: Limits) -> Fragment:
     try:
         raw_sender, pos = _short(data, 4, MAX_HOST_ID)
         raw_id, pos = _short(data, pos, MAX_MSG_ID)
