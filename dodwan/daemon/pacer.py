@@ -54,8 +54,11 @@ class Pacer:
         now: float,
         max_queue: int = 65536,
         overhead: int = 0,
+        send_many: Callable[[list[bytes]], None] | None = None,
     ) -> None:
         self._send = send
+        self._send_many = send_many
+        """Sends a whole list at once (used when there is no bit rate to respect)."""
         self._overhead = overhead
         """Bytes ``send`` adds to each datagram (the network key's seal), charged too."""
         self._bucket = TokenBucket(bitrate / 8.0, burst, now) if bitrate > 0 else None
@@ -74,9 +77,22 @@ class Pacer:
             self.dropped += 1
         self._queue.append(data)
 
+    def push_many(self, datagrams: list[bytes]) -> None:
+        if len(datagrams) <= self.max_queue - len(self._queue):
+            self._queue.extend(datagrams)
+            return
+        for data in datagrams:
+            self.push(data)
+
     def pump(self, now: float) -> float | None:
         """Send what the bucket allows; returns the delay before the next datagram may go."""
         bucket = self._bucket
+        if bucket is None and self._send_many is not None and self._queue:
+            batch = list(self._queue)
+            self._queue.clear()
+            self._send_many(batch)
+            self.sent += len(batch)
+            return None
         while self._queue:
             data = self._queue[0]
             size = len(data) + self._overhead

@@ -212,6 +212,7 @@ class Daemon:
             self.config.burst,
             now,
             overhead=NETKEY_OVERHEAD if self.netkey is not None else 0,
+            send_many=self.transport.send_many,
         )
         await self.transport.start(self._on_datagram, self._after_input)
         if not _is_local(self._admin_addr[0]):
@@ -416,8 +417,7 @@ class Daemon:
             return
         now = time.time()
         out = node.datagrams_to_send(now)
-        for data, _dest in out:
-            pacer.push(data)
+        pacer.push_many([data for data, _dest in out])
         if out and self._pump_handle is None:
             self._pump()
         while (ev := node.next_event()) is not None:

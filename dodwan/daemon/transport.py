@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import fcntl
 import ipaddress
 import socket
@@ -220,6 +221,38 @@ def _open_v6(
     return rx, tx, (medium.group, medium.port, 0, index)
 
 
+SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)
+_SKF_NET_OFF = -0x100000
+
+
+def drop_own_in_kernel(rx: socket.socket, own: tuple[str, int]) -> bool:
+    """Attach a classic BPF filter to ``rx`` that drops datagrams from ``own`` (IPv4 address,
+    port) in the kernel: a host hears each of its own multicast datagrams back, and reading
+    them only to throw them away cost as much as a plain sender's whole send.
+
+    The filter sees a UDP datagram from its UDP header; the IPv4 source is read at the
+    network-header offset. Returns False (the caller then filters in Python) when the
+    system refuses the filter.
+    """
+    ip = int.from_bytes(socket.inet_aton(own[0]), "big")
+    program = [
+        (0x28, 0, 0, 0),  # ldh [0]: UDP source port
+        (0x15, 0, 3, own[1]),  # jeq port ? next : accept
+        (0x20, 0, 0, (_SKF_NET_OFF + 12) & 0xFFFFFFFF),  # ld [net + 12]: IPv4 source
+        (0x15, 0, 1, ip),  # jeq ip ? drop : accept
+        (0x06, 0, 0, 0),  # ret 0: drop
+        (0x06, 0, 0, 0xFFFFFFFF),  # ret: accept all of it
+    ]
+    code = b"".join(struct.pack("=HBBI", *ins) for ins in program)
+    buf = ctypes.create_string_buffer(code, len(code))
+    fprog = struct.pack("@HP", len(program), ctypes.addressof(buf))
+    try:
+        rx.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+    except OSError:
+        return False
+    return True
+
+
 class _Sink(asyncio.DatagramProtocol):
     """Protocol of the sending socket: nothing is expected back; errors are counted."""
 
@@ -258,6 +291,7 @@ class UdpTransport:
         self._ttl = ttl
         self._rx: socket.socket | None = None
         self._tx: asyncio.DatagramTransport | None = None
+        self._tx_sock: socket.socket | None = None
         self._tx_proto: _Sink | None = None
         self._dest: tuple[object, ...] = ()
         self._on_datagram: Callable[[bytes, Hashable], None] = lambda d, a: None
@@ -265,6 +299,7 @@ class UdpTransport:
         self.send_errors = 0
         self.receive_errors = 0
         self.own_filtered = 0
+        self.own_filtered_in_kernel = False
         self.local_address: tuple[object, ...] = ()
 
     async def start(
@@ -274,14 +309,18 @@ class UdpTransport:
     ) -> None:
         loop = asyncio.get_running_loop()
         rx, tx, self._dest = open_sockets(self.medium, self._buffer_size, self._ttl)
-        self.local_address = tuple(tx.getsockname())
+        name = tx.getsockname()
+        self.local_address = tuple(name)
         self._on_datagram = on_datagram
         self._on_batch = on_batch or (lambda: None)
         self._rx = rx
+        if self.medium.kind != "multicast6":
+            self.own_filtered_in_kernel = drop_own_in_kernel(rx, (name[0], name[1]))
         loop.add_reader(rx.fileno(), self._read_ready)
         proto = _Sink()
         self._tx_proto = proto
         self._tx, _ = await loop.create_datagram_endpoint(lambda: proto, sock=tx)
+        self._tx_sock = tx
 
     def _read_ready(self) -> None:
         rx = self._rx
@@ -319,6 +358,32 @@ class UdpTransport:
             self._tx.sendto(data, self._dest)
         except OSError:
             self.send_errors += 1
+
+    def send_many(self, datagrams: list[bytes]) -> None:
+        """Send datagrams in order: straight on the socket while it takes them, through the
+        event loop's buffer once it is full (or already holds some)."""
+        tx, sock = self._tx, self._tx_sock
+        if tx is None or sock is None or tx.is_closing():
+            return
+        if self.netkey is not None:
+            datagrams = [self.netkey.seal(d) for d in datagrams]
+        dest = self._dest
+        i = 0
+        if not tx.get_write_buffer_size():
+            sendto = sock.sendto
+            for data in datagrams:
+                try:
+                    sendto(data, dest)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    self.send_errors += 1
+                i += 1
+        for data in datagrams[i:]:
+            try:
+                tx.sendto(data, dest)
+            except OSError:
+                self.send_errors += 1
 
     def close(self) -> None:
         if self._rx is not None:
