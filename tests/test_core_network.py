@@ -270,3 +270,27 @@ def test_new_message_is_offered_promptly_not_at_the_next_period() -> None:
     net.publish("a", NEWS, b"urgent", ttl=3600)
     assert net.run(5, stop=lambda: bool(net.deliveries("b")))
     assert net.now - start < 2.0
+
+
+def test_the_next_fragments_are_requested_when_half_the_window_has_arrived() -> None:
+    net = VirtualNetwork(seed=5, latency=0.01, bitrate=2_000_000)
+    net.add("a", max_datagram=600)
+    net.add("b", max_datagram=600, request_window=16, request_delay=0.0, trace=True)
+    net.link("a", "b")
+    net.subscribe("b", NEWS)
+    net.run(10)
+    payload = random.Random(5).randbytes(40_000)  # about 80 fragments
+    net.publish("a", NEWS, payload, ttl=3600)
+    net.run(60)
+    assert [d.payload for d in net.deliveries("b")] == [payload]
+    stored = 0
+    held_at_request: list[int] = []
+    for rec in net.node("b").pop_trace():
+        if rec.kind == "fragment_stored":
+            stored += 1
+        elif rec.kind == "datagram_sent" and rec.detail == "request":
+            held_at_request.append(stored)
+    # first request at 0 fragments, then one each time 8 of the 16 in flight have arrived
+    # (a stop-and-wait window would ask again only at 16, 32, ...)
+    assert held_at_request[:4] == [0, 8, 16, 24]
+    assert len(held_at_request) >= 9

@@ -48,8 +48,8 @@ class NodeConfig:
     """Fragments requested and not received after this long may be requested again."""
 
     request_window: int = 256
-    """Most fragments of one message asked from one neighbour in one request; the next window
-    is asked as soon as the previous one has arrived."""
+    """Most fragments of one message requested from one neighbour and not yet received; more
+    are asked as soon as half of them have arrived (a sliding window)."""
 
     partial_timeout: float = 1800.0
     """An incomplete message that made no progress for this long is dropped."""

@@ -1370,16 +1370,22 @@ class Node:
         self._deliver(c, now, zpayload=z)
 
     def _continue_transfer(self, c: Cached, now: float) -> None:
-        """When the requested window has arrived, ask the next one right away."""
+        """Sliding window: once half of what was requested has arrived, ask for more, so the
+        sender has the next fragments before it runs out of the current ones."""
         msg_id = c.header.msg_id
         req = self._requested.get(msg_id)
-        if req is not None and req[0] & ~c.have:
-            return
-        self._requested.pop(msg_id, None)
+        if req is not None:
+            outstanding = (req[0] & ~c.have).bit_count()
+            if outstanding > self.config.request_window // 2:
+                return
+            if not outstanding:
+                del self._requested[msg_id]
         for n in self._neighbours.values():
             offered = n.offers.get(msg_id)
             if offered is not None and offered & ~c.have:
-                self._queue_request(n.host_id, msg_id, offered, now)
+                pending = self._pending.get(n.host_id)
+                if pending is None or msg_id not in pending:
+                    self._queue_request(n.host_id, msg_id, offered, now)
                 return
 
     _handlers: ClassVar[dict[type, Callable[[Node, Any, float], None]]] = {
