@@ -346,3 +346,19 @@ def test_store_fragments_evicted_before_their_commit_are_still_read(tmp_path: Pa
     rows = s.conn.execute("SELECT msg_id, idx FROM fragments ORDER BY msg_id, idx").fetchall()
     assert rows == [("a", 0), ("a", 1), ("a", 2)]
     s.close()
+
+
+def test_store_put_fragments_writes_a_whole_publication(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    s = SqliteStore(path, fragment_cache=10_000)
+    s.put_message(MessageMeta("m", b"z", 0, True, 1.0))
+    s.put_fragments("m", [b"a" * 10, b"b" * 10, b"c" * 3])
+    s.commit()  # a local publication is committed at once
+    other = sqlite3.connect(path)
+    rows = other.execute("SELECT idx, data FROM fragments ORDER BY idx").fetchall()
+    assert rows == [(0, b"a" * 10), (1, b"b" * 10), (2, b"c" * 3)]
+    other.close()
+    assert s.get_fragment("m", 2) == b"c" * 3 and s._frags_bytes == 23
+    s.put_fragments("big", [b"x" * 6000, b"y" * 6000])  # larger than the cache: not kept
+    assert "big" not in s._frags and s.get_fragment("big", 1) == b"y" * 6000
+    s.close()

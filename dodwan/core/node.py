@@ -396,10 +396,11 @@ class Node:
                 f"message of {total} compressed bytes does not fit in the cache ({self.config.cache_capacity} bytes)"
             )
         self._store.put_message(c.meta)
-        for i in range(header.frags):
-            chunk = zpayload[i * header.fsize : (i + 1) * header.fsize]
-            self._store.put_fragment(msg_id, i, chunk)
-            c.have |= 1 << i
+        fsize = header.fsize
+        self._store.put_fragments(
+            msg_id, [zpayload[i * fsize : (i + 1) * fsize] for i in range(header.frags)]
+        )
+        c.have = (1 << header.frags) - 1
         c.count = header.frags
         c.nbytes = total
         self._index(c)

@@ -7,7 +7,7 @@ plugs in a SQLite implementation (durable, crash-safe), the simulator and tests 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +35,9 @@ class Store(Protocol):
         """Remove the message and all its fragments."""
 
     def put_fragment(self, msg_id: str, index: int, data: bytes) -> None: ...
+    def put_fragments(self, msg_id: str, chunks: Sequence[bytes]) -> None:
+        """Store fragments 0 .. len(chunks) - 1 of a message at once (a publication)."""
+
     def get_fragment(self, msg_id: str, index: int) -> bytes | None: ...
     def iter_messages(self) -> Iterable[tuple[MessageMeta, list[int]]]:
         """Every stored message with the indexes of the fragments held."""
@@ -72,6 +75,9 @@ class MemoryStore:
 
     def put_fragment(self, msg_id: str, index: int, data: bytes) -> None:
         self._fragments.setdefault(msg_id, {})[index] = data
+
+    def put_fragments(self, msg_id: str, chunks: Sequence[bytes]) -> None:
+        self._fragments.setdefault(msg_id, {}).update(enumerate(chunks))
 
     def get_fragment(self, msg_id: str, index: int) -> bytes | None:
         return self._fragments.get(msg_id, {}).get(index)

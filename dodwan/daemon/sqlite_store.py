@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,6 +244,19 @@ class SqliteStore:
         if len(data) <= self._frags_limit:
             self._remember(msg_id, index, data)
 
+    def put_fragments(self, msg_id: str, chunks: Sequence[bytes]) -> None:
+        if not self._pending:
+            self._since = time.monotonic()
+        self._pending += len(chunks)
+        rows = [(msg_id, i, bytes(c)) for i, c in enumerate(chunks)]
+        self._unwritten.extend(rows)
+        total = sum(len(r[2]) for r in rows)
+        if total <= self._frags_limit:
+            self._forget(msg_id)
+            self._frags[msg_id] = {i: data for _, i, data in rows}
+            self._frags_bytes += total
+            self._trim()
+
     def get_fragment(self, msg_id: str, index: int) -> bytes | None:
         held = self._frags.get(msg_id)
         if held is not None:
@@ -279,8 +292,12 @@ class SqliteStore:
         old = held.get(index)
         held[index] = data
         self._frags_bytes += len(data) - (len(old) if old is not None else 0)
+        self._trim()
+
+    def _trim(self) -> None:
+        """Evict least recently used messages until the cached fragments fit the limit."""
         while self._frags_bytes > self._frags_limit:
-            _, dropped = frags.popitem(last=False)
+            _, dropped = self._frags.popitem(last=False)
             self._frags_bytes -= sum(map(len, dropped.values()))
 
     def _forget(self, msg_id: str) -> None:
