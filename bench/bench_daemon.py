@@ -111,6 +111,15 @@ def _wait(pred: Any, timeout: float, what: str) -> Any:
     raise SystemExit(f"timed out waiting for {what}")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def daemons(
     messages: int, size: int, dgram: int, workdir: Path, config: str | None
 ) -> dict[str, float]:
@@ -155,12 +164,14 @@ def daemons(
         rnd = random.Random(2)
         payloads = [rnd.randbytes(size) for _ in range(messages)]
         # Phase 1, live: a publishes while b receives.
+        cpu0 = [_cpu_seconds(p.pid) for p in procs]
         start = time.time()
         for i, payload in enumerate(payloads):
             a.publish_bytes(payload, attributes={"topic": "bench", "n": str(i)}, ttl=3600)
         published = time.time()
         _wait(lambda: delivered(b) >= messages, 600, "all deliveries to b")
         end = time.time()
+        cpu_a, cpu_b = (_cpu_seconds(p.pid) - c0 for p, c0 in zip(procs, cpu0, strict=True))
         sa, sb = a.get("/status")["counters"], b.get("/status")["counters"]
         files = [p for p in (workdir / "out-b").iterdir() if not p.name.endswith(".json")]
         live_bytes = sum(p.stat().st_size for p in files)
@@ -186,6 +197,8 @@ def daemons(
         "bytes": live_bytes,
         "seconds": elapsed,
         "publish_seconds": published - start,
+        "cpu_seconds_a": cpu_a,
+        "cpu_seconds_b": cpu_b,
         "goodput": live_bytes / elapsed,
         "cached_bytes": cached_bytes,
         "cached_seconds": c_end - c_start,
@@ -235,6 +248,8 @@ def main() -> None:
           f"{base['seconds']:.2f} s, loss {base['loss']:.1%})")  # fmt: skip
     print(f"dodwan    : {dw['goodput'] / mb:8.1f} MiB/s  ({dw['bytes'] / mb:.1f} MiB in "
           f"{dw['seconds']:.2f} s; publishing took {dw['publish_seconds']:.2f} s)")  # fmt: skip
+    print(f"            CPU busy during it: sender {dw['cpu_seconds_a']:.2f} s, "
+          f"receiver {dw['cpu_seconds_b']:.2f} s")  # fmt: skip
     print(f"ratio     : {ratio:.2f}  (goal >= 0.5)")
     print(f"cached    : {dw['cached_goodput'] / mb:8.1f} MiB/s  (a newcomer fetches the "
           f"{dw['cached_bytes'] / mb:.1f} MiB its neighbours carry in {dw['cached_seconds']:.2f} s;"
