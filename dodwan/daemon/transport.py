@@ -273,7 +273,8 @@ class UdpTransport:
     Reception reads the socket until it is empty (up to :data:`MAX_BATCH` datagrams) on each
     wake-up, calls ``on_datagram`` per datagram and ``on_batch`` once after, so the runner
     drains the node's outputs once per batch rather than once per datagram. Datagrams from
-    this host's own sending socket (looped back by multicast/broadcast) are dropped here.
+    this host's own sending socket (looped back by multicast/broadcast) are dropped by a
+    kernel socket filter where the system accepts one (IPv4 on Linux), else here.
     With a :class:`~dodwan.daemon.netkey.NetKey`, every datagram is sealed on the way out and
     opened on the way in; what does not open is dropped (and counted by the key) here.
     """
