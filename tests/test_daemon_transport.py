@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 import socket
+from typing import Any
 
-from dodwan.daemon.transport import UdpTransport, medium_for
+from dodwan.daemon.transport import GSO_MAX_SEGMENTS, UdpTransport, gso_groups, medium_for
 
 
 def _group() -> str:
@@ -63,6 +65,19 @@ class _FillsUp:
         self.room -= 1
         return self._sock.sendto(data, dest)  # type: ignore[arg-type]
 
+    def sendmsg(self, buffers: list[bytes], anc: list[Any], flags: int, dest: object) -> int:
+        if self.room <= 0:
+            raise BlockingIOError
+        self.room -= 1
+        return self._sock.sendmsg(buffers, anc, flags, dest)  # type: ignore[arg-type]
+
+
+class _NoOffload(_FillsUp):
+    """A system without UDP segmentation offload."""
+
+    def sendmsg(self, buffers: list[bytes], anc: list[Any], flags: int, dest: object) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
 
 def test_send_many_keeps_order_when_the_socket_buffer_fills() -> None:
     count = 3000
@@ -79,7 +94,7 @@ def test_send_many_keeps_order_when_the_socket_buffer_fills() -> None:
         t = UdpTransport(medium)
         await t.start(lambda d, a: None)
         assert t._tx_sock is not None and t._tx is not None
-        fills = _FillsUp(t._tx_sock, room=1000)
+        fills = _FillsUp(t._tx_sock, room=10)  # send calls (a call may carry 64 datagrams)
         t._tx_sock = fills  # type: ignore[assignment]
         t.send_many([i.to_bytes(4, "big") * 25 for i in range(count // 2)])
         refused = fills.room == 0  # the rest went through the event loop's transport
@@ -101,3 +116,63 @@ def test_send_many_keeps_order_when_the_socket_buffer_fills() -> None:
     assert refused
     assert errors == 0
     assert [int.from_bytes(d[:4], "big") for d in got] == list(range(count))
+
+
+def test_gso_groups_are_equal_sized_runs_within_the_caps() -> None:
+    d = [b"a" * 100] * 3 + [b"b" * 40] + [b"c" * 100] * 2 + [b"d" * 200]
+    assert gso_groups(d) == [(0, 4), (4, 6), (6, 7)]  # a shorter one ends a run
+    assert gso_groups([b"x" * 10] * 150) == [(0, 64), (64, 128), (128, 150)]
+    big = [b"y" * 1400] * 60
+    groups = gso_groups(big)
+    assert all(sum(len(x) for x in big[a:b]) <= 65000 for a, b in groups)
+    assert [b - a for a, b in groups] == [46, 14]
+    assert gso_groups([]) == []
+    assert GSO_MAX_SEGMENTS == 64
+
+
+def _receive_all(
+    fake: type[_FillsUp] | None, datagrams: list[bytes]
+) -> tuple[list[bytes], UdpTransport]:
+    async def main() -> tuple[list[bytes], UdpTransport]:
+        medium = medium_for(_group(), "lo")
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # a plain receiver: no GRO
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        rx.bind((medium.group, medium.port))
+        mreq = socket.inet_aton(medium.group) + socket.inet_aton("127.0.0.1")
+        rx.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
+        rx.setblocking(False)
+        t = UdpTransport(medium)
+        await t.start(lambda d, a: None)
+        if fake is not None:
+            assert t._tx_sock is not None
+            t._tx_sock = fake(t._tx_sock, room=10**9)  # type: ignore[assignment]
+        t.send_many(datagrams)
+        loop = asyncio.get_running_loop()
+        got: list[bytes] = []
+        while len(got) < len(datagrams):
+            try:
+                got.append(await asyncio.wait_for(loop.sock_recv(rx, 65535), 10))
+            except TimeoutError:
+                break
+        t.close()
+        rx.close()
+        return got, t
+
+    return asyncio.run(main())
+
+
+def test_offloaded_runs_arrive_as_the_same_datagrams() -> None:
+    rnd = random.Random(4)
+    sizes = [1400] * 100 + [600] + [1400] * 10 + [77]
+    datagrams = [rnd.randbytes(n) for n in sizes]
+    got, t = _receive_all(None, datagrams)
+    assert t.offload and t.offload_error is None
+    assert got == datagrams
+
+
+def test_a_system_without_offload_falls_back_to_one_datagram_per_call() -> None:
+    datagrams = [bytes([i]) * 1000 for i in range(30)]
+    got, t = _receive_all(_NoOffload, datagrams)
+    assert not t.offload and t.offload_error == "Input/output error"
+    assert got == datagrams and t.send_errors == 0

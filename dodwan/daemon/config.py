@@ -82,6 +82,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Send and receive socket buffer size in bytes (forced when permitted).",
     ),
     Setting(
+        "udp_offload",
+        True,
+        "Hand the kernel runs of equal-sized datagrams in one call (UDP segmentation offload) "
+        "and read coalesced ones back (UDP GRO), where Linux supports it; what goes on the "
+        "link is the same datagrams. false = one system call per datagram.",
+    ),
+    Setting(
         "multicast_ttl",
         1,
         "IP TTL / IPv6 hop limit of datagrams; 1 keeps them on the link.",

@@ -203,7 +203,11 @@ class Daemon:
         self.store.commit()
         self._redo_deliveries()
         self.transport = UdpTransport(
-            self.medium, self.config.socket_buffer, self.config.multicast_ttl, self.netkey
+            self.medium,
+            self.config.socket_buffer,
+            self.config.multicast_ttl,
+            self.netkey,
+            offload=self.config.udp_offload,
         )
         now = time.time()
         self.pacer = Pacer(
@@ -534,6 +538,7 @@ class Daemon:
             out["udp_send_errors"] = self.transport.send_errors
             out["udp_receive_errors"] = self.transport.receive_errors
             out["udp_own_filtered"] = self.transport.own_filtered
+            out["udp_offload"] = int(self.transport.offload)
             if self.transport._tx_proto is not None:
                 out["udp_send_errors"] += self.transport._tx_proto.errors
         return out

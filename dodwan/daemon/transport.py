@@ -221,6 +221,36 @@ def _open_v6(
     return rx, tx, (medium.group, medium.port, 0, index)
 
 
+SOL_UDP = getattr(socket, "SOL_UDP", 17)
+UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)
+UDP_GRO = getattr(socket, "UDP_GRO", 104)
+GSO_MAX_SEGMENTS = 64
+"""Most datagrams handed to the kernel in one segmentation-offload call."""
+GSO_MAX_BYTES = 65000
+"""Most bytes in one such call (an IPv4 UDP payload is at most 65,507 bytes)."""
+
+
+def gso_groups(datagrams: list[bytes]) -> list[tuple[int, int]]:
+    """Split ``datagrams`` into runs ``[start, end)`` that one UDP GSO send can carry: equal
+    sizes, except that a shorter one may end a run, within the segment and byte caps."""
+    groups: list[tuple[int, int]] = []
+    i, n = 0, len(datagrams)
+    while i < n:
+        size = total = len(datagrams[i])
+        j = i + 1
+        while j < n and j - i < GSO_MAX_SEGMENTS:
+            length = len(datagrams[j])
+            if length > size or total + length > GSO_MAX_BYTES:
+                break
+            total += length
+            j += 1
+            if length < size:
+                break
+        groups.append((i, j))
+        i = j
+    return groups
+
+
 SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)
 _SKF_NET_OFF = -0x100000
 
@@ -285,9 +315,14 @@ class UdpTransport:
         buffer_size: int = 8 << 20,
         ttl: int = 1,
         netkey: NetKey | None = None,
+        offload: bool = True,
     ) -> None:
         self.medium = medium
         self.netkey = netkey
+        self.offload = offload
+        """Send runs of equal-sized datagrams with one UDP GSO call (turned off by itself
+        when the system refuses it)."""
+        self.offload_error: str | None = None
         self._buffer_size = buffer_size
         self._ttl = ttl
         self._rx: socket.socket | None = None
@@ -361,8 +396,9 @@ class UdpTransport:
             self.send_errors += 1
 
     def send_many(self, datagrams: list[bytes]) -> None:
-        """Send datagrams in order: straight on the socket while it takes them, through the
-        event loop's buffer once it is full (or already holds some)."""
+        """Send datagrams in order: straight on the socket while it takes them (runs of equal
+        size in one segmentation-offload call when enabled), through the event loop's
+        buffer once it is full (or already holds some)."""
         tx, sock = self._tx, self._tx_sock
         if tx is None or sock is None or tx.is_closing():
             return
@@ -371,20 +407,43 @@ class UdpTransport:
         dest = self._dest
         i = 0
         if not tx.get_write_buffer_size():
-            sendto = sock.sendto
-            for data in datagrams:
-                try:
-                    sendto(data, dest)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    self.send_errors += 1
-                i += 1
+            i = self._send_direct(sock, datagrams, dest)
         for data in datagrams[i:]:
             try:
                 tx.sendto(data, dest)
             except OSError:
                 self.send_errors += 1
+
+    def _send_direct(
+        self, sock: socket.socket, datagrams: list[bytes], dest: tuple[object, ...]
+    ) -> int:
+        """Send on the socket until it would block; returns how many datagrams were handled."""
+        sendto = sock.sendto
+        groups = gso_groups(datagrams) if self.offload else [(0, len(datagrams))]
+        for start, end in groups:
+            if self.offload and end - start > 1:
+                option = struct.pack("=H", len(datagrams[start]))
+                try:
+                    sock.sendmsg(
+                        [b"".join(datagrams[start:end])],
+                        [(SOL_UDP, UDP_SEGMENT, option)],
+                        0,
+                        dest,
+                    )
+                    continue
+                except (BlockingIOError, InterruptedError):
+                    return start
+                except OSError as exc:  # no GSO here: one datagram per call from now on
+                    self.offload = False
+                    self.offload_error = exc.strerror or str(exc)
+            for k in range(start, end):
+                try:
+                    sendto(datagrams[k], dest)
+                except (BlockingIOError, InterruptedError):
+                    return k
+                except OSError:
+                    self.send_errors += 1
+        return len(datagrams)
 
     def close(self) -> None:
         if self._rx is not None:
