@@ -45,8 +45,11 @@ TTL = 120.0
 class Daemon:
     """One ``dodwan daemon`` subprocess."""
 
-    def __init__(self, name: str, workdir: Path, args: list[str]) -> None:
+    def __init__(
+        self, name: str, workdir: Path, args: list[str], env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
+        self.env = env
         self.state_dir = workdir / name
         self.out = workdir / f"out-{name}"
         self.args = args
@@ -57,7 +60,12 @@ class Daemon:
         cmd = [sys.executable, "-m", "dodwan.cli", "daemon", "--state-dir", str(self.state_dir)]
         with open(self.state_dir.parent / f"{self.name}.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [*cmd, *self.args], stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=ROOT
+                [*cmd, *self.args],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+                env=None if self.env is None else {**os.environ, **self.env},
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -181,11 +189,25 @@ def run_soak(
     rate: float = 4.0,
     sample: float = 2.0,
     converge_timeout: float = 120.0,
+    memtrace: Path | None = None,
+    memtrace_period: float = 30.0,
 ) -> dict[str, Any]:
-    """Run the soak in ``workdir``; returns the report (see the module docstring)."""
+    """Run the soak in ``workdir``; returns the report (see the module docstring).
+
+    With ``memtrace``, every daemon samples its memory into ``memtrace/<name>/mem.jsonl``
+    (see :mod:`dodwan.daemon.memdebug`) and daemon a also runs tracemalloc.
+    """
     group = _group(random.Random())
     args = ["--group", group, "--announce-period", "1.0", "--fragment-cache", str(4 << 20)]
-    daemons = [Daemon(n, workdir, [*args, "--host-id", n]) for n in ("a", "b", "c")]
+    envs: dict[str, dict[str, str] | None] = {n: None for n in ("a", "b", "c")}
+    if memtrace is not None:
+        for n in envs:
+            envs[n] = {
+                "DODWAN_MEMTRACE": str(memtrace / n),
+                "DODWAN_MEMTRACE_PERIOD": str(memtrace_period),
+                "DODWAN_TRACEMALLOC": "10" if n == "a" else "0",
+            }
+    daemons = [Daemon(n, workdir, [*args, "--host-id", n], envs[n]) for n in ("a", "b", "c")]
     stop = threading.Event()
     published: dict[str, str] = {}
     lock = threading.Lock()
@@ -301,10 +323,23 @@ def main() -> None:
     ap.add_argument("--sample", type=float, default=2.0, help="seconds between RSS/fd samples")
     ap.add_argument("--json", help="also write the report to this file")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument(
+        "--memtrace",
+        help="directory for memory samples of each daemon (DODWAN_MEMTRACE; a also tracemalloc)",
+    )
+    ap.add_argument("--memtrace-period", type=float, default=30.0)
     a = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="dodwan-soak-"))
     try:
-        report = run_soak(a.duration, workdir, a.seed, a.rate, a.sample)
+        report = run_soak(
+            a.duration,
+            workdir,
+            a.seed,
+            a.rate,
+            a.sample,
+            memtrace=Path(a.memtrace).resolve() if a.memtrace else None,
+            memtrace_period=a.memtrace_period,
+        )
     finally:
         if not a.keep:
             shutil.rmtree(workdir, ignore_errors=True)
