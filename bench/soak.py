@@ -191,11 +191,13 @@ def run_soak(
     converge_timeout: float = 120.0,
     memtrace: Path | None = None,
     memtrace_period: float = 30.0,
+    tracemalloc_frames: int = 0,
 ) -> dict[str, Any]:
     """Run the soak in ``workdir``; returns the report (see the module docstring).
 
     With ``memtrace``, every daemon samples its memory into ``memtrace/<name>/mem.jsonl``
-    (see :mod:`dodwan.daemon.memdebug`) and daemon a also runs tracemalloc.
+    (see :mod:`dodwan.daemon.memdebug`); with ``tracemalloc_frames``, daemon a also runs
+    tracemalloc (which slows it and adds to its RSS).
     """
     group = _group(random.Random())
     args = ["--group", group, "--announce-period", "1.0", "--fragment-cache", str(4 << 20)]
@@ -205,7 +207,7 @@ def run_soak(
             envs[n] = {
                 "DODWAN_MEMTRACE": str(memtrace / n),
                 "DODWAN_MEMTRACE_PERIOD": str(memtrace_period),
-                "DODWAN_TRACEMALLOC": "10" if n == "a" else "0",
+                "DODWAN_TRACEMALLOC": str(tracemalloc_frames) if n == "a" else "0",
             }
     daemons = [Daemon(n, workdir, [*args, "--host-id", n], envs[n]) for n in ("a", "b", "c")]
     stop = threading.Event()
@@ -325,9 +327,12 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument(
         "--memtrace",
-        help="directory for memory samples of each daemon (DODWAN_MEMTRACE; a also tracemalloc)",
+        help="directory for memory samples of each daemon (DODWAN_MEMTRACE)",
     )
     ap.add_argument("--memtrace-period", type=float, default=30.0)
+    ap.add_argument(
+        "--tracemalloc", type=int, default=0, help="with --memtrace: frames traced on daemon a"
+    )
     a = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="dodwan-soak-"))
     try:
@@ -339,6 +344,7 @@ def main() -> None:
             a.sample,
             memtrace=Path(a.memtrace).resolve() if a.memtrace else None,
             memtrace_period=a.memtrace_period,
+            tracemalloc_frames=a.tracemalloc,
         )
     finally:
         if not a.keep:
