@@ -5,7 +5,8 @@ Usage: python bench/soak.py [--duration 300] [--seed 1] [--json report.json]
 Load: each daemon publishes messages of mixed sizes (100 B to 200 KB) through its admin API;
 every daemon holds a ``--dir`` subscription to all of them; a churn thread subscribes and
 unsubscribes short-lived subscriptions; a hostile thread sends random and truncated
-datagrams to the group. RSS (``/proc/PID/status`` VmRSS) and open file descriptors
+datagrams to the group. RSS (``/proc/PID/status`` VmRSS, and RssAnon: the same without
+file-backed pages, which the kernel may drop at any time) and open file descriptors
 (``/proc/PID/fd``) of each daemon are sampled every ``--sample`` seconds.
 
 At the end the load stops and the run waits until every publication has reached every
@@ -92,10 +93,12 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
 
-    def rss_kb(self) -> int:
+    def rss_kb(self, field: str = "VmRSS") -> int:
+        """``VmRSS``, or ``RssAnon``: the process's own memory, without the file-backed pages
+        (libraries) that the kernel may drop and reload at any time."""
         assert self.proc is not None
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
         return 0
 
@@ -251,6 +254,7 @@ def run_soak(
                 {
                     "t": round(elapsed, 1),
                     "rss_kb": {d.name: d.rss_kb() for d in daemons},
+                    "rss_anon_kb": {d.name: d.rss_kb("RssAnon") for d in daemons},
                     "fds": {d.name: d.fds() for d in daemons},
                 }
             )
@@ -272,6 +276,7 @@ def run_soak(
             {
                 "t": round(time.monotonic() - start, 1),
                 "rss_kb": {d.name: d.rss_kb() for d in daemons},
+                "rss_anon_kb": {d.name: d.rss_kb("RssAnon") for d in daemons},
                 "fds": {d.name: d.fds() for d in daemons},
             }
         )
@@ -306,6 +311,11 @@ def run_soak(
             for d in daemons
         },
         "rss_kb_end": samples[-1]["rss_kb"],
+        "rss_anon_kb_after_warmup": {
+            d.name: [warm[0]["rss_anon_kb"][d.name], max(s["rss_anon_kb"][d.name] for s in warm)]
+            for d in daemons
+        },
+        "rss_anon_kb_end": samples[-1]["rss_anon_kb"],
         "fds_after_warmup": {
             d.name: [min(s["fds"][d.name] for s in warm), max(s["fds"][d.name] for s in warm)]
             for d in daemons

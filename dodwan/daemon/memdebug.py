@@ -79,10 +79,10 @@ def sqlite_memory() -> dict[str, int]:
     }
 
 
-def rss_kb() -> int:
+def rss_kb(field: str = "VmRSS") -> int:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
         pass
@@ -121,6 +121,7 @@ class MemProbe:
         rec: dict[str, Any] = {
             "t": t,
             "rss_kb": rss_kb(),
+            "rss_anon_kb": rss_kb("RssAnon"),
             "mallinfo": mallinfo(),
             "sqlite": sqlite_memory(),
             "gc_objects": len(gc.get_objects()),
