@@ -21,23 +21,22 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+_MALLINFO2 = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",
+    "keepcost",
+)
+
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
-    ]
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2]
 
 
 def _libc() -> Any:
@@ -62,7 +61,7 @@ def mallinfo() -> dict[str, int]:
         return {}
     fn.restype = _MallInfo2
     info = fn()
-    return {name: int(getattr(info, name)) for name, _ in _MallInfo2._fields_}
+    return {name: int(getattr(info, name)) for name in _MALLINFO2}
 
 
 def sqlite_memory() -> dict[str, int]:
