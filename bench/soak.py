@@ -5,7 +5,8 @@ Usage: python bench/soak.py [--duration 300] [--seed 1] [--json report.json]
 Load: each daemon publishes messages of mixed sizes (100 B to 200 KB) through its admin API;
 every daemon holds a ``--dir`` subscription to all of them; a churn thread subscribes and
 unsubscribes short-lived subscriptions; a hostile thread sends random and truncated
-datagrams to the group. RSS (``/proc/PID/status`` VmRSS) and open file descriptors
+datagrams to the group. RSS (``/proc/PID/status`` VmRSS, and RssAnon: the same without
+file-backed pages, which the kernel may drop at any time) and open file descriptors
 (``/proc/PID/fd``) of each daemon are sampled every ``--sample`` seconds.
 
 At the end the load stops and the run waits until every publication has reached every
@@ -45,8 +46,11 @@ TTL = 120.0
 class Daemon:
     """One ``dodwan daemon`` subprocess."""
 
-    def __init__(self, name: str, workdir: Path, args: list[str]) -> None:
+    def __init__(
+        self, name: str, workdir: Path, args: list[str], env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
+        self.env = env
         self.state_dir = workdir / name
         self.out = workdir / f"out-{name}"
         self.args = args
@@ -57,7 +61,12 @@ class Daemon:
         cmd = [sys.executable, "-m", "dodwan.cli", "daemon", "--state-dir", str(self.state_dir)]
         with open(self.state_dir.parent / f"{self.name}.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [*cmd, *self.args], stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=ROOT
+                [*cmd, *self.args],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+                env=None if self.env is None else {**os.environ, **self.env},
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -84,10 +93,12 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
 
-    def rss_kb(self) -> int:
+    def rss_kb(self, field: str = "VmRSS") -> int:
+        """``VmRSS``, or ``RssAnon``: the process's own memory, without the file-backed pages
+        (libraries) that the kernel may drop and reload at any time."""
         assert self.proc is not None
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
         return 0
 
@@ -181,11 +192,27 @@ def run_soak(
     rate: float = 4.0,
     sample: float = 2.0,
     converge_timeout: float = 120.0,
+    memtrace: Path | None = None,
+    memtrace_period: float = 30.0,
+    tracemalloc_frames: int = 0,
 ) -> dict[str, Any]:
-    """Run the soak in ``workdir``; returns the report (see the module docstring)."""
+    """Run the soak in ``workdir``; returns the report (see the module docstring).
+
+    With ``memtrace``, every daemon samples its memory into ``memtrace/<name>/mem.jsonl``
+    (see :mod:`dodwan.daemon.memdebug`); with ``tracemalloc_frames``, daemon a also runs
+    tracemalloc (which slows it and adds to its RSS).
+    """
     group = _group(random.Random())
     args = ["--group", group, "--announce-period", "1.0", "--fragment-cache", str(4 << 20)]
-    daemons = [Daemon(n, workdir, [*args, "--host-id", n]) for n in ("a", "b", "c")]
+    envs: dict[str, dict[str, str] | None] = {n: None for n in ("a", "b", "c")}
+    if memtrace is not None:
+        for n in envs:
+            envs[n] = {
+                "DODWAN_MEMTRACE": str(memtrace / n),
+                "DODWAN_MEMTRACE_PERIOD": str(memtrace_period),
+                "DODWAN_TRACEMALLOC": str(tracemalloc_frames) if n == "a" else "0",
+            }
+    daemons = [Daemon(n, workdir, [*args, "--host-id", n], envs[n]) for n in ("a", "b", "c")]
     stop = threading.Event()
     published: dict[str, str] = {}
     lock = threading.Lock()
@@ -227,6 +254,7 @@ def run_soak(
                 {
                     "t": round(elapsed, 1),
                     "rss_kb": {d.name: d.rss_kb() for d in daemons},
+                    "rss_anon_kb": {d.name: d.rss_kb("RssAnon") for d in daemons},
                     "fds": {d.name: d.fds() for d in daemons},
                 }
             )
@@ -248,6 +276,7 @@ def run_soak(
             {
                 "t": round(time.monotonic() - start, 1),
                 "rss_kb": {d.name: d.rss_kb() for d in daemons},
+                "rss_anon_kb": {d.name: d.rss_kb("RssAnon") for d in daemons},
                 "fds": {d.name: d.fds() for d in daemons},
             }
         )
@@ -282,6 +311,11 @@ def run_soak(
             for d in daemons
         },
         "rss_kb_end": samples[-1]["rss_kb"],
+        "rss_anon_kb_after_warmup": {
+            d.name: [warm[0]["rss_anon_kb"][d.name], max(s["rss_anon_kb"][d.name] for s in warm)]
+            for d in daemons
+        },
+        "rss_anon_kb_end": samples[-1]["rss_anon_kb"],
         "fds_after_warmup": {
             d.name: [min(s["fds"][d.name] for s in warm), max(s["fds"][d.name] for s in warm)]
             for d in daemons
@@ -301,10 +335,27 @@ def main() -> None:
     ap.add_argument("--sample", type=float, default=2.0, help="seconds between RSS/fd samples")
     ap.add_argument("--json", help="also write the report to this file")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument(
+        "--memtrace",
+        help="directory for memory samples of each daemon (DODWAN_MEMTRACE)",
+    )
+    ap.add_argument("--memtrace-period", type=float, default=30.0)
+    ap.add_argument(
+        "--tracemalloc", type=int, default=0, help="with --memtrace: frames traced on daemon a"
+    )
     a = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="dodwan-soak-"))
     try:
-        report = run_soak(a.duration, workdir, a.seed, a.rate, a.sample)
+        report = run_soak(
+            a.duration,
+            workdir,
+            a.seed,
+            a.rate,
+            a.sample,
+            memtrace=Path(a.memtrace).resolve() if a.memtrace else None,
+            memtrace_period=a.memtrace_period,
+            tracemalloc_frames=a.tracemalloc,
+        )
     finally:
         if not a.keep:
             shutil.rmtree(workdir, ignore_errors=True)

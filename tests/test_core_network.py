@@ -294,3 +294,28 @@ def test_the_next_fragments_are_requested_when_half_the_window_has_arrived() -> 
     # (a stop-and-wait window would ask again only at 16, 32, ...)
     assert held_at_request[:4] == [0, 8, 16, 24]
     assert len(held_at_request) >= 9
+
+
+def test_subscription_churn_elsewhere_keeps_compiled_profiles_bounded() -> None:
+    """Hundreds of profile versions of a host two hops away: a few are kept, not all of them."""
+    from dodwan.core.node import PROFILE_CACHE_VERSIONS
+
+    net = VirtualNetwork(seed=5)
+    for h in "abc":
+        net.add(h, announce_period=0.5)
+    net.link("a", "b")
+    net.link("b", "c")
+    net.run(3)
+    key = None
+    for i in range(300):
+        if key is not None:
+            net.node("c").unsubscribe(key, net.now)
+        key = net.subscribe("c", {"topic": f"churn\\.{i}"})
+        net.run(1.2)
+    for h in "ab":
+        node = net.node(h)
+        assert sum(len(v) for v in node._profile_cache.values()) <= 2 * PROFILE_CACHE_VERSIONS
+        assert len(node._relay_cache) <= 2
+    # Still current: a knows c's last subscription through b.
+    known = net.node("a")._known["c"][1]
+    assert known.matches({"topic": "churn.299"}) and not known.matches({"topic": "churn.298"})

@@ -39,6 +39,12 @@ BROADCAST = "<broadcast>"
 
 _PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbour
 _HOUSEKEEPING_MIN = 1e-3  # housekeeping never re-runs sooner than this
+PROFILE_CACHE_VERSIONS = 4
+"""Compiled profiles kept per remote host: its current version and a few older ones still
+relayed by slower neighbours. Older ones are dropped, so subscription churn on other hosts
+costs no memory over time."""
+PROFILE_CACHE_HOSTS = 4096
+"""Remote hosts whose compiled profiles are cached; past that the cache starts over."""
 
 
 class CacheFullError(ValueError):
@@ -181,7 +187,9 @@ class Node:
 
         self._neighbours: dict[str, Neighbour] = {}
         self._known: dict[str, tuple[int, Profile]] = {}  # host -> (distance, profile)
-        self._profile_cache: dict[tuple[str, int], Profile] = {}
+        # host -> version -> compiled profile; a few recent versions per host (see
+        # _compile_remote), so subscription churn elsewhere does not accumulate old versions.
+        self._profile_cache: dict[str, dict[int, Profile]] = {}
         self._matcher = Matcher()
         self._interest_epoch = 0
         self._want_cache: dict[str, tuple[int, bool]] = {}
@@ -193,7 +201,7 @@ class Node:
         self._seq = 0
         self._rotation = 0
         self._relay_rotation = 0
-        self._relay_cache: dict[tuple[str, int, int], bytes] = {}
+        self._relay_cache: dict[str, tuple[int, int, bytes]] = {}  # host -> (dist, version, enc)
         self._next_announce: float | None = None
         self._last_announce = float("-inf")
         self._own_encoded: tuple[int, bytes] = (-1, b"")
@@ -843,16 +851,21 @@ class Node:
         )
 
     def _compile_remote(self, host: str, version: int, patterns: wire.PatternSpecs) -> Profile:
-        cached = self._profile_cache.get((host, version))
+        versions = self._profile_cache.get(host)
+        cached = None if versions is None else versions.get(version)
         if cached is not None:
             return cached
         try:
             profile = Profile.from_patterns([dict(items) for items in patterns], self._limits)
         except (PatternError, TypeError) as exc:
             raise WireError("bad pattern") from exc
-        if len(self._profile_cache) > 4096:
-            self._profile_cache.clear()
-        self._profile_cache[(host, version)] = profile
+        if versions is None:
+            if len(self._profile_cache) >= PROFILE_CACHE_HOSTS:
+                self._profile_cache.clear()
+            versions = self._profile_cache[host] = {}
+        versions[version] = profile
+        while len(versions) > PROFILE_CACHE_VERSIONS:  # the oldest compiled goes first
+            del versions[next(iter(versions))]
         return profile
 
     def _recompute_known(self) -> None:
@@ -987,15 +1000,16 @@ class Node:
         out: list[bytes] = []
         for d, h in candidates[start:] + candidates[:start]:
             p = self._known[h][1]
-            key = (h, d, p.version)
-            enc = self._relay_cache.get(key)
-            if enc is None:
-                if len(self._relay_cache) > 4096:
+            hit = self._relay_cache.get(h)
+            if hit is not None and hit[0] == d and hit[1] == p.version:
+                enc = hit[2]
+            else:
+                if hit is None and len(self._relay_cache) >= PROFILE_CACHE_HOSTS:
                     self._relay_cache.clear()
                 enc = wire.encode_relayed(
                     wire.RelayedProfile(h, d, p.version, self._wire_patterns(p))
                 )
-                self._relay_cache[key] = enc
+                self._relay_cache[h] = (d, p.version, enc)
             if len(enc) > room:
                 continue
             out.append(enc)

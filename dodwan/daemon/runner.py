@@ -41,6 +41,7 @@ from ..core import (
 )
 from .admin import RAW_PAYLOAD, AdminServer, ApiError
 from .config import DaemonConfig
+from .memdebug import MemProbe
 from .netkey import OVERHEAD as NETKEY_OVERHEAD
 from .netkey import NetKey, NetKeyError, read_key_file, write_secret_file
 from .pacer import Pacer
@@ -143,6 +144,8 @@ class Daemon:
         self._tasks: set[asyncio.Future[Any]] = set()
         self.host_id = ""
         self._sinks_done = 0
+        self._memprobe: MemProbe | None = None
+        self._memprobe_handle: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -245,6 +248,46 @@ class Daemon:
             port,
         )
         self._after_input()
+        self._memprobe = MemProbe.from_environment()
+        if self._memprobe is not None:
+            self._memprobe_handle = asyncio.get_running_loop().call_later(
+                self._memprobe.period, self._memprobe_sample
+            )
+
+    def _memprobe_sample(self) -> None:
+        """One sample of :mod:`dodwan.daemon.memdebug` (only with DODWAN_MEMTRACE set)."""
+        probe = self._memprobe
+        if probe is None:
+            return
+        extra: dict[str, Any] = {
+            "tasks": len(asyncio.all_tasks()),
+            "daemon_tasks": len(self._tasks),
+        }
+        if self.store is not None:
+            extra["store"] = {
+                "frags": len(self.store._frags),
+                "frags_of": len(self.store._frags_of),
+                "frags_bytes": self.store._frags_bytes,
+            }
+        if self.node is not None:
+            extra["node"] = {
+                k: len(v)
+                for k, v in vars(self.node).items()
+                if k.startswith("_") and isinstance(v, (dict, list, set))
+            }
+        if self.admin is not None:
+            extra["admin_streams"] = len(self.admin._streams)
+        if self.sinks is not None:
+            extra["sink_tasks"] = len(self.sinks._tasks)
+        if self.pacer is not None:
+            extra["pacer_queued"] = self.pacer.queued
+        try:
+            probe.sample(extra)
+        except Exception:
+            log.exception("memory probe failed")
+        self._memprobe_handle = asyncio.get_running_loop().call_later(
+            probe.period, self._memprobe_sample
+        )
 
     def _load_token(self) -> str:
         """The admin bearer token of STATE_DIR/admin.token (made once, mode 0600)."""
@@ -358,6 +401,8 @@ class Daemon:
             self._timer.cancel()
         if self._pump_handle is not None:
             self._pump_handle.cancel()
+        if self._memprobe_handle is not None:
+            self._memprobe_handle.cancel()
         if self._stomp_server is not None:
             closer = getattr(self._stomp_server, "close", None)
             if closer is not None:

@@ -326,6 +326,7 @@ class UdpTransport:
         self._buffer_size = buffer_size
         self._ttl = ttl
         self._rx: socket.socket | None = None
+        self._rx_view = memoryview(bytearray(65535))  # reused receive buffer
         self._tx: asyncio.DatagramTransport | None = None
         self._tx_sock: socket.socket | None = None
         self._tx_proto: _Sink | None = None
@@ -364,14 +365,19 @@ class UdpTransport:
             return
         own = self.local_address if self.medium.kind != "multicast6" else None
         got = 0
+        view = self._rx_view
         for _ in range(MAX_BATCH):
             try:
-                data, addr = rx.recvfrom(65535)
+                size, addr = rx.recvfrom_into(view)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
                 self.receive_errors += 1
                 break
+            # One exact-size copy: recvfrom(65535) would allocate 64 KB per datagram and
+            # shrink it in place, and the fragments the node keeps would then pin 64 KB
+            # spans of the C heap, which grows without bound (fragmentation).
+            data = bytes(view[:size])
             if addr == own:
                 self.own_filtered += 1
                 continue
