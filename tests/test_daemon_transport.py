@@ -8,6 +8,9 @@ import random
 import socket
 from typing import Any
 
+import pytest
+
+from dodwan.daemon import netkey as nk
 from dodwan.daemon.transport import GSO_MAX_SEGMENTS, UdpTransport, gso_groups, medium_for
 
 
@@ -176,3 +179,34 @@ def test_a_system_without_offload_falls_back_to_one_datagram_per_call() -> None:
     got, t = _receive_all(_NoOffload, datagrams)
     assert not t.offload and t.offload_error == "Input/output error"
     assert got == datagrams and t.send_errors == 0
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_daemon_transport_reads_coalesced_runs_as_separate_datagrams(keyed: bool) -> None:
+    rnd = random.Random(6)
+    datagrams = [rnd.randbytes(1200) for _ in range(200)] + [b"last"]
+
+    async def main() -> tuple[list[bytes], UdpTransport]:
+        medium = medium_for(_group(), "lo")
+        key = nk.generate_key()
+        sender = UdpTransport(medium, netkey=nk.NetKey(key) if keyed else None)
+        receiver = UdpTransport(medium, netkey=nk.NetKey(key) if keyed else None)
+        got: list[bytes] = []
+        done = asyncio.Event()
+
+        def on(data: bytes, addr: object) -> None:
+            got.append(data)
+            if data == b"last":
+                done.set()
+
+        await receiver.start(on)
+        await sender.start(lambda d, a: None)
+        sender.send_many(datagrams)
+        await asyncio.wait_for(done.wait(), 10)
+        sender.close()
+        receiver.close()
+        return got, receiver
+
+    got, receiver = asyncio.run(main())
+    assert receiver.gro and receiver.coalesced > 0  # Linux: runs arrive in one read
+    assert got == datagrams

@@ -584,6 +584,7 @@ class Daemon:
             out["udp_receive_errors"] = self.transport.receive_errors
             out["udp_own_filtered"] = self.transport.own_filtered
             out["udp_offload"] = int(self.transport.offload)
+            out["udp_coalesced_reads"] = self.transport.coalesced
             if self.transport._tx_proto is not None:
                 out["udp_send_errors"] += self.transport._tx_proto.errors
         return out

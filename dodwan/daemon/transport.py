@@ -18,6 +18,7 @@ import fcntl
 import ipaddress
 import socket
 import struct
+import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
@@ -224,6 +225,7 @@ def _open_v6(
 SOL_UDP = getattr(socket, "SOL_UDP", 17)
 UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)
 UDP_GRO = getattr(socket, "UDP_GRO", 104)
+_GRO_ANC_SIZE = socket.CMSG_SPACE(4)
 GSO_MAX_SEGMENTS = 64
 """Most datagrams handed to the kernel in one segmentation-offload call."""
 GSO_MAX_BYTES = 65000
@@ -323,6 +325,10 @@ class UdpTransport:
         """Send runs of equal-sized datagrams with one UDP GSO call (turned off by itself
         when the system refuses it)."""
         self.offload_error: str | None = None
+        self.gro = False
+        """Coalesced datagrams (UDP GRO) are read in one call and split here."""
+        self.coalesced = 0
+        """Reads that returned several datagrams at once."""
         self._buffer_size = buffer_size
         self._ttl = ttl
         self._rx: socket.socket | None = None
@@ -353,6 +359,12 @@ class UdpTransport:
         self._rx = rx
         if self.medium.kind != "multicast6":
             self.own_filtered_in_kernel = drop_own_in_kernel(rx, (name[0], name[1]))
+        if self.offload:
+            try:  # read runs of datagrams one peer sent at once in one call
+                rx.setsockopt(SOL_UDP, UDP_GRO, 1)
+                self.gro = True
+            except OSError:
+                self.gro = False
         loop.add_reader(rx.fileno(), self._read_ready)
         proto = _Sink()
         self._tx_proto = proto
@@ -366,28 +378,41 @@ class UdpTransport:
         own = self.local_address if self.medium.kind != "multicast6" else None
         got = 0
         view = self._rx_view
+        gro = self.gro
         for _ in range(MAX_BATCH):
+            segment = 0
             try:
-                size, addr = rx.recvfrom_into(view)
+                if gro:
+                    size, anc, _flags, addr = rx.recvmsg_into([view], _GRO_ANC_SIZE)
+                    for level, kind, value in anc:
+                        if level == SOL_UDP and kind == UDP_GRO and len(value) >= 4:
+                            segment = int.from_bytes(value[:4], sys.byteorder)
+                else:
+                    size, addr = rx.recvfrom_into(view)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
                 self.receive_errors += 1
                 break
-            # One exact-size copy: recvfrom(65535) would allocate 64 KB per datagram and
-            # shrink it in place, and the fragments the node keeps would then pin 64 KB
-            # spans of the C heap, which grows without bound (fragmentation).
-            data = bytes(view[:size])
             if addr == own:
                 self.own_filtered += 1
                 continue
-            if self.netkey is not None:
-                opened = self.netkey.open(data)
-                if opened is None:
-                    continue
-                data = opened
-            got += 1
-            self._on_datagram(data, addr)
+            if segment <= 0:
+                segment = size or 1
+            elif size > segment:
+                self.coalesced += 1
+            for start in range(0, size or 1, segment):
+                # One exact-size copy per datagram: recvfrom(65535) would allocate 64 KB
+                # per datagram and shrink it in place, and the fragments the node keeps
+                # would then pin 64 KB spans of the C heap (fragmentation).
+                data = bytes(view[start : min(start + segment, size)])
+                if self.netkey is not None:
+                    opened = self.netkey.open(data)
+                    if opened is None:
+                        continue
+                    data = opened
+                got += 1
+                self._on_datagram(data, addr)
         if got:
             self._on_batch()
 
