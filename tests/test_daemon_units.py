@@ -362,3 +362,30 @@ def test_store_put_fragments_writes_a_whole_publication(tmp_path: Path) -> None:
     s.put_fragments("big", [b"x" * 6000, b"y" * 6000])  # larger than the cache: not kept
     assert "big" not in s._frags and s.get_fragment("big", 1) == b"y" * 6000
     s.close()
+
+
+def test_store_checkpoints_in_the_background_and_bounds_the_log(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    wal = Path(str(path) + "-wal")
+    s = SqliteStore(path, checkpoint_bytes=256 * 1024, wal_limit=2 * 1024 * 1024)
+    assert s.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    reader = sqlite3.connect(path)
+    peak = 0
+    for m in range(40):  # 40 publications of 256 KiB, committed one by one
+        s.put_message(MessageMeta(f"m{m}", b"z", 0, True, 1.0))
+        s.put_fragments(f"m{m}", [bytes([m]) * 1024] * 256)
+        s.commit()
+        peak = max(peak, wal.stat().st_size)
+        if m % 8 == 7:
+            assert s._checkpointer is not None and s._checkpointer.wait_idle(30)
+    assert s._checkpointer is not None and s._checkpointer.error is None
+    assert s.checkpoints >= 10 and s._checkpointer.truncations >= 1
+    assert peak < 8 * 1024 * 1024  # 10 MiB written; the log was emptied on the way
+    count = reader.execute("SELECT count(*) FROM fragments").fetchone()[0]
+    assert count == 40 * 256  # another connection sees every committed row
+    reader.close()
+    s.close()
+    s2 = SqliteStore(path)
+    assert s2.get_fragment("m39", 255) == bytes([39]) * 1024
+    assert s2.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    s2.close()

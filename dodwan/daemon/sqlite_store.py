@@ -89,36 +89,60 @@ class _Checkpointer(threading.Thread):
 
     SQLite's automatic checkpoint runs inside a ``commit()`` and fsyncs both files, which
     stalled the daemon's event loop for milliseconds every few megabytes written. This
-    thread does the same PASSIVE checkpoint when the store pokes it; SQLite releases the
-    GIL while it works, so the loop keeps serving datagrams.
+    thread does a PASSIVE checkpoint when the store pokes it; SQLite releases the GIL while
+    it works, so the loop keeps serving datagrams. Under continuous writes a PASSIVE
+    checkpoint never finds the log idle, so SQLite never starts it over and the file keeps
+    growing: past ``wal_limit`` bytes the thread runs a TRUNCATE checkpoint, which waits for
+    the open transaction, briefly holds back the next one, and empties the file.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, wal_limit: int) -> None:
         super().__init__(name="dodwan-checkpoint", daemon=True)
         self._path = path
+        self._wal_limit = wal_limit
         self._wake = threading.Event()
+        self._cond = threading.Condition()
+        self._asked = 0  # pokes so far
+        self._done = 0  # pokes answered by a finished checkpoint
         self._stopping = False
         self.runs = 0
+        self.truncations = 0
         self.error: str | None = None
 
     def run(self) -> None:
         conn = sqlite3.connect(str(self._path), timeout=30.0)
         try:
+            frame = int(conn.execute("PRAGMA page_size").fetchone()[0]) + 24
             while True:
                 self._wake.wait()
-                self._wake.clear()
+                with self._cond:
+                    self._wake.clear()
+                    asked = self._asked
                 if self._stopping:
                     return
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     self.runs += 1
+                    if row is not None and int(row[1]) * frame > self._wal_limit:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                        self.truncations += 1
                 except sqlite3.Error as exc:  # retried at the next poke
                     self.error = str(exc)
+                with self._cond:
+                    self._done = asked
+                    self._cond.notify_all()
         finally:
             conn.close()
 
     def poke(self) -> None:
-        self._wake.set()
+        with self._cond:
+            self._asked += 1
+            self._wake.set()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until every checkpoint asked for so far has run (for tests)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._done >= self._asked, timeout)
 
     def stop(self) -> None:
         self._stopping = True
@@ -137,6 +161,7 @@ class SqliteStore:
         commit_batch: int = 4096,
         fragment_cache: int = 32 * 1024 * 1024,
         checkpoint_bytes: int = 4 * 1024 * 1024,
+        wal_limit: int = 64 * 1024 * 1024,
     ) -> None:
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"bad sqlite synchronous mode {synchronous!r}")
@@ -161,6 +186,7 @@ class SqliteStore:
         # Background checkpoints after about ``checkpoint_bytes`` committed (0: SQLite's own
         # automatic checkpoints inside commit()).
         self.checkpoint_bytes = checkpoint_bytes
+        self.wal_limit = wal_limit
         self._wal_bytes = 0  # estimate of what was committed since the last checkpoint
         self._rows = 0  # writes other than fragments in the open transaction
         self._checkpointer: _Checkpointer | None = None
@@ -389,7 +415,7 @@ class SqliteStore:
         if self.checkpoint_bytes > 0 and self._wal_bytes >= self.checkpoint_bytes:
             self._wal_bytes = 0
             if self._checkpointer is None:
-                self._checkpointer = _Checkpointer(self.path)
+                self._checkpointer = _Checkpointer(self.path, self.wal_limit)
                 self._checkpointer.start()
             self._checkpointer.poke()
 
