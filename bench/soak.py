@@ -106,6 +106,16 @@ class Daemon:
         assert self.proc is not None
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
+    def disk_kb(self) -> dict[str, int]:
+        """Sizes of the SQLite database and its write-ahead log, in kB."""
+        out = {}
+        for key, name in (("db", "dodwan.db"), ("wal", "dodwan.db-wal")):
+            try:
+                out[key] = (self.state_dir / name).stat().st_size // 1024
+            except OSError:
+                out[key] = 0
+        return out
+
 
 def _group(rnd: random.Random) -> str:
     return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}:{rnd.randrange(20000, 60000)}"
@@ -256,6 +266,7 @@ def run_soak(
                     "rss_kb": {d.name: d.rss_kb() for d in daemons},
                     "rss_anon_kb": {d.name: d.rss_kb("RssAnon") for d in daemons},
                     "fds": {d.name: d.fds() for d in daemons},
+                    "disk_kb": {d.name: d.disk_kb() for d in daemons},
                 }
             )
             stop.wait(min(sample, max(0.0, duration - elapsed)))
@@ -278,6 +289,7 @@ def run_soak(
                 "rss_kb": {d.name: d.rss_kb() for d in daemons},
                 "rss_anon_kb": {d.name: d.rss_kb("RssAnon") for d in daemons},
                 "fds": {d.name: d.fds() for d in daemons},
+                "disk_kb": {d.name: d.disk_kb() for d in daemons},
             }
         )
         alive = all(d.proc is not None and d.proc.poll() is None for d in daemons)
@@ -320,6 +332,8 @@ def run_soak(
             d.name: [min(s["fds"][d.name] for s in warm), max(s["fds"][d.name] for s in warm)]
             for d in daemons
         },
+        "wal_kb_max": {d.name: max(s["disk_kb"][d.name]["wal"] for s in samples) for d in daemons},
+        "db_kb_end": {d.name: samples[-1]["disk_kb"][d.name]["db"] for d in daemons},
         "samples": samples,
     }
     return report

@@ -45,3 +45,5 @@ def test_soak_loses_nothing_and_stays_bounded(tmp_path: Path) -> None:
         assert peak - first < RSS_GROWTH_KB, (name, first, peak)
     for name, (low, high) in report["fds_after_warmup"].items():
         assert high - low <= 3, (name, low, high)
+    for name, wal_kb in report["wal_kb_max"].items():
+        assert wal_kb < 96 * 1024, (name, wal_kb)  # the log is emptied past 64 MiB
