@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import random
 import signal
@@ -317,3 +318,28 @@ def test_kill_9_in_the_middle_of_a_transfer_resumes_and_delivers_once(
     assert log.read_text().splitlines() == [f"{mid} x"]
     out = b.client().get(f"/cache/{mid}?payload=1")
     assert base64.b64decode(out["payload_b64"]) == payload
+
+
+def test_memory_probe_samples_the_daemon_tables(
+    daemons, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = tmp_path / "memtrace"
+    monkeypatch.setenv("DODWAN_MEMTRACE", str(trace))
+    monkeypatch.setenv("DODWAN_MEMTRACE_PERIOD", "0.2")
+    a = daemons("a", "--group", random_group(), "--host-id", "a")
+    a.client().publish_bytes(b"x" * 5000, attributes={"topic": "t"}, ttl=60)
+    samples_file = trace / "mem.jsonl"
+    lines = wait_for(
+        lambda: (
+            samples_file.exists()
+            and len(samples_file.read_text().splitlines()) >= 3
+            and samples_file.read_text().splitlines()
+        ),
+        20,
+        what="three memory samples",
+    )
+    last = json.loads(lines[-1])
+    assert last["rss_kb"] > 0 and last["gc_objects"] > 0
+    assert last["store"]["frag_messages"] == 1 and last["store"]["unwritten"] == 0
+    assert last["node"]["_cache"] == 1
+    # the daemons fixture then checks the log holds no traceback (a failing probe logs one)

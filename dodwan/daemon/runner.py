@@ -259,15 +259,25 @@ class Daemon:
         probe = self._memprobe
         if probe is None:
             return
+        try:
+            probe.sample(self._memprobe_extra())
+        except Exception:
+            log.exception("memory probe failed")
+        self._memprobe_handle = asyncio.get_running_loop().call_later(
+            probe.period, self._memprobe_sample
+        )
+
+    def _memprobe_extra(self) -> dict[str, Any]:
+        """The daemon's own tables for a memory sample."""
         extra: dict[str, Any] = {
             "tasks": len(asyncio.all_tasks()),
             "daemon_tasks": len(self._tasks),
         }
         if self.store is not None:
             extra["store"] = {
-                "frags": len(self.store._frags),
-                "frags_of": len(self.store._frags_of),
+                "frag_messages": len(self.store._frags),
                 "frags_bytes": self.store._frags_bytes,
+                "unwritten": len(self.store._unwritten),
             }
         if self.node is not None:
             extra["node"] = {
@@ -281,13 +291,7 @@ class Daemon:
             extra["sink_tasks"] = len(self.sinks._tasks)
         if self.pacer is not None:
             extra["pacer_queued"] = self.pacer.queued
-        try:
-            probe.sample(extra)
-        except Exception:
-            log.exception("memory probe failed")
-        self._memprobe_handle = asyncio.get_running_loop().call_later(
-            probe.period, self._memprobe_sample
-        )
+        return extra
 
     def _load_token(self) -> str:
         """The admin bearer token of STATE_DIR/admin.token (made once, mode 0600)."""
