@@ -166,12 +166,12 @@ class Node:
         self._cache_bytes = 0
         self._partial_bytes = 0
         self._partial: set[str] = set()
+        """Ids of incomplete cached messages."""
         self._reserved: dict[str, tuple[int, float]] = {}
         """Reassembly budget promised to requested messages not stored yet: id -> (zsize, when)."""
         self._reserved_bytes = 0
         self._origin_bytes: dict[str, int] = {}
         """Cached bytes per origin host (the per-origin quota)."""
-        """Ids of incomplete cached messages."""
         self._deadlines: list[tuple[float, str]] = []
         self._evict_heap: list[tuple[tuple[int, int, int, float], str]] = []
         self._history: dict[str, set[str]] = {}
@@ -399,7 +399,7 @@ class Node:
             MessageMeta(msg_id, zdesc, 0, True, now), descriptor, header, own=True, progress=now
         )
         total = len(zpayload) + len(zdesc)
-        if not self._make_room(total, c.rank(), now, exclude=msg_id):
+        if not self._make_room(total, c, now):
             raise CacheFullError(
                 f"message of {total} compressed bytes does not fit in the cache ({self.config.cache_capacity} bytes)"
             )
@@ -710,13 +710,16 @@ class Node:
         if reason in ("capacity", "stale"):
             self._events.append(MessageEvicted(msg_id, reason))
 
-    def _make_room(
-        self, needed: int, rank: tuple[int, int, int, float], now: float, exclude: str
-    ) -> bool:
-        """Evict lower-ranked messages until ``needed`` bytes fit; False if impossible."""
+    def _make_room(self, needed: int, incoming: Cached, now: float) -> bool:
+        """Evict messages ranked below ``incoming`` until ``needed`` more bytes fit; False if
+        impossible. The rank is only computed when the cache is actually full."""
         cap = self.config.cache_capacity
+        if self._cache_bytes + needed <= cap:
+            return True
         if needed > cap:
             return False
+        rank = incoming.rank()
+        exclude = incoming.header.msg_id
         victims: list[tuple[tuple[int, int, int, float], str]] = []
         while self._cache_bytes + needed > cap:
             if not self._evict_heap:
@@ -738,16 +741,15 @@ class Node:
             heapq.heappush(self._evict_heap, v)
         return self._cache_bytes + needed <= cap
 
-    def _within_origin_quota(
-        self, header: m.Header, incoming: tuple[int, int, int, float], extra: int, now: float
-    ) -> bool:
-        """Keep one remote origin under its share of the cache, evicting its own
-        lower-ranked messages first; False when the new bytes cannot fit."""
+    def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool:
+        """Keep one remote origin under its share of the cache, evicting its own messages
+        ranked below ``c`` first; False when the new bytes cannot fit."""
         quota = self._limits.max_origin_share * self.config.cache_capacity
-        origin = header.origin
+        origin = c.header.origin
         if self._origin_bytes.get(origin, 0) + extra <= quota:
             return True
-        msg_id = header.msg_id
+        incoming = c.rank()
+        msg_id = c.header.msg_id
         victims = sorted(
             (v.rank(), v.header.msg_id)
             for v in self._cache.values()
@@ -1317,30 +1319,24 @@ class Node:
                 progress=now,
             )
             c.own = self._own_profile.matches(c.descriptor)
-            if not self._within_origin_quota(header, c.rank(), extra, now):
+            if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
                 return
             # overheard, not requested by us: start it only if all of it would fit
             if header.frags > 1 and not self._reserve(dg.msg_id, header.zsize, now):
                 self._count("partial_memory_full")
                 return
-            if not self._make_room(extra, c.rank(), now, exclude=dg.msg_id):
+            if not self._make_room(extra, c, now):
                 self._count("cache_full")
                 return
             self._store.put_message(c.meta)
             c.nbytes = len(dg.zdesc)
             self._index(c)
         else:
-            # ranks are only computed when a limit is reached
-            quota = self._limits.max_origin_share * self.config.cache_capacity
-            if self._origin_bytes.get(header.origin, 0) + extra > quota and (
-                not self._within_origin_quota(header, c.rank(), extra, now)
-            ):
+            if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
                 return
-            if self._cache_bytes + extra > self.config.cache_capacity and (
-                not self._make_room(extra, c.rank(), now, exclude=dg.msg_id)
-            ):
+            if not self._make_room(extra, c, now):
                 self._count("cache_full")
                 return
         self._store.put_fragment(dg.msg_id, dg.index, dg.chunk)
