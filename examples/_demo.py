@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from joms.runtime import HostConfig, LoopbackHost
+from joms.runtime import LoopbackHost, start_hosts
 
 
 @contextmanager
@@ -20,13 +20,7 @@ def loopback_hosts(count: int, prefix: str = "demo") -> Iterator[list[LoopbackHo
     def call(coro):  # type: ignore[no-untyped-def]
         return asyncio.run_coroutine_threadsafe(coro, loop).result(15)
 
-    hosts = [call(LoopbackHost(HostConfig(f"{prefix}{i + 1}")).start()) for i in range(count)]
-
-    async def wire() -> None:
-        for h in hosts:
-            h.peers = [o.udp_address for o in hosts if o is not h]
-
-    call(wire())
+    hosts = call(start_hosts(count, prefix=prefix))
     try:
         yield hosts
     finally:
