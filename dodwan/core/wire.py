@@ -304,16 +304,8 @@ def encode_request(
 def encode_fragment(
     sender: str, msg_id: str, hops: int, index: int, zdesc: bytes, chunk: bytes
 ) -> bytes:
-    return b"".join(
-        [
-            _header(FRAGMENT, sender),
-            _str(msg_id),
-            bytes((min(hops, 255),)),
-            _varint(index),
-            _blob(zdesc),
-            chunk,
-        ]
-    )
+    prefix, suffix = fragment_encoder(sender, msg_id, zdesc)
+    return encode_fragment_fast(prefix, suffix, hops, index, chunk)
 
 
 def fragment_encoder(sender: str, msg_id: str, zdesc: bytes) -> tuple[bytes, bytes]:
@@ -326,6 +318,7 @@ def fragment_encoder(sender: str, msg_id: str, zdesc: bytes) -> tuple[bytes, byt
 def encode_fragment_fast(
     prefix: bytes, suffix: bytes, hops: int, index: int, chunk: bytes
 ) -> bytes:
+    """One fragment datagram from the parts :func:`fragment_encoder` made once per message."""
     idx = bytes((index,)) if index < 0x80 else _varint(index)
     return b"".join((prefix, bytes((min(hops, 255),)), idx, suffix, chunk))
 
@@ -389,23 +382,6 @@ def _decode_entries(r: _Reader, limits: Limits) -> tuple[CatalogEntry, ...]:
     return tuple(out)
 
 
-def _short(data: bytes, pos: int, maximum: int) -> tuple[bytes, int]:
-    """A length-prefixed field whose length fits one varint byte (fast path) or more."""
-    n = data[pos]
-    if n < 0x80:
-        pos += 1
-    else:
-        r = _Reader(data, pos)
-        n = r.varint(maximum)
-        pos = r.pos
-    if n > maximum:
-        raise WireError("value out of range")
-    end = pos + n
-    if end > len(data):
-        raise WireError("truncated")
-    return data[pos:end], end
-
-
 def _decode_fragment(data: bytes, limits: Limits) -> Fragment:
     """Fragments are most of the traffic: decoded inline when every length and the index
     take at most two varint bytes (fragment indexes below 16,384: messages of up to ~20 MB
@@ -451,30 +427,16 @@ def _decode_fragment(data: bytes, limits: Limits) -> Fragment:
 
 
 def _decode_fragment_general(data: bytes, limits: Limits) -> Fragment:
-    try:
-        raw_sender, pos = _short(data, 4, MAX_HOST_ID)
-        raw_id, pos = _short(data, pos, MAX_MSG_ID)
-        hops = data[pos]
-        index = data[pos + 1]
-        if index < 0x80:
-            pos += 2
-        else:
-            r = _Reader(data, pos + 1)
-            index = r.varint(limits.max_fragments)
-            pos = r.pos
-        zdesc, pos = _short(data, pos, limits.max_descriptor_bytes)
-    except IndexError:
-        raise WireError("truncated") from None
-    if index > limits.max_fragments:
-        raise WireError("value out of range")
-    try:
-        sender = raw_sender.decode("utf-8")
-        msg_id = raw_id.decode("utf-8")
-    except UnicodeDecodeError:
-        raise WireError("invalid utf-8") from None
+    """Any fragment, with the generic reader (long fields, and the errors of bad input)."""
+    r = _Reader(data, 4)
+    sender = r.text(MAX_HOST_ID)
+    msg_id = r.text(MAX_MSG_ID)
+    hops = r.u8()
+    index = r.varint(limits.max_fragments)
+    zdesc = r.blob(limits.max_descriptor_bytes)
     if not sender:
         raise WireError("empty sender")
-    chunk = data[pos:]
+    chunk = r.rest()
     if not chunk:
         raise WireError("empty fragment")
     return Fragment(sender, msg_id, hops, index, zdesc, chunk)
