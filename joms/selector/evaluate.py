@@ -285,36 +285,30 @@ def _not(node: Not) -> Evaluator:
     return negation
 
 
-def _and(node: And) -> Evaluator:
-    operands = [compile_condition(o) for o in node.operands]
+def _junction(operands: tuple[Node, ...], decisive: bool) -> Evaluator:
+    """AND (``decisive`` False) or OR (True): the first ``decisive`` operand decides,
+    else UNKNOWN if any operand was UNKNOWN, else ``not decisive``."""
+    compiled = [compile_condition(o) for o in operands]
 
-    def conjunction(props: Properties) -> bool | None:
-        result: bool | None = True
-        for operand in operands:
+    def junction(props: Properties) -> bool | None:
+        result: bool | None = not decisive
+        for operand in compiled:
             value = operand(props)
-            if value is False:
-                return False
+            if value is decisive:
+                return decisive
             if value is None:
                 result = None
         return result
 
-    return conjunction
+    return junction
+
+
+def _and(node: And) -> Evaluator:
+    return _junction(node.operands, False)
 
 
 def _or(node: Or) -> Evaluator:
-    operands = [compile_condition(o) for o in node.operands]
-
-    def disjunction(props: Properties) -> bool | None:
-        result: bool | None = False
-        for operand in operands:
-            value = operand(props)
-            if value is True:
-                return True
-            if value is None:
-                result = None
-        return result
-
-    return disjunction
+    return _junction(node.operands, True)
 
 
 _COMPILERS: dict[type, Callable[[Any], Evaluator]] = {
