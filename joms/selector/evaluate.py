@@ -21,6 +21,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .lexer import LONG_MAX as _LONG_MAX
 from .nodes import (
     And,
     Arithmetic,
@@ -54,8 +55,7 @@ class _Unsupported:
 UNSUPPORTED: Any = _Unsupported()
 """Stands for a present property whose Python type has no JMS counterpart."""
 
-_LONG_MIN = -(1 << 63)
-_LONG_MAX = (1 << 63) - 1
+_LONG_MIN = -_LONG_MAX - 1
 _NUMBERS = (int, float)
 _DELIVERY_MODES = {1: "NON_PERSISTENT", 2: "PERSISTENT"}  # javax.jms.DeliveryMode constants
 
