@@ -417,14 +417,8 @@ class UdpTransport:
             self._on_batch()
 
     def send(self, data: bytes) -> None:
-        if self._tx is None or self._tx.is_closing():
-            return
-        if self.netkey is not None:
-            data = self.netkey.seal(data)
-        try:
-            self._tx.sendto(data, self._dest)
-        except OSError:
-            self.send_errors += 1
+        """Send one datagram (the paced path)."""
+        self.send_many([data])
 
     def send_many(self, datagrams: list[bytes]) -> None:
         """Send datagrams in order: straight on the socket while it takes them (runs of equal
