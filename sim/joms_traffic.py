@@ -27,6 +27,7 @@ from joms.service.service import KEY_PREFIX, compile_selector, selector_matches
 from sim.logs import Recorder
 from sim.scenario import JomsQueue, JomsTopic, Scenario
 from sim.seeds import py_rng
+from sim.traffic import arrival_times
 
 
 def joms_hosts(scenario: Scenario) -> list[str]:
@@ -231,14 +232,8 @@ def schedule(
     ] + [(q.senders, q.interval, "poisson") for q in scenario.joms_queues]
     for e, (senders, interval, process) in enumerate(entries):
         for h in scenario.resolve(senders):
-            rng = py_rng(seed, "joms-traffic", e, h)
-            periodic = process == "periodic"
-            at = rng.uniform(0.0, interval) if periodic else rng.expovariate(1.0 / interval)
-            seq = 0
-            while at < until:
-                out.append(JomsPublication(at, index[h], e, seq))
-                seq += 1
-                at += interval if periodic else rng.expovariate(1.0 / interval)
+            times = arrival_times(py_rng(seed, "joms-traffic", e, h), process, interval, 0.0, until)
+            out.extend(JomsPublication(at, index[h], e, seq) for seq, at in enumerate(times))
     out.sort(key=lambda p: (p.time, p.host, p.entry, p.seq))
     return out
 

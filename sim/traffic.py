@@ -9,6 +9,8 @@ exactly when its profile matches the message's descriptor (and it is not the ori
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from dodwan.core.patterns import Profile
@@ -46,17 +48,19 @@ def schedule(
 
 def _times(seed: int, s: int, pub: Publish, host: int, name: str, stop: float) -> list[Publication]:
     rng = py_rng(seed, "traffic", s, name)
-    out = []
-    if pub.process == "periodic":
-        t = pub.start + rng.uniform(0.0, pub.interval)
-    else:
-        t = pub.start + rng.expovariate(1.0 / pub.interval)
-    seq = 0
+    times = arrival_times(rng, pub.process, pub.interval, pub.start, stop)
+    return [Publication(t, host, s, seq) for seq, t in enumerate(times)]
+
+
+def arrival_times(
+    rng: random.Random, process: str, interval: float, start: float, stop: float
+) -> Iterator[float]:
+    """Publication times in [start, stop) of one ``periodic`` or ``poisson`` stream."""
+    periodic = process == "periodic"
+    t = start + (rng.uniform(0.0, interval) if periodic else rng.expovariate(1.0 / interval))
     while t < stop:
-        out.append(Publication(t, host, s, seq))
-        seq += 1
-        t += pub.interval if pub.process == "periodic" else rng.expovariate(1.0 / pub.interval)
-    return out
+        yield t
+        t += interval if periodic else rng.expovariate(1.0 / interval)
 
 
 def subscriptions(scenario: Scenario) -> dict[str, list[list[dict[str, str]]]]:
