@@ -9,14 +9,16 @@ import socket
 from typing import Any
 
 import pytest
+from test_daemon_helpers import random_group
 
 from dodwan.daemon import netkey as nk
-from dodwan.daemon.transport import GSO_MAX_SEGMENTS, UdpTransport, gso_groups, medium_for
-
-
-def _group() -> str:
-    rnd = random.SystemRandom()
-    return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}:{rnd.randrange(20000, 60000)}"
+from dodwan.daemon.transport import (
+    GSO_MAX_SEGMENTS,
+    Medium,
+    UdpTransport,
+    gso_groups,
+    medium_for,
+)
 
 
 def _foreign_sender() -> socket.socket:
@@ -25,26 +27,45 @@ def _foreign_sender() -> socket.socket:
     return s
 
 
+def _plain_receiver(medium: Medium) -> socket.socket:
+    """A non-blocking member of the group on loopback, with no GRO: one datagram per read."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    rx.bind((medium.group, medium.port))
+    mreq = socket.inet_aton(medium.group) + socket.inet_aton("127.0.0.1")
+    rx.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
+    rx.setblocking(False)
+    return rx
+
+
+class _Until:
+    """A datagram callback that keeps what it hears and is done once it hears ``last``."""
+
+    def __init__(self, last: bytes) -> None:
+        self.last = last
+        self.got: list[bytes] = []
+        self.done = asyncio.Event()
+
+    def __call__(self, data: bytes, addr: object) -> None:
+        self.got.append(data)
+        if data == self.last:
+            self.done.set()
+
+
 def test_own_datagrams_are_dropped_before_python_sees_them() -> None:
     async def main() -> tuple[UdpTransport, list[bytes]]:
-        medium = medium_for(_group(), "lo")
+        medium = medium_for(random_group(), "lo")
         t = UdpTransport(medium)
-        heard: list[bytes] = []
-        done = asyncio.Event()
-
-        def on(data: bytes, addr: object) -> None:
-            heard.append(data)
-            if data == b"theirs-end":
-                done.set()
-
+        on = _Until(b"theirs-end")
         await t.start(on)
         t.send_many([b"mine-%d" % i for i in range(50)])
         with _foreign_sender() as other:
             for d in (b"theirs-1", b"theirs-end"):
                 other.sendto(d, (medium.group, medium.port))
-            await asyncio.wait_for(done.wait(), 10)
+            await asyncio.wait_for(on.done.wait(), 10)
         t.close()
-        return t, heard
+        return t, on.got
 
     t, heard = asyncio.run(main())
     assert t.own_filtered_in_kernel  # Linux accepts the filter
@@ -86,14 +107,8 @@ def test_send_many_keeps_order_when_the_socket_buffer_fills() -> None:
     count = 3000
 
     async def main() -> tuple[list[bytes], int, bool]:
-        medium = medium_for(_group(), "lo")
-        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        rx.bind((medium.group, medium.port))
-        mreq = socket.inet_aton(medium.group) + socket.inet_aton("127.0.0.1")
-        rx.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
-        rx.setblocking(False)
+        medium = medium_for(random_group(), "lo")
+        rx = _plain_receiver(medium)
         t = UdpTransport(medium)
         await t.start(lambda d, a: None)
         assert t._tx_sock is not None and t._tx is not None
@@ -137,14 +152,8 @@ def _receive_all(
     fake: type[_FillsUp] | None, datagrams: list[bytes]
 ) -> tuple[list[bytes], UdpTransport]:
     async def main() -> tuple[list[bytes], UdpTransport]:
-        medium = medium_for(_group(), "lo")
-        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # a plain receiver: no GRO
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        rx.bind((medium.group, medium.port))
-        mreq = socket.inet_aton(medium.group) + socket.inet_aton("127.0.0.1")
-        rx.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
-        rx.setblocking(False)
+        medium = medium_for(random_group(), "lo")
+        rx = _plain_receiver(medium)
         t = UdpTransport(medium)
         await t.start(lambda d, a: None)
         if fake is not None:
@@ -187,25 +196,18 @@ def test_a_daemon_transport_reads_coalesced_runs_as_separate_datagrams(keyed: bo
     datagrams = [rnd.randbytes(1200) for _ in range(200)] + [b"last"]
 
     async def main() -> tuple[list[bytes], UdpTransport]:
-        medium = medium_for(_group(), "lo")
+        medium = medium_for(random_group(), "lo")
         key = nk.generate_key()
         sender = UdpTransport(medium, netkey=nk.NetKey(key) if keyed else None)
         receiver = UdpTransport(medium, netkey=nk.NetKey(key) if keyed else None)
-        got: list[bytes] = []
-        done = asyncio.Event()
-
-        def on(data: bytes, addr: object) -> None:
-            got.append(data)
-            if data == b"last":
-                done.set()
-
+        on = _Until(b"last")
         await receiver.start(on)
         await sender.start(lambda d, a: None)
         sender.send_many(datagrams)
-        await asyncio.wait_for(done.wait(), 10)
+        await asyncio.wait_for(on.done.wait(), 10)
         sender.close()
         receiver.close()
-        return got, receiver
+        return on.got, receiver
 
     got, receiver = asyncio.run(main())
     assert receiver.gro and receiver.coalesced > 0  # Linux: runs arrive in one read
