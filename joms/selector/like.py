@@ -111,9 +111,7 @@ class LikePattern:
     @property
     def literal(self) -> str | None:
         """The only string the pattern matches, when it has no wildcard at all."""
-        if len(self.segments) == 1 and ANY_ONE not in self.segments[0]:
-            return "".join(e for e in self.segments[0] if e is not None)
-        return None
+        return self._compiled[0].literal if len(self._compiled) == 1 else None
 
     def matches(self, value: str) -> bool:
         """True when the whole of ``value`` matches the pattern."""
