@@ -60,9 +60,10 @@ class ServiceConfig:
             raise ValueError(
                 f"unknown JOMS setting(s) {', '.join(unknown)}; known: {', '.join(known)}"
             )
+        defaults = cls()
         values: dict[str, Any] = {}
         for name, value in data.items():
-            default = getattr(cls(), name)
+            default = getattr(defaults, name)
             if isinstance(default, bool):
                 ok = isinstance(value, bool)
             elif isinstance(default, float):
