@@ -67,7 +67,7 @@ class Simulation:
         self.recorder = Recorder()
         self.names = scenario.host_names()
         self.group_of = scenario.group_of()
-        index = {h: i for i, h in enumerate(self.names)}
+        self.index = index = {h: i for i, h in enumerate(self.names)}
         self.medium = Medium(
             self.env,
             len(self.names),
@@ -121,6 +121,11 @@ class Simulation:
             )
 
     # -- wiring
+
+    def _joms_of(self, name: str) -> joms_traffic.JomsHost:
+        jh = self.hosts[self.index[name]].joms
+        assert jh is not None
+        return jh
 
     def _now(self) -> float:
         return float(self.env.now)
@@ -269,17 +274,11 @@ class Simulation:
                 host.joms.start(0.0)
         for e, topic in enumerate(self.scenario.joms_topics):
             for name in self.scenario.resolve(topic.subscribers):
-                jh = self.hosts[self.names.index(name)].joms
-                assert jh is not None
-                jh.subscribe(e, topic, 0.0)
+                self._joms_of(name).subscribe(e, topic, 0.0)
         for queue in self.scenario.joms_queues:
-            manager = self.hosts[self.names.index(queue.manager)].joms
-            assert manager is not None
-            manager.service.create_queue(queue.name, 0.0)
+            self._joms_of(queue.manager).service.create_queue(queue.name, 0.0)
             for name in self.scenario.resolve(queue.receivers):
-                jh = self.hosts[self.names.index(name)].joms
-                assert jh is not None
-                jh.receive(queue, 0.0)
+                self._joms_of(name).receive(queue, 0.0)
         if self.link_events is not None:
             self.env.process(self._replay(self.link_events))
         else:
