@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -173,7 +174,7 @@ class Link:
                 except JMSException as exc:  # connected, but a subscription was refused
                     self.printer.notice(f"reconnected, but: {exc}")
                     return
-                active = sum(1 for s in self.subscriptions.values() if not s.done.is_set())
+                active = len(self.active())
                 restored = f"; {active} subscription(s) restored" if active else ""
                 if not self._refused:
                     self.printer.notice(f"{again} to the daemon at {self.url}{restored}")
@@ -294,8 +295,6 @@ class Link:
         timeout: float,
     ) -> Message | None:
         """One message from ``queue`` (skipping those the patterns reject), or None."""
-        import time
-
         session = self.session()
         consumer = session.create_consumer(queue, selector=selector)
         try:
