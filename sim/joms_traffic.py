@@ -102,7 +102,6 @@ class JomsHost:
         """Shared by all hosts: logged DoDWAN id -> first host whose consumer got it."""
         self.received: dict[str, tuple[int, int]] = {}
         """DoDWAN id -> (bytes, hops) from the core's delivery trace."""
-        self.dispatched = 0
         self.consumers: list[str] = []
         """Consumer ids the scenario created here, in creation order."""
 
@@ -197,7 +196,6 @@ class JomsHost:
                 bytes=size, hops=hops,
             )  # fmt: skip
             n += 1
-        self.dispatched += n
         return n
 
     def timer(self) -> float | None:
