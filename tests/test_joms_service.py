@@ -300,6 +300,23 @@ def test_durable_backlog_is_bounded_oldest_dropped() -> None:
     assert s.counters["pending_overflow"] == 2
 
 
+def test_durable_overflow_also_drops_the_copy_waiting_in_memory() -> None:
+    w = World("a", config=ServiceConfig(max_pending=2))
+    s = w.svc["a"]
+    t = Destination("topic", "t")
+    c = s.open_connection(w.net.now, "slow")
+    cons = s.subscribe(c, t, w.net.now, durable_name="d", ack_mode="client-individual", prefetch=1)
+    p = s.open_connection(w.net.now)
+    for i in range(4):  # m0 dispatched; m1 waits in memory until m3 pushes it out
+        s.send(p, text(t, f"m{i}"), w.net.now)
+        w.step()
+    assert w.bodies("a") == [b"m0"]
+    s.ack(cons, w.events["a"][0].tag, w.net.now)
+    w.step()
+    assert w.bodies("a") == [b"m0", b"m2"]
+    assert s.counters["pending_overflow"] == 2
+
+
 def test_temporary_queue_is_owned_by_its_connection_and_dies_with_it() -> None:
     w = World("a")
     s = w.svc["a"]
