@@ -812,9 +812,9 @@ class JomsService:
             for okey, _ in oldest:
                 self.store.delete("dpending", okey)
                 self._dcount[key] -= 1
-                for c in self._consumers.values():  # not waiting in memory either
-                    if c.durable == key:
-                        c.pending = deque(x for x in c.pending if x[0] != okey)
+                if d.consumer is not None:  # not waiting in memory either
+                    c = self._consumers[d.consumer]
+                    c.pending = deque(x for x in c.pending if x[0] != okey)
             self._count("pending_overflow")
         self.store.put("dpending", skey, mdl.freeze(msg))
         self._dcount[key] += 1
