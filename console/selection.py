@@ -22,12 +22,10 @@ from typing import Any
 
 import re2
 
+from joms.selector.lexer import KEYWORDS
 from joms.service import model as mdl
 
 _META = set(".^$*+?()[]{}|\\")
-_RESERVED = {
-    "AND", "OR", "NOT", "IN", "LIKE", "BETWEEN", "IS", "NULL", "TRUE", "FALSE", "ESCAPE",
-}  # fmt: skip
 _ANY = object()  # '.*'
 _OPTIONS: Any = re2.Options()
 _OPTIONS.log_errors = False  # errors are reported to the user, not logged to stderr
@@ -90,7 +88,7 @@ def _is_identifier(key: str) -> bool:
         key.isascii()
         and (key[0].isalpha() or key[0] in "_$")
         and all(c.isalnum() or c in "_$" for c in key)
-        and key.upper() not in _RESERVED
+        and key.upper() not in KEYWORDS
     )
 
 
