@@ -15,6 +15,7 @@ import random
 import socket
 
 import pytest
+from test_daemon_helpers import random_group
 
 from dodwan.daemon.memdebug import mallinfo
 from dodwan.daemon.transport import UdpTransport, medium_for
@@ -24,8 +25,7 @@ pytestmark = pytest.mark.skipif(not mallinfo(), reason="needs glibc's mallinfo2"
 
 async def _receive_keeping_some(n: int, kept: int) -> tuple[int, int]:
     rnd = random.Random(4)
-    group = f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}:{rnd.randrange(20000, 60000)}"
-    transport = UdpTransport(medium_for(group, "lo"), buffer_size=1 << 20)
+    transport = UdpTransport(medium_for(random_group(), "lo"), buffer_size=1 << 20)
     held: collections.deque[bytes] = collections.deque(maxlen=kept)
     got = 0
     wake = asyncio.Event()

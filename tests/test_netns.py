@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_daemon_helpers import DaemonProc, wait_for
+from test_daemon_helpers import DaemonProc, random_group, wait_for
 
 SUBNET = "10.231.{}.{}"
 
@@ -132,7 +132,7 @@ def net() -> Iterator[Net]:
 def test_carrier_killed_and_restarted_still_delivers_across_islands(
     net: Net, tmp_path: Path
 ) -> None:
-    group = f"239.255.{random.randrange(1, 255)}.{random.randrange(1, 255)}:{random.randrange(20000, 60000)}"
+    group = random_group()
     common = ["--interface", "eth0", "--group", group, "--announce-period", "0.5"]
     procs: dict[str, DaemonProc] = {}
 
