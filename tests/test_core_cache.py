@@ -31,8 +31,10 @@ def test_deadline_purges_message_and_later_history() -> None:
     assert n.get_timer() is not None
     n.handle_timer(now=99)
     assert [c["id"] for c in n.cache_listing()] == [mid]
+    assert n.cache_entry(mid) == n.cache_listing()[0]
+    assert n.cache_entry(mid)["reason"] == "published here"  # type: ignore[index]
     n.handle_timer(now=100)
-    assert n.cache_listing() == []
+    assert n.cache_listing() == [] and n.cache_entry(mid) is None
     # history survives until the deadline: the id stays reserved, then is forgotten
     n.handle_timer(now=101)
     n.publish({"id": mid, "topic": "t"}, b"again", deadline=200, now=101)

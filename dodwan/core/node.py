@@ -609,30 +609,31 @@ class Node:
         hosts = self._matcher.interested_hosts(c.header.msg_id)
         return "carried for " + ", ".join(hosts) if hosts else "carried altruistically"
 
+    def _entry(self, c: Cached) -> dict[str, Any]:
+        h = c.header
+        return {
+            "id": h.msg_id,
+            "complete": c.complete,
+            "fragments": c.count,
+            "total_fragments": h.frags,
+            "size": h.size,
+            "stored_bytes": c.nbytes,
+            "deadline": h.deadline,
+            "priority": h.priority,
+            "persistent": h.persistent,
+            "hops": c.meta.hops,
+            "reason": self._kept_because(c),
+            "descriptor": dict(c.descriptor),
+        }
+
     def cache_listing(self) -> list[dict[str, Any]]:
-        """What the host carries: one dict per message."""
-        out: list[dict[str, Any]] = []
-        for c in self._cache.values():
-            h = c.header
-            reason = self._kept_because(c)
-            out.append(
-                {
-                    "id": h.msg_id,
-                    "complete": c.complete,
-                    "fragments": c.count,
-                    "total_fragments": h.frags,
-                    "size": h.size,
-                    "stored_bytes": c.nbytes,
-                    "deadline": h.deadline,
-                    "priority": h.priority,
-                    "persistent": h.persistent,
-                    "hops": c.meta.hops,
-                    "reason": reason,
-                    "descriptor": dict(c.descriptor),
-                }
-            )
-        out.sort(key=lambda d: str(d["id"]))
-        return out
+        """What the host carries: one dict per message, by id."""
+        return [self._entry(self._cache[k]) for k in sorted(self._cache)]
+
+    def cache_entry(self, msg_id: str) -> dict[str, Any] | None:
+        """One message of :meth:`cache_listing` (None when not cached)."""
+        c = self._cache.get(msg_id)
+        return None if c is None else self._entry(c)
 
     def cache_usage(self) -> dict[str, int]:
         return {

@@ -183,10 +183,7 @@ class Daemon:
             self.store.set_meta("host_id", host_id)
             self.store.commit()
         self.host_id = host_id
-        extra: dict[str, Any] = {}
-        if self._signing_key is not None:
-            extra["signing_key"] = self._signing_key
-        node_config = self.config.node_config(host_id, **extra)
+        node_config = self.config.node_config(host_id, signing_key=self._signing_key)
         self.node = Node(node_config, rng=random.Random(), store=self.store)
         if node_config.trace:
             self._trace_file = open(  # noqa: SIM115  (open for the daemon's lifetime)
@@ -326,19 +323,16 @@ class Daemon:
         assert node is not None and store is not None and sinks is not None
         undone = store.unfinished_deliveries()
         store.purge_sink_done(time.time())
-        if undone:
-            descriptors = {e["id"]: e["descriptor"] for e in node.cache_listing()}
-            for msg_id, key, deadline in undone:
-                payload = node.message_payload(msg_id) if msg_id in descriptors else None
-                if payload is None:  # no longer cached: nothing to redo it from
-                    self._count("redeliveries_impossible")
-                    store.sink_done(msg_id, key, deadline)
-                    continue
-                self._count("redeliveries")
-                sinks.deliver(
-                    MessageDelivered(key, dict(descriptors[msg_id]), payload), redelivered=True
-                )
-                log.info("redelivered %s to %s (unfinished before a restart)", msg_id, key)
+        for msg_id, key, deadline in undone:
+            payload = node.message_payload(msg_id)
+            entry = node.cache_entry(msg_id)
+            if payload is None or entry is None:  # no longer cached: nothing to redo it from
+                self._count("redeliveries_impossible")
+                store.sink_done(msg_id, key, deadline)
+                continue
+            self._count("redeliveries")
+            sinks.deliver(MessageDelivered(key, entry["descriptor"], payload), redelivered=True)
+            log.info("redelivered %s to %s (unfinished before a restart)", msg_id, key)
         store.flush()
 
     async def _start_stomp(self, address: str) -> None:
@@ -626,27 +620,24 @@ class Daemon:
             )
         return out
 
-    def _cache_entries(self) -> list[dict[str, Any]]:
-        entries = self._node().cache_listing()
-        for e in entries:
-            # Only verified signatures are kept: a bad one is dropped at reception.
-            e["signed_by"] = e.get("descriptor", {}).get("sigkey")
-        return entries
+    @staticmethod
+    def _with_signer(entry: dict[str, Any]) -> dict[str, Any]:
+        # Only verified signatures are kept: a bad one is dropped at reception.
+        entry["signed_by"] = entry["descriptor"].get("sigkey")
+        return entry
 
     def cache_list(self) -> list[dict[str, Any]]:
-        return self._cache_entries()
+        return [self._with_signer(e) for e in self._node().cache_listing()]
 
     def cache_show(self, msg_id: str, payload: bool) -> dict[str, Any]:
         node = self._node()
-        for entry in self._cache_entries():
-            if entry["id"] == msg_id:
-                if payload:
-                    data = node.message_payload(msg_id)
-                    entry["payload_b64"] = (
-                        None if data is None else base64.b64encode(data).decode("ascii")
-                    )
-                return entry
-        raise ApiError(404, f"no cached message {msg_id!r}")
+        entry = node.cache_entry(msg_id)
+        if entry is None:
+            raise ApiError(404, f"no cached message {msg_id!r}")
+        if payload:
+            data = node.message_payload(msg_id)
+            entry["payload_b64"] = None if data is None else base64.b64encode(data).decode("ascii")
+        return self._with_signer(entry)
 
     def cache_purge(self, msg_id: str) -> dict[str, Any]:
         node = self._node()
@@ -742,10 +733,7 @@ class Daemon:
         sinks.set(key, kind, target)
         store.put_sink(key, kind, target)  # committed with the subscription, atomically
         try:
-            extra: dict[str, Any] = {}
-            if trusted_keys is not None:
-                extra["trusted_keys"] = trusted_keys
-            key = node.subscribe(patterns, now=time.time(), key=key, **extra)
+            key = node.subscribe(patterns, now=time.time(), key=key, trusted_keys=trusted_keys)
         except (TypeError, ValueError) as exc:
             store.delete_sink(key)
             store.commit()
