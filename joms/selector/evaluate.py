@@ -293,7 +293,7 @@ def _junction(operands: tuple[Node, ...], decisive: bool) -> Evaluator:
     def junction(props: Properties) -> bool | None:
         result: bool | None = not decisive
         for operand in compiled:
-            value = operand(props)
+            value: bool | None = operand(props)
             if value is decisive:
                 return decisive
             if value is None:
