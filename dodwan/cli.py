@@ -190,11 +190,11 @@ def keygen(file: str, signing: bool, force: bool) -> None:
 
     if signing:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-        priv = Ed25519PrivateKey.generate()
-        key = priv.private_bytes_raw()
-        public = priv.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+        from .core.signing import Signer
+
+        key = Ed25519PrivateKey.generate().private_bytes_raw()
+        public = Signer(key).public_hex
     else:
         key, public = generate_key(), ""
     try:
