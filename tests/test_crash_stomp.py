@@ -138,13 +138,20 @@ def test_queue_and_durable_topic_survive_kill_9(daemons) -> None:
     with lock:
         expected = set(confirmed)
     assert len(expected) >= 10 * cycles
+
+    def missing() -> set[str]:
+        with lock:  # the listener thread adds to ``seen`` meanwhile
+            return expected - set(seen)
+
     wait_for(
-        lambda: expected <= set(seen),
+        lambda: not missing(),
         # a message held for a consumer that died with the daemon is free at the restart;
         # the bound is still beyond the 30 s receiver lease
         timeout=45,
-        what=f"every confirmed message consumed ({len(expected)}); "
-        f"missing e.g. {sorted(expected - set(seen))[:20]}",
+        what=lambda: (
+            f"every confirmed message consumed ({len(expected)}); "
+            f"missing e.g. {sorted(missing())[:20]}"
+        ),
     )
     _close(consumer.conn)
     with lock:

@@ -25,9 +25,15 @@ T = TypeVar("T")
 
 
 def wait_for(
-    pred: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = ""
+    pred: Callable[[], T],
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    what: str | Callable[[], str] = "",
 ) -> T:
-    """Poll ``pred`` until it returns a truthy value; fail the test after ``timeout``."""
+    """Poll ``pred`` until it returns a truthy value; fail the test after ``timeout``.
+
+    ``what`` names the wait in the failure; a callable is asked only then, so it can say
+    what was still missing at the deadline."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
@@ -41,7 +47,8 @@ def wait_for(
         if result:
             return result
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or pred}: last {last!r}")
+            name = what() if callable(what) else what
+            pytest.fail(f"timed out after {timeout} s waiting for {name or pred}: last {last!r}")
         time.sleep(interval)
 
 
@@ -136,6 +143,19 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., DaemonProc]]:
 def test_wait_for_returns_the_first_truthy_value() -> None:
     calls = iter([0, None, "", 7])
     assert wait_for(lambda: next(calls), timeout=5, interval=0) == 7
+
+
+def test_wait_for_names_what_was_missing_at_the_deadline() -> None:
+    state = {"missing": 3}
+
+    def progress() -> bool:
+        state["missing"] -= 1
+        return False
+
+    with pytest.raises(pytest.fail.Exception) as failed:
+        wait_for(progress, timeout=0.05, interval=0.01, what=lambda: f"{state['missing']} left")
+    assert state["missing"] < 2  # polled more than once, and named after the last poll:
+    assert f"waiting for {state['missing']} left: last False" in str(failed.value)
 
 
 def test_random_group_is_ipv4_multicast() -> None:
