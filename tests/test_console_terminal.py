@@ -470,7 +470,7 @@ def test_dash_c_runs_a_script(net: tuple[Host, Host], home: Path) -> None:
     assert "host id    ca" in out and "daemon     " + a.url + ": connected" in out
     assert any(line.startswith("cb  127.0.0.1:") for line in out.splitlines()), out
     [topics] = [x for x in out.splitlines() if x.startswith("topics:")]
-    assert "Script" in topics.split(": ", 1)[1].split(", ")  # from the daemon's cache
+    assert "Script" in topics.split(":", 1)[1].strip().split(", ")  # from the daemon's cache
 
 
 def test_a_general_regex_is_checked_by_the_console(net: tuple[Host, Host], home: Path) -> None:
