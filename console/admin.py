@@ -50,9 +50,15 @@ class Admin:
             return False
         return True
 
-    def _get(self, path: str) -> Any:
+    def _client(self) -> AdminClient:
         try:
-            return AdminClient.for_state_dir(self._where(), timeout=5.0).get(path)
+            return AdminClient.for_state_dir(self._where(), timeout=5.0)
+        except ClientError as exc:
+            raise AdminUnavailable(str(exc)) from None
+
+    def _get(self, path: str, client: AdminClient | None = None) -> Any:
+        try:
+            return (client or self._client()).get(path)
         except ClientError as exc:
             raise AdminUnavailable(str(exc)) from None
 
@@ -67,13 +73,14 @@ class Admin:
         topics: set[str] = set()
         queues: set[str] = set()
         adverts = 0
-        for item in self._get("/cache"):
+        client = self._client()  # one read of admin.json for the listing and every advert
+        for item in self._get("/cache", client):
             d = item.get("descriptor", {})
             kind = d.get("jms_kind")
             if kind == "directory" and item.get("complete") and adverts < _MAX_ADVERTS:
                 adverts += 1
                 try:
-                    full = self._get(f"/cache/{item['id']}?payload=1")
+                    full = self._get(f"/cache/{item['id']}?payload=1", client)
                     rec = json.loads(base64.b64decode(full.get("payload_b64", "")))
                     topics.update(str(t) for t in rec.get("topics", []))
                     queues.update(str(q) for q in rec.get("queues", []))
