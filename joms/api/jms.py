@@ -449,7 +449,8 @@ class MessageConsumer:
     def _arrived(self, f: Frame) -> None:
         self._inbox.put(f)
 
-    def _take(self, timeout: float | None, ack_now: bool = True) -> Message | None:
+    def _take(self, timeout: float | None) -> tuple[Frame, Message] | None:
+        """Next frame and its message, not yet marked delivered (see Session._delivered)."""
         conn = self.session.connection
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -476,17 +477,18 @@ class MessageConsumer:
             if not conn._started.is_set():  # stopped meanwhile: keep it for later
                 self._inbox.queue.appendleft(item)
                 continue
-            msg = from_frame(item)
-            msg._frame = item
-            if ack_now:
-                self.session._delivered(self, item, msg)
-            return msg
+            return item, from_frame(item)
 
     def receive(self, timeout: float | None = None) -> Message | None:
         """Next message; waits ``timeout`` seconds (None = until one comes or close)."""
         if self._listener is not None:
             raise IllegalStateException("this consumer has a message listener")
-        return self._take(timeout)
+        taken = self._take(timeout)
+        if taken is None:
+            return None
+        frame, msg = taken
+        self.session._delivered(self, frame, msg)
+        return msg
 
     def receive_no_wait(self) -> Message | None:
         return self.receive(0)
@@ -513,20 +515,23 @@ class MessageConsumer:
         after = self.session.ack_mode == AUTO_ACKNOWLEDGE and not self.session.transacted
         while not self._closed:
             try:
-                msg = self._take(0.2, ack_now=not after)
+                taken = self._take(0.2)
+                if taken is not None and not after:
+                    self.session._delivered(self, *taken)
             except JMSException:
                 return
-            if msg is None:
+            if taken is None:
                 continue
+            frame, msg = taken
             listener = self._listener
             try:
                 if listener is not None:
                     listener(msg)
             except Exception:  # JMS: a listener's exception must not stop delivery
                 log.exception("message listener failed")
-            if after and msg._frame is not None:
+            if after:
                 try:
-                    self.session._delivered(self, msg._frame, msg)
+                    self.session._delivered(self, frame, msg)
                 except JMSException:
                     return
 

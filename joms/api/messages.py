@@ -139,7 +139,6 @@ class Message:
         self._props: dict[str, Any] = {}
         self._types: dict[str, str] = {}
         self._ack: Callable[[], None] | None = None
-        self._frame: Frame | None = None
         for k, v in (properties or {}).items():
             self.set_property(k, v)
 
