@@ -295,6 +295,51 @@ def test_admin_without_a_state_dir_says_what_to_do(
     assert "no daemon running" in str(exc2.value)
 
 
+def test_admin_destinations_from_directory_adverts_and_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+    import json
+
+    from dodwan.daemon.client import AdminClient, ClientError
+
+    advert = {"host": "h2", "topics": ["News"], "queues": ["Box"]}
+    cache = [
+        {"id": "d1", "complete": True, "descriptor": {"jms_kind": "directory"}},
+        {"id": "d2", "complete": True, "descriptor": {"jms_kind": "directory"}},  # gone
+        {"id": "d3", "complete": False, "descriptor": {"jms_kind": "directory"}},  # partial
+        {"id": "m1", "descriptor": {"jms_kind": "message", "destination_type": "topic",
+                                    "destination_id": "Chat"}},
+        {"id": "m2", "descriptor": {"jms_kind": "message", "destination_type": "queue",
+                                    "destination_id": "Jobs@h3"}},
+        {"id": "m3", "descriptor": {"jms_kind": "message", "destination_type": "queue",
+                                    "destination_id": "tmp.h1.1"}},
+        {"id": "x", "descriptor": {"topic": "plain dodwan"}},
+    ]  # fmt: skip
+    asked: list[str] = []
+
+    class Fake:
+        def get(self, path: str) -> Any:
+            asked.append(path)
+            if path == "/cache":
+                return cache
+            if path == "/cache/d1?payload=1":
+                return {"payload_b64": base64.b64encode(json.dumps(advert).encode()).decode()}
+            raise ClientError("404 unknown message")
+
+    made: list[Path] = []
+
+    def for_state_dir(state_dir: Path, timeout: float = 30.0) -> Fake:
+        made.append(Path(state_dir))
+        return Fake()
+
+    monkeypatch.setattr(AdminClient, "for_state_dir", staticmethod(for_state_dir))
+    topics, queues = Admin(tmp_path).destinations()
+    assert (topics, queues) == ({"News", "Chat"}, {"Box", "Jobs@h3"})
+    assert asked == ["/cache", "/cache/d1?payload=1", "/cache/d2?payload=1"]
+    assert made == [tmp_path]  # admin.json read once for the listing and every advert
+
+
 def test_commands_without_a_daemon_fail_with_one_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
