@@ -164,6 +164,22 @@ def test_string_selector_is_pushed_into_the_profile() -> None:
     )
 
 
+def test_a_long_conjunction_is_pushed_as_far_as_dodwans_pattern_limit() -> None:
+    from dodwan import Limits
+
+    port = LoopPort()
+    svc = JomsService(port, rng=random.Random(0))
+    port.service = svc
+    svc.start(1.0)
+    c = svc.open_connection(1.0)
+    selector = " AND ".join(f"p{i} = 'v{i}'" for i in range(20))
+    svc.subscribe(c, Destination("topic", "t"), 1.0, selector=selector)
+    [specs] = [v for k, v in port.specs.items() if k.startswith("joms:t:")]
+    # the destination attributes stay; selector attributes fill the rest of the limit
+    assert [len(s) for s in specs] == [Limits().max_pattern_attributes]
+    assert specs[0]["destination_id"] == "t" and specs[0]["p0"] == "v0"
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     st.sampled_from(["joms:dir", "queues"]),
