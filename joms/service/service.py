@@ -45,6 +45,7 @@ from .store import MemoryServiceStore, ServiceStore
 KEY_PREFIX = "joms:"
 ACK_MODES = ("auto", "client", "client-individual")
 _SEP = "\x1e"
+_CORE_LIMITS = Limits()  # DoDWAN's default pattern limits, which network filters must fit
 
 
 def _esc(value: str) -> str:
@@ -689,8 +690,11 @@ class JomsService:
             return [base]
         try:
             # leave room for the base attributes within DoDWAN's per-pattern limit
-            room = Limits().max_pattern_attributes - len(base)
-            extra = sel.network_patterns(attribute_for, max_attributes=room)
+            extra = sel.network_patterns(
+                attribute_for,
+                max_regex_length=_CORE_LIMITS.max_regex_length,
+                max_attributes=_CORE_LIMITS.max_pattern_attributes - len(base),
+            )
         except Exception:
             extra = None
         if not extra:
