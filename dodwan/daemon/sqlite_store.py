@@ -262,18 +262,13 @@ class SqliteStore:
         self.conn.execute("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
 
     def put_fragment(self, msg_id: str, index: int, data: bytes) -> None:
-        if not self._pending:
-            self._since = time.monotonic()
-        self._pending += 1
+        self._pend(1)
         data = bytes(data)
         self._unwritten.append((msg_id, index, data))
-        if len(data) <= self._frags_limit:
-            self._remember(msg_id, index, data)
+        self._remember(msg_id, index, data)
 
     def put_fragments(self, msg_id: str, chunks: Sequence[bytes]) -> None:
-        if not self._pending:
-            self._since = time.monotonic()
-        self._pending += len(chunks)
+        self._pend(len(chunks))
         rows = [(msg_id, i, bytes(c)) for i, c in enumerate(chunks)]
         self._unwritten.extend(rows)
         total = sum(len(r[2]) for r in rows)
@@ -296,8 +291,7 @@ class SqliteStore:
         if row is None:
             return None
         data = bytes(row[0])
-        if len(data) <= self._frags_limit:
-            self._remember(msg_id, index, data)
+        self._remember(msg_id, index, data)
         return data
 
     def _write_fragments(self) -> None:
@@ -309,6 +303,8 @@ class SqliteStore:
             )
 
     def _remember(self, msg_id: str, index: int, data: bytes) -> None:
+        if len(data) > self._frags_limit:
+            return
         frags = self._frags
         held = frags.get(msg_id)
         if held is None:
@@ -384,10 +380,14 @@ class SqliteStore:
                 out.append((str(key), parsed))
         return out
 
-    def _wrote(self, must: bool) -> None:
+    def _pend(self, writes: int) -> None:
+        """Count writes into the open transaction (its age starts at the first)."""
         if not self._pending:
             self._since = time.monotonic()
-        self._pending += 1
+        self._pending += writes
+
+    def _wrote(self, must: bool) -> None:
+        self._pend(1)
         self._rows += 1
         self._must = self._must or must
 
