@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner, Result
 from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import daemons as daemons
 
 from dodwan.cli import cli
 
@@ -60,9 +61,9 @@ def test_every_command_is_listed() -> None:
     names = {" ".join(c) for c in ALL}
     expected = {
         "daemon", "status", "peers", "profile", "publish", "subscribe", "unsubscribe",
-        "subscriptions", "cache", "cache ls", "cache show", "cache purge",
+        "subscriptions", "cache", "cache ls", "cache show", "cache purge", "keygen",
     }  # fmt: skip
-    assert expected <= names
+    assert names == expected  # a new command is added here, and so to the error-path tests
 
 
 @pytest.mark.parametrize("command", [(), *ALL], ids=lambda c: " ".join(c) or "dodwan")
@@ -144,24 +145,37 @@ def test_status_human_and_json(sd: str) -> None:
 
 def test_peers_and_profile(sd: str) -> None:
     r = run("--state-dir", sd, "peers")
-    assert r.exit_code == 0 and ("no neighbours" in r.output or "HOST" in r.output)
-    assert isinstance(json.loads(run("--state-dir", sd, "peers", "--json").output), dict)
-    run(
-        "--state-dir",
-        sd,
-        "subscribe",
-        "-p",
-        "topic=prof.*",
-        "--dir",
-        str(Path(sd) / "p"),
-        "--key",
-        "prof",
-    )
+    assert r.exit_code == 0 and r.output.strip() == "no neighbours"  # alone on its group
+    assert json.loads(run("--state-dir", sd, "peers", "--json").output) == {}
+    sub = run("--state-dir", sd, "subscribe", "-p", "topic=prof.*", "--dir", str(Path(sd) / "p"),
+              "--key", "prof")  # fmt: skip
+    assert sub.exit_code == 0 and sub.output.strip() == "prof"
     r = run("--state-dir", sd, "profile")
     assert r.exit_code == 0 and "prof.*" in r.output
     js = json.loads(run("--state-dir", sd, "profile", "--json").output)
     assert {"topic": "prof.*"} in js["own"]
     assert run("--state-dir", sd, "unsubscribe", "prof").exit_code == 0
+
+
+def test_peers_table_names_each_neighbour(
+    daemons: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    group = random_group()
+    a = daemons("a", "--group", group, "--host-id", "pa", "--announce-period", "0.5")
+    b = daemons("b", "--group", group, "--host-id", "pb", "--announce-period", "0.5",
+                "--altruistic")  # fmt: skip
+    b.client().post(
+        "/subscribe",
+        {"patterns": [{"topic": "x"}], "sink": {"kind": "dir", "target": str(tmp_path / "o")}},
+    )
+    wait_for(lambda: a.client().get("/peers").get("pb", {}).get("patterns"), what="a hears pb")
+    js = json.loads(run("--state-dir", str(a.state_dir), "peers", "--json").output)
+    assert list(js) == ["pb"] and js["pb"]["altruistic"] is True
+    r = run("--state-dir", str(a.state_dir), "peers")
+    assert r.exit_code == 0
+    header, row = r.output.splitlines()[:2]
+    assert header.split() == ["HOST", "ADDRESS", "SILENT", "ALTRUISTIC", "PROFILE"]
+    assert row.split()[0] == "pb" and "yes" in row.split() and '{"topic": "x"}' in row
 
 
 def test_publish_text_file_and_cache_commands(sd: str, tmp_path: Path) -> None:
