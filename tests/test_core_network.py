@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any
 
 from dodwan.virtual import VirtualNetwork
 
@@ -12,6 +13,16 @@ NEWS = {"topic": "news"}
 
 def delivered_ids(net: VirtualNetwork, host: str) -> list[str]:
     return [d.descriptor["id"] for d in net.deliveries(host)]
+
+
+def chain(seed: int, **node_config: Any) -> VirtualNetwork:
+    """Hosts a - b - c in a line, linked: a and c never hear each other."""
+    net = VirtualNetwork(seed=seed)
+    for h in "abc":
+        net.add(h, **node_config)
+    net.link("a", "b")
+    net.link("b", "c")
+    return net
 
 
 def test_two_hosts_in_contact_deliver_descriptor_and_payload() -> None:
@@ -65,11 +76,7 @@ def test_store_carry_forward_through_an_interested_carrier() -> None:
 
 def test_horizon_relay_through_uninterested_host() -> None:
     """A–B–C chain: B has no interest of its own but fetches for C (horizon 2)."""
-    net = VirtualNetwork(seed=4)
-    for h in "abc":
-        net.add(h, horizon=2)
-    net.link("a", "b")
-    net.link("b", "c")
+    net = chain(4, horizon=2)
     net.subscribe("c", NEWS)
     mid = net.publish("a", NEWS, b"relayed", ttl=3600)
     net.run(60)
@@ -81,11 +88,7 @@ def test_horizon_relay_through_uninterested_host() -> None:
 
 
 def test_horizon_one_does_not_relay() -> None:
-    net = VirtualNetwork(seed=4)
-    for h in "abc":
-        net.add(h, horizon=1)
-    net.link("a", "b")
-    net.link("b", "c")
+    net = chain(4, horizon=1)
     net.subscribe("c", NEWS)
     net.publish("a", NEWS, b"not relayed", ttl=3600)
     net.run(120)
@@ -300,11 +303,7 @@ def test_subscription_churn_elsewhere_keeps_compiled_profiles_bounded() -> None:
     """Hundreds of profile versions of a host two hops away: a few are kept, not all of them."""
     from dodwan.core.node import PROFILE_CACHE_VERSIONS
 
-    net = VirtualNetwork(seed=5)
-    for h in "abc":
-        net.add(h, announce_period=0.5)
-    net.link("a", "b")
-    net.link("b", "c")
+    net = chain(5, announce_period=0.5)
     net.run(3)
     key = None
     for i in range(300):
