@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dodwan.daemon.client import AdminClient, ClientError  # noqa: E402
+from dodwan.daemon.memdebug import rss_kb  # noqa: E402
 
 SIZES = (100, 1_000, 10_000, 50_000, 200_000)
 TTL = 120.0
@@ -97,10 +98,7 @@ class Daemon:
         """``VmRSS``, or ``RssAnon``: the process's own memory, without the file-backed pages
         (libraries) that the kernel may drop and reload at any time."""
         assert self.proc is not None
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-        return 0
+        return rss_kb(field, self.proc.pid)
 
     def fds(self) -> int:
         assert self.proc is not None

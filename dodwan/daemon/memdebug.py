@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import json
 import os
@@ -39,6 +40,7 @@ class _MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2]
 
 
+@functools.cache
 def _libc() -> Any:
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -46,6 +48,7 @@ def _libc() -> Any:
         return None
 
 
+@functools.cache
 def _libsqlite() -> Any:
     try:
         return ctypes.CDLL(ctypes.util.find_library("sqlite3") or "libsqlite3.so.0")
@@ -78,9 +81,10 @@ def sqlite_memory() -> dict[str, int]:
     }
 
 
-def rss_kb(field: str = "VmRSS") -> int:
+def rss_kb(field: str = "VmRSS", pid: int | str = "self") -> int:
+    """A ``/proc/PID/status`` figure in kB (``VmRSS``, ``RssAnon``, ...); 0 when unknown."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
