@@ -112,6 +112,13 @@ def test_node_restarts_on_the_sqlite_store(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- config
 
 
+def test_defaults_are_ipv4_multicast_on_loopback_and_a_local_admin_api() -> None:
+    c = cfg.load(None)
+    assert (c.group, c.interface, c.admin) == ("239.255.42.42:8500", "lo", "127.0.0.1:0")
+    assert medium_for(c.group, c.interface).kind == "multicast4"
+    assert c.network_key == "" and c.bitrate == 0  # no key, no pacing unless configured
+
+
 def test_config_file_and_overrides(tmp_path: Path) -> None:
     f = tmp_path / "c.toml"
     f.write_text('interface = "eth9"\nbitrate = 2000000\n[node]\nannounce_period = 2.5\n')
