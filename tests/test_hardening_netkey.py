@@ -216,6 +216,21 @@ def test_only_hosts_with_the_key_take_part_and_replays_are_refused(daemons, tmp_
         cap.close()
 
 
+def test_the_network_key_can_be_set_in_the_config_file(daemons, tmp_path: Path) -> None:
+    key = tmp_path / "net.key"
+    assert CliRunner().invoke(cli, ["keygen", str(key)]).exit_code == 0
+    conf = tmp_path / "a.toml"
+    conf.write_text(f'network_key = "{key}"\n')
+    group = random_group()
+    a = daemons("a", "--group", group, "--host-id", "a", "--config", str(conf), *FAST)
+    b = daemons("b", "--group", group, "--host-id", "b", "--network-key", str(key), *FAST)
+    c = daemons("c", "--group", group, "--host-id", "c", *FAST)
+    # Only a key holder is heard by b: a's key came from its config file.
+    wait_for(lambda: b.status()["neighbours"] == ["a"], what="b hears a")
+    wait_for(lambda: a.status()["counters"].get("netkey_rejected", 0) > 0, what="c refused")
+    assert a.status()["neighbours"] == ["b"] and c.status()["neighbours"] == []
+
+
 def test_pacing_charges_the_seal_overhead() -> None:
     from dodwan.daemon.pacer import Pacer
 
