@@ -191,10 +191,10 @@ def keygen(file: str, signing: bool, force: bool) -> None:
     if signing:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-        from .core.signing import Signer
+        from .core.signing import public_key_of
 
         key = Ed25519PrivateKey.generate().private_bytes_raw()
-        public = Signer(key).public_hex
+        public = public_key_of(key)
     else:
         key, public = generate_key(), ""
     try:

@@ -36,6 +36,11 @@ class Signer:
         descriptor[SIG] = self._key.sign(wire.encode_attributes(descriptor)).hex()
 
 
+def public_key_of(private_key: bytes) -> str:
+    """Hex public key for a raw private key."""
+    return Signer(private_key).public_hex
+
+
 def verify(descriptor: Mapping[str, str]) -> None:
     """Raise WireError unless the descriptor is unsigned or correctly signed."""
     sig = descriptor.get(SIG)
