@@ -5,7 +5,8 @@ frame; a consumer (client-individual acks on the queue, a durable subscription o
 takes what comes; at a moment drawn from a seeded RNG the daemon is killed with SIGKILL and
 restarted. At the end every message whose receipt came back has been consumed, and a message
 seen twice was flagged ``redelivered:true`` every time after the first: the queue manager and
-the durable subscription resumed after every kill, losing nothing and not silently duplicating.
+the durable subscription resumed after every kill, losing nothing and not silently duplicating;
+after each kill every SQLite database in the state directory passes its integrity check.
 
 Cycles: ``DODWAN_CRASH_CYCLES`` // 2 (5 by default, 25 with ``CI=true``).
 """
@@ -18,8 +19,10 @@ import os
 import random
 import signal
 import socket
+import sqlite3
 import threading
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,6 +91,18 @@ def _close(c: Any) -> None:
         c.disconnect()
 
 
+def _integrity(state_dir: Path) -> dict[str, str]:
+    """``PRAGMA integrity_check`` of every SQLite database the daemon keeps."""
+    out = {}
+    for db in sorted([*state_dir.glob("*.db"), *state_dir.glob("*.sqlite")]):
+        conn = sqlite3.connect(db)
+        try:
+            out[db.name] = str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+        finally:
+            conn.close()
+    return out
+
+
 def test_queue_and_durable_topic_survive_kill_9(daemons) -> None:
     cycles = _cycles()
     rnd = random.Random(int(os.environ.get("DODWAN_CRASH_SEED", "8")))
@@ -129,6 +144,9 @@ def test_queue_and_durable_topic_survive_kill_9(daemons) -> None:
         t.join(10)
         _close(producer)
         _close(consumer.conn)
+        checked = _integrity(d.state_dir)
+        assert "dodwan.db" in checked, checked
+        assert set(checked.values()) == {"ok"}, f"kill {cycle}: {checked}"
         d.start()
         wait_for(up, what=f"STOMP port after kill {cycle}")
 
