@@ -20,16 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import re2
-
+from dodwan.core.patterns import RegexError, compile_regex
 from joms.selector.lexer import KEYWORDS
 from joms.service import model as mdl
 
 _META = set(".^$*+?()[]{}|\\")
 _ANY = object()  # '.*'
-_OPTIONS: Any = re2.Options()
-_OPTIONS.log_errors = False  # errors are reported to the user, not logged to stderr
-_OPTIONS.never_capture = True
 _ONE = object()  # '.'
 
 
@@ -58,12 +54,11 @@ def parse_patterns(items: list[str]) -> list[PropertyPattern]:
         if not sep or not key:
             raise PatternError(f"bad pattern {item!r}: expected KEY=REGEX")
         try:
-            compiled = re2.compile(regex, _OPTIONS)
-        except Exception as exc:  # re2.error carries a bytes message
-            msg = exc.args[0] if exc.args else exc
-            if isinstance(msg, bytes):
-                msg = msg.decode("utf-8", "replace")
-            raise PatternError(f"bad regular expression {regex!r} for {key}: {msg}") from None
+            compiled = compile_regex(regex)
+        except RegexError as exc:
+            raise PatternError(
+                f"bad regular expression {regex!r} for {key}: {exc.reason}"
+            ) from None
         out.append(PropertyPattern(key, regex, compiled, selector_clause(key, regex)))
     return out
 

@@ -31,15 +31,26 @@ class PatternError(ValueError):
     """A pattern is malformed or exceeds a limit."""
 
 
+class RegexError(PatternError):
+    """RE2 refused an expression; ``reason`` is RE2's own explanation."""
+
+    def __init__(self, regex: str, reason: str) -> None:
+        super().__init__(f"invalid regular expression {regex!r}: {reason}")
+        self.regex = regex
+        self.reason = reason
+
+
 @lru_cache(maxsize=4096)
-def _compile(regex: str) -> Any:
+def compile_regex(regex: str) -> Any:
+    """``regex`` compiled by RE2 as every pattern here is: linear-time matching, no capture
+    groups, at most 1 MiB of program; :class:`RegexError` when RE2 refuses it."""
     try:
         return re2.compile(regex, _OPTIONS)
     except Exception as exc:  # re2.error carries bytes messages
         msg = exc.args[0] if exc.args else exc
         if isinstance(msg, bytes):
             msg = msg.decode("utf-8", "replace")
-        raise PatternError(f"invalid regular expression {regex!r}: {msg}") from None
+        raise RegexError(regex, str(msg)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +86,7 @@ class Pattern:
                 )
             items.append((name, regex))
         items.sort()
-        compiled = tuple((name, _compile(regex)) for name, regex in items)
+        compiled = tuple((name, compile_regex(regex)) for name, regex in items)
         return cls(tuple(items), compiled)
 
     def matches(self, descriptor: Mapping[str, str]) -> bool:
