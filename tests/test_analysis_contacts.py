@@ -14,6 +14,8 @@ from spark_fixtures import shared_spark
 from sim.analysis import AnalysisError, analyze_contact_trace
 from sim.analysis.cli import analyze
 from sim.analysis.contacts import contact_intervals
+from sim.analysis.load import read_contact_trace
+from sim.mobility.trace import load_trace
 
 ONE_TRACE = """\
 # hosts 1..3
@@ -53,6 +55,19 @@ def test_intervals_from_events(spark: Any) -> None:
     rows = contact_intervals(df, 12.0).orderBy("a", "b", "start").collect()
     got = [(r["a"], r["b"], r["start"], r["end"], r["open"]) for r in rows]
     assert got == [("A", "B", 1.0, 4.0, False), ("A", "C", 7.0, 12.0, True)]
+
+
+@pytest.mark.parametrize(("fmt", "text"), [("one", ONE_TRACE), ("csv", CSV_TRACE)])
+def test_spark_reads_a_trace_as_the_simulator_replays_it(
+    spark: Any, tmp_path: Path, fmt: str, text: str
+) -> None:
+    """The analysis reads traces with Spark, the simulator with its own parser: same events."""
+    path = tmp_path / f"trace.{fmt}"
+    path.write_text(text)
+    rows = read_contact_trace(spark, str(path), fmt=fmt).collect()
+    got = sorted((r["time"], r["a"], r["b"], r["up"]) for r in rows)
+    assert got == sorted((e.time, e.a, e.b, e.up) for e in load_trace(path, fmt))
+    assert len(got) == 5
 
 
 def _figures(spark: Any, path: Path, fmt: str = "auto") -> dict[str, Any]:
