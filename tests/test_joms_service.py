@@ -370,3 +370,22 @@ def test_waiting_durable_messages_come_higher_priority_first() -> None:
     s.subscribe(c, t, w.net.now, durable_name="d")
     w.step()
     assert w.bodies("a") == [b"high", b"mid", b"low", b"low2"]
+
+
+def test_durable_backlog_bound_holds_when_a_dropped_message_is_acked_later() -> None:
+    w = World("a", config=ServiceConfig(max_pending=2))
+    s = w.svc["a"]
+    t = Destination("topic", "t")
+    c = s.open_connection(w.net.now, "slow")
+    cons = s.subscribe(c, t, w.net.now, durable_name="d", ack_mode="client-individual", prefetch=1)
+    p = s.open_connection(w.net.now)
+    for i in range(3):  # m0 dispatched, unacked; m2 overflows the backlog and drops m0's row
+        s.send(p, text(t, f"m{i}"), w.net.now)
+        w.step()
+    s.ack(cons, w.events["a"][0].tag, w.net.now)  # acking m0 must not count it twice
+    w.step()
+    for i in range(3, 8):
+        s.send(p, text(t, f"m{i}"), w.net.now)
+        w.step()
+    stored = [k for k, _ in s.store.items("dpending", "")]
+    assert len(stored) <= 2, stored

@@ -639,9 +639,7 @@ class JomsService:
     def _finish(self, cons: _Consumer, skey: str, msg: JomsMessage, now: float) -> None:
         """A message is consumed: forget it for good."""
         if cons.kind == "durable":
-            self.store.delete("dpending", skey)
-            if cons.durable in self._dcount:
-                self._dcount[cons.durable] -= 1
+            self._drop_durable(cons.durable, skey)
         elif cons.kind == "queue":
             cons.done.add(msg.message_id)
             copies = cons.copies.pop(msg.message_id, [])
@@ -787,6 +785,15 @@ class JomsService:
         self._durables.pop(d.key, None)
         self._dcount.pop(d.key, None)
 
+    def _drop_durable(self, key: str, skey: str) -> None:
+        """Delete a stored durable message; the count only goes down if it was still there
+        (a message the backlog bound dropped while dispatched is acknowledged later)."""
+        if self.store.get("dpending", skey) is None:
+            return
+        self.store.delete("dpending", skey)
+        if key in self._dcount:
+            self._dcount[key] -= 1
+
     def _durable_count(self, key: str) -> int:
         """Messages waiting for a durable subscription (counted once, then maintained)."""
         if key not in self._dcount:
@@ -814,8 +821,7 @@ class JomsService:
         if self._durable_count(key) >= self.config.max_pending:
             oldest = self.store.items("dpending", key + _SEP)[:1]
             for okey, _ in oldest:
-                self.store.delete("dpending", okey)
-                self._dcount[key] -= 1
+                self._drop_durable(key, okey)
                 if d.consumer is not None:  # not waiting in memory either
                     c = self._consumers[d.consumer]
                     c.pending = deque(x for x in c.pending if x[0] != okey)
