@@ -113,16 +113,15 @@ class NodeConfig:
         return self.neighbour_timeout or 3.0 * self.announce_period
 
 
-def field_docs() -> dict[str, str]:
-    """Field name -> docstring, for generated documentation and CLI help."""
+def attribute_docs(cls: type) -> dict[str, str]:
+    """Field name -> the docstring written under it, for a dataclass (for generated
+    documentation and CLI help); "" for a field without one."""
     import ast
     import inspect
     import itertools
 
-    source = inspect.getsource(NodeConfig)
-    tree = ast.parse(source)
+    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
     for node, nxt in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
@@ -132,4 +131,9 @@ def field_docs() -> dict[str, str]:
             and isinstance(nxt.value.value, str)
         ):
             docs[node.target.id] = " ".join(nxt.value.value.split())
-    return {f.name: docs.get(f.name, "") for f in fields(NodeConfig)}
+    return {f.name: docs.get(f.name, "") for f in fields(cls)}
+
+
+def field_docs() -> dict[str, str]:
+    """:class:`NodeConfig` field name -> docstring."""
+    return attribute_docs(NodeConfig)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..core.config import NodeConfig, field_docs
+from ..core.config import NodeConfig, attribute_docs, field_docs
 from ..core.limits import Limits
 
 
@@ -189,22 +189,7 @@ LIMIT_DEFAULTS: dict[str, Any] = {f.name: getattr(Limits(), f.name) for f in fie
 
 def limit_docs() -> dict[str, str]:
     """Field name -> docstring of :class:`~dodwan.core.limits.Limits` (for the docs)."""
-    import ast
-    import inspect
-    import itertools
-
-    body = ast.parse(inspect.getsource(Limits)).body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, nxt in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
+    return attribute_docs(Limits)
 
 
 class ConfigError(ValueError):

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from dodwan.core.config import attribute_docs
+
 
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
@@ -83,20 +85,4 @@ class ServiceConfig:
 
 def field_docs() -> dict[str, str]:
     """Setting name -> its docstring (for generated docs and CLI help)."""
-    import ast
-    import inspect
-    import itertools
-
-    tree = ast.parse(inspect.getsource(ServiceConfig))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, nxt in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return {f.name: docs.get(f.name, "") for f in fields(ServiceConfig)}
+    return attribute_docs(ServiceConfig)
