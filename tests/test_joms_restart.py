@@ -134,3 +134,17 @@ def test_stomp_auto_mode_messages_carry_no_ack_header(host: LoopbackHost) -> Non
     sync(c, lst, "after")
     assert lst.errors.empty()
     c.disconnect()
+
+
+def test_both_service_stores_list_records_in_key_order_with_a_limit(tmp_path: Path) -> None:
+    from joms.service.store import MemoryServiceStore
+
+    for store in (MemoryServiceStore(), SqliteServiceStore(tmp_path / "kv.db")):
+        for key in ("b\x1e2", "a\x1e9", "b\x1e1", "b\x1e3", "c"):
+            store.put("t", key, key.encode())
+        store.put("other", "b\x1e0", b"x")
+        assert [k for k, _ in store.items("t", "b\x1e")] == ["b\x1e1", "b\x1e2", "b\x1e3"]
+        assert store.items("t", "b\x1e", limit=1) == [("b\x1e1", b"b\x1e1")]
+        assert [k for k, _ in store.items("t", limit=2)] == ["a\x1e9", "b\x1e1"]
+        assert len(store.items("t")) == 5 and store.items("t", "z", limit=1) == []
+        store.close()

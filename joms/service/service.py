@@ -819,7 +819,7 @@ class JomsService:
             return
         skey = f"{key}{_SEP}{int(now * 1e6):020d}{self._id()}"
         if self._durable_count(key) >= self.config.max_pending:
-            oldest = self.store.items("dpending", key + _SEP)[:1]
+            oldest = self.store.items("dpending", key + _SEP, limit=1)
             for okey, _ in oldest:
                 self._drop_durable(key, okey)
                 if d.consumer is not None:  # not waiting in memory either

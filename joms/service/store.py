@@ -9,6 +9,7 @@ SQLite file in WAL mode (the daemon, e.g. ``STATE_DIR/joms.sqlite``). A store de
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 from pathlib import Path
 from typing import Protocol
@@ -20,8 +21,11 @@ class ServiceStore(Protocol):
     def put(self, table: str, key: str, value: bytes) -> None: ...
     def get(self, table: str, key: str) -> bytes | None: ...
     def delete(self, table: str, key: str) -> None: ...
-    def items(self, table: str, prefix: str = "") -> list[tuple[str, bytes]]:
-        """Records of ``table`` whose key starts with ``prefix``, sorted by key."""
+    def items(
+        self, table: str, prefix: str = "", limit: int | None = None
+    ) -> list[tuple[str, bytes]]:
+        """Records of ``table`` whose key starts with ``prefix``, sorted by key (the first
+        ``limit`` of them when given)."""
 
     def commit(self) -> None:
         """Make the writes so far durable (the service calls it at the end of each input)."""
@@ -44,9 +48,12 @@ class MemoryServiceStore:
     def delete(self, table: str, key: str) -> None:
         self._tables.get(table, {}).pop(key, None)
 
-    def items(self, table: str, prefix: str = "") -> list[tuple[str, bytes]]:
+    def items(
+        self, table: str, prefix: str = "", limit: int | None = None
+    ) -> list[tuple[str, bytes]]:
         rows = self._tables.get(table, {})
-        return sorted((k, v) for k, v in rows.items() if k.startswith(prefix))
+        found = ((k, v) for k, v in rows.items() if k.startswith(prefix))
+        return sorted(found) if limit is None else heapq.nsmallest(limit, found)
 
     def commit(self) -> None:
         pass
@@ -85,16 +92,19 @@ class SqliteServiceStore:
     def delete(self, table: str, key: str) -> None:
         self._db.execute("DELETE FROM records WHERE tbl = ? AND key = ?", (table, key))
 
-    def items(self, table: str, prefix: str = "") -> list[tuple[str, bytes]]:
+    def items(
+        self, table: str, prefix: str = "", limit: int | None = None
+    ) -> list[tuple[str, bytes]]:
+        n = -1 if limit is None else limit  # SQLite: a negative LIMIT is no limit
         if prefix:
             rows = self._db.execute(
                 "SELECT key, value FROM records WHERE tbl = ? AND key >= ? AND key < ?"
-                " ORDER BY key",
-                (table, prefix, prefix + "\U0010ffff"),
+                " ORDER BY key LIMIT ?",
+                (table, prefix, prefix + "\U0010ffff", n),
             )
         else:
             rows = self._db.execute(
-                "SELECT key, value FROM records WHERE tbl = ? ORDER BY key", (table,)
+                "SELECT key, value FROM records WHERE tbl = ? ORDER BY key LIMIT ?", (table, n)
             )
         return [(k, bytes(v)) for k, v in rows]
 
