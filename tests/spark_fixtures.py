@@ -13,10 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sim.analysis.session import create_session
-from sim.logs import SCHEMAS
-
-# the simulator's schemas are the contract the analysis reads: fixtures use them as they are
-ARROW_SCHEMAS = SCHEMAS
+from sim.logs import SCHEMAS  # the contract the analysis reads: fixtures use it as it is
 
 
 @functools.cache
@@ -29,7 +26,7 @@ def shared_spark() -> Any:
 
 
 def write_table(path: Path, table: str, rows: list[tuple[Any, ...]]) -> None:
-    schema = ARROW_SCHEMAS[table]
+    schema = SCHEMAS[table]
     cols: list[list[Any]] = [[row[i] for row in rows] for i in range(len(schema.names))]
     arrays = [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)]
     pq.write_table(pa.Table.from_arrays(arrays, schema=schema), path)
@@ -49,8 +46,12 @@ def write_run(
 ) -> Path:
     """Write a run directory the way ``dodwan-sim run`` does (schema v1)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    tables = {"contacts": contacts, "messages": messages, "targets": targets}
-    tables["datagrams"] = datagrams
+    tables = {
+        "contacts": contacts,
+        "messages": messages,
+        "targets": targets,
+        "datagrams": datagrams,
+    }
     if cache is not None:
         tables["cache"] = cache
     if hosts is not None:
