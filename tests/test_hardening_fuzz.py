@@ -2,13 +2,16 @@
 
 (The wire decoder, the STOMP parser and the selector parser are fuzzed in
 test_core_wire.py, test_stomp_frame.py and test_selector_fuzz.py; longer coverage-guided
-runs are bench/fuzz_wire.py and bench/fuzz_stomp.py.)
+runs are bench/fuzz_wire.py and bench/fuzz_stomp.py, smoke-tested here for a second.)
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,6 +83,19 @@ def test_cut_and_spliced_scenarios_raise_only_scenario_error(
     raw = text.encode()
     cut %= len(raw) + 1
     _load((raw[:cut] + junk + raw[cut:]).decode("utf-8", errors="replace"), source)
+
+
+@pytest.mark.parametrize("harness", ["fuzz_wire", "fuzz_stomp"])
+def test_the_bench_fuzz_harnesses_run_and_find_nothing(harness: str, tmp_path: Path) -> None:
+    """A one-second run of the fallback loop keeps the longer harnesses from rotting."""
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / f"{harness}.py"), "--no-atheris",
+         "--seconds", "1", "--crash-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no finding" in r.stdout and " 0 inputs" not in r.stdout
+    assert list(tmp_path.iterdir()) == []  # no failing input written
 
 
 def test_the_examples_load() -> None:
