@@ -60,6 +60,9 @@ def run(
     ap.add_argument("--crash-dir", default=".", help="where a failing input is written")
     args = ap.parse_args(argv)
     crash_dir = Path(args.crash_dir)
+    crash_dir.mkdir(
+        parents=True, exist_ok=True
+    )  # libFuzzer exits if the prefix's folder is missing
     try:
         if args.no_atheris:
             raise ImportError

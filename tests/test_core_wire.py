@@ -86,6 +86,7 @@ def test_foreign_and_oversized_datagrams_are_counted_not_raised() -> None:
     assert n.counters["datagrams_dropped"] == 5
     assert n.counters["dropped_foreign"] == 2
     assert n.counters["dropped_version"] == 1
+    assert n.counters["dropped_oversized"] == 1
     assert n.neighbours() == {}
 
 
