@@ -220,7 +220,7 @@ def test_the_network_key_can_be_set_in_the_config_file(daemons, tmp_path: Path) 
     key = tmp_path / "net.key"
     assert CliRunner().invoke(cli, ["keygen", str(key)]).exit_code == 0
     conf = tmp_path / "a.toml"
-    conf.write_text(f'network_key = "{key}"\n')
+    conf.write_text(f'network_key = "{key}"\nnetwork_key_mode = "auth"\n')
     group = random_group()
     a = daemons("a", "--group", group, "--host-id", "a", "--config", str(conf), *FAST)
     b = daemons("b", "--group", group, "--host-id", "b", "--network-key", str(key), *FAST)
@@ -229,6 +229,10 @@ def test_the_network_key_can_be_set_in_the_config_file(daemons, tmp_path: Path) 
     wait_for(lambda: b.status()["neighbours"] == ["a"], what="b hears a")
     wait_for(lambda: a.status()["counters"].get("netkey_rejected", 0) > 0, what="c refused")
     assert a.status()["neighbours"] == ["b"] and c.status()["neighbours"] == []
+    # the mode came from the file too; an open daemon says it has no key
+    assert a.status()["medium"]["network_key"] == "auth"
+    assert b.status()["medium"]["network_key"] == "encrypt"
+    assert c.status()["medium"]["network_key"] is None
 
 
 def test_pacing_charges_the_seal_overhead() -> None:

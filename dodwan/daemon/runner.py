@@ -554,6 +554,7 @@ class Daemon:
                 "group": f"{self.medium.group}:{self.medium.port}",
                 "interface": self.medium.interface,
                 "local_address": list(self.transport.local_address),
+                "network_key": None if self.netkey is None else self.netkey.mode,
             },
             "neighbours": sorted(node.neighbours()),
             "cache": node.cache_usage(),
