@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from dodwan.core.node import CacheFullError
 from sim import grid, joms_traffic
 from sim.host import SimHost
 from sim.logs import SCHEMA_VERSION, Recorder, write_run_json
@@ -112,6 +113,7 @@ class Simulation:
         self.payload_rng = py_rng(self.seed, "payload")
         self.mobility_steps = 0
         self.published = 0
+        self.publish_refused = 0
         for h in self.names:
             self.recorder.row("hosts", host=h, group=self.group_of[h])
         self.link_events: list[tuple[float, int, int, bool]] | None = None
@@ -196,10 +198,15 @@ class Simulation:
         deadline = now + spec.ttl
         payload = self.payload_rng.randbytes(spec.size)
         attrs = dict(spec.attributes)
-        mid = host.node.publish(
-            attrs, payload, deadline=deadline, now=now, priority=spec.priority,
-            persistent=spec.persistent,
-        )  # fmt: skip
+        try:
+            mid = host.node.publish(
+                attrs, payload, deadline=deadline, now=now, priority=spec.priority,
+                persistent=spec.persistent,
+            )  # fmt: skip
+        except CacheFullError:
+            # What an application sees too: the host refuses it. Counted, and the run goes on.
+            self.publish_refused += 1
+            return
         self.published += 1
         desc = {
             **attrs,
@@ -320,6 +327,7 @@ class Simulation:
         total |= {
             "sim_hosts": len(self.hosts),
             "sim_published": self.published,
+            "sim_publish_refused": self.publish_refused,
             "sim_joms_published": self.joms_published,
             "sim_deliveries": sum(h.deliveries for h in self.hosts),
             "sim_timer_fires": sum(h.timer_fires for h in self.hosts),

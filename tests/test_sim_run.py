@@ -143,3 +143,16 @@ def test_runs_are_identical_across_processes(tmp_path: Path) -> None:
     for name in SCHEMAS:
         a = pq.read_table(outs[0] / f"{name}.parquet")
         assert a.equals(pq.read_table(outs[1] / f"{name}.parquet")), name
+
+
+def test_a_publication_the_cache_refuses_is_counted_and_the_run_goes_on(tmp_path: Path) -> None:
+    # A 60 KB incompressible message cannot fit a 50 KB cache: the host refuses it, as a
+    # daemon would refuse it to its application; the run used to stop with CacheFullError.
+    text = CARRIER.replace(
+        "[protocol]\nhorizon = 1", "[protocol]\nhorizon = 1\ncache_capacity = 50_000"
+    )
+    text = text.replace("size = 3000", "size = 60_000")
+    result = simulate(loads(text), tmp_path / "run")
+    assert result.counters["sim_published"] == 0
+    assert result.counters["sim_publish_refused"] == 1
+    assert not [r for r in table(tmp_path / "run", "messages") if r["event"] == "created"]
