@@ -6,7 +6,9 @@ into one clean message and a non-zero exit status.
 
 from __future__ import annotations
 
+import resource
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -48,6 +50,9 @@ def main() -> None:
 @click.option("--contacts-format", type=click.Choice(["one", "csv"]),
               help="Trace format (default: csv for *.csv, The ONE's otherwise).")  # fmt: skip
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--progress", "every", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Print a progress line (simulated time, events/s, memory, ETA) every "
+                   "SECONDS of wall time, also when stderr is not a terminal (logs, CI).")  # fmt: skip
 def run(
     scenario: str,
     out: str,
@@ -56,8 +61,10 @@ def run(
     contacts: str | None,
     contacts_format: str | None,
     quiet: bool,
+    every: float | None,
 ) -> None:
-    """Run SCENARIO and write its logs into --out."""
+    """Run SCENARIO and write its logs into --out (streamed as the run goes: a run that
+    is stopped keeps the tables written so far, and its run.json says it is incomplete)."""
     sc = _load(scenario)
     trace = None
     if contacts is not None:
@@ -65,7 +72,12 @@ def run(
         trace = ContactTrace(p, contacts_format or guess_trace_format(p))
     horizon = until if until is not None else sc.duration
     try:
-        if quiet:
+        if every is not None:
+            result = simulate(
+                sc, Path(out), seed=seed, until=until, contacts=trace,
+                progress=ProgressLines(sc.name, horizon, every),
+            )  # fmt: skip
+        elif quiet:
             result = simulate(sc, Path(out), seed=seed, until=until, contacts=trace)
         else:
             result = _run_with_progress(sc, Path(out), seed, until, trace, horizon)
@@ -82,6 +94,31 @@ def run(
         + ", "
         f"{c.get('sim_deliveries', 0)} deliveries; logs in {out}"
     )
+
+
+class ProgressLines:
+    """Progress as plain lines on stderr, at most one every ``every`` wall seconds."""
+
+    def __init__(self, name: str, horizon: float, every: float) -> None:
+        self.name, self.horizon, self.every = name, horizon, every
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, now: float, events: int) -> None:
+        wall = time.perf_counter()
+        if wall - self.last < self.every and now < self.horizon:
+            return
+        self.last = wall
+        spent = wall - self.start
+        rate = events / spent if spent > 0 else 0.0
+        eta = spent * (self.horizon - now) / now if now > 0 else float("nan")
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        click.echo(
+            f"{self.name}: sim {_fmt_time(now)} / {_fmt_time(self.horizon)} "
+            f"({100 * now / self.horizon:.1f} %), {rate:,.0f} events/s, "
+            f"peak RSS {rss:,.0f} MB, wall {_fmt_time(spent)}, "
+            f"ETA {_fmt_time(eta) if eta == eta else '?'}",
+            err=True,
+        )
 
 
 def _run_with_progress(
@@ -115,7 +152,7 @@ def _run_with_progress(
     with progress:
         task = progress.add_task(sc.name, total=horizon, sim=_fmt_time(0), end=_fmt_time(horizon))
 
-        def tick(now: float) -> None:
+        def tick(now: float, _events: int) -> None:
             progress.update(task, completed=now, sim=_fmt_time(now))
 
         result = simulate(sc, out, seed=seed, until=until, contacts=trace, progress=tick)

@@ -191,10 +191,7 @@ class JomsHost:
             mid, core_id = ids
             size, hops = self.received.get(core_id, (len(ev.message.body), 0))
             self.consumed.setdefault(mid, self.name)
-            self.recorder.row(
-                "messages", time=now, host=self.name, msg_id=mid, event="delivered",
-                bytes=size, hops=hops,
-            )  # fmt: skip
+            self.recorder.message(now, self.name, mid, "delivered", size, hops)
             n += 1
         return n
 

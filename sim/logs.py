@@ -1,17 +1,20 @@
 """Simulation logs: the Parquet tables of schema v1 and ``run.json`` (see docs/logs.md).
 
-``Recorder`` gathers rows in column lists while a run goes (cheap appends), turns core
-trace records into ``messages`` rows and per-host ``datagrams`` totals, and writes each
-table as ``DIR/<name>.parquet`` with its schema version in the file metadata.
+``Recorder`` gathers rows while a run goes: core trace records arrive through a per-host
+sink straight into typed columns (``messages``) and per-host ``datagrams`` totals; the
+small tables are column lists. Each table is written as ``DIR/<name>.parquet`` — a folder
+of part files when the run streams its logs — with its schema version in the metadata.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from array import array
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -70,60 +73,179 @@ MESSAGE_EVENTS = {
     "message_delivered": "delivered",
     "message_evicted": "evicted",
 }
+_EVENT_NAMES = list(MESSAGE_EVENTS.values())
+_EVENT_CODE = {kind: i for i, kind in enumerate(MESSAGE_EVENTS)}
 _DIRECTION = {"datagram_sent": "sent", "datagram_received": "received"}
+
+FLUSH_ROWS = 1 << 20
+"""Rows a table buffers before they are written out as one more part file."""
+
+
+class _MessageColumns:
+    """The ``messages`` table being recorded: typed arrays, hosts and ids as indices.
+
+    Nothing here is a Python object per row (the garbage collector never walks these
+    buffers, and 11 million rows cost 11 million × 29 bytes, not gigabytes of lists).
+    """
+
+    __slots__ = ("bytes", "event", "hops", "host", "ids", "msg", "names", "time")
+
+    def __init__(self) -> None:
+        self.time = array("d")
+        self.host = array("i")
+        self.msg = array("i")
+        self.event = array("b")
+        self.bytes = array("q")
+        self.hops = array("i")
+        self.names: list[str] = []
+        """Host names by index."""
+        self.ids: dict[str, int] = {}
+        """Message id -> index (ids are few: one per published message)."""
+
+    def __len__(self) -> int:
+        return len(self.time)
+
+    def id_index(self, msg_id: str) -> int:
+        i = self.ids.get(msg_id)
+        if i is None:
+            i = self.ids[msg_id] = len(self.ids)
+        return i
+
+    def table(self) -> dict[str, pa.Array]:
+        ids = pa.array(list(self.ids), pa.string())
+        names = pa.array(self.names, pa.string())
+        events = pa.array(_EVENT_NAMES, pa.string())
+        return {
+            "time": pa.array(np.frombuffer(self.time, np.float64)),
+            "host": names.take(pa.array(np.frombuffer(self.host, np.int32))),
+            "msg_id": ids.take(pa.array(np.frombuffer(self.msg, np.int32))),
+            "event": events.take(pa.array(np.frombuffer(self.event, np.int8))),
+            "bytes": pa.array(np.frombuffer(self.bytes, np.int64)),
+            "hops": pa.array(np.frombuffer(self.hops, np.int32)),
+        }
+
+    def clear(self) -> None:
+        for col in (self.time, self.host, self.msg, self.event, self.bytes, self.hops):
+            del col[:]
 
 
 class Recorder:
-    """Collects every table's rows during a run."""
+    """Collects every table's rows during a run and writes them as Parquet.
 
-    def __init__(self) -> None:
+    With ``out`` given, a table is written as a folder ``out/<name>.parquet/`` of part files,
+    one more each time ``flush_rows`` rows have accumulated and at :meth:`close`: memory
+    stays flat however long the run, and a run that is killed keeps every part written so
+    far (Spark and pyarrow read such a folder as one table). Without ``out`` everything is
+    kept until :meth:`write`.
+    """
+
+    def __init__(self, out: Path | None = None, *, flush_rows: int = FLUSH_ROWS) -> None:
+        self.out = out
+        self.flush_rows = flush_rows
         self.columns: dict[str, dict[str, list[Any]]] = {
-            name: {f.name: [] for f in schema} for name, schema in SCHEMAS.items()
+            name: {f.name: [] for f in schema}
+            for name, schema in SCHEMAS.items()
+            if name not in ("messages", "datagrams")
         }
+        self.messages = _MessageColumns()
+        self.host_index: dict[str, int] = {}
         self.datagrams: dict[tuple[str, str, str], list[int]] = {}
         self.dropped: dict[str, int] = {}
-        m = self.columns["messages"]
-        self._m = (m["time"], m["host"], m["msg_id"], m["event"], m["bytes"], m["hops"])
+        self.parts: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            for name in SCHEMAS:
+                folder = out / f"{name}.parquet"
+                if folder.is_file():
+                    folder.unlink()  # a single-file table of an earlier run
+                elif folder.is_dir():
+                    for old in folder.glob("part-*.parquet"):
+                        old.unlink()
 
     def row(self, table: str, **values: Any) -> None:
         cols = self.columns[table]
         for k, v in values.items():
             cols[k].append(v)
+        if self.out is not None and len(cols[next(iter(cols))]) >= self.flush_rows:
+            self._flush(table)
 
     def contact(self, time: float, a: str, b: str, up: bool) -> None:
         if b < a:
             a, b = b, a
         self.row("contacts", time=time, a=a, b=b, up=up)
 
-    def trace(self, host: str, records: Iterable[Any]) -> None:
-        """Consume core ``TraceRecord``s of one host."""
-        t_, h_, id_, e_, b_, hop_ = self._m
-        for r in records:
-            kind = r.kind
-            event = MESSAGE_EVENTS.get(kind)
+    def _host(self, host: str) -> int:
+        i = self.host_index.get(host)
+        if i is None:
+            i = self.host_index[host] = len(self.messages.names)
+            self.messages.names.append(host)
+        return i
+
+    def message(
+        self, time: float, host: str, msg_id: str, event: str, size: int, hops: int
+    ) -> None:
+        """One ``messages`` row that is not a core trace record (JOMS dispatches)."""
+        cols = self.messages
+        cols.time.append(time)
+        cols.host.append(self._host(host))
+        cols.msg.append(cols.id_index(msg_id))
+        cols.event.append(_EVENT_NAMES.index(event))
+        cols.bytes.append(size)
+        cols.hops.append(hops)
+        if self.out is not None and len(cols) >= self.flush_rows:
+            self._flush("messages")
+
+    def sink(self, host: str) -> Callable[[float, str, str, int, int, str], None]:
+        """A core ``trace_sink`` for ``host``: records go straight into the columns."""
+        cols = self.messages
+        h = self._host(host)
+        t_, h_, m_, e_, b_, hop_ = (
+            cols.time.append, cols.host.append, cols.msg.append, cols.event.append,
+            cols.bytes.append, cols.hops.append,
+        )  # fmt: skip
+        ids, id_index, code = cols.ids, cols.id_index, _EVENT_CODE.get
+        datagrams, dropped, direction_of = self.datagrams, self.dropped, _DIRECTION.get
+        flush_rows, streaming = self.flush_rows, self.out is not None
+
+        def record(time: float, kind: str, msg_id: str, size: int, hops: int, detail: str) -> None:
+            event = code(kind)
             if event is not None:
-                t_.append(r.time)
-                h_.append(host)
-                id_.append(r.msg_id)
-                e_.append(event)
-                b_.append(r.size)
-                hop_.append(r.hops)
-                continue
-            direction = _DIRECTION.get(kind)
+                t_(time)
+                h_(h)
+                i = ids.get(msg_id)
+                m_(id_index(msg_id) if i is None else i)
+                e_(event)
+                b_(size)
+                hop_(hops)
+                if streaming and len(cols.time) >= flush_rows:
+                    self._flush("messages")
+                return
+            direction = direction_of(kind)
             if direction is not None:
-                key = (host, r.detail, direction)
-                tot = self.datagrams.get(key)
+                key = (host, detail, direction)
+                tot = datagrams.get(key)
                 if tot is None:
-                    self.datagrams[key] = [1, r.size]
+                    datagrams[key] = [1, size]
                 else:
                     tot[0] += 1
-                    tot[1] += r.size
+                    tot[1] += size
             elif kind == "datagram_dropped":
-                self.dropped[r.detail] = self.dropped.get(r.detail, 0) + 1
+                dropped[detail] = dropped.get(detail, 0) + 1
+
+        return record
+
+    def trace(self, host: str, records: Iterable[Any]) -> None:
+        """Consume core ``TraceRecord``s of one host (hosts without a sink)."""
+        record = self.sink(host)
+        for r in records:
+            record(r.time, r.kind, r.msg_id, r.size, r.hops, r.detail)
 
     def table(self, name: str) -> pa.Table:
-        cols = self.columns[name]
-        if name == "datagrams":
+        """What is buffered of table ``name`` (all of it unless streaming)."""
+        cols: Mapping[str, Any]
+        if name == "messages":
+            cols = self.messages.table()
+        elif name == "datagrams":
             keys = sorted(self.datagrams)
             cols = {
                 "host": [k[0] for k in keys],
@@ -132,10 +254,42 @@ class Recorder:
                 "count": [self.datagrams[k][0] for k in keys],
                 "bytes": [self.datagrams[k][1] for k in keys],
             }
+        else:
+            cols = self.columns[name]
         schema = SCHEMAS[name].with_metadata({"schema_version": str(SCHEMA_VERSION)})
-        return pa.table(cols, schema=schema)
+        return pa.table(dict(cols), schema=schema)
+
+    def _clear(self, name: str) -> None:
+        if name == "messages":
+            self.messages.clear()
+        elif name == "datagrams":
+            self.datagrams.clear()
+        else:
+            for col in self.columns[name].values():
+                col.clear()
+
+    def _flush(self, name: str) -> None:
+        """Write what ``name`` buffered as its next part file (atomically) and forget it."""
+        assert self.out is not None
+        folder = self.out / f"{name}.parquet"
+        folder.mkdir(parents=True, exist_ok=True)
+        part = folder / f"part-{self.parts[name]:05d}.parquet"
+        tmp = folder / f".{part.name}.tmp"
+        pq.write_table(self.table(name), tmp)
+        tmp.replace(part)
+        self.parts[name] += 1
+        self._clear(name)
+
+    def close(self) -> None:
+        """Streaming: write every table's remaining rows (each table gets at least one part)."""
+        assert self.out is not None
+        for name in SCHEMAS:
+            buffered = self.table(name).num_rows
+            if buffered or not self.parts[name]:
+                self._flush(name)
 
     def write(self, out: Path) -> None:
+        """Not streaming: write every table as ``out/<name>.parquet``."""
         out.mkdir(parents=True, exist_ok=True)
         for name in SCHEMAS:
             pq.write_table(self.table(name), out / f"{name}.parquet")

@@ -10,10 +10,13 @@ medium's own random stream. Neighbour sets are kept up to date by ``link_up`` /
 
 from __future__ import annotations
 
+import heapq
 import random
+from collections import deque
 from collections.abc import Callable
 
 import simpy
+from simpy.core import NORMAL
 
 Deliver = Callable[[int, int, bytes], None]
 """``deliver(receiver, sender, data)``."""
@@ -38,6 +41,11 @@ class Medium:
         self.deliver = deliver
         self.neighbours: list[set[int]] = [set() for _ in range(n)]
         self.free_at = [0.0] * n
+        self.queues: list[deque[tuple[tuple[float, int, int], bytes, int | None]]] = [
+            deque() for _ in range(n)
+        ]
+        """Per sender: ((arrival time, priority, event id), data, dest) of what its radio is sending, in order."""
+        self.arrivals = [_Arrival(self, i) for i in range(n)]
         self.sent = 0
         self.delivered = 0
         self.lost = 0
@@ -58,9 +66,46 @@ class Medium:
         end = start + len(data) * self.seconds_per_byte
         self.free_at[sender] = end
         self.sent += 1
-        ev = self.env.timeout(end - now)
-        ev.callbacks.append(_Arrival(self, sender, data, dest))
+        # The arrival's place in SimPy's event order, taken now as a timeout started now
+        # would take it: its time (``now + delay``, rounded the same way) and its event id.
+        key = (now + (end - now), NORMAL, next(self.env._eid))
+        queue = self.queues[sender]
+        queue.append((key, data, dest))
+        if len(queue) == 1:  # the radio was idle: its first arrival is the next event
+            self._schedule(sender, key)
         return end
+
+    def _schedule(self, sender: int, key: tuple[float, int, int]) -> None:
+        """Put an arrival in SimPy's queue at its place ``key`` (time, priority, id)."""
+        env = self.env
+        ev = simpy.Event(env)
+        ev._ok = True  # SimPy internals: a triggered event, as a Timeout is
+        ev._value = None
+        ev.callbacks.append(self.arrivals[sender])
+        heapq.heappush(env._queue, (*key, ev))
+
+    def _arrive_run(self, sender: int) -> None:
+        """The head of ``sender``'s queue has arrived; so may the datagrams behind it.
+
+        A sender's back-to-back datagrams arrive one after another; each is handed over at
+        its own arrival time. Rather than one scheduled event per datagram, the next one is
+        handed over right here, with the clock moved to its arrival time, whenever no other
+        event is due before then: no host can act in between, so nothing can tell the
+        difference (same bytes, order, times and losses). Otherwise it is scheduled.
+        """
+        env = self.env
+        pending = env._queue
+        queue = self.queues[sender]
+        _key, data, dest = queue.popleft()
+        self.arrive(sender, data, dest)
+        while queue:
+            key = queue[0][0]
+            if pending and pending[0][:3] < key:
+                self._schedule(sender, key)
+                return
+            env._now = key[0]  # SimPy internals: nothing is due before this arrival
+            _key, data, dest = queue.popleft()
+            self.arrive(sender, data, dest)
 
     def arrive(self, sender: int, data: bytes, dest: int | None) -> None:
         nbrs = self.neighbours[sender]
@@ -81,15 +126,13 @@ class Medium:
 
 
 class _Arrival:
-    """Callback run when a transmission ends (cheaper than a closure per datagram)."""
+    """Callback run when the transmission at the head of a sender's queue ends."""
 
-    __slots__ = ("data", "dest", "medium", "sender")
+    __slots__ = ("medium", "sender")
 
-    def __init__(self, medium: Medium, sender: int, data: bytes, dest: int | None) -> None:
+    def __init__(self, medium: Medium, sender: int) -> None:
         self.medium = medium
         self.sender = sender
-        self.data = data
-        self.dest = dest
 
     def __call__(self, _event: simpy.Event) -> None:
-        self.medium.arrive(self.sender, self.data, self.dest)
+        self.medium._arrive_run(self.sender)

@@ -7,6 +7,7 @@ index order and sets in sorted order, so the same scenario and seed give identic
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import simpy
 from dodwan.core.node import CacheFullError
 from sim import grid, joms_traffic
 from sim.host import SimHost
-from sim.logs import SCHEMA_VERSION, Recorder, write_run_json
+from sim.logs import FLUSH_ROWS, SCHEMA_VERSION, Recorder, write_run_json
 from sim.medium import Medium
 from sim.mobility import build_world
 from sim.mobility.trace import load_trace, map_hosts
@@ -44,7 +45,8 @@ class RunResult:
     counters: dict[str, int] = field(default_factory=dict)
 
 
-Progress = Callable[[float], None]
+Progress = Callable[[float, int], None]
+"""``progress(now, events)``: simulated time reached and simulation events handled so far."""
 
 
 class Simulation:
@@ -57,7 +59,11 @@ class Simulation:
         seed: int | None = None,
         until: float | None = None,
         contacts: ContactTrace | None = None,
+        out: Path | None = None,
+        flush_rows: int = FLUSH_ROWS,
     ) -> None:
+        """With ``out``, logs stream into that folder as the run goes, a part file each
+        ``flush_rows`` rows of a table (see ``Recorder``)."""
         from dodwan import BROADCAST, Node, NodeConfig
 
         self.scenario = scenario
@@ -65,7 +71,7 @@ class Simulation:
         self.until = float(scenario.duration if until is None else until)
         self.contacts = contacts if contacts is not None else scenario.contacts
         self.env = simpy.Environment()
-        self.recorder = Recorder()
+        self.recorder = Recorder(out, flush_rows=flush_rows)
         self.names = scenario.host_names()
         self.group_of = scenario.group_of()
         self.index = index = {h: i for i, h in enumerate(self.names)}
@@ -78,6 +84,7 @@ class Simulation:
             self._deliver,
         )
         self.hosts: list[SimHost] = []
+        joms_names = set(joms_traffic.joms_hosts(scenario))
         for g in scenario.groups:
             p = g.protocol
             for name in g.host_names():
@@ -88,9 +95,10 @@ class Simulation:
                     announce_period=p.announce_period,
                     max_datagram=scenario.radio.max_datagram,
                     cache_capacity=p.cache_capacity,
-                    trace=True,
+                    trace=name in joms_names,  # JOMS hosts filter their trace first
                 )
-                node = Node(cfg, rng=py_rng(self.seed, "node", name))
+                sink = None if name in joms_names else self.recorder.sink(name)
+                node = Node(cfg, rng=py_rng(self.seed, "node", name), trace_sink=sink)
                 host = SimHost(
                     index[name], name, node, self.env, self.medium, self.recorder, BROADCAST,
                     lambda addr: index.get(str(addr)),
@@ -297,15 +305,22 @@ class Simulation:
         for host in self.hosts:
             host.service()
 
-    def run(self, progress: Progress | None = None, chunks: int = 200) -> None:
-        """Run until ``self.until``, calling ``progress(now)`` ``chunks`` times."""
+    def run(self, progress: Progress | None = None, chunks: int = 1000) -> None:
+        """Run until ``self.until``, calling ``progress(now, events)`` ``chunks`` times."""
         self.start()
-        if progress is None:
-            self.env.run(until=self.until)
-        else:
-            for k in range(1, chunks + 1):
-                self.env.run(until=self.until * k / chunks)
-                progress(self.env.now)
+        # Everything built so far lives for the whole run: keep the collector off it, so
+        # each collection walks only what the run allocates (and mostly frees) since.
+        gc.collect()
+        gc.freeze()
+        try:
+            if progress is None:
+                self.env.run(until=self.until)
+            else:
+                for k in range(1, chunks + 1):
+                    self.env.run(until=self.until * k / chunks)
+                    progress(self.env.now, self.events())
+        finally:
+            gc.unfreeze()
         self.finish()
 
     def finish(self) -> None:
@@ -363,32 +378,35 @@ def simulate(
     contacts: ContactTrace | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
-    """Run a scenario and write its tables and ``run.json`` into ``out``."""
-    t0 = time.perf_counter()
-    sim = Simulation(scenario, seed=seed, until=until, contacts=contacts)
-    sim.run(progress)
-    wall = time.perf_counter() - t0
-    sim.recorder.write(out)
-    counters = sim.counters()
+    """Run a scenario and write its tables and ``run.json`` into ``out``.
+
+    The tables stream into ``out`` as the run goes, and ``run.json`` is written first with
+    ``"complete": false`` and the counters left empty: a run that is stopped part-way keeps
+    what it wrote and says so.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         pkg_version = version("dodwan")
     except PackageNotFoundError:  # running from a source tree
         pkg_version = "0+unknown"
-    write_run_json(
-        out,
-        {
-            "schema_version": SCHEMA_VERSION,
-            "scenario": scenario.name,
-            "scenario_file": str(scenario.source) if scenario.source else "",
-            "seed": sim.seed,
-            "until": sim.until,
-            "version": pkg_version,
-            "wall_time": wall,
-            "counters": counters,
-            "cache_sample_period": scenario.cache_sample_period,
-            "contacts_trace": str(sim.contacts.path) if sim.contacts else None,
-        },
-    )
+    t0 = time.perf_counter()
+    sim = Simulation(scenario, seed=seed, until=until, contacts=contacts, out=out)
+    info = {
+        "schema_version": SCHEMA_VERSION,
+        "scenario": scenario.name,
+        "scenario_file": str(scenario.source) if scenario.source else "",
+        "seed": sim.seed,
+        "until": sim.until,
+        "version": pkg_version,
+        "cache_sample_period": scenario.cache_sample_period,
+        "contacts_trace": str(sim.contacts.path) if sim.contacts else None,
+        "complete": False,
+    }
+    write_run_json(out, info)
+    sim.run(progress)
+    sim.recorder.close()
+    wall = time.perf_counter() - t0
+    counters = sim.counters()
+    write_run_json(out, {**info, "complete": True, "wall_time": wall, "counters": counters})
     return RunResult(out, sim.until, wall, len(sim.hosts), sim.events(), counters)

@@ -52,8 +52,22 @@ def test_run_writes_tables_and_run_json(tmp_path: Path) -> None:
     assert "quickstart: 12 hosts" in res.output
     run = json.loads((out / "run.json").read_text())
     assert run["seed"] == 9 and run["until"] == 120.0
+    assert run["complete"] is True
     for name in ("contacts", "messages", "targets", "datagrams", "cache", "hosts"):
-        assert (out / f"{name}.parquet").is_file()
+        assert list((out / f"{name}.parquet").glob("part-*.parquet")), name
+
+
+def test_progress_lines_are_printed_when_not_on_a_terminal(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        main,
+        ["run", str(SCENARIOS / "quickstart.toml"), "--out", str(tmp_path / "o"),
+         "--until", "300", "--progress", "0.000001"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("quickstart: sim ")]
+    assert len(lines) >= 2
+    assert "0:05:00 / 0:05:00 (100.0 %)" in lines[-1]
+    assert "events/s" in lines[-1] and "ETA" in lines[-1] and "peak RSS" in lines[-1]
 
 
 def test_run_with_contacts_option(tmp_path: Path) -> None:

@@ -156,3 +156,27 @@ def test_a_publication_the_cache_refuses_is_counted_and_the_run_goes_on(tmp_path
     assert result.counters["sim_published"] == 0
     assert result.counters["sim_publish_refused"] == 1
     assert not [r for r in table(tmp_path / "run", "messages") if r["event"] == "created"]
+
+
+def test_logs_stream_in_parts_and_a_stopped_run_keeps_what_it_wrote(tmp_path: Path) -> None:
+    from sim.runner import Simulation
+
+    whole = tmp_path / "whole"
+    simulate(loads(CARRIER), whole)
+    # The same run with a tiny flush size: many part files, the same rows in the same order.
+    parts = tmp_path / "parts"
+    sim = Simulation(loads(CARRIER), out=parts, flush_rows=2)
+    sim.run()
+    sim.recorder.close()
+    files = sorted((parts / "messages.parquet").glob("part-*.parquet"))
+    assert len(files) > 3
+    for name in SCHEMAS:
+        assert pq.read_table(parts / f"{name}.parquet").equals(
+            pq.read_table(whole / f"{name}.parquet")
+        )
+    # Stopped half-way and never closed (as if killed): what was flushed is readable.
+    cut = tmp_path / "cut"
+    sim = Simulation(loads(CARRIER), out=cut, flush_rows=2, until=450.0)
+    sim.run()
+    kept = pq.read_table(cut / "messages.parquet").to_pylist()
+    assert kept and kept == table(whole, "messages")[: len(kept)]

@@ -35,6 +35,9 @@ from .signing import Signer, verify
 from .store import MemoryStore, MessageMeta, Store
 
 BROADCAST = "<broadcast>"
+
+TraceSink = Callable[[float, str, str, int, int, str], None]
+"""``sink(time, kind, msg_id, size, hops, detail)``: the fields of a :class:`TraceRecord`."""
 """Destination meaning: every neighbour in radio range."""
 
 _PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbour
@@ -145,7 +148,18 @@ def _first_bits(mask: int, n: int) -> int:
 class Node:
     """One DoDWAN host's protocol state machine."""
 
-    def __init__(self, config: NodeConfig, rng: random.Random, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        rng: random.Random,
+        store: Store | None = None,
+        *,
+        trace_sink: TraceSink | None = None,
+    ) -> None:
+        """``trace_sink``, when given, receives every trace record as
+        ``sink(time, kind, msg_id, size, hops, detail)`` the moment it happens, instead of
+        :meth:`pop_trace` collecting :class:`TraceRecord` objects (a simulator writing
+        columnar logs of millions of records needs no object per record)."""
         if not isinstance(config, NodeConfig):
             raise TypeError("config must be a NodeConfig")
         if not isinstance(rng, random.Random):
@@ -158,6 +172,8 @@ class Node:
         self._store: Store = store if store is not None else MemoryStore()
         self._events: deque[Event] = deque()
         self._trace: list[TraceRecord] = []
+        self._trace_sink: TraceSink | None = trace_sink
+        self._tracing = config.trace or trace_sink is not None
         self._outbox: list[bytes] = []
         self._send_queue: dict[tuple[str, int], int] = {}  # (msg, index) -> hops to send with
         self.counters: dict[str, int] = {}
@@ -223,8 +239,12 @@ class Node:
         hops: int = 0,
         detail: str = "",
     ) -> None:
-        if self.config.trace:
-            self._trace.append(TraceRecord(now, kind, msg_id, size, hops, detail))
+        if self._tracing:
+            sink = self._trace_sink
+            if sink is not None:
+                sink(now, kind, msg_id, size, hops, detail)
+            else:
+                self._trace.append(TraceRecord(now, kind, msg_id, size, hops, detail))
 
     def _schedule_basics(self, now: float) -> None:
         if self._next_announce is None:
@@ -483,7 +503,7 @@ class Node:
         counters = self.counters
         counters["datagrams_received"] = counters.get("datagrams_received", 0) + 1
         counters["bytes_received"] = counters.get("bytes_received", 0) + size
-        if self.config.trace:
+        if self._tracing:
             kind = wire.KIND_NAMES.get(data[3], "?")
             self._tr(now, "datagram_received", size=size, detail=kind)
         try:
@@ -524,7 +544,7 @@ class Node:
             counters = self.counters
             counters["datagrams_sent"] = counters.get("datagrams_sent", 0) + len(out)
             counters["bytes_sent"] = counters.get("bytes_sent", 0) + sum(map(len, out))
-            if self.config.trace:
+            if self._tracing:
                 for dg in out:
                     kind = wire.KIND_NAMES.get(dg[3], "?")
                     self._tr(now, "datagram_sent", size=len(dg), detail=kind)
@@ -1350,7 +1370,7 @@ class Node:
         c.progress = now
         counters = self.counters
         counters["fragments_stored"] = counters.get("fragments_stored", 0) + 1
-        if self.config.trace:
+        if self._tracing:
             self._tr(now, "fragment_stored", dg.msg_id, size, dg.hops)
         if c.complete:
             self._partial_bytes -= c.nbytes
