@@ -18,11 +18,11 @@ import numpy as np
 import simpy
 
 from dodwan.core.node import CacheFullError
-from sim import grid, joms_traffic
+from sim import joms_traffic
 from sim.host import SimHost
 from sim.logs import FLUSH_ROWS, SCHEMA_VERSION, Recorder, write_run_json
 from sim.medium import Medium
-from sim.mobility import build_world
+from sim.mobility.contacts import link_changes
 from sim.mobility.trace import load_trace, map_hosts
 from sim.scenario import ContactTrace, JomsQueue, Scenario
 from sim.seeds import py_rng
@@ -159,25 +159,16 @@ class Simulation:
     # -- processes
 
     def _mobility(self) -> Any:
-        world = build_world(self.scenario, self.seed)
-        radius = self.scenario.radio.range
-        dt = self.scenario.mobility_step
-        current = grid.links(world.pos, radius)
-        self._apply_links(current, True)
-        self.world = world
-        if not world.moving:
-            return
-        while True:
-            yield self.env.timeout(dt)
-            world.step(dt)
-            self.mobility_steps += 1
-            new = grid.links(world.pos, radius)
-            up, down = grid.diff(current, new)
+        first = True
+        for _t, up, down in link_changes(self.scenario, self.seed):
+            if not first:  # link_changes steps by mobility_step, as this timeout does
+                yield self.env.timeout(self.scenario.mobility_step)
+                self.mobility_steps += 1
+            first = False
             if down.size:
                 self._apply_links(down, False)
             if up.size:
                 self._apply_links(up, True)
-            current = new
 
     def _replay(self, events: list[tuple[float, int, int, bool]]) -> Any:
         n = len(self.names)

@@ -102,3 +102,22 @@ def test_run_errors_are_one_clean_message(tmp_path: Path) -> None:
          "--contacts", str(trace), "--quiet"],
     )  # fmt: skip
     assert res.exit_code == 1 and "'99'" in res.output
+
+
+def test_contacts_writes_the_mobility_trace_that_replays_the_same_contacts(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    trace = tmp_path / "qs.one.txt.gz"
+    res = CliRunner().invoke(
+        main,
+        ["contacts", str(SCENARIOS / "quickstart.toml"), "--out", str(trace), "--until", "300"],
+    )
+    assert res.exit_code == 0, res.output
+    assert "contacts among 12 hosts" in res.output
+    live, replay = tmp_path / "live", tmp_path / "replay"
+    for out, extra in ((live, []), (replay, ["--contacts", str(trace)])):
+        args = ["run", str(SCENARIOS / "quickstart.toml"), "--out", str(out), "--until", "300"]
+        res = CliRunner().invoke(main, [*args, "--quiet", *extra])
+        assert res.exit_code == 0, res.output
+    rows = [pq.read_table(d / "contacts.parquet").to_pylist() for d in (live, replay)]
+    assert rows[0] and rows[0] == rows[1]

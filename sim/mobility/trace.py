@@ -9,9 +9,11 @@ host's name or a 0-based index into the scenario's host list (The ONE numbers it
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 _UP = {"up": True, "1": True, "true": True, "down": False, "0": False, "false": False}
 
@@ -45,10 +47,17 @@ def _event(path: Path, lineno: int, t: str, a: str, b: str, state: str) -> LinkE
     return LinkEvent(time, a.strip(), b.strip(), up)
 
 
+def _open(path: Path, newline: str | None = None) -> TextIO:
+    """A trace file as text; ``*.gz`` files are decompressed on the fly."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline=newline)
+    return path.open(encoding="utf-8", newline=newline)
+
+
 def parse_one(path: Path) -> list[LinkEvent]:
     """Parse The ONE's connectivity trace (``<time> CONN <a> <b> up|down``)."""
     events = []
-    with path.open(encoding="utf-8") as f:
+    with _open(path) as f:
         for lineno, line in enumerate(f, 1):
             fields = line.split("#", 1)[0].split()
             if not fields:
@@ -62,7 +71,7 @@ def parse_one(path: Path) -> list[LinkEvent]:
 def parse_csv(path: Path) -> list[LinkEvent]:
     """Parse ``time,a,b,up`` lines (a header line naming the columns is allowed)."""
     events = []
-    with path.open(encoding="utf-8", newline="") as f:
+    with _open(path, newline="") as f:
         for lineno, row in enumerate(csv.reader(f), 1):
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
@@ -82,6 +91,8 @@ def load_trace(path: Path, fmt: str) -> list[LinkEvent]:
         raise TraceError(f"{path}: cannot read: {e.strerror}") from e
     except UnicodeDecodeError as e:
         raise TraceError(f"{path}: not a text file ({e.reason})") from e
+    except (gzip.BadGzipFile, EOFError) as e:
+        raise TraceError(f"{path}: not a readable gzip file ({e})") from e
     return sorted(events, key=lambda e: e.time)
 
 
