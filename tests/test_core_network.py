@@ -314,7 +314,7 @@ def test_subscription_churn_elsewhere_keeps_compiled_profiles_bounded() -> None:
     for h in "ab":
         node = net.node(h)
         assert sum(len(v) for v in node._profile_cache.values()) <= 2 * PROFILE_CACHE_VERSIONS
-        assert len(node._relay_cache) <= 2
+        assert len(node._assemblies) <= 2
     # Still current: a knows c's last subscription through b.
     known = net.node("a")._known["c"][1]
     assert known.matches({"topic": "churn.299"}) and not known.matches({"topic": "churn.298"})

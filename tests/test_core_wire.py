@@ -1,4 +1,4 @@
-"""Wire format v1: documented test vectors, hostile datagrams, decompression bombs, fuzzing."""
+"""Wire format v2: documented test vectors, hostile datagrams, decompression bombs, fuzzing."""
 
 from __future__ import annotations
 
@@ -28,20 +28,16 @@ def vectors() -> dict[str, bytes]:
 
 def test_documented_vectors_encode_and_decode() -> None:
     v = vectors()
-    assert set(v) == {"announce", "catalog", "request", "fragment"}
+    assert set(v) == {"announce", "catalog", "request", "fragment", "profile", "profile_request"}
     assert v["announce"] == wire.encode_announce(
-        "a1",
-        7,
-        False,
-        0x01020304,
-        ((("topic", "news.*"),),),
-        (wire.RelayedProfile("c3", 1, 0x0A0B0C0D, ((("lang", "en|fr"),),)),),
-        (),
+        "a1", 7, False, 0x01020304, 2, (wire.ProfileRef("c3", 1, 0x0A0B0C0D, 1),), ()
     )
     ann = wire.decode(v["announce"], LIMITS)
     assert isinstance(ann, wire.Announce)
-    assert (ann.sender, ann.seq, ann.altruistic, ann.version) == ("a1", 7, False, 0x01020304)
-    assert ann.relayed[0].host == "c3" and ann.relayed[0].patterns == ((("lang", "en|fr"),),)
+    assert (ann.sender, ann.seq, ann.altruistic, ann.version, ann.pieces) == (
+        "a1", 7, False, 0x01020304, 2,
+    )  # fmt: skip
+    assert ann.relayed == (wire.ProfileRef("c3", 1, 0x0A0B0C0D, 1),)
 
     cat = wire.decode(v["catalog"], LIMITS)
     assert isinstance(cat, wire.Catalog)
@@ -55,6 +51,16 @@ def test_documented_vectors_encode_and_decode() -> None:
     frag = wire.decode(v["fragment"], LIMITS)
     assert frag == wire.Fragment("a1", "m1", 2, 1, b"\x01\x02", b"chunk")
     assert v["fragment"] == wire.encode_fragment("a1", "m1", 2, 1, b"\x01\x02", b"chunk")
+    piece = ((("lang", "en|fr"),),)
+    assert wire.decode(v["profile"], LIMITS) == wire.ProfilePiece(
+        "b2", "c3", 0x0A0B0C0D, 1, 0, piece
+    )
+    assert v["profile"] == wire.encode_profile_piece("b2", "c3", 0x0A0B0C0D, 1, 0, piece)
+    preq = wire.decode(v["profile_request"], LIMITS)
+    assert preq == wire.ProfileRequest("a1", "b2", (("c3", 0x0A0B0C0D, ((0, 1),)),))
+    assert v["profile_request"] == wire.encode_profile_request(
+        "a1", "b2", [("c3", 0x0A0B0C0D, [(0, 1)])]
+    )
 
 
 def test_every_truncation_of_every_vector_is_rejected_cleanly() -> None:
@@ -148,16 +154,24 @@ def test_fragment_with_wrong_length_or_index_is_dropped() -> None:
     assert [e.payload for e in delivered] == [b"hello" * 10]  # type: ignore[union-attr]
 
 
+def _profile_from(n: Node, sender: str, specs: wire.PatternSpecs, version: int) -> None:
+    """``sender`` announces a one-piece profile, then sends the piece ``n`` asks for."""
+    n.receive_datagram(wire.encode_announce(sender, 1, False, version, 1, (), ()), sender, now=1)
+    piece = wire.encode_profile_piece(sender, sender, version, 1, 0, specs)
+    n.receive_datagram(piece, sender, now=1)
+
+
 def test_hostile_regex_in_a_profile_cannot_stall_matching() -> None:
-    evil = wire.encode_announce(
-        "evil", 1, False, 1, ((("topic", "(a*)*b"),), (("x", "(x+x+)+y"),)), (), ()
-    )
+    from dodwan.core.patterns import Profile
+
+    specs = ((("topic", "(a*)*b"),), (("x", "(x+x+)+y"),))
+    version = Profile.from_patterns([dict(p) for p in specs]).version
     n = fresh_node()
     n.publish({"topic": "a" * 5000, "x": "x" * 5000}, b"p", deadline=100, now=0)
-    n.receive_datagram(evil, "evil", now=1)
+    _profile_from(n, "evil", specs, version)
     assert "evil" in n.neighbours()
-    backref = wire.encode_announce("evil2", 1, False, 2, ((("topic", r"(a)\1"),),), (), ())
-    n.receive_datagram(backref, "evil2", now=1)
+    assert n.neighbours()["evil"]["patterns"] == [dict(p) for p in specs]
+    _profile_from(n, "evil2", ((("topic", r"(a)\1"),),), 2)
     assert n.counters["dropped_bad_pattern"] == 1
 
 

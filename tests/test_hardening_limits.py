@@ -35,8 +35,12 @@ def forge(host: str, payload: bytes, attrs: dict[str, str], seed: int):  # type:
     return msg_id, c.meta.zdesc, dict(c.descriptor), frags
 
 
-def announce(sender: str = "evil", patterns=(), relayed=(), entries=()) -> bytes:  # type: ignore[no-untyped-def]
-    return wire.encode_announce(sender, 1, False, 1, tuple(patterns), list(relayed), list(entries))
+def announce(sender: str = "evil", pieces=0, relayed=(), entries=()) -> bytes:  # type: ignore[no-untyped-def]
+    return wire.encode_announce(sender, 1, False, 1, pieces, list(relayed), list(entries))
+
+
+def piece(patterns, index=0, count=1) -> bytes:  # type: ignore[no-untyped-def]
+    return wire.encode_profile_piece("evil", "evil", 1, count, index, tuple(patterns))
 
 
 class Victim:
@@ -87,19 +91,21 @@ def victim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Victim]:
 
 _PAT = (("topic", "x"),)
 CASES: dict[str, tuple[Callable[[], list[bytes]], str]] = {
-    "patterns per profile": (lambda: [announce(patterns=[_PAT] * 65)], "dropped_too_many_patterns"),
-    "pattern length": (
-        lambda: [announce(patterns=[(("topic", "x" * 300),)])],
-        "dropped_regex_too_long",
+    "pieces per profile": (lambda: [announce(pieces=65)], "dropped_value_out_of_range"),
+    "patterns per profile": (  # 5 pieces of 255 patterns: more than max_patterns (1024)
+        lambda: (
+            [announce(pieces=5)]
+            + [piece([(("topic", f"{k}-{i}"),) for i in range(255)], k, 5) for k in range(5)]
+        ),
+        "dropped_bad_pattern",
     ),
+    "pattern length": (lambda: [piece([(("topic", "x" * 300),)])], "dropped_regex_too_long"),
     "attributes per pattern": (
-        lambda: [announce(patterns=[tuple((f"a{i}", "x") for i in range(17))])],
+        lambda: [piece([tuple((f"a{i}", "x") for i in range(17))])],
         "dropped_bad_pattern_size",
     ),
     "relayed profiles": (
-        lambda: [
-            announce(relayed=[wire.RelayedProfile(f"h{i}", 1, 1, (_PAT,)) for i in range(65)])
-        ],
+        lambda: [announce(relayed=[wire.ProfileRef(f"h{i}", 1, 1, 1) for i in range(65)])],
         "dropped_too_many_relayed_profiles",
     ),
     "catalog size": (

@@ -133,3 +133,31 @@ def test_python_api_across_two_daemons(daemons) -> None:
         j = jobs.receive(20)
         assert j is not None and j.text == "job"
         assert news.receive(0.5) is None
+
+
+def test_300_topic_subscriptions_on_one_host_all_work_across_daemons(daemons) -> None:
+    """The host profile is not limited by a datagram: 300 distinct topics through the gateway
+    (the 8th used to fail with 'the host profile would not fit in an announcement')."""
+    group = random_group()
+    pa, pb = _free_port(), _free_port()
+    daemons("ta", "--group", group, "--stomp", f"127.0.0.1:{pa}", "--announce-period", "1")
+    daemons("tb", "--group", group, "--stomp", f"127.0.0.1:{pb}", "--announce-period", "1")
+    for port in (pa, pb):
+        wait_for(lambda p=port: bool(socket.create_connection(("127.0.0.1", p), timeout=2)),
+                 what="STOMP port")  # fmt: skip
+    sub, sl = _connect(pb, "many")
+    for i in range(300):
+        sub.subscribe(f"/topic/field.t{i}", id=f"s{i}", headers={"receipt": f"r{i}"})
+    assert [sl.receipts.get(timeout=20) for _ in range(300)] == [f"r{i}" for i in range(300)]
+    pub, pl = _connect(pa, "sender")
+    for i in range(300):
+        pub.send(f"/topic/field.t{i}", f"m{i}")
+    pub.send("/topic/field.t0", "last", headers={"receipt": "done"})
+    assert pl.receipts.get(timeout=20) == "done"
+    got: dict[str, str] = {}
+    while len(got) < 301:
+        frame = sl.messages.get(timeout=60)
+        got[frame.body] = frame.headers["destination"]
+    assert all(got[f"m{i}"] == f"/topic/field.t{i}" for i in range(300))
+    sub.disconnect()
+    pub.disconnect()

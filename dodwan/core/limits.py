@@ -29,8 +29,16 @@ class Limits:
     max_fragments: int = 65536
     """Fragments in one message."""
 
-    max_patterns: int = 64
-    """Selection patterns in one profile (local subscriptions or a peer's)."""
+    max_patterns: int = 1024
+    """Selection patterns in one profile (local subscriptions or a peer's). A profile is
+    not limited by a datagram: it travels in profile pieces (see ``max_profile_pieces``)."""
+
+    max_profile_pieces: int = 64
+    """Profile pieces (datagrams) one profile may span."""
+
+    max_profile_assemblies: int = 64
+    """Profiles of other hosts being assembled from pieces at once; past that the oldest
+    assembly is dropped (it is asked again at the next announcement)."""
 
     max_pattern_attributes: int = 16
     """Attributes constrained by one pattern."""

@@ -23,8 +23,11 @@ class Neighbour:
     """Profile version tag as announced (None until the first announcement)."""
     relayed: dict[str, tuple[int, Profile]] = field(default_factory=dict)
     """host -> (distance from this neighbour, profile)"""
-    offers: dict[str, int | None] = field(default_factory=dict)
-    """msg id -> fragments this neighbour last said it holds (None = all)"""
+    refs: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    """Profiles its last announcement named: host -> (distance, version, pieces); its own
+    at distance 0."""
+    offers: dict[str, int] = field(default_factory=dict)
+    """msg id -> bitmask of the fragments this neighbour last said it holds"""
     tokens: float = 0.0
     """Token bucket for fragments this neighbour may ask us to send."""
     tokens_at: float = 0.0

@@ -30,7 +30,9 @@ from .events import (
 )
 from .matcher import Matcher
 from .neighbours import Neighbour
+from .offers import Offers, Rank
 from .patterns import PatternError, Profile, normalise_specs
+from .profiles import Assembly, Pieces, assemble, split
 from .signing import Signer, verify
 from .store import MemoryStore, MessageMeta, Store
 
@@ -41,6 +43,8 @@ TraceSink = Callable[[float, str, str, int, int, str], None]
 """Destination meaning: every neighbour in radio range."""
 
 _PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbour
+_PROMPT_GAP = 0.25  # prompt announcements (profile change, new offer) at most this often
+_ASSEMBLY_STALL = 30.0  # a profile assembly that made no progress for this long is dropped
 _HOUSEKEEPING_MIN = 1e-3  # housekeeping never re-runs sooner than this
 PROFILE_CACHE_VERSIONS = 4
 """Compiled profiles kept per remote host: its current version and a few older ones still
@@ -71,6 +75,11 @@ class Cached:
     @property
     def complete(self) -> bool:
         return self.count == self.header.frags
+
+    def offer_rank(self) -> Rank:
+        """Offer order, lowest first: persistent, then higher priority, then newest."""
+        h = self.header
+        return (0 if h.persistent else 1, -h.priority, -h.date)
 
     def rank(self) -> tuple[int, int, int, float]:
         """Eviction order: lowest first (carried-only, non-persistent, low priority, old)."""
@@ -131,6 +140,24 @@ def _ranges(mask: int) -> list[tuple[int, int]]:
             low = (mask & -mask).bit_length() - 1
             mask >>= low
             i += low
+    return out
+
+
+def _mask(ranges: Sequence[tuple[int, int]]) -> int:
+    """[(first, count), ...] -> bitmask."""
+    mask = 0
+    for first, count in ranges:
+        mask |= ((1 << count) - 1) << first
+    return mask
+
+
+def _indexes(mask: int) -> list[int]:
+    """Bitmask -> indexes of its set bits, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
     return out
 
 
@@ -203,9 +230,13 @@ class Node:
 
         self._neighbours: dict[str, Neighbour] = {}
         self._known: dict[str, tuple[int, Profile]] = {}  # host -> (distance, profile)
-        # host -> version -> compiled profile; a few recent versions per host (see
-        # _compile_remote), so subscription churn elsewhere does not accumulate old versions.
-        self._profile_cache: dict[str, dict[int, Profile]] = {}
+        # host -> version -> (compiled profile, its pieces as the owner cut them); a few
+        # recent versions per host, so subscription churn elsewhere costs no memory over time.
+        self._profile_cache: dict[str, dict[int, tuple[Profile, Pieces]]] = {}
+        self._own_pieces: Pieces = ()
+        self._assemblies: dict[tuple[str, int], Assembly] = {}
+        self._profile_pending: dict[str, dict[tuple[str, int], int]] = {}  # target -> pieces
+        self._profile_requested: dict[tuple[str, int], tuple[int, float]] = {}
         self._matcher = Matcher()
         self._interest_epoch = 0
         self._want_cache: dict[str, tuple[int, bool]] = {}
@@ -215,12 +246,10 @@ class Node:
         self._requested: dict[str, tuple[int, float]] = {}  # msg -> (mask, when)
 
         self._seq = 0
-        self._rotation = 0
+        self._offers = Offers(config.announce_period)
         self._relay_rotation = 0
-        self._relay_cache: dict[str, tuple[int, int, bytes]] = {}  # host -> (dist, version, enc)
         self._next_announce: float | None = None
         self._last_announce = float("-inf")
-        self._own_encoded: tuple[int, bytes] = (-1, b"")
         self._next_housekeeping: float | None = None
 
         self._load()
@@ -325,9 +354,10 @@ class Node:
         merged = Profile([p for prof in [*others, profile] for p in prof.patterns])
         if len(merged.patterns) > self._limits.max_patterns:
             raise ValueError(f"the host profile would exceed {self._limits.max_patterns} patterns")
-        if len(self._encode_profile(merged)) > self.config.max_datagram // 2:
+        if len(split(merged, self._piece_room())) > self._limits.max_profile_pieces:
             raise ValueError(
-                "the host profile would not fit in an announcement; use fewer or shorter patterns"
+                f"the host profile would span more than {self._limits.max_profile_pieces} "
+                "profile pieces; use fewer or shorter patterns"
             )
         sub = _Subscription(key, profile, trusted)
         self._subs[key] = sub
@@ -335,6 +365,7 @@ class Node:
         self._store.put_subscription(key, specs + options)
         self._rebuild_own_profile()
         self._schedule_basics(now)
+        self._prompt(now)
         for c in list(self._cache.values()):
             if c.complete and sub.accepts(c.descriptor):
                 self._deliver(c, now, only=key)
@@ -348,6 +379,7 @@ class Node:
         del self._subs[key]
         self._store.delete_subscription(key)
         self._rebuild_own_profile()
+        self._prompt(now)
         self._store.commit()
 
     def subscriptions(self) -> dict[str, list[dict[str, str]]]:
@@ -567,12 +599,16 @@ class Node:
             t = self._deadlines[0][0]
         if self._history_heap and self._history_heap[0][0] < t:
             t = self._history_heap[0][0]
+        if self._requested:
+            oldest = min(when for _, when in self._requested.values())
+            t = min(t, oldest + self.config.request_timeout)
         return t
 
     def handle_timer(self, now: float) -> None:
         """Do whatever was due at or before ``now``."""
         self._schedule_basics(now)
         self._purge_expired(now)
+        self._retry_requests(now)
         for target, at in list(self._pending_at.items()):
             if at <= now:
                 self._send_request(target, now)
@@ -696,6 +732,7 @@ class Node:
             self._reserve(msg_id, c.header.zsize, c.progress, force=True)
         heapq.heappush(self._deadlines, (c.header.deadline, msg_id))
         heapq.heappush(self._evict_heap, (c.rank(), msg_id))
+        self._offers.add(msg_id, c.offer_rank())
         if len(self._evict_heap) > 2 * len(self._cache) + 64:
             self._rebuild_heaps()
         self._matcher.add_message(msg_id, c.descriptor)
@@ -723,6 +760,7 @@ class Node:
             self._partial.discard(msg_id)
         self._release(msg_id)
         self._matcher.remove_message(msg_id)
+        self._offers.forget(msg_id)
         self._entry_cache.pop(msg_id, None)
         self._requested.pop(msg_id, None)
         self._store.delete_message(msg_id)
@@ -855,8 +893,12 @@ class Node:
 
     # ------------------------------------------------------------------ profiles
 
+    def _piece_room(self) -> int:
+        return self.config.max_datagram - wire.profile_piece_overhead(self.host_id, self.host_id)
+
     def _rebuild_own_profile(self) -> None:
         self._own_profile = Profile([p for s in self._subs.values() for p in s.profile.patterns])
+        self._own_pieces = split(self._own_profile, self._piece_room(), strict=False)
         for c in self._cache.values():
             own = c.meta.local or self._own_profile.matches(c.descriptor)
             if own != c.own:
@@ -864,34 +906,78 @@ class Node:
                 heapq.heappush(self._evict_heap, (c.rank(), c.header.msg_id))
         self._interest_epoch += 1
 
-    @staticmethod
-    def _wire_patterns(profile: Profile) -> wire.PatternSpecs:
-        return tuple(p.items for p in profile.patterns)
-
-    def _encode_profile(self, profile: Profile) -> bytes:
-        return wire.encode_announce(
-            self.host_id, 0, False, profile.version, self._wire_patterns(profile), (), ()
-        )
-
-    def _compile_remote(self, host: str, version: int, patterns: wire.PatternSpecs) -> Profile:
+    def _cached_profile(self, host: str, version: int) -> tuple[Profile, Pieces] | None:
         versions = self._profile_cache.get(host)
-        cached = None if versions is None else versions.get(version)
-        if cached is not None:
-            return cached
-        try:
-            profile = Profile.from_patterns([dict(items) for items in patterns], self._limits)
-        except (PatternError, TypeError) as exc:
-            raise WireError("bad pattern") from exc
+        return None if versions is None else versions.get(version)
+
+    def _remember_profile(self, host: str, version: int, profile: Profile, pieces: Pieces) -> None:
+        versions = self._profile_cache.get(host)
         if versions is None:
             if len(self._profile_cache) >= PROFILE_CACHE_HOSTS:
                 self._profile_cache.clear()
             versions = self._profile_cache[host] = {}
-        versions[version] = profile
+        versions[version] = (profile, pieces)
         while len(versions) > PROFILE_CACHE_VERSIONS:  # the oldest compiled goes first
             del versions[next(iter(versions))]
-        return profile
 
-    def _recompute_known(self) -> None:
+    def _pieces_of(self, host: str, version: int) -> Pieces | None:
+        """The pieces of a profile this node can serve (its own, or one it assembled)."""
+        if host == self.host_id:
+            return self._own_pieces if version == self._own_profile.version else None
+        hit = self._cached_profile(host, version)
+        return None if hit is None else hit[1]
+
+    def _resolve_refs(self, n: Neighbour, now: float) -> bool:
+        """Turn a neighbour's profile references into profiles; ask it for the pieces of
+        those not held yet (meanwhile the previous version stays in use). True when the
+        neighbour's own or relayed profiles changed."""
+        changed = False
+        relayed: dict[str, tuple[int, Profile]] = {}
+        for host, (dist, version, pieces) in n.refs.items():
+            if pieces == 0:
+                prof: Profile | None = Profile()
+            else:
+                hit = self._cached_profile(host, version)
+                prof = None if hit is None else hit[0]
+                if prof is None:
+                    self._want_profile(n.host_id, host, version, pieces, now)
+            if host == n.host_id:
+                if prof is not None and n.version != version:
+                    changed = changed or prof != n.profile
+                    n.profile, n.version = prof, version
+            elif prof is not None:
+                if prof:
+                    relayed[host] = (dist, prof)
+            elif host in n.relayed:
+                relayed[host] = n.relayed[host]  # stale until the new version is assembled
+        if {h: (d, p.version) for h, (d, p) in relayed.items()} != {
+            h: (d, p.version) for h, (d, p) in n.relayed.items()
+        }:
+            n.relayed = relayed
+            changed = True
+        return changed
+
+    def _want_profile(self, target: str, owner: str, version: int, count: int, now: float) -> None:
+        """Queue a request to ``target`` for the pieces of ``(owner, version)`` still missing."""
+        key = (owner, version)
+        asm = self._assemblies.get(key)
+        if asm is None or asm.count != count:
+            if asm is None and len(self._assemblies) >= self._limits.max_profile_assemblies:
+                oldest = min(self._assemblies, key=lambda k: self._assemblies[k].started)
+                del self._assemblies[oldest]
+            asm = self._assemblies[key] = Assembly(count, now)
+        missing = asm.missing
+        req = self._profile_requested.get(key)
+        if req is not None and req[1] + self.config.request_timeout > now:
+            missing &= ~req[0]
+        if not missing:
+            return
+        pending = self._profile_pending.setdefault(target, {})
+        pending[key] = pending.get(key, 0) | missing
+        if target not in self._pending_at:
+            self._pending_at[target] = now + self._rng.uniform(0, self.config.request_delay)
+
+    def _recompute_known(self, now: float) -> None:
         """Derive the profiles known within the horizon from the neighbours' announcements."""
         known: dict[str, tuple[int, Profile]] = {}
         horizon = self.config.horizon
@@ -917,6 +1003,9 @@ class Node:
         for host, (_, prof) in known.items():
             self._matcher.set_profile(host, prof)
         self._interest_epoch += 1
+        self._offers.changed()
+        if self._matcher.fresh:  # a neighbour now wants something held here: offer it soon
+            self._prompt(now)
 
     def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> bool:
         """Should this host fetch and carry the message?"""
@@ -943,6 +1032,7 @@ class Node:
             self._neighbours[sender] = n
             self._events.append(NeighbourFound(sender, source))
             self._count("neighbours_found")
+            self._offers.changed()
             prompt = now + self._rng.uniform(0, _PROMPT_ANNOUNCE)
             if self._next_announce is None or self._next_announce > prompt:
                 self._next_announce = prompt
@@ -958,16 +1048,19 @@ class Node:
         for h in lost:
             del self._neighbours[h]
             self._pending.pop(h, None)
+            self._profile_pending.pop(h, None)
             self._pending_at.pop(h, None)
             self._events.append(NeighbourLost(h))
             self._count("neighbours_lost")
         if lost:
-            self._recompute_known()
+            self._recompute_known(now)
         hold = 2 * self.config.request_timeout
         for msg_id in [
             k for k, (_, t) in self._reserved.items() if t + hold <= now and k not in self._cache
         ]:
             self._release(msg_id)  # requested but never started
+        for key in [k for k, a in self._assemblies.items() if a.started + _ASSEMBLY_STALL <= now]:
+            del self._assemblies[key]  # asked again when someone announces it
         stale = self.config.partial_timeout
         for msg_id in [p for p in self._partial if self._cache[p].progress + stale <= now]:
             self._drop(msg_id, now, "stale")
@@ -997,23 +1090,58 @@ class Node:
             wire.CatalogEntry(msg_id, c.header.frags, c.have, c.meta.zdesc)
         )
 
-    def _catalog_order(self, now: float) -> list[str]:
-        """Fresh eligible messages first, then a rotation through the rest."""
-        if any(n.altruistic for n in self._neighbours.values()):
-            pool: list[str] = list(self._cache)
-            fresh: list[str] = []
-        else:
-            fresh = self._matcher.take_fresh()
-            pool = list(self._matcher.eligible)
-        if not pool:
-            return fresh
-        start = self._rotation % len(pool)
-        rotated = pool[start:] + pool[:start]
-        fresh_set = set(fresh)
-        return fresh + [x for x in rotated if x not in fresh_set]
+    def _catalog(self, now: float, room: int, budget: int) -> list[list[bytes]]:
+        """Encoded catalog entries for this round, in datagram-sized groups (the first
+        group has ``room`` bytes, the others a whole catalog datagram): due offers, best
+        first, skipping what every current neighbour already holds (see ``offers``)."""
+        groups: list[list[bytes]] = [[]]
+        if not self._neighbours:
+            return groups
+        offers, cache = self._offers, self._cache
+        altruists = any(n.altruistic for n in self._neighbours.values())
+        eligible = self._matcher.eligible
+
+        def pool() -> list[tuple[str, Rank]]:
+            ids = cache if altruists else eligible
+            return [(k, cache[k].offer_rank()) for k in ids if k in cache]
+
+        def rank_of(msg_id: str) -> Rank | None:
+            c = cache.get(msg_id)
+            return c.offer_rank() if c is not None and (altruists or msg_id in eligible) else None
+
+        offers.refill(pool)
+        offers.wake(now, rank_of)
+        for fresh in self._matcher.take_fresh():
+            c = cache.get(fresh)
+            if c is not None:
+                offers.add(fresh, c.offer_rank())
+        neighbours = list(self._neighbours.values())
+        while (msg_id := offers.pop()) is not None:
+            c = cache.get(msg_id)
+            if c is None or c.header.deadline <= now or c.count == 0:
+                continue
+            if not altruists and msg_id not in eligible:
+                continue
+            if all(c.have & ~n.offers.get(msg_id, 0) == 0 for n in neighbours):
+                offers.offered(msg_id, now)  # all of them hold it; look again later
+                continue
+            entry = self._catalog_entry(c)
+            if len(entry) > room:
+                if len(groups) >= self.config.max_catalog_datagrams:
+                    offers.add(msg_id, c.offer_rank())  # next round
+                    break
+                groups.append([])
+                room = budget - wire.catalog_overhead(self.host_id)
+                if len(entry) > room:
+                    continue
+            groups[-1].append(entry)
+            room -= len(entry)
+            offers.offered(msg_id, now)
+        return groups
 
     def _relayed_for_announce(self, room: int) -> list[bytes]:
-        """Encoded profiles to relay (distance < horizon), rotating when they do not all fit."""
+        """References to the profiles to relay (distance < horizon), rotating when they do
+        not all fit; only profiles this node can serve the pieces of."""
         candidates = sorted((d, h) for h, (d, _) in self._known.items() if d < self.config.horizon)[
             : self._limits.max_relayed_profiles
         ]
@@ -1022,24 +1150,27 @@ class Node:
         start = self._relay_rotation % len(candidates)
         out: list[bytes] = []
         for d, h in candidates[start:] + candidates[:start]:
-            p = self._known[h][1]
-            hit = self._relay_cache.get(h)
-            if hit is not None and hit[0] == d and hit[1] == p.version:
-                enc = hit[2]
-            else:
-                if hit is None and len(self._relay_cache) >= PROFILE_CACHE_HOSTS:
-                    self._relay_cache.clear()
-                enc = wire.encode_relayed(
-                    wire.RelayedProfile(h, d, p.version, self._wire_patterns(p))
-                )
-                self._relay_cache[h] = (d, p.version, enc)
-            if len(enc) > room:
+            version = self._known[h][1].version
+            pieces = self._pieces_of(h, version)
+            if not pieces:
                 continue
+            enc = wire.encode_ref(wire.ProfileRef(h, d, version, len(pieces)))
+            if len(enc) > room:
+                break
             out.append(enc)
             room -= len(enc)
         if len(out) < len(candidates):
             self._relay_rotation += len(out) or 1
         return out
+
+    def _prompt(self, now: float) -> None:
+        """Announce soon (jittered, at most once per ``_PROMPT_GAP``) when neighbours are
+        there to hear it: a profile change, or something a neighbour now wants."""
+        if not self._neighbours:
+            return
+        at = max(now, self._last_announce + _PROMPT_GAP) + self._rng.uniform(0, _PROMPT_ANNOUNCE)
+        if self._next_announce is None or at < self._next_announce:
+            self._next_announce = at
 
     def _prompt_announce(self, msg_id: str, now: float) -> None:
         """Offer a new message soon when a neighbour may want it (rate-limited)."""
@@ -1047,53 +1178,26 @@ class Node:
             msg_id in self._matcher.eligible or any(n.altruistic for n in self._neighbours.values())
         ):
             return
-        gap = min(1.0, self.config.announce_period / 5)
-        at = max(now, self._last_announce + gap) + self._rng.uniform(0, _PROMPT_ANNOUNCE)
-        if self._next_announce is None or at < self._next_announce:
-            self._next_announce = at
+        self._prompt(now)
 
     def _announce(self, now: float) -> None:
         self._seq += 1
         self._last_announce = now
-        if self._own_encoded[0] != self._own_profile.version:
-            self._own_encoded = (
-                self._own_profile.version,
-                wire.encode_patterns(self._wire_patterns(self._own_profile)),
-            )
-        own = self._own_encoded[1]
+        version, pieces = self._own_profile.version, len(self._own_pieces)
         bare = wire.encode_announce(
-            self.host_id, self._seq, self.config.altruistic, self._own_profile.version, own, (), ()
+            self.host_id, self._seq, self.config.altruistic, version, pieces, (), ()
         )
         relayed = self._relayed_for_announce(self.config.max_datagram // 2 - len(bare))
         base = len(bare) + sum(len(r) for r in relayed)
         budget = self.config.max_datagram
-        datagrams: list[list[bytes]] = [[]]
-        room = budget - base - 4
-        offered = 0
-        if self._neighbours:
-            for msg_id in self._catalog_order(now):
-                c = self._cache.get(msg_id)
-                if c is None or c.header.deadline <= now or c.count == 0:
-                    continue
-                entry = self._catalog_entry(c)
-                if len(entry) > room:
-                    if len(datagrams) >= self.config.max_catalog_datagrams:
-                        break
-                    datagrams.append([])
-                    room = budget - wire.catalog_overhead(self.host_id)
-                    if len(entry) > room:
-                        continue
-                datagrams[-1].append(entry)
-                room -= len(entry)
-                offered += 1
-            self._rotation += max(offered, 1)
+        datagrams = self._catalog(now, budget - base - 4, budget)
         self._outbox.append(
             wire.encode_announce(
                 self.host_id,
                 self._seq,
                 self.config.altruistic,
-                self._own_profile.version,
-                own,
+                version,
+                pieces,
                 relayed,
                 datagrams[0],
             )
@@ -1107,30 +1211,87 @@ class Node:
 
     def _on_announce(self, dg: wire.Announce, now: float) -> None:
         n = self._neighbours[dg.sender]
-        n.altruistic = dg.altruistic
-        changed = False
-        if n.version != dg.version:
-            n.version = dg.version
-            profile = (
-                self._compile_remote(dg.sender, dg.version, dg.patterns)
-                if dg.patterns
-                else Profile()
-            )
-            changed = profile != n.profile
-            n.profile = profile
-        relayed: dict[str, tuple[int, Profile]] = {}
-        for rp in dg.relayed:
-            if rp.host == self.host_id or not rp.patterns or rp.distance < 1 or rp.host in relayed:
+        if n.altruistic != dg.altruistic:
+            n.altruistic = dg.altruistic
+            self._offers.changed()
+        refs = {dg.sender: (0, dg.version, dg.pieces)}
+        for r in dg.relayed:
+            if r.host == self.host_id or r.distance < 1 or r.host in refs:
                 continue
-            relayed[rp.host] = (rp.distance, self._compile_remote(rp.host, rp.version, rp.patterns))
-        if {h: (d, p.version) for h, (d, p) in relayed.items()} != {
-            h: (d, p.version) for h, (d, p) in n.relayed.items()
-        }:
-            n.relayed = relayed
-            changed = True
-        if changed:
-            self._recompute_known()
+            refs[r.host] = (r.distance, r.version, r.pieces)
+        n.refs = refs
+        if self._resolve_refs(n, now):
+            self._recompute_known(now)
         self._on_catalog_entries(n, dg.catalog, now)
+
+    def _on_profile_piece(self, dg: wire.ProfilePiece, now: float) -> None:
+        key = (dg.owner, dg.version)
+        asm = self._assemblies.get(key)
+        if asm is None:  # not asked for here (or already assembled)
+            self._count("profile_pieces_unwanted")
+            return
+        if asm.count != dg.count:
+            raise WireError("profile piece count mismatch")
+        if dg.index in asm.pieces:
+            self._count("profile_pieces_duplicate")
+            return
+        asm.pieces[dg.index] = dg.patterns
+        asm.started = now
+        if len(asm.pieces) < asm.count:
+            return
+        del self._assemblies[key]
+        self._profile_requested.pop(key, None)
+        for pending in self._profile_pending.values():
+            pending.pop(key, None)
+        pieces = tuple(asm.pieces[i] for i in range(asm.count))
+        profile = assemble(pieces, dg.version, self._limits)
+        self._remember_profile(dg.owner, dg.version, profile, pieces)
+        self._count("profiles_assembled")
+        changed = False
+        for n in self._neighbours.values():
+            if dg.owner in n.refs and self._resolve_refs(n, now):
+                changed = True
+        if changed:
+            self._recompute_known(now)
+
+    def _on_profile_request(self, dg: wire.ProfileRequest, now: float) -> None:
+        if dg.target != self.host_id:
+            # Overheard: the pieces will be broadcast, so drop them from our own request.
+            for owner, version, ranges in dg.entries:
+                key, mask = (owner, version), _mask(ranges)
+                suppressed = False
+                for pending in self._profile_pending.values():
+                    if pending.get(key, 0) & mask:
+                        pending[key] &= ~mask
+                        suppressed = True
+                        if not pending[key]:
+                            del pending[key]
+                if suppressed:
+                    self._count("profile_requests_suppressed")
+                    old = self._profile_requested.get(key, (0, now))[0]
+                    self._profile_requested[key] = (old | mask, now)
+            return
+        n = self._neighbours[dg.sender]
+        rate = self._limits.max_requests_per_second
+        n.tokens = min(rate, n.tokens + (now - n.tokens_at) * rate)
+        n.tokens_at = now
+        for owner, version, ranges in dg.entries:
+            pieces = self._pieces_of(owner, version)
+            if pieces is None:
+                continue
+            for i in _indexes(_mask(ranges) & ((1 << len(pieces)) - 1)):
+                if n.tokens < 1:
+                    self._count("requests_rate_limited")
+                    return
+                n.tokens -= 1
+                data = wire.encode_profile_piece(
+                    self.host_id, owner, version, len(pieces), i, pieces[i]
+                )
+                if len(data) > self.config.max_datagram:
+                    self._count("profile_pieces_too_large")
+                    continue
+                self._outbox.append(data)
+                self._count("profile_pieces_sent")
 
     def _on_catalog(self, dg: wire.Catalog, now: float) -> None:
         self._on_catalog_entries(self._neighbours[dg.sender], dg.catalog, now)
@@ -1240,8 +1401,22 @@ class Node:
     def _send_request(self, target: str, now: float) -> None:
         self._pending_at.pop(target, None)
         pending = self._pending.pop(target, {})
+        profile_pending = self._profile_pending.pop(target, {})
         if target not in self._neighbours:
             return
+        wanted: list[tuple[str, int, list[tuple[int, int]]]] = []
+        for key, mask in profile_pending.items():
+            asm = self._assemblies.get(key)
+            mask &= asm.missing if asm is not None else 0
+            if mask:
+                wanted.append((key[0], key[1], _ranges(mask)))
+                old = self._profile_requested.get(key, (0, now))[0]
+                self._profile_requested[key] = (old | mask, now)
+        for i in range(0, len(wanted), 32):
+            self._outbox.append(
+                wire.encode_profile_request(self.host_id, target, wanted[i : i + 32])
+            )
+            self._count("profile_requests_sent")
         entries: list[tuple[str, list[tuple[int, int]]]] = []
         for msg_id, mask in pending.items():
             mask = self._missing(msg_id, mask, now)
@@ -1398,8 +1573,28 @@ class Node:
         self._count("messages_completed")
         self._tr(now, "message_completed", msg_id, c.header.size, c.meta.hops)
         self._add_history(msg_id, "", c.header.deadline)
+        self._offers.add(msg_id, c.offer_rank())
         self._prompt_announce(msg_id, now)
         self._deliver(c, now, zpayload=z)
+
+    def _retry_requests(self, now: float) -> None:
+        """Fragments asked for and not received within ``request_timeout`` are asked again
+        from a neighbour that offered them, without waiting for it to offer them again."""
+        timeout = self.config.request_timeout
+        for msg_id, (_, when) in list(self._requested.items()):
+            if when + timeout > now:
+                continue
+            del self._requested[msg_id]
+            c = self._cache.get(msg_id)
+            if c is not None and c.complete:
+                continue
+            have = c.have if c is not None else 0
+            for n in self._neighbours.values():
+                offered = n.offers.get(msg_id, 0)
+                if offered & ~have:
+                    self._count("requests_retried")
+                    self._queue_request(n.host_id, msg_id, offered, now)
+                    break
 
     def _continue_transfer(self, c: Cached, now: float) -> None:
         """Sliding window: once half of what was requested has arrived, ask for more, so the
@@ -1425,4 +1620,6 @@ class Node:
         wire.Catalog: _on_catalog,
         wire.Request: _on_request,
         wire.Fragment: _on_fragment,
+        wire.ProfilePiece: _on_profile_piece,
+        wire.ProfileRequest: _on_profile_request,
     }

@@ -1,4 +1,4 @@
-"""Wire format v1: the only module that packs or unpacks bytes (spec: docs/protocol.md).
+"""Wire format v2: the only module that packs or unpacks bytes (spec: docs/protocol.md).
 
 Every datagram starts with ``b"DW"``, a version byte (1), a kind byte and the sender's host
 id. Lengths and integers are unsigned LEB128 varints; strings are UTF-8 prefixed by their
@@ -16,13 +16,22 @@ from .errors import WireError
 from .limits import Limits
 
 MAGIC = b"DW"
-VERSION = 1
+VERSION = 2
 
 ANNOUNCE = 1
 CATALOG = 2
 REQUEST = 3
 FRAGMENT = 4
-KIND_NAMES = {ANNOUNCE: "announce", CATALOG: "catalog", REQUEST: "request", FRAGMENT: "fragment"}
+PROFILE = 5
+PROFILE_REQUEST = 6
+KIND_NAMES = {
+    ANNOUNCE: "announce",
+    CATALOG: "catalog",
+    REQUEST: "request",
+    FRAGMENT: "fragment",
+    PROFILE: "profile",
+    PROFILE_REQUEST: "profile_request",
+}
 
 MAX_HOST_ID = 64
 MAX_MSG_ID = 128
@@ -36,13 +45,16 @@ PatternSpecs = tuple[tuple[tuple[str, str], ...], ...]
 
 
 @dataclass(frozen=True, slots=True)
-class RelayedProfile:
-    """A profile of another host, ``distance`` hops away from the announcer."""
+class ProfileRef:
+    """A host's profile named by its version: the patterns travel in profile pieces."""
 
     host: str
     distance: int
+    """Hops from the announcer (0: the announcer's own profile)."""
     version: int
-    patterns: PatternSpecs
+    """Content digest of the profile's patterns."""
+    pieces: int
+    """How many profile pieces carry its patterns (0: the profile is empty)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +73,10 @@ class Announce:
     seq: int
     altruistic: bool
     version: int
-    patterns: PatternSpecs
-    relayed: tuple[RelayedProfile, ...]
+    """Version of the sender's own profile."""
+    pieces: int
+    """Profile pieces of the sender's own profile (0: empty)."""
+    relayed: tuple[ProfileRef, ...]
     catalog: tuple[CatalogEntry, ...]
 
 
@@ -91,7 +105,27 @@ class Fragment:
     chunk: bytes
 
 
-Datagram = Announce | Catalog | Request | Fragment
+@dataclass(frozen=True, slots=True)
+class ProfilePiece:
+    """Piece ``index`` of ``count`` of the profile ``(owner, version)``."""
+
+    sender: str
+    owner: str
+    version: int
+    count: int
+    index: int
+    patterns: PatternSpecs
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRequest:
+    sender: str
+    target: str
+    entries: tuple[tuple[str, int, tuple[tuple[int, int], ...]], ...]
+    """(owner, version, ((first piece, count), ...))"""
+
+
+Datagram = Announce | Catalog | Request | Fragment | ProfilePiece | ProfileRequest
 
 
 # ---------------------------------------------------------------- primitives
@@ -215,11 +249,6 @@ def _header(kind: int, sender: str) -> bytes:
     return MAGIC + bytes((VERSION, kind)) + _str(sender)
 
 
-def encode_patterns(patterns: PatternSpecs) -> bytes:
-    """A pattern list, for callers that reuse it across announcements."""
-    return _patterns(patterns)
-
-
 def _patterns(patterns: PatternSpecs) -> bytes:
     parts = [bytes((len(patterns),))]
     for items in patterns:
@@ -241,14 +270,14 @@ def encode_catalog_entry(entry: CatalogEntry) -> bytes:
     return b"".join(parts)
 
 
-def encode_relayed(rp: RelayedProfile) -> bytes:
-    """One relayed profile as it appears inside an announcement."""
+def encode_ref(ref: ProfileRef) -> bytes:
+    """One relayed profile reference as it appears inside an announcement."""
     return b"".join(
         [
-            _str(rp.host),
-            bytes((rp.distance,)),
-            rp.version.to_bytes(4, "big"),
-            _patterns(rp.patterns),
+            _str(ref.host),
+            bytes((ref.distance,)),
+            ref.version.to_bytes(4, "big"),
+            _varint(ref.pieces),
         ]
     )
 
@@ -258,24 +287,63 @@ def encode_announce(
     seq: int,
     altruistic: bool,
     version: int,
-    patterns: PatternSpecs | bytes,
-    relayed: Sequence[RelayedProfile | bytes],
+    pieces: int,
+    relayed: Sequence[ProfileRef | bytes],
     entries: Sequence[bytes],
 ) -> bytes:
-    """An announcement; ``entries`` are encoded catalog entries, ``relayed`` profiles may be
-    given encoded (see :func:`encode_relayed`)."""
+    """An announcement; ``entries`` are encoded catalog entries, ``relayed`` references may
+    be given encoded (see :func:`encode_ref`)."""
     parts = [
         _header(ANNOUNCE, sender),
         _varint(seq),
         bytes((FLAG_ALTRUISTIC if altruistic else 0,)),
         version.to_bytes(4, "big"),
-        patterns if isinstance(patterns, bytes) else _patterns(patterns),
+        _varint(pieces),
         bytes((len(relayed),)),
     ]
-    for rp in relayed:
-        parts.append(rp if isinstance(rp, bytes) else encode_relayed(rp))
+    for ref in relayed:
+        parts.append(ref if isinstance(ref, bytes) else encode_ref(ref))
     parts.append(_varint(len(entries)))
     parts.extend(entries)
+    return b"".join(parts)
+
+
+def encode_profile_piece(
+    sender: str, owner: str, version: int, count: int, index: int, patterns: PatternSpecs
+) -> bytes:
+    return b"".join(
+        [
+            _header(PROFILE, sender),
+            _str(owner),
+            version.to_bytes(4, "big"),
+            _varint(count),
+            _varint(index),
+            _patterns(patterns),
+        ]
+    )
+
+
+def profile_piece_overhead(sender: str, owner: str) -> int:
+    """Bytes of a profile piece datagram besides its pattern list (upper bound)."""
+    return len(_header(PROFILE, sender)) + len(_str(owner)) + 4 + 3 + 3
+
+
+def patterns_size(patterns: PatternSpecs) -> int:
+    """Encoded size of a pattern list."""
+    return len(_patterns(patterns))
+
+
+def encode_profile_request(
+    sender: str, target: str, entries: Sequence[tuple[str, int, Sequence[tuple[int, int]]]]
+) -> bytes:
+    parts = [_header(PROFILE_REQUEST, sender), _str(target), _varint(len(entries))]
+    for owner, version, ranges in entries:
+        parts.append(_str(owner))
+        parts.append(version.to_bytes(4, "big"))
+        parts.append(_varint(len(ranges)))
+        for first, count in ranges:
+            parts.append(_varint(first))
+            parts.append(_varint(count))
     return b"".join(parts)
 
 
@@ -466,7 +534,7 @@ def decode(data: bytes, limits: Limits) -> Datagram:
         seq = r.varint()
         flags = r.u8()
         version = r.u32()
-        patterns = _decode_patterns(r, limits)
+        pieces = r.varint(limits.max_profile_pieces)
         nrel = r.u8()
         if nrel > limits.max_relayed_profiles:
             raise WireError("too many relayed profiles")
@@ -475,12 +543,40 @@ def decode(data: bytes, limits: Limits) -> Datagram:
             host = r.text(MAX_HOST_ID)
             distance = r.u8()
             rversion = r.u32()
-            relayed.append(RelayedProfile(host, distance, rversion, _decode_patterns(r, limits)))
+            relayed.append(
+                ProfileRef(host, distance, rversion, r.varint(limits.max_profile_pieces))
+            )
         entries = _decode_entries(r, limits)
         r.end()
         return Announce(
-            sender, seq, bool(flags & FLAG_ALTRUISTIC), version, patterns, tuple(relayed), entries
+            sender, seq, bool(flags & FLAG_ALTRUISTIC), version, pieces, tuple(relayed), entries
         )
+    if kind == PROFILE:
+        owner = r.text(MAX_HOST_ID)
+        version = r.u32()
+        count = r.varint(limits.max_profile_pieces)
+        index = r.varint(limits.max_profile_pieces)
+        if not owner or index >= count:
+            raise WireError("bad profile piece")
+        patterns = _decode_patterns(r, limits)
+        r.end()
+        return ProfilePiece(sender, owner, version, count, index, patterns)
+    if kind == PROFILE_REQUEST:
+        target = r.text(MAX_HOST_ID)
+        n = r.varint(limits.max_request_entries)
+        preq = []
+        for _ in range(n):
+            owner = r.text(MAX_HOST_ID)
+            version = r.u32()
+            k = r.varint(limits.max_profile_pieces)
+            ranges = []
+            for _ in range(k):
+                first = r.varint(limits.max_profile_pieces)
+                count = r.varint(limits.max_profile_pieces)
+                ranges.append((first, count))
+            preq.append((owner, version, tuple(ranges)))
+        r.end()
+        return ProfileRequest(sender, target, tuple(preq))
     if kind == CATALOG:
         seq = r.varint()
         entries = _decode_entries(r, limits)
