@@ -57,7 +57,7 @@ class Simulation:
         until: float | None = None,
         contacts: ContactTrace | None = None,
     ) -> None:
-        from dodwan import BROADCAST, Node, NodeConfig
+        from dodwan import BROADCAST, Node
 
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
@@ -78,16 +78,9 @@ class Simulation:
         )
         self.hosts: list[SimHost] = []
         for g in scenario.groups:
-            p = g.protocol
             for name in g.host_names():
-                cfg = NodeConfig(
-                    host_id=name,
-                    horizon=p.horizon,
-                    altruistic=p.altruistic,
-                    announce_period=p.announce_period,
-                    max_datagram=scenario.radio.max_datagram,
-                    cache_capacity=p.cache_capacity,
-                    trace=True,
+                cfg = g.protocol.node_config(
+                    name, max_datagram=scenario.radio.max_datagram, trace=True
                 )
                 node = Node(cfg, rng=py_rng(self.seed, "node", name))
                 host = SimHost(

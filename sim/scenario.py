@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from dodwan.core.patterns import Pattern, PatternError
+from sim.protocol import DEFAULTS as PROTOCOL_DEFAULTS
+from sim.protocol import LIMIT_DEFAULTS, Protocol
 
 MOBILITY_MODELS = ("static", "island", "random_waypoint", "random_walk", "carrier")
 TRACE_FORMATS = ("one", "csv")
@@ -71,20 +73,6 @@ class Radio:
     """Probability that one receiver independently loses one datagram."""
     max_datagram: int
     """Largest datagram in bytes (given to each node's config)."""
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """DoDWAN settings of the hosts of a group."""
-
-    horizon: int = 1
-    """Hops up to which interest profiles are relayed."""
-    altruistic: bool = False
-    """Whether hosts carry messages they are not interested in."""
-    cache_capacity: int = 64 << 20
-    """Cache capacity in bytes."""
-    announce_period: float = 5.0
-    """Seconds between periodic announcements."""
 
 
 @dataclass(frozen=True)
@@ -570,17 +558,46 @@ class _Validator:
         )
 
     def protocol(self, raw: Any, path: _Path, base: Protocol) -> Protocol:
-        t = self.table(raw, path, Protocol.__annotations__) or {}
-        return Protocol(
-            horizon=self.num(t, path, "horizon", base.horizon, minimum=1, maximum=8, integer=True),
-            altruistic=self.boolean(t, path, "altruistic", base.altruistic),
-            cache_capacity=self.num(
-                t, path, "cache_capacity", base.cache_capacity, minimum=1, integer=True
-            ),
-            announce_period=self.num(
-                t, path, "announce_period", base.announce_period, positive=True
-            ),
-        )
+        """A ``[protocol]`` table over ``base``: types from the core's defaults, values
+        checked by building a NodeConfig (its error is reported against the key it names)."""
+        t = self.table(raw, path, (*PROTOCOL_DEFAULTS, "limits")) or {}
+        settings = dict(base.settings)
+        for k in t:
+            if k in PROTOCOL_DEFAULTS:
+                settings[k] = self.setting(t, path, k, PROTOCOL_DEFAULTS[k], settings[k])
+        limits = dict(base.limits)
+        if "limits" in t:
+            lt = self.table(t["limits"], (*path, "limits"), LIMIT_DEFAULTS) or {}
+            for k in lt:
+                if k in LIMIT_DEFAULTS:
+                    old = limits.get(k, LIMIT_DEFAULTS[k])
+                    limits[k] = self.setting(lt, (*path, "limits"), k, LIMIT_DEFAULTS[k], old)
+        proto = Protocol(settings=settings, limits=limits)
+        try:
+            proto.node_config("x")
+        except (TypeError, ValueError) as e:
+            given = [k for k in t if k != "limits"] + [f"limits.{k}" for k in t.get("limits", {})]
+            named = [k for k in given if re.search(rf"\b{re.escape(k.split('.')[-1])}\b", str(e))]
+            key: _Path = path
+            if named:
+                key = (*path, *named[0].split("."))
+            self.err(key, str(e))
+            return base
+        return proto
+
+    def setting(
+        self, t: Mapping[str, Any], path: _Path, key: str, default: Any, current: Any
+    ) -> Any:
+        """One protocol value, type-checked against its default (``current`` when wrong)."""
+        if isinstance(default, bool):
+            return self.boolean(t, path, key, current)
+        if isinstance(default, int):
+            val = self.num(t, path, key, current, integer=True)
+        elif isinstance(default, float):
+            val = self.num(t, path, key, current)
+        else:  # pragma: no cover - every settable field is a bool, int or float today
+            raise TypeError(f"protocol setting {key} has an unsupported type")
+        return val
 
     def group(self, raw: Any, path: _Path, base: Protocol) -> Group | None:
         t = self.table(raw, path, ("name", "count", "mobility", "protocol"))
