@@ -24,7 +24,7 @@ from sim.mobility import build_world
 from sim.mobility.trace import load_trace, map_hosts
 from sim.scenario import ContactTrace, JomsQueue, Scenario
 from sim.seeds import py_rng
-from sim.traffic import Targets, schedule, subscriptions
+from sim.traffic import Publication, Targets, exact_delay, schedule, subscriptions
 
 
 class SimulationError(Exception):
@@ -178,14 +178,15 @@ class Simulation:
 
     def _traffic(self) -> Any:
         for pub in self.publications:
-            if pub.time > self.env.now:
-                yield self.env.timeout(pub.time - self.env.now)
-            self._publish(pub.host, pub.spec)
+            now = self.env.now
+            if pub.time > now:
+                delay = pub.time - now
+                yield self.env.timeout(exact_delay(now, pub.time) if pub.exact else delay)
+            self._publish(pub)
 
-    def _publish(self, h: int, s: int) -> None:
-        spec = self.scenario.publish[s]
-        host = self.hosts[h]
-        now = self.env.now
+    def _publish(self, spec: Publication) -> None:
+        host = self.hosts[spec.host]
+        now = spec.time if spec.exact else self.env.now
         deadline = now + spec.ttl
         payload = self.payload_rng.randbytes(spec.size)
         attrs = dict(spec.attributes)
