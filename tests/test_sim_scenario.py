@@ -217,3 +217,12 @@ def test_bad_protocol_values_name_their_key() -> None:
     )
     for key, (line, _msg) in found.items():
         assert line is not None and key.rsplit(".", 1)[-1] in lines[line - 1], key
+
+
+def test_docs_list_every_protocol_key() -> None:
+    from sim.protocol import render_markdown
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "scenarios.md").read_text()
+    begin = doc.index("<!-- protocol-keys: generated")
+    block = doc[doc.index("\n", begin) + 1 : doc.index("<!-- protocol-keys: end -->")]
+    assert block == render_markdown(), "regenerate with: python -m sim.protocol"
