@@ -569,19 +569,24 @@ class _Validator:
 
         n_hosts = sum(g.count for g in groups)
 
-        def check_sel(path: _Path, sel: tuple[str, ...]) -> None:
+        def check_sel(path: _Path, sel: tuple[str, ...]) -> bool:
+            """Report unknown selectors; whether all of ``sel`` are usable."""
+            ok = bool(sel)
             for s in sel:
                 m = INDEX_RANGE.fullmatch(s)
                 if m and s not in known:
                     first, last = int(m.group(1)), int(m.group(2))
                     if not first <= last < n_hosts:
+                        ok = False
                         self.err(
                             path,
                             f"range {s!r} must be first..last with 0 <= first "
                             f"<= last < {n_hosts} (the number of hosts)",
                         )
                 elif s not in known:
+                    ok = False
                     self.err(path, f"{s!r} is neither a group, a host nor a range of host indices")
+            return ok
 
         traffic = self.table(
             top.get("traffic", {}),
@@ -617,9 +622,9 @@ class _Validator:
         for path, t in self.items(traffic.get("generate"), ("traffic", "generate")):
             gen = self.generate(t, path, duration or 0.0)
             if gen is not None:
-                check_sel((*path, "sources"), gen.sources)
-                check_sel((*path, "destinations"), gen.destinations)
-                self.check_destinations(gen, path, partial)
+                ok = check_sel((*path, "sources"), gen.sources)
+                if check_sel((*path, "destinations"), gen.destinations) and ok:
+                    self.check_destinations(gen, path, partial)
                 generate.append(gen)
         names_seen: set[str] = set()
         for i, gen in enumerate(generate):
@@ -914,8 +919,6 @@ class _Validator:
 
     def check_destinations(self, gen: Generate, path: _Path, partial: Scenario) -> None:
         """Every source needs a destination other than itself."""
-        if self.problems:
-            return  # selectors may be unknown; their errors are already listed
         dests = set(partial.resolve(gen.destinations))
         for src in partial.resolve(gen.sources):
             if not dests - {src}:
@@ -951,7 +954,7 @@ class _Validator:
         self,
         raw: Any,
         path: _Path,
-        check_sel: Callable[[_Path, tuple[str, ...]], None],
+        check_sel: Callable[[_Path, tuple[str, ...]], bool],
         hosts: set[str],
     ) -> tuple[tuple[JomsTopic, ...], tuple[JomsQueue, ...]]:
         t = self.table(raw, path, ("topics", "queues")) or {}

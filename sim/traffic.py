@@ -92,13 +92,13 @@ def schedule(
 
 def _times(seed: int, s: int, pub: Publish, host: int, name: str, stop: float) -> list[Publication]:
     if pub.at:
-        times = sorted(t for t in pub.at if t < stop)
+        exact = sorted(t for t in pub.at if t < stop)
         return [
             Publication(
                 t, host, s, seq, pub.attributes, pub.size, pub.ttl, pub.priority,
                 pub.persistent, exact=True,
             )
-            for seq, t in enumerate(times)
+            for seq, t in enumerate(exact)
         ]  # fmt: skip
     rng = py_rng(seed, "traffic", s, name)
     times = arrival_times(rng, pub.process, pub.interval, pub.start, stop)
