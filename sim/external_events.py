@@ -83,6 +83,8 @@ def parse(path: Path, hosts: list[str]) -> list[Creation]:
         raise EventsError(f"{path}: cannot read: {e.strerror}") from e
     except UnicodeDecodeError as e:
         raise EventsError(f"{path}: not a text file ({e.reason})") from e
+    except ValueError as e:  # e.g. a NUL byte in the path
+        raise EventsError(f"{path!r}: cannot read: {e}") from e
     return out
 
 

@@ -672,6 +672,7 @@ class _Validator:
             if k in PROTOCOL_DEFAULTS:
                 settings[k] = self.setting(t, path, k, PROTOCOL_DEFAULTS[k], settings[k])
         limits = dict(base.limits)
+        lt: dict[str, Any] = {}
         if "limits" in t:
             lt = self.table(t["limits"], (*path, "limits"), LIMIT_DEFAULTS) or {}
             for k in lt:
@@ -682,7 +683,7 @@ class _Validator:
         try:
             proto.node_config("x")
         except (TypeError, ValueError) as e:
-            given = [k for k in t if k != "limits"] + [f"limits.{k}" for k in t.get("limits", {})]
+            given = [k for k in t if k != "limits"] + [f"limits.{k}" for k in lt]
             named = [k for k in given if re.search(rf"\b{re.escape(k.split('.')[-1])}\b", str(e))]
             key: _Path = path
             if named:

@@ -294,3 +294,11 @@ def test_bad_external_event_lines_name_the_file_and_line(
 def test_missing_events_file(tmp_path: Path) -> None:
     text = external(tmp_path, "").replace("events.txt", "nope.txt")
     assert "cannot read" in problems(text)["traffic.external[0].file"]
+
+
+def test_unreadable_events_files(tmp_path: Path) -> None:
+    binary = external(tmp_path, "").replace("events.txt", "bin.dat")
+    (tmp_path / "bin.dat").write_bytes(b"\xff\xfe 1 C M1 0 1 100\n")
+    assert "not a text file" in problems(binary)["traffic.external[0].file"]
+    nul = external(tmp_path, "").replace("events.txt", "ev\\u0000ts.txt")
+    assert "cannot read" in problems(nul)["traffic.external[0].file"]
