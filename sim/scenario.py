@@ -594,11 +594,28 @@ class _Validator:
             ("publish", "subscribe", "generate", "external", "joms"),
         )
         traffic = traffic or {}
+        partial = Scenario(
+            name="", source=None, seed=0, duration=0.0, world=(1.0, 1.0), radio=radio,
+            groups=tuple(groups),
+        )  # fmt: skip
+        max_size = {
+            h: g.protocol.limits.get("max_message_size", LIMIT_DEFAULTS["max_message_size"])
+            for g in groups
+            for h in g.host_names()
+        }
+
+        def check_size(path: _Path, hosts: list[str], size: int) -> None:
+            for h in hosts:
+                if size > max_size[h]:
+                    self.err(path, f"{size} bytes exceed {h}'s max_message_size ({max_size[h]})")
+                    return
+
         publish = []
         for path, t in self.items(traffic.get("publish"), ("traffic", "publish")):
             pub = self.publish(t, path, duration or 0.0)
             if pub is not None:
-                check_sel((*path, "hosts"), pub.hosts)
+                if check_sel((*path, "hosts"), pub.hosts):
+                    check_size((*path, "size"), partial.resolve(pub.hosts), pub.size)
                 publish.append(pub)
         subscribe = []
         for path, t in self.items(traffic.get("subscribe"), ("traffic", "subscribe")):
@@ -614,15 +631,13 @@ class _Validator:
         topics, queues = self.joms(
             traffic.get("joms", {}), ("traffic", "joms"), check_sel, host_set
         )
-        partial = Scenario(
-            name="", source=None, seed=0, duration=0.0, world=(1.0, 1.0), radio=radio,
-            groups=tuple(groups),
-        )  # fmt: skip
         generate = []
         for path, t in self.items(traffic.get("generate"), ("traffic", "generate")):
             gen = self.generate(t, path, duration or 0.0)
             if gen is not None:
                 ok = check_sel((*path, "sources"), gen.sources)
+                if ok:
+                    check_size((*path, "size"), partial.resolve(gen.sources), gen.size[1])
                 if check_sel((*path, "destinations"), gen.destinations) and ok:
                     self.check_destinations(gen, path, partial)
                 generate.append(gen)
@@ -635,6 +650,14 @@ class _Validator:
         for path, t in self.items(traffic.get("external"), ("traffic", "external")):
             ext = self.external(t, path, partial.host_names())
             if ext is not None:
+                for c in ext.events:
+                    if c.size > max_size[c.source]:
+                        self.err(
+                            (*path, "file"),
+                            f"{ext.path}:{c.line}: {c.size} bytes exceed {c.source}'s "
+                            f"max_message_size ({max_size[c.source]})",
+                        )
+                        break
                 external.append(ext)
 
         contacts = None

@@ -302,3 +302,26 @@ def test_unreadable_events_files(tmp_path: Path) -> None:
     assert "not a text file" in problems(binary)["traffic.external[0].file"]
     nul = external(tmp_path, "").replace("events.txt", "ev\\u0000ts.txt")
     assert "cannot read" in problems(nul)["traffic.external[0].file"]
+
+
+def test_sizes_beyond_the_hosts_max_message_size_are_refused(tmp_path: Path) -> None:
+    limit = "[protocol.limits]\nmax_message_size = 10_000\n"
+    text = external(tmp_path, EVENTS + "40 C M9 1 2 20k\n").replace(
+        "[[groups]]", limit + "[[groups]]", 1
+    )
+    text += (
+        GEN
+        + '[[traffic.publish]]\nhosts = ["c"]\nattributes = { a = "b" }\nat = [1.0]\nsize = 10_001\n'
+    )
+    found = problems(text)
+    assert set(found) == {
+        "traffic.external[0].file",
+        "traffic.generate[0].size",
+        "traffic.publish[0].size",
+    }
+    assert (
+        "events.txt:7: 20000 bytes exceed p-1's max_message_size (10000)"
+        in found["traffic.external[0].file"]
+    )
+    assert "1000000 bytes exceed p-0's max_message_size" in found["traffic.generate[0].size"]
+    assert "10001 bytes exceed c-0's" in found["traffic.publish[0].size"]
