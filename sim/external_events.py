@@ -20,6 +20,8 @@ from pathlib import Path
 from sim.mobility.trace import TraceError, host_index
 
 CREATE = "C"
+EVENT_ID = "event_id"
+"""Descriptor attribute that carries the file's message id."""
 _OTHER_KINDS = {
     "S": "transfer start",
     "DE": "transfer done",

@@ -18,7 +18,7 @@ from typing import Any
 
 from dodwan.core.message import SYSTEM_ATTRIBUTES
 from dodwan.core.patterns import Pattern, PatternError
-from sim.external_events import Creation, EventsError
+from sim.external_events import EVENT_ID, Creation, EventsError
 from sim.external_events import parse as parse_events
 from sim.protocol import DEFAULTS as PROTOCOL_DEFAULTS
 from sim.protocol import LIMIT_DEFAULTS, Protocol
@@ -957,6 +957,10 @@ class _Validator:
         file = self.string(t, path, "file")
         ttl = self.num(t, path, "ttl", 3600.0, positive=True)
         attribute, attrs = self.address(t, path)
+        if attribute == EVENT_ID:
+            self.err((*path, "attribute"), f"{EVENT_ID!r} holds the file's message id")
+        if EVENT_ID in attrs:
+            self.err((*path, "attributes", EVENT_ID), "is set to the file's message id")
         priority = self.num(t, path, "priority", 4, minimum=0, maximum=9, integer=True)
         persistent = self.boolean(t, path, "persistent", True)
         if file is None:

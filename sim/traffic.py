@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from dodwan.core.patterns import Profile
 from sim import generators
+from sim.external_events import EVENT_ID
 from sim.scenario import Publish, Scenario
 from sim.seeds import py_rng
 
@@ -78,7 +79,7 @@ def schedule(
     for ext in scenario.external:
         for seq, c in enumerate(ext.events):
             if c.time < until:
-                attrs = {**ext.attributes, ext.attribute: c.destination, "event_id": c.msg_id}
+                attrs = {**ext.attributes, ext.attribute: c.destination, EVENT_ID: c.msg_id}
                 out.append(
                     Publication(
                         c.time, index[c.source], s, seq, attrs, c.size, ext.ttl, ext.priority,
