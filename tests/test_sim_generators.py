@@ -330,11 +330,12 @@ def test_sizes_beyond_the_hosts_max_message_size_are_refused(tmp_path: Path) -> 
 def test_external_event_ids_are_in_the_descriptor(tmp_path: Path) -> None:
     sc = loads(external(tmp_path, EVENTS))
     pubs = schedule(sc, sc.host_names(), sc.duration)
+    # M2 and M3 are simultaneous: they go in host order (p-7 before c-3)
     assert [(p.attributes["event_id"], p.attributes["dest"]) for p in pubs] == [
         ("M1", "c-7"),
         ("M3", "p-3"),
         ("M2", "p-2"),
         ("M4", "p-0"),
-    ]  # fmt: skip  (M2 and M3 are simultaneous: host order, p-7 before c-3)
+    ]  # fmt: skip
     found = problems(external(tmp_path, EVENTS, 'attribute = "event_id"\n'))
     assert "holds the file's message id" in found["traffic.external[0].attribute"]
