@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,3 +125,16 @@ def _creation(
     if source == destination:
         raise EventsError(f"{where}: message {fields[2]!r} is from and to the same host {source}")
     return Creation(time, fields[2], source, destination, size, lineno)
+
+
+def write(path: Path, creations: Iterable[tuple[float, str, int, int, int]]) -> int:
+    """Write ``(time, msg_id, from index, to index, size)`` rows as an external-events file
+    (times as Python's shortest round-tripping repr, so :func:`parse` reads them back bit
+    for bit); return the number of lines. Lets The ONE or another simulator replay the
+    traffic a scenario generated (see :func:`sim.traffic.as_events`)."""
+    n = 0
+    with path.open("w", encoding="utf-8") as f:
+        for time, msg_id, a, b, size in creations:
+            f.write(f"{time!r} {CREATE} {msg_id} {a} {b} {size}\n")
+            n += 1
+    return n

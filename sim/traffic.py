@@ -137,6 +137,28 @@ def exact_delay(now: float, t: float) -> float:
     return d
 
 
+def as_events(
+    scenario: Scenario, publications: list[Publication]
+) -> list[tuple[float, str, int, int, int]]:
+    """The generated and external messages of a schedule as external-events rows ``(time,
+    id, from, to, size)`` (host indices; ids ``M1``, ``M2``, … in schedule order), for
+    :func:`sim.external_events.write`. Messages to all destinations (mode ``all``) and
+    ``[[traffic.publish]]`` messages have no single destination and are left out."""
+    index = {h: i for i, h in enumerate(scenario.host_names())}
+    first = len(scenario.publish)
+    ends = first + len(scenario.generate)
+    address_of = {
+        first + i: g.attribute for i, g in enumerate(scenario.generate) if g.mode == "one"
+    }
+    address_of |= {ends + i: e.attribute for i, e in enumerate(scenario.external)}
+    rows: list[tuple[float, str, int, int, int]] = []
+    for p in publications:
+        attr = address_of.get(p.spec)
+        if attr is not None:
+            rows.append((p.time, f"M{len(rows) + 1}", p.host, index[p.attributes[attr]], p.size))
+    return rows
+
+
 def address_subscriptions(scenario: Scenario) -> dict[str, list[dict[str, str]]]:
     """Host -> the address patterns it subscribes to (generator and external-event
     destinations, each pattern once)."""
