@@ -26,7 +26,7 @@ from sim.mobility.contacts import link_changes
 from sim.mobility.trace import load_trace, map_hosts
 from sim.scenario import ContactTrace, JomsQueue, Scenario
 from sim.seeds import py_rng
-from sim.traffic import Targets, schedule, subscriptions
+from sim.traffic import Publication, Targets, exact_delay, schedule, subscriptions
 
 
 class SimulationError(Exception):
@@ -64,7 +64,7 @@ class Simulation:
     ) -> None:
         """With ``out``, logs stream into that folder as the run goes, a part file each
         ``flush_rows`` rows of a table (see ``Recorder``)."""
-        from dodwan import BROADCAST, Node, NodeConfig
+        from dodwan import BROADCAST, Node
 
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
@@ -86,15 +86,10 @@ class Simulation:
         self.hosts: list[SimHost] = []
         joms_names = set(joms_traffic.joms_hosts(scenario))
         for g in scenario.groups:
-            p = g.protocol
             for name in g.host_names():
-                cfg = NodeConfig(
-                    host_id=name,
-                    horizon=p.horizon,
-                    altruistic=p.altruistic,
-                    announce_period=p.announce_period,
+                cfg = g.protocol.node_config(
+                    name,
                     max_datagram=scenario.radio.max_datagram,
-                    cache_capacity=p.cache_capacity,
                     trace=name in joms_names,  # JOMS hosts filter their trace first
                 )
                 sink = None if name in joms_names else self.recorder.sink(name)
@@ -186,14 +181,15 @@ class Simulation:
 
     def _traffic(self) -> Any:
         for pub in self.publications:
-            if pub.time > self.env.now:
-                yield self.env.timeout(pub.time - self.env.now)
-            self._publish(pub.host, pub.spec)
+            now = self.env.now
+            if pub.time > now:
+                delay = pub.time - now
+                yield self.env.timeout(exact_delay(now, pub.time) if pub.exact else delay)
+            self._publish(pub)
 
-    def _publish(self, h: int, s: int) -> None:
-        spec = self.scenario.publish[s]
-        host = self.hosts[h]
-        now = self.env.now
+    def _publish(self, spec: Publication) -> None:
+        host = self.hosts[spec.host]
+        now = spec.time if spec.exact else self.env.now
         deadline = now + spec.ttl
         payload = self.payload_rng.randbytes(spec.size)
         attrs = dict(spec.attributes)

@@ -16,11 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dodwan.core.message import SYSTEM_ATTRIBUTES
 from dodwan.core.patterns import Pattern, PatternError
+from sim.external_events import EVENT_ID, Creation, EventsError
+from sim.external_events import parse as parse_events
+from sim.protocol import DEFAULTS as PROTOCOL_DEFAULTS
+from sim.protocol import LIMIT_DEFAULTS, Protocol
 
 MOBILITY_MODELS = ("static", "island", "random_waypoint", "random_walk", "carrier")
 TRACE_FORMATS = ("one", "csv")
 ARRIVAL_PROCESSES = ("periodic", "poisson")
+GENERATOR_MODES = ("one", "all")
+INDEX_RANGE = re.compile(r"(\d+)\.\.(\d+)")
+"""A host selector ``"<first>..<last>"``: host indices first to last, both included."""
 
 # Keys each mobility model accepts (besides "model").
 _MODEL_KEYS: dict[str, tuple[str, ...]] = {
@@ -74,20 +82,6 @@ class Radio:
 
 
 @dataclass(frozen=True)
-class Protocol:
-    """DoDWAN settings of the hosts of a group."""
-
-    horizon: int = 1
-    """Hops up to which interest profiles are relayed."""
-    altruistic: bool = False
-    """Whether hosts carry messages they are not interested in."""
-    cache_capacity: int = 64 << 20
-    """Cache capacity in bytes."""
-    announce_period: float = 5.0
-    """Seconds between periodic announcements."""
-
-
-@dataclass(frozen=True)
 class Mobility:
     """How the hosts of a group move (parameters not used by the model keep defaults)."""
 
@@ -138,6 +132,52 @@ class Publish:
     ttl: float = 3600.0
     start: float = 0.0
     stop: float | None = None
+    priority: int = 4
+    persistent: bool = True
+    at: tuple[float, ...] = ()
+    """Exact publication times (each selected host publishes at each); when given,
+    ``interval`` is ``inf`` and ``process``, ``start`` and ``stop`` are unused."""
+
+
+@dataclass(frozen=True)
+class Generate:
+    """A ONE-style message generator (The ONE's MessageEventGenerator): messages between
+    random hosts, at uniform random intervals, of uniform random sizes (``sim.generators``).
+    """
+
+    name: str
+    """Names the entry's random stream and, in mode ``all``, the shared address."""
+    sources: tuple[str, ...]
+    destinations: tuple[str, ...]
+    interval: tuple[float, float]
+    """Uniform range of seconds between two messages of the entry."""
+    size: tuple[int, int] = (1000, 1000)
+    """Uniform range of payload bytes (bounds included)."""
+    ttl: tuple[float, float] = (3600.0, 3600.0)
+    start: float = 0.0
+    stop: float | None = None
+    mode: str = "one"
+    """``one``: each message to one random destination other than its source; ``all``: each
+    message to every destination (but its source)."""
+    attribute: str = "dest"
+    """Descriptor attribute holding the address: the destination's host name (mode
+    ``one``) or the entry's name (mode ``all``); destinations subscribe to their address."""
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    """Further descriptor attributes of every message (e.g. a ``topic``)."""
+    priority: int = 4
+    persistent: bool = True
+
+
+@dataclass(frozen=True)
+class External:
+    """The message creations of a ONE external-events file, replayed exactly."""
+
+    path: Path
+    events: tuple[Creation, ...]
+    ttl: float = 3600.0
+    attribute: str = "dest"
+    """Descriptor attribute holding the destination's host name (it subscribes to it)."""
+    attributes: Mapping[str, str] = field(default_factory=dict)
     priority: int = 4
     persistent: bool = True
 
@@ -211,6 +251,8 @@ class Scenario:
     cache_sample_period: float = 60.0
     publish: tuple[Publish, ...] = ()
     subscribe: tuple[Subscribe, ...] = ()
+    generate: tuple[Generate, ...] = ()
+    external: tuple[External, ...] = ()
     joms_topics: tuple[JomsTopic, ...] = ()
     joms_queues: tuple[JomsQueue, ...] = ()
     contacts: ContactTrace | None = None
@@ -224,12 +266,20 @@ class Scenario:
         return {h: g.name for g in self.groups for h in g.host_names()}
 
     def resolve(self, selectors: Iterable[str]) -> list[str]:
-        """Expand group names and host names into host names (file order, no repeats)."""
+        """Expand group names, index ranges (``"3..7"``: hosts 3 to 7 of the scenario's
+        host order) and host names into host names (file order, no repeats)."""
         wanted: set[str] = set()
+        names = self.host_names()
         by_group = {g.name: g.host_names() for g in self.groups}
         for s in selectors:
-            wanted.update(by_group.get(s, [s]))
-        return [h for h in self.host_names() if h in wanted]
+            m = INDEX_RANGE.fullmatch(s)
+            if s in by_group:
+                wanted.update(by_group[s])
+            elif m:
+                wanted.update(names[int(m.group(1)) : int(m.group(2)) + 1])
+            else:
+                wanted.add(s)
+        return [h for h in names if h in wanted]
 
     @property
     def uses_joms(self) -> bool:
@@ -517,18 +567,55 @@ class _Validator:
         host_set = {h for g in groups for h in g.host_names()}
         known = host_set | {g.name for g in groups}
 
-        def check_sel(path: _Path, sel: tuple[str, ...]) -> None:
-            for s in sel:
-                if s not in known:
-                    self.err(path, f"{s!r} is neither a group nor a host")
+        n_hosts = sum(g.count for g in groups)
 
-        traffic = self.table(top.get("traffic", {}), ("traffic",), ("publish", "subscribe", "joms"))
+        def check_sel(path: _Path, sel: tuple[str, ...]) -> bool:
+            """Report unknown selectors; whether all of ``sel`` are usable."""
+            ok = bool(sel)
+            for s in sel:
+                m = INDEX_RANGE.fullmatch(s)
+                if m and s not in known:
+                    first, last = int(m.group(1)), int(m.group(2))
+                    if not first <= last < n_hosts:
+                        ok = False
+                        self.err(
+                            path,
+                            f"range {s!r} must be first..last with 0 <= first "
+                            f"<= last < {n_hosts} (the number of hosts)",
+                        )
+                elif s not in known:
+                    ok = False
+                    self.err(path, f"{s!r} is neither a group, a host nor a range of host indices")
+            return ok
+
+        traffic = self.table(
+            top.get("traffic", {}),
+            ("traffic",),
+            ("publish", "subscribe", "generate", "external", "joms"),
+        )
         traffic = traffic or {}
+        partial = Scenario(
+            name="", source=None, seed=0, duration=0.0, world=(1.0, 1.0), radio=radio,
+            groups=tuple(groups),
+        )  # fmt: skip
+        max_size = {
+            h: g.protocol.limits.get("max_message_size", LIMIT_DEFAULTS["max_message_size"])
+            for g in groups
+            for h in g.host_names()
+        }
+
+        def check_size(path: _Path, hosts: list[str], size: int) -> None:
+            for h in hosts:
+                if size > max_size[h]:
+                    self.err(path, f"{size} bytes exceed {h}'s max_message_size ({max_size[h]})")
+                    return
+
         publish = []
         for path, t in self.items(traffic.get("publish"), ("traffic", "publish")):
             pub = self.publish(t, path, duration or 0.0)
             if pub is not None:
-                check_sel((*path, "hosts"), pub.hosts)
+                if check_sel((*path, "hosts"), pub.hosts):
+                    check_size((*path, "size"), partial.resolve(pub.hosts), pub.size)
                 publish.append(pub)
         subscribe = []
         for path, t in self.items(traffic.get("subscribe"), ("traffic", "subscribe")):
@@ -544,6 +631,34 @@ class _Validator:
         topics, queues = self.joms(
             traffic.get("joms", {}), ("traffic", "joms"), check_sel, host_set
         )
+        generate = []
+        for path, t in self.items(traffic.get("generate"), ("traffic", "generate")):
+            gen = self.generate(t, path, duration or 0.0)
+            if gen is not None:
+                ok = check_sel((*path, "sources"), gen.sources)
+                if ok:
+                    check_size((*path, "size"), partial.resolve(gen.sources), gen.size[1])
+                if check_sel((*path, "destinations"), gen.destinations) and ok:
+                    self.check_destinations(gen, path, partial)
+                generate.append(gen)
+        names_seen: set[str] = set()
+        for i, gen in enumerate(generate):
+            if gen.name in names_seen:
+                self.err(("traffic", "generate", i, "name"), f"duplicate name {gen.name!r}")
+            names_seen.add(gen.name)
+        external = []
+        for path, t in self.items(traffic.get("external"), ("traffic", "external")):
+            ext = self.external(t, path, partial.host_names())
+            if ext is not None:
+                for c in ext.events:
+                    if c.size > max_size[c.source]:
+                        self.err(
+                            (*path, "file"),
+                            f"{ext.path}:{c.line}: {c.size} bytes exceed {c.source}'s "
+                            f"max_message_size ({max_size[c.source]})",
+                        )
+                        break
+                external.append(ext)
 
         contacts = None
         if "contacts" in top:
@@ -564,23 +679,55 @@ class _Validator:
             cache_sample_period=sample,
             publish=tuple(publish),
             subscribe=tuple(subscribe),
+            generate=tuple(generate),
+            external=tuple(external),
             joms_topics=topics,
             joms_queues=queues,
             contacts=contacts,
         )
 
     def protocol(self, raw: Any, path: _Path, base: Protocol) -> Protocol:
-        t = self.table(raw, path, Protocol.__annotations__) or {}
-        return Protocol(
-            horizon=self.num(t, path, "horizon", base.horizon, minimum=1, maximum=8, integer=True),
-            altruistic=self.boolean(t, path, "altruistic", base.altruistic),
-            cache_capacity=self.num(
-                t, path, "cache_capacity", base.cache_capacity, minimum=1, integer=True
-            ),
-            announce_period=self.num(
-                t, path, "announce_period", base.announce_period, positive=True
-            ),
-        )
+        """A ``[protocol]`` table over ``base``: types from the core's defaults, values
+        checked by building a NodeConfig (its error is reported against the key it names)."""
+        t = self.table(raw, path, (*PROTOCOL_DEFAULTS, "limits")) or {}
+        settings = dict(base.settings)
+        for k in t:
+            if k in PROTOCOL_DEFAULTS:
+                settings[k] = self.setting(t, path, k, PROTOCOL_DEFAULTS[k], settings[k])
+        limits = dict(base.limits)
+        lt: dict[str, Any] = {}
+        if "limits" in t:
+            lt = self.table(t["limits"], (*path, "limits"), LIMIT_DEFAULTS) or {}
+            for k in lt:
+                if k in LIMIT_DEFAULTS:
+                    old = limits.get(k, LIMIT_DEFAULTS[k])
+                    limits[k] = self.setting(lt, (*path, "limits"), k, LIMIT_DEFAULTS[k], old)
+        proto = Protocol(settings=settings, limits=limits)
+        try:
+            proto.node_config("x")
+        except (TypeError, ValueError) as e:
+            given = [k for k in t if k != "limits"] + [f"limits.{k}" for k in lt]
+            named = [k for k in given if re.search(rf"\b{re.escape(k.split('.')[-1])}\b", str(e))]
+            key: _Path = path
+            if named:
+                key = (*path, *named[0].split("."))
+            self.err(key, str(e))
+            return base
+        return proto
+
+    def setting(
+        self, t: Mapping[str, Any], path: _Path, key: str, default: Any, current: Any
+    ) -> Any:
+        """One protocol value, type-checked against its default (``current`` when wrong)."""
+        if isinstance(default, bool):
+            return self.boolean(t, path, key, current)
+        if isinstance(default, int):
+            val = self.num(t, path, key, current, integer=True)
+        elif isinstance(default, float):
+            val = self.num(t, path, key, current)
+        else:  # pragma: no cover - every settable field is a bool, int or float today
+            raise TypeError(f"protocol setting {key} has an unsupported type")
+        return val
 
     def group(self, raw: Any, path: _Path, base: Protocol) -> Group | None:
         t = self.table(raw, path, ("name", "count", "mobility", "protocol"))
@@ -663,14 +810,20 @@ class _Validator:
     def publish(self, raw: Any, path: _Path, duration: float) -> Publish | None:
         allowed = (
             "hosts", "attributes", "interval", "process", "size", "ttl", "start", "stop",
-            "priority", "persistent",
+            "priority", "persistent", "at",
         )  # fmt: skip
         t = self.table(raw, path, allowed)
         if t is None:
             return None
         hosts = self.names(t, path, "hosts")
         attrs = self.attrs(t.get("attributes"), (*path, "attributes"))
-        interval = self.num(t, path, "interval", None, positive=True)
+        at = self.times(t, path, duration) if "at" in t else ()
+        if "at" in t:
+            for k in ("interval", "process", "start", "stop"):
+                if k in t:
+                    self.err((*path, k), "cannot be combined with at (the exact times)")
+            t = {k: v for k, v in t.items() if k not in ("interval", "process", "start", "stop")}
+        interval = math.inf if "at" in t else self.num(t, path, "interval", None, positive=True)
         start = self.num(t, path, "start", 0.0, minimum=0.0)
         stop = self.num(t, path, "stop", duration or 0.0, minimum=0.0)
         if stop is not None and start is not None and stop < start:
@@ -686,14 +839,150 @@ class _Validator:
             stop=stop,
             priority=self.num(t, path, "priority", 4, minimum=0, maximum=9, integer=True),
             persistent=self.boolean(t, path, "persistent", True),
+            at=at,
         )
         return pub
+
+    def times(self, t: Mapping[str, Any], path: _Path, duration: float) -> tuple[float, ...]:
+        val = t["at"]
+        if (
+            not isinstance(val, list)
+            or not val
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in val)
+        ):
+            self.err((*path, "at"), f"must be a non-empty list of times in seconds, got {val!r}")
+            return ()
+        bad = [x for x in val if not (math.isfinite(x) and 0 <= x < duration)]
+        if bad:
+            self.err((*path, "at"), f"times must be in [0, duration = {duration}): {bad}")
+            return ()
+        return tuple(float(x) for x in val)
+
+    def range_of(
+        self, t: Mapping[str, Any], path: _Path, key: str, default: Any, *, integer: bool
+    ) -> Any:
+        """``key = x`` or ``key = [min, max]`` with 0 <= min <= max, as a (min, max) pair."""
+        if key not in t:
+            if default is None:
+                self.err((*path, key), "is required")
+            return default
+        val = t[key]
+        vals = val if isinstance(val, list) else [val]
+        kind = "integers" if integer else "numbers"
+        if (
+            len(vals) not in (1, 2)
+            or not all(
+                (isinstance(x, int) if integer else isinstance(x, int | float))
+                and not isinstance(x, bool)
+                and math.isfinite(x)
+                for x in vals
+            )
+            or not 0 <= vals[0] <= vals[-1]
+        ):
+            self.err(
+                (*path, key),
+                f"must be a number or [min, max] of {kind} with 0 <= min <= max, got {val!r}",
+            )
+            return default
+        lo, hi = vals[0], vals[-1]
+        return (lo, hi) if integer else (float(lo), float(hi))
+
+    def address(self, t: Mapping[str, Any], path: _Path) -> tuple[str, dict[str, str]]:
+        """The ``attribute`` naming the address and the other ``attributes`` of an entry."""
+        attribute = self.string(t, path, "attribute", "dest")
+        if not attribute:
+            self.err((*path, "attribute"), "must not be empty")
+        elif attribute in SYSTEM_ATTRIBUTES:
+            self.err((*path, "attribute"), f"{attribute!r} is a DoDWAN system attribute")
+        attrs: dict[str, str] = {}
+        if "attributes" in t:
+            attrs = self.attrs(t["attributes"], (*path, "attributes")) or {}
+            if attribute in attrs:
+                self.err((*path, "attributes", attribute), "is the address attribute")
+        return attribute, attrs
+
+    def generate(self, raw: Any, path: _Path, duration: float) -> Generate | None:
+        allowed = (
+            "name", "sources", "destinations", "interval", "size", "ttl", "start", "stop",
+            "mode", "attribute", "attributes", "priority", "persistent",
+        )  # fmt: skip
+        t = self.table(raw, path, allowed)
+        if t is None:
+            return None
+        name = self.string(t, path, "name", f"generate{path[-1]}")
+        if not re.fullmatch(r"[A-Za-z0-9_.]+", name):
+            self.err((*path, "name"), "must use only letters, digits, '_' and '.'")
+        interval = self.range_of(t, path, "interval", None, integer=False)
+        if interval is not None and interval[0] <= 0:
+            self.err((*path, "interval"), f"must be > 0, got {t['interval']!r}")
+            interval = None
+        ttl = self.range_of(t, path, "ttl", (3600.0, 3600.0), integer=False)
+        if ttl[0] <= 0:
+            self.err((*path, "ttl"), f"must be > 0, got {t['ttl']!r}")
+        start = self.num(t, path, "start", 0.0, minimum=0.0)
+        stop = self.num(t, path, "stop", duration or 0.0, minimum=0.0)
+        if stop is not None and start is not None and stop < start:
+            self.err((*path, "stop"), f"must be >= start ({start})")
+        attribute, attrs = self.address(t, path)
+        gen = Generate(
+            name=name,
+            sources=self.names(t, path, "sources"),
+            destinations=self.names(t, path, "destinations"),
+            interval=interval or (1.0, 1.0),
+            size=self.range_of(t, path, "size", (1000, 1000), integer=True),
+            ttl=ttl,
+            start=start,
+            stop=stop,
+            mode=self.string(t, path, "mode", "one", choices=GENERATOR_MODES),
+            attribute=attribute,
+            attributes=attrs,
+            priority=self.num(t, path, "priority", 4, minimum=0, maximum=9, integer=True),
+            persistent=self.boolean(t, path, "persistent", True),
+        )
+        return gen
+
+    def check_destinations(self, gen: Generate, path: _Path, partial: Scenario) -> None:
+        """Every source needs a destination other than itself."""
+        dests = set(partial.resolve(gen.destinations))
+        for src in partial.resolve(gen.sources):
+            if not dests - {src}:
+                self.err((*path, "destinations"), f"source {src} has no destination but itself")
+                return
+
+    def external(self, raw: Any, path: _Path, hosts: list[str]) -> External | None:
+        allowed = ("file", "ttl", "attribute", "attributes", "priority", "persistent")
+        t = self.table(raw, path, allowed)
+        if t is None:
+            return None
+        file = self.string(t, path, "file")
+        ttl = self.num(t, path, "ttl", 3600.0, positive=True)
+        attribute, attrs = self.address(t, path)
+        if attribute == EVENT_ID:
+            self.err((*path, "attribute"), f"{EVENT_ID!r} holds the file's message id")
+        if EVENT_ID in attrs:
+            self.err((*path, "attributes", EVENT_ID), "is set to the file's message id")
+        priority = self.num(t, path, "priority", 4, minimum=0, maximum=9, integer=True)
+        persistent = self.boolean(t, path, "persistent", True)
+        if file is None:
+            return None
+        p = Path(file)
+        if not p.is_absolute() and self.source is not None:
+            p = self.source.parent / p
+        try:
+            events = parse_events(p, hosts)
+        except EventsError as e:
+            self.err((*path, "file"), str(e))
+            return None
+        return External(
+            path=p, events=tuple(events), ttl=ttl, attribute=attribute, attributes=attrs,
+            priority=priority, persistent=persistent,
+        )  # fmt: skip
 
     def joms(
         self,
         raw: Any,
         path: _Path,
-        check_sel: Callable[[_Path, tuple[str, ...]], None],
+        check_sel: Callable[[_Path, tuple[str, ...]], bool],
         hosts: set[str],
     ) -> tuple[tuple[JomsTopic, ...], tuple[JomsQueue, ...]]:
         t = self.table(raw, path, ("topics", "queues")) or {}

@@ -130,3 +130,100 @@ def test_missing_trace_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError) as info:
         load(f)
     assert [p.key for p in info.value.problems] == ["contacts.trace"]
+
+
+# --------------------------------------------------------------------------- protocol keys
+
+
+def _other(value: object, step: int) -> object:
+    """A valid non-default value of a setting (booleans flip, numbers move up a little)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + step
+    assert isinstance(value, float)
+    return value + 0.125 * step
+
+
+def _toml_table(values: dict[str, object]) -> str:
+    def lit(v: object) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else repr(v)
+
+    return "\n".join(f"{k} = {lit(v)}" for k, v in values.items())
+
+
+def test_every_protocol_key_reaches_the_simulated_nodes() -> None:
+    from dataclasses import fields
+
+    from dodwan.core.config import NodeConfig
+    from sim.protocol import DEFAULTS, EXCLUDED, LIMIT_DEFAULTS
+    from sim.runner import Simulation
+
+    # generic: every NodeConfig field is either settable or explicitly excluded
+    assert set(DEFAULTS) | set(EXCLUDED) == {f.name for f in fields(NodeConfig)}
+    base = {k: _other(v, 1) for k, v in DEFAULTS.items()}
+    group = {k: _other(v, 2) for k, v in DEFAULTS.items()}
+    base_limits = {k: _other(v, 1) for k, v in LIMIT_DEFAULTS.items()}
+    text = GOOD.replace("[[groups]]", (
+        f"[protocol]\n{_toml_table(base)}\n[protocol.limits]\n{_toml_table(base_limits)}\n"
+        "[[groups]]"
+    ), 1) + (
+        '[[groups]]\nname = "h"\ncount = 2\nmobility = { model = "static" }\n'
+        f"[groups.protocol]\n{_toml_table(group)}\n"
+        "[groups.protocol.limits]\nmax_fragments = 7\n"
+    )  # fmt: skip
+    sc = loads(text)
+    sim = Simulation(sc)
+    by_name = {h.name: h.node.config for h in sim.hosts}
+    for k in DEFAULTS:
+        assert getattr(by_name["g-0"], k) == base[k], k
+        assert getattr(by_name["h-1"], k) == group[k], k
+    for k in LIMIT_DEFAULTS:
+        assert getattr(by_name["g-2"].limits, k) == base_limits[k], k
+        want = 7 if k == "max_fragments" else base_limits[k]  # the group inherits the rest
+        assert getattr(by_name["h-0"].limits, k) == want, k
+    assert by_name["g-0"].max_datagram == sc.radio.max_datagram
+    assert all(h.node._tracing for h in sim.hosts)  # through the recorder's sink
+
+
+def test_protocol_defaults_are_the_simulators() -> None:
+    from sim.runner import Simulation
+
+    cfg = Simulation(loads(GOOD)).hosts[0].node.config
+    assert cfg.horizon == 1  # the simulator's historical default, not the core's 2
+    assert cfg.cache_capacity == 64 << 20 and cfg.announce_period == 5.0
+
+
+def test_bad_protocol_values_name_their_key() -> None:
+    text = GOOD.replace(
+        "[[groups]]",
+        '[protocol]\nannounce_jitter = 1.5\nrequest_window = "lots"\ncolour = 1\n'
+        "[protocol.limits]\nmax_fragments = 2.5\n[[groups]]",
+        1,
+    ).replace('name = "g"', 'name = "g"\nprotocol = { compression_level = 40 }')
+    found = problems(text)
+    lines = text.splitlines()
+    assert set(found) == {
+        "protocol.announce_jitter",
+        "protocol.request_window",
+        "protocol.colour",
+        "protocol.limits.max_fragments",
+        "groups[0].protocol.compression_level",
+    }
+    assert "announce_jitter must be in [0, 1)" in found["protocol.announce_jitter"][1]
+    assert "must be an integer" in found["protocol.request_window"][1]
+    assert (
+        "compression_level must be between 1 and 22"
+        in found["groups[0].protocol.compression_level"][1]
+    )
+    for key, (line, _msg) in found.items():
+        assert line is not None and key.rsplit(".", 1)[-1] in lines[line - 1], key
+
+
+def test_docs_list_every_protocol_key() -> None:
+    from sim.protocol import render_markdown
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "scenarios.md").read_text()
+    begin = doc.index("<!-- protocol-keys: generated")
+    block = doc[doc.index("\n", begin) + 1 : doc.index("<!-- protocol-keys: end -->")]
+    assert block == render_markdown(), "regenerate with: python -m sim.protocol"

@@ -96,20 +96,18 @@ def load_trace(path: Path, fmt: str) -> list[LinkEvent]:
     return sorted(events, key=lambda e: e.time)
 
 
+def host_index(name: str, index: dict[str, int], count: int) -> int:
+    """A trace host id as a host index: a scenario host name, else a 0-based index."""
+    i = index.get(name)
+    if i is None and name.isdigit() and int(name) < count:
+        i = int(name)
+    if i is None:
+        raise TraceError(f"trace host {name!r} is not a scenario host nor an index below {count}")
+    return i
+
+
 def map_hosts(events: list[LinkEvent], hosts: list[str]) -> list[tuple[float, int, int, bool]]:
     """Turn trace host ids into host indices (by name, else as a 0-based index)."""
     index = {h: i for i, h in enumerate(hosts)}
-    out = []
-    for e in events:
-        ids = []
-        for name in (e.a, e.b):
-            i = index.get(name)
-            if i is None and name.isdigit() and int(name) < len(hosts):
-                i = int(name)
-            if i is None:
-                raise TraceError(
-                    f"trace host {name!r} is not a scenario host nor an index below {len(hosts)}"
-                )
-            ids.append(i)
-        out.append((e.time, ids[0], ids[1], e.up))
-    return out
+    n = len(hosts)
+    return [(e.time, host_index(e.a, index, n), host_index(e.b, index, n), e.up) for e in events]
