@@ -44,11 +44,12 @@ class Matcher:
         else:
             self._count[msg_id] = c
 
-    def set_profile(self, host: str, profile: Profile) -> None:
-        """Add or replace ``host``'s profile; re-match only when its version changed."""
+    def set_profile(self, host: str, profile: Profile) -> bool:
+        """Add or replace ``host``'s profile; re-match only when its version changed
+        (returns whether it did)."""
         old = self._profiles.get(host)
         if old is not None and old.version == profile.version:
-            return
+            return False
         self.remove_profile(host)
         self._profiles[host] = profile
         matched: set[str] = set()
@@ -57,6 +58,7 @@ class Matcher:
             if profile.matches(d):
                 matched.add(m)
                 self._inc(m)
+        return True
 
     def remove_profile(self, host: str) -> None:
         if self._profiles.pop(host, None) is None:
@@ -83,6 +85,10 @@ class Matcher:
             if msg_id in matched:
                 matched.discard(msg_id)
                 self._dec(msg_id)
+
+    def matching(self, host: str) -> set[str]:
+        """Cached messages ``host``'s profile matches (empty for an unknown host)."""
+        return self._matched.get(host, set())
 
     def interested_hosts(self, msg_id: str) -> list[str]:
         """Known hosts whose profile matches a cached message."""

@@ -248,6 +248,8 @@ class Node:
         self._seq = 0
         self._offers = Offers(config.announce_period)
         self._relay_rotation = 0
+        self._relays_sent = b""  # the relayed references of the last full list
+        self._relays_due = True  # send the full list next time (a neighbour arrived)
         self._next_announce: float | None = None
         self._last_announce = float("-inf")
         self._next_housekeeping: float | None = None
@@ -1001,11 +1003,18 @@ class Node:
             if host not in known:
                 self._matcher.remove_profile(host)
         for host, (_, prof) in known.items():
-            self._matcher.set_profile(host, prof)
+            if self._matcher.set_profile(host, prof):
+                self._offer_matches(host)  # what it now wants is offered first
         self._interest_epoch += 1
-        self._offers.changed()
         if self._matcher.fresh:  # a neighbour now wants something held here: offer it soon
             self._prompt(now)
+
+    def _offer_matches(self, host: str) -> None:
+        """Offer (as a first offer) every cached message ``host``'s profile matches."""
+        for msg_id in self._matcher.matching(host):
+            c = self._cache.get(msg_id)
+            if c is not None:
+                self._offers.add(msg_id, c.offer_rank())
 
     def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> bool:
         """Should this host fetch and carry the message?"""
@@ -1032,7 +1041,8 @@ class Node:
             self._neighbours[sender] = n
             self._events.append(NeighbourFound(sender, source))
             self._count("neighbours_found")
-            self._offers.changed()
+            self._relays_due = True
+            self._offer_matches(sender)  # back in range, profile already known
             prompt = now + self._rng.uniform(0, _PROMPT_ANNOUNCE)
             if self._next_announce is None or self._next_announce > prompt:
                 self._next_announce = prompt
@@ -1188,6 +1198,15 @@ class Node:
             self.host_id, self._seq, self.config.altruistic, version, pieces, (), ()
         )
         relayed = self._relayed_for_announce(self.config.max_datagram // 2 - len(bare))
+        # The relayed list is soft state too, but it rarely changes: sent in full when it
+        # changed, when a neighbour arrived and every 4th round; otherwise a flag says "same".
+        joined = b"".join(relayed)
+        same = bool(relayed) and joined == self._relays_sent and not self._relays_due
+        same = same and self._seq % 4 != 0
+        if not same:
+            self._relays_sent, self._relays_due = joined, False
+        else:
+            relayed = []
         base = len(bare) + sum(len(r) for r in relayed)
         budget = self.config.max_datagram
         datagrams = self._catalog(now, budget - base - 4, budget)
@@ -1200,6 +1219,7 @@ class Node:
                 pieces,
                 relayed,
                 datagrams[0],
+                same,
             )
         )
         for entries in datagrams[1:]:
@@ -1215,6 +1235,8 @@ class Node:
             n.altruistic = dg.altruistic
             self._offers.changed()
         refs = {dg.sender: (0, dg.version, dg.pieces)}
+        if dg.same_relays:  # unchanged since its last full list
+            refs.update((h, v) for h, v in n.refs.items() if h != dg.sender)
         for r in dg.relayed:
             if r.host == self.host_id or r.distance < 1 or r.host in refs:
                 continue

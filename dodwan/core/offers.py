@@ -2,11 +2,12 @@
 
 A catalog used to rotate through everything eligible, round after round, so a host that
 sat among the same neighbours re-sent the same offers forever: on a quiet island most bytes
-on the air were offers nobody needed. Here an offer is made once per *neighbourhood epoch*
-(the epoch changes when a neighbour arrives, changes its profile or starts carrying
-altruistically) and then repeated with exponential backoff (2, 4, 8, … up to 32
-announcement periods) only to cover a lost catalog; the node also skips offers every
-current neighbour already holds. Due offers go first-offers before repeats, then the best first: persistent before
+on the air were offers nobody needed. Here a message is offered when it becomes worth
+offering — new in the cache, completed, or matching the profile of a host that just
+arrived, changed its profile, or came back in range — and then repeated with exponential
+backoff (2, 4, 8, … up to 32 announcement periods) only to cover a lost catalog; the node
+also skips offers every current neighbour already holds. Offering to an altruistic
+carrier, which wants everything, starts a new *epoch*: the whole cache is due once. Due offers go first-offers before repeats, then the best first: persistent before
 non-persistent, higher priority first, newest first (the send queues per priority of FJM2).
 Pure bookkeeping: the node decides what is eligible.
 """
@@ -39,7 +40,7 @@ class Offers:
         self._offered: dict[str, tuple[int, float, int]] = {}  # id -> (epoch, next, count)
 
     def changed(self) -> None:
-        """The neighbourhood changed: everything eligible is worth offering again."""
+        """An altruistic neighbour arrived: everything eligible is worth offering again."""
         self.epoch += 1
 
     def add(self, msg_id: str, rank: Rank, repeat: bool = False) -> None:

@@ -36,6 +36,7 @@ KIND_NAMES = {
 MAX_HOST_ID = 64
 MAX_MSG_ID = 128
 FLAG_ALTRUISTIC = 0x01
+FLAG_SAME_RELAYS = 0x02
 ENTRY_COMPLETE = 0x01
 
 PatternSpecs = tuple[tuple[tuple[str, str], ...], ...]
@@ -78,6 +79,8 @@ class Announce:
     """Profile pieces of the sender's own profile (0: empty)."""
     relayed: tuple[ProfileRef, ...]
     catalog: tuple[CatalogEntry, ...]
+    same_relays: bool = False
+    """The relayed references are left out: unchanged since the sender's last full list."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,13 +293,17 @@ def encode_announce(
     pieces: int,
     relayed: Sequence[ProfileRef | bytes],
     entries: Sequence[bytes],
+    same_relays: bool = False,
 ) -> bytes:
     """An announcement; ``entries`` are encoded catalog entries, ``relayed`` references may
-    be given encoded (see :func:`encode_ref`)."""
+    be given encoded (see :func:`encode_ref`); with ``same_relays`` they are left out."""
+    flags = (FLAG_ALTRUISTIC if altruistic else 0) | (FLAG_SAME_RELAYS if same_relays else 0)
+    if same_relays:
+        relayed = ()
     parts = [
         _header(ANNOUNCE, sender),
         _varint(seq),
-        bytes((FLAG_ALTRUISTIC if altruistic else 0,)),
+        bytes((flags,)),
         version.to_bytes(4, "big"),
         _varint(pieces),
         bytes((len(relayed),)),
@@ -549,7 +556,14 @@ def decode(data: bytes, limits: Limits) -> Datagram:
         entries = _decode_entries(r, limits)
         r.end()
         return Announce(
-            sender, seq, bool(flags & FLAG_ALTRUISTIC), version, pieces, tuple(relayed), entries
+            sender,
+            seq,
+            bool(flags & FLAG_ALTRUISTIC),
+            version,
+            pieces,
+            tuple(relayed),
+            entries,
+            bool(flags & FLAG_SAME_RELAYS),
         )
     if kind == PROFILE:
         owner = r.text(MAX_HOST_ID)
