@@ -162,6 +162,25 @@ def open_sockets(
         ) from None
 
 
+def _check_broadcast(medium: Medium, sock: socket.socket) -> None:
+    """A non-multicast IPv4 group must be a broadcast address: 255.255.255.255 or the
+    interface's own. Any other (a unicast address) would be sent to one host only while
+    the daemon believes it reaches every neighbour."""
+    if medium.group == "255.255.255.255":
+        return
+    try:
+        own = _ifreq(sock, SIOCGIFBRDADDR, medium.interface)
+    except TransportError:
+        own = ""
+    if medium.group != own:
+        has = f"its broadcast address is {own}" if own and own != "0.0.0.0" else "it has none"
+        raise TransportError(
+            f"group {medium.group}:{medium.port} is neither a multicast address nor a broadcast "
+            f"address of interface {medium.interface} ({has}; 255.255.255.255 also works); "
+            "unicast groups are not supported"
+        )
+
+
 def _open_v4(
     medium: Medium, buffer_size: int, ttl: int
 ) -> tuple[socket.socket, socket.socket, tuple[object, ...]]:
@@ -181,6 +200,7 @@ def _open_v4(
             tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
             tx.bind((local, 0))
         else:
+            _check_broadcast(medium, tx)
             _bind_to_device(rx, medium.interface)
             rx.bind(("", medium.port))
             tx.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
