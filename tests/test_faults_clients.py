@@ -95,6 +95,7 @@ def test_stomp_subscriber_that_never_reads_is_disconnected_at_its_byte_window(da
         prod.sendall(b"SEND\ndestination:/topic/other\nreceipt:done\n\nx\x00")
         assert b"receipt-id:done" in _read_until(prod, b"receipt-id:done")
     grew = _rss(d.proc.pid) - rss0
+    print(f"STOMP: 600 x 48 KiB to a non-reader, RSS grew by {grew / 2**20:.1f} MiB")
     assert grew < 16 * 1024 * 1024, f"RSS grew by {grew} bytes"
     _closed_by_peer(slow, 10)
     slow.close()
@@ -124,6 +125,8 @@ def test_follow_stream_that_never_reads_is_bounded_in_bytes(daemons) -> None:
         d.client().publish_bytes(os.urandom(1 << 20), attributes={"topic": "f"})
     grew = _rss(d.proc.pid) - rss0
     counters = d.status()["counters"]
+    print(f"follow: 40 x 1 MiB to a non-reader, RSS grew by {grew / 2**20:.1f} MiB, "
+          f"{counters.get('sink_deliveries_follow_dropped')} dropped")  # fmt: skip
     assert counters.get("sink_deliveries_follow_dropped", 0) >= 30, counters
     assert grew < 24 * 1024 * 1024, f"RSS grew by {grew} bytes"
     slow.close()

@@ -15,7 +15,6 @@ import shutil
 import socket
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -105,6 +104,7 @@ def test_disk_full_publication_is_durable_or_refused_and_never_sent(
             except ClientError as exc:
                 failed.append(str(exc))
         assert ok and failed, (len(ok), failed[:3])
+        print(f"disk full: {len(ok)} acknowledged, {len(failed)} refused ({failed[0]})")
         assert all("disk" in f and "not published" in f for f in failed), failed[:3]
         # What the origin says it holds is exactly what it acknowledged...
         assert _ids(a.client()) == set(ok)
@@ -152,7 +152,10 @@ def test_disk_full_received_message_is_dropped_and_counted(
         a.kill()  # nothing more arrives: what B holds now is final
         b.client().get("/status")  # B has handled what was in flight before this request
         held = _ids(b.client())
-        assert b.status()["counters"]["daemon_messages_dropped_store"] > 0
+        counters = b.status()["counters"]
+        assert counters["daemon_messages_dropped_store"] > 0
+        print(f"disk full (receiver): {len(held)} held, "
+              f"{counters['daemon_messages_dropped_store']} dropped")  # fmt: skip
         # Every delivered message is one B holds (not half-kept), durably: a copy of B's
         # state directory (its disk is full) started on a group of its own holds the same.
         assert _received(out) <= held
