@@ -7,6 +7,7 @@ tests mount a 2 MB tmpfs (root only; skipped elsewhere).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -23,7 +24,9 @@ from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
 from dodwan.cli import cli
+from dodwan.core.store import MessageMeta
 from dodwan.daemon.client import AdminClient, ClientError
+from dodwan.daemon.sqlite_store import SqliteStore
 
 
 def _exits_with_one_line(proc: DaemonProc, timeout: float = 20.0) -> str:
@@ -72,6 +75,31 @@ def small_disk(tmp_path: Path):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], check=True)
     yield d
     subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_store_rolls_back_a_failed_transaction_and_redoes_its_deletions(small_disk: Path) -> None:
+    store = SqliteStore(small_disk / "d.db", checkpoint_bytes=0)
+    store.put_message(MessageMeta("m1", b"z", 0, True, 1.0))
+    store.put_fragments("m1", [b"a" * 1000])
+    store.commit()
+    filler = small_disk / "filler"
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    store.put_message(MessageMeta("m2", b"z", 0, True, 1.0))
+    store.put_fragments("m2", [os.urandom(600_000)])
+    store.commit()  # does not raise: the transaction is rolled back and m2 reported
+    assert store.write_failures == 1 and "full" in store.last_error
+    assert store.take_failed() == {"m2"} and store.take_failed() == set()
+    store.delete_message("m1")  # the core dropped m1 too; on a full disk this fails as well
+    store.commit()
+    filler.unlink()
+    store.put_message(MessageMeta("m3", b"z", 0, True, 1.0))
+    store.commit()
+    rows = {r[0] for r in store.conn.execute("SELECT msg_id FROM messages")}
+    assert rows == {"m3"}  # m2 never stored, m1's deletion redone once there was room
+    assert not list(store.conn.execute("SELECT 1 FROM fragments"))
+    store.close()
 
 
 def _received(outdir: Path) -> set[str]:

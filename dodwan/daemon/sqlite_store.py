@@ -226,6 +226,8 @@ class SqliteStore:
         # them from the core, so nothing is announced or delivered that is not stored.
         self._touched: set[str] = set()  # messages written in the open transaction
         self._failed: set[str] = set()  # messages whose writes were rolled back
+        self._deleting: set[str] = set()  # messages deleted in the open transaction
+        self._redo_deletes: set[str] = set()  # deletions rolled back: redone at the next flush
         self._broken = False  # a write of the open transaction failed
         self.write_failures = 0
         self.read_errors = 0
@@ -311,6 +313,8 @@ class SqliteStore:
     def put_message(self, meta: MessageMeta) -> None:
         self._wrote(meta.local)
         self._touched.add(meta.msg_id)
+        self._deleting.discard(meta.msg_id)
+        self._redo_deletes.discard(meta.msg_id)
         self._exec(
             "INSERT OR REPLACE INTO messages(msg_id, zdesc, hops, local, received) "
             "VALUES (?, ?, ?, ?, ?)",
@@ -319,6 +323,7 @@ class SqliteStore:
 
     def delete_message(self, msg_id: str) -> None:
         self._wrote(True)
+        self._deleting.add(msg_id)
         self._forget(msg_id)
         if self._unwritten:
             self._unwritten = [f for f in self._unwritten if f[0] != msg_id]
@@ -495,6 +500,8 @@ class SqliteStore:
             self.conn.rollback()
         self.write_failures += 1
         self._failed |= self._touched
+        self._redo_deletes |= self._deleting
+        self._deleting = set()
         for msg_id in self._touched:
             self._forget(msg_id)
         self._touched = set()
@@ -517,6 +524,9 @@ class SqliteStore:
         """Commit whatever is pending (or roll it back if a write failed)."""
         if not self._broken:
             try:
+                for msg_id in self._redo_deletes:  # dropped from the core, still in the file
+                    self.conn.execute("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
+                    self.conn.execute("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
                 self._write_fragments()
                 self.conn.commit()
             except sqlite3.Error as exc:
@@ -525,6 +535,8 @@ class SqliteStore:
             self._rollback()
             return
         self._touched = set()
+        self._deleting = set()
+        self._redo_deletes = set()
         self._wal_bytes += 4096 * self._rows  # a page per other row, roughly
         self._rows = 0
         self._pending = 0
