@@ -110,12 +110,12 @@ class FollowQueue(asyncio.Queue["MessageDelivered | None"]):
         self.nbytes = 0
 
     def _put(self, item: MessageDelivered | None) -> None:
-        super()._put(item)  # type: ignore[misc]
+        super()._put(item)
         if item is not None:
             self.nbytes += len(item.payload)
 
     def _get(self) -> MessageDelivered | None:
-        item: MessageDelivered | None = super()._get()  # type: ignore[misc]
+        item: MessageDelivered | None = super()._get()
         if item is not None:
             self.nbytes -= len(item.payload)
         return item
