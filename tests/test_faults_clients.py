@@ -128,7 +128,7 @@ def test_follow_stream_that_never_reads_is_bounded_in_bytes(daemons) -> None:
     print(f"follow: 40 x 1 MiB to a non-reader, RSS grew by {grew / 2**20:.1f} MiB, "
           f"{counters.get('sink_deliveries_follow_dropped')} dropped")  # fmt: skip
     assert counters.get("sink_deliveries_follow_dropped", 0) >= 30, counters
-    assert grew < 24 * 1024 * 1024, f"RSS grew by {grew} bytes"
+    assert grew < 32 * 1024 * 1024, f"RSS grew by {grew} bytes"
     slow.close()
 
 
