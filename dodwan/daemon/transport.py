@@ -26,6 +26,7 @@ from .netkey import NetKey
 
 SIOCGIFADDR = 0x8915
 SIOCGIFBRDADDR = 0x8919
+SIOCGIFNETMASK = 0x891B
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
@@ -168,12 +169,16 @@ def _check_broadcast(medium: Medium, sock: socket.socket) -> None:
     the daemon believes it reaches every neighbour."""
     if medium.group == "255.255.255.255":
         return
-    try:
-        own = _ifreq(sock, SIOCGIFBRDADDR, medium.interface)
-    except TransportError:
-        own = ""
-    if medium.group != own:
-        has = f"its broadcast address is {own}" if own and own != "0.0.0.0" else "it has none"
+    known: set[str] = set()
+    with contextlib.suppress(TransportError):  # the configured one (ip addr … brd)
+        known.add(_ifreq(sock, SIOCGIFBRDADDR, medium.interface))
+    with contextlib.suppress(TransportError):  # the subnet's, which the kernel routes anyway
+        addr = int(ipaddress.IPv4Address(_ifreq(sock, SIOCGIFADDR, medium.interface)))
+        mask = int(ipaddress.IPv4Address(_ifreq(sock, SIOCGIFNETMASK, medium.interface)))
+        known.add(str(ipaddress.IPv4Address(addr | (~mask & 0xFFFFFFFF))))
+    known.discard("0.0.0.0")
+    if medium.group not in known:
+        has = f"its broadcast address is {', '.join(sorted(known))}" if known else "it has none"
         raise TransportError(
             f"group {medium.group}:{medium.port} is neither a multicast address nor a broadcast "
             f"address of interface {medium.interface} ({has}; 255.255.255.255 also works); "
