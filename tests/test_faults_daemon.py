@@ -217,6 +217,16 @@ def test_an_empty_database_file_is_refused_not_replaced(tmp_path: Path) -> None:
     text = _exits_with_one_line(d)
     assert "dodwan.db" in text and "empty" in text and "dodwan repair" in text
     assert (state / "dodwan.db").stat().st_size == 0
+    # The way out it names: repair keeps the empty file aside and makes a fresh database.
+    r = CliRunner().invoke(cli, ["repair", "--state-dir", str(state)])
+    assert r.exit_code == 0 and "saved 0 of 0 messages" in r.output, r.output
+    assert [p.stat().st_size for p in state.glob("dodwan.db.damaged-*")] == [0]
+    d.log.write_text("")
+    try:
+        d.start()
+        assert d.status()["cache"]["messages"] == 0
+    finally:
+        d.kill()
 
 
 def test_a_foreign_file_is_refused(tmp_path: Path) -> None:
