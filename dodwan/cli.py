@@ -171,6 +171,76 @@ def daemon(
         pass
 
 
+def _db_path(ctx: click.Context, local: str | None) -> Path:
+    from .daemon.runner import DB_FILE
+
+    return _state_dir(ctx, local) / DB_FILE
+
+
+@cli.command()
+@state_dir_option
+@click.pass_context
+def check(ctx: click.Context, local_state_dir: str | None) -> None:
+    """Check the state directory's database fully: SQLite's integrity check, and every cached
+    message read back and verified. Exits 1 when something is damaged."""
+    from .daemon import repair as rp
+    from .daemon.sqlite_store import StoreError
+
+    path = _db_path(ctx, local_state_dir)
+    try:
+        report = rp.check(path)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    summary = (
+        f"{report.messages} messages: {report.complete} complete, {report.partial} partial, "
+        f"{report.lost} unreadable"
+    )
+    if report.problems:
+        click.echo(f"{path} is damaged ({summary}):")
+        for line in report.problems[:20]:
+            click.echo(f"  {line}")
+        click.echo("run `dodwan repair` (with the daemon stopped) to salvage what is readable")
+        ctx.exit(1)
+    click.echo(f"{path}: ok ({summary})")
+
+
+@cli.command()
+@state_dir_option
+@click.pass_context
+def repair(ctx: click.Context, local_state_dir: str | None) -> None:
+    """Salvage every readable message (and the subscriptions, sinks and reception history)
+    of a damaged, empty or foreign database into a fresh one; the old file is kept aside as
+    dodwan.db.damaged-TIME. The daemon must be stopped."""
+    import fcntl
+
+    from .daemon import repair as rp
+    from .daemon.runner import LOCK_FILE
+
+    state = _state_dir(ctx, local_state_dir)
+    if not state.is_dir():
+        raise click.ClickException(f"no state directory {state}")
+    with open(state / LOCK_FILE, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise click.ClickException(
+                f"a daemon is running on {state}; stop it before repairing its database"
+            ) from None
+        try:
+            report, kept = rp.repair(state / "dodwan.db")
+        except OSError as exc:
+            raise click.ClickException(f"cannot repair {state}: {exc}") from None
+    for line in report.problems[:20]:
+        click.echo(f"  found: {line}")
+    click.echo(
+        f"saved {report.saved} of {report.messages} messages ({report.complete} complete, "
+        f"{report.partial} partial, to be fetched again; {report.lost} lost)"
+        + "".join(f", {n} {t} rows" for t, n in report.tables.items())
+    )
+    if kept is not None:
+        click.echo(f"the previous file is kept as {kept}")
+
+
 @cli.command()
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
 @click.option(

@@ -62,6 +62,7 @@ def test_every_command_is_listed() -> None:
     expected = {
         "daemon", "status", "peers", "profile", "publish", "subscribe", "unsubscribe",
         "subscriptions", "cache", "cache ls", "cache show", "cache purge", "keygen",
+        "check", "repair",
     }  # fmt: skip
     assert names == expected  # a new command is added here, and so to the error-path tests
 

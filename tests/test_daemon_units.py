@@ -90,7 +90,7 @@ def test_store_upgrades_a_version_1_database(tmp_path: Path) -> None:
 def test_store_rejects_a_file_that_is_not_a_database(tmp_path: Path) -> None:
     path = tmp_path / "junk.db"
     path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(StoreError, match="cannot open"):
+    with pytest.raises(StoreError, match="not a DoDWAN database"):
         SqliteStore(path)
 
 

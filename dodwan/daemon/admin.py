@@ -24,18 +24,30 @@ RAW_PAYLOAD = "\x00raw"
 
 MAX_BODY = 96 * 1024 * 1024
 """Largest request body (a publication of the largest payload, base64-encoded)."""
+MAX_HEADERS = 100
+"""Header lines in one request."""
+MAX_HEADER_LINE = 8192
+"""Bytes in the request line or in one header line."""
+REQUEST_TIMEOUT = 10.0
+"""Default seconds a client has to send its whole request (line, headers and body)."""
+DRAIN_TIMEOUT = 10.0
+"""After refusing an oversized body, seconds spent reading (and discarding) it so the client,
+still sending, reads the 413 instead of a connection reset."""
 
 _REASONS = {
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
+    408: "Request Timeout",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
     413: "Payload Too Large",
+    431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
+    507: "Insufficient Storage",
 }
 
 
@@ -46,6 +58,14 @@ class ApiError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class _TooLarge(ApiError):
+    """A declared body over :data:`MAX_BODY` (answered 413, then drained)."""
+
+    def __init__(self, length: int, message: str) -> None:
+        super().__init__(413, message)
+        self.length = length
 
 
 class AdminApp(Protocol):
@@ -77,8 +97,11 @@ class AdminServer:
     sets one when the API listens on a non-local address).
     """
 
-    def __init__(self, app: AdminApp, token: str | None = None) -> None:
+    def __init__(
+        self, app: AdminApp, token: str | None = None, request_timeout: float = REQUEST_TIMEOUT
+    ) -> None:
         self.app = app
+        self.request_timeout = request_timeout
         self._expected = None if token is None else f"Bearer {token}".encode()
         self._server: asyncio.Server | None = None
         self._streams: set[asyncio.Task[Any]] = set()
@@ -121,30 +144,69 @@ class AdminServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
+    @staticmethod
+    async def _line(reader: asyncio.StreamReader) -> bytes:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            raise ApiError(
+                431, f"request line or header line longer than {MAX_HEADER_LINE} bytes"
+            ) from None
+        except asyncio.IncompleteReadError as exc:
+            line = exc.partial
+        if len(line) > MAX_HEADER_LINE:
+            raise ApiError(431, f"request line or header line longer than {MAX_HEADER_LINE} bytes")
+        return line
+
+    async def _read_request(
+        self, reader: asyncio.StreamReader
+    ) -> tuple[str, str, dict[str, str], bytes]:
+        """Request line, headers (bounded in number and size) and body."""
+        parts = (await self._line(reader)).decode("latin-1").split()
+        if len(parts) != 3:
+            raise ApiError(400, "malformed request line")
+        method, target, _version = parts
+        headers: dict[str, str] = {}
+        for _ in range(MAX_HEADERS + 1):
+            line = await self._line(reader)
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        else:
+            raise ApiError(431, f"more than {MAX_HEADERS} header lines")
+        if self._expected is not None and not hmac.compare_digest(
+            headers.get("authorization", "").encode("latin-1"), self._expected
+        ):
+            raise ApiError(401, "missing or wrong bearer token (see STATE_DIR/admin.token)")
+        text = headers.get("content-length", "0") or "0"
+        if not (text.isascii() and text.isdigit()) or len(text) > 15:
+            raise ApiError(400, f"bad Content-Length {text[:20]!r}")
+        length = int(text)
+        if length > MAX_BODY:
+            biggest = getattr(self.app, "max_payload", None)
+            more = f"; the largest publication is {biggest()} bytes" if biggest else ""
+            raise _TooLarge(length, f"request body of {length} bytes is over {MAX_BODY}{more}")
+        raw = await reader.readexactly(length) if length else b""
+        return method, target, headers, raw
+
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request_line = await asyncio.wait_for(reader.readline(), 30.0)
-            parts = request_line.decode("latin-1").split()
-            if len(parts) != 3:
-                raise ApiError(400, "malformed request line")
-            method, target, _version = parts
-            headers: dict[str, str] = {}
-            while True:
-                line = await asyncio.wait_for(reader.readline(), 30.0)
-                if line in (b"\r\n", b"\n", b""):
-                    break
-                name, _, value = line.decode("latin-1").partition(":")
-                headers[name.strip().lower()] = value.strip()
-            if self._expected is not None and not hmac.compare_digest(
-                headers.get("authorization", "").encode("latin-1"), self._expected
-            ):
-                raise ApiError(401, "missing or wrong bearer token (see STATE_DIR/admin.token)")
-            length = int(headers.get("content-length", "0") or 0)
-            if length < 0 or length > MAX_BODY:
-                raise ApiError(413, f"request body larger than {MAX_BODY} bytes")
-            raw = await reader.readexactly(length) if length else b""
-        except (TimeoutError, ValueError):
-            await self._send(writer, _json(400, {"error": "malformed request"}))
+            async with asyncio.timeout(self.request_timeout):
+                method, target, headers, raw = await self._read_request(reader)
+        except TimeoutError:
+            await self._send(
+                writer,
+                _json(408, {"error": f"request not received within {self.request_timeout:g} s"}),
+            )
+            return
+        except _TooLarge as exc:
+            await self._send(writer, _json(413, {"error": exc.message}))
+            with contextlib.suppress(Exception):  # read what the client is still sending
+                async with asyncio.timeout(DRAIN_TIMEOUT):
+                    left = exc.length
+                    while left > 0 and (chunk := await reader.read(min(left, 1 << 20))):
+                        left -= len(chunk)
             return
         except ApiError as exc:
             await self._send(writer, _json(exc.status, {"error": exc.message}))
@@ -178,6 +240,10 @@ class AdminServer:
             parsed = json.loads(raw)
         except ValueError:
             raise ApiError(400, "request body is not JSON") from None
+        except RecursionError:
+            raise ApiError(
+                400, "request body is not JSON this daemon accepts (nested too deeply)"
+            ) from None
         if not isinstance(parsed, dict):
             raise ApiError(400, "request body must be a JSON object")
         parsed.pop(RAW_PAYLOAD, None)

@@ -87,7 +87,15 @@ class AdminClient:
             if data is not None:
                 headers["Content-Type"] = "application/json"
         try:
-            conn.request(method, urllib.parse.quote(path, safe="/?=&"), body=data, headers=headers)
+            try:
+                conn.request(
+                    method, urllib.parse.quote(path, safe="/?=&"), body=data, headers=headers
+                )
+            except (BrokenPipeError, ConnectionResetError):
+                # The daemon may have refused the body (413) before reading all of it: its
+                # answer is what the user needs to see, not the reset.
+                if data is None:
+                    raise
             return conn.getresponse()
         except ConnectionRefusedError:
             raise ClientError(

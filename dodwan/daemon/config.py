@@ -8,6 +8,7 @@ never disagree. Daemon settings are top-level TOML keys; protocol settings of th
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -171,7 +172,102 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "File whose first line is the STOMP passcode (keep it mode 0600).",
     ),
+    Setting(
+        "stomp_connect_timeout",
+        10.0,
+        "Seconds a STOMP client has, once connected, to send its CONNECT frame; then it is "
+        "sent an ERROR and disconnected.",
+    ),
+    Setting(
+        "stomp_write_window",
+        8 * 1024 * 1024,
+        "Bytes of output a STOMP client may leave unread (queued in the daemon, besides the "
+        "kernel's socket buffer); a client that falls further behind is disconnected "
+        "(counted in daemon_stomp_slow_disconnects).",
+    ),
+    Setting(
+        "admin_request_timeout",
+        10.0,
+        "Seconds an admin API client has to send its whole request (line, headers, body); "
+        "then it is answered 408 and disconnected.",
+    ),
+    Setting(
+        "follow_window",
+        32 * 1024 * 1024,
+        "Payload bytes queued for one `dodwan follow` (POST /follow) stream that does not "
+        "read; further deliveries to it are dropped (counted in "
+        "sink_deliveries_follow_dropped).",
+    ),
 )
+
+GiB = 1024 * 1024 * 1024
+DAY = 86400.0
+
+RANGES: dict[str, tuple[float, float]] = {
+    "bitrate": (0, 100e9),
+    "burst": (1, GiB),
+    "socket_buffer": (0, GiB),
+    "multicast_ttl": (1, 255),
+    "exec_timeout": (0, DAY),
+    "exec_concurrency": (1, 1024),
+    "fragment_commit_delay": (0, 60),
+    "fragment_cache": (0, 64 * GiB),
+    "stomp_connect_timeout": (0.1, 3600),
+    "stomp_write_window": (64 * 1024, 64 * GiB),
+    "admin_request_timeout": (0.1, 3600),
+    "follow_window": (64 * 1024, 64 * GiB),
+}
+"""Inclusive bounds of the numeric daemon settings (every value must also be finite)."""
+
+NODE_RANGES: dict[str, tuple[float, float]] = {
+    "horizon": (1, 8),
+    "announce_period": (0.01, DAY),
+    "announce_jitter": (0, 0.99),
+    "neighbour_timeout": (0, 7 * DAY),
+    "max_datagram": (256, 65507),
+    "cache_capacity": (64 * 1024, 1024 * GiB),
+    "request_delay": (0, 60),
+    "request_timeout": (0.001, 3600),
+    "request_window": (1, 65536),
+    "partial_timeout": (1, 365 * DAY),
+    "max_catalog_datagrams": (1, 1024),
+    "compression_level": (1, 22),
+}
+"""Inclusive bounds of the numeric ``[node]`` settings."""
+
+LIMIT_RANGES: dict[str, tuple[float, float]] = {
+    "max_attributes": (16, 65536),
+    "max_attribute_name": (16, 65536),
+    "max_descriptor_bytes": (1024, 1024 * 1024),
+    "max_message_size": (1, 64 * GiB),
+    "max_fragments": (1, 1 << 24),
+    "max_patterns": (1, 65536),
+    "max_pattern_attributes": (1, 4096),
+    "max_regex_length": (1, 65536),
+    "max_relayed_profiles": (0, 65536),
+    "max_catalog_entries": (1, 65536),
+    "max_request_entries": (1, 65536),
+    "max_requests_per_second": (1, 1e9),
+    "max_partial_bytes": (1024, 1024 * GiB),
+    "max_origin_share": (0.01, 1.0),
+}
+"""Inclusive bounds of the ``[node.limits]`` settings."""
+
+
+def _range_text(bounds: tuple[float, float] | None) -> str:
+    if bounds is None:
+        return ""
+    lo, hi = bounds
+
+    def fmt(v: float) -> str:
+        if v >= 1024 and float(v).is_integer():
+            for unit, size in (("GiB", GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+                if v % size == 0:
+                    return f"{int(v // size)} {unit}"
+        return f"{v:g}"
+
+    return f"{fmt(lo)} … {fmt(hi)}"
+
 
 BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -234,7 +330,7 @@ class DaemonConfig:
         try:
             return NodeConfig(host_id=host_id, limits=Limits(**self.limits), **self.node, **extra)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"[node] settings: {exc}") from None
+            raise ConfigError(f"node settings: {exc}") from None
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.values, "node": {**self.node, "limits": dict(self.limits)}}
@@ -307,7 +403,33 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
         raise ConfigError("exec_concurrency and burst must be at least 1")
     if not 1 <= values["multicast_ttl"] <= 255:
         raise ConfigError("multicast_ttl must be between 1 and 255")
-    return DaemonConfig(values, node, limits)
+    _check_ranges("", values, RANGES)
+    _check_ranges("node.", node, NODE_RANGES)
+    _check_ranges("node.limits.", {**LIMIT_DEFAULTS, **limits}, LIMIT_RANGES)
+    if node["neighbour_timeout"] and node["neighbour_timeout"] <= node["announce_period"]:
+        raise ConfigError(
+            f"node.neighbour_timeout ({node['neighbour_timeout']:g} s) must be 0 (3 × "
+            f"announce_period) or longer than node.announce_period ({node['announce_period']:g} s)"
+        )
+    if node["request_timeout"] <= node["request_delay"]:
+        raise ConfigError("node.request_timeout must be longer than node.request_delay")
+    conf = DaemonConfig(values, node, limits)
+    conf.node_config("check")  # what the core itself refuses, as a one-line error
+    return conf
+
+
+def _check_ranges(
+    prefix: str, values: Mapping[str, Any], ranges: Mapping[str, tuple[float, float]]
+) -> None:
+    """Every number finite and within its bounds; the error names the setting."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not math.isfinite(value):
+            raise ConfigError(f"{prefix}{name} must be a finite number, not {value}")
+        bounds = ranges.get(name)
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise ConfigError(f"{prefix}{name} = {value:g} is out of range ({_range_text(bounds)})")
 
 
 def default_state_dir() -> Path:
@@ -358,11 +480,16 @@ def render_markdown() -> str:
         "",
         "## Daemon settings",
         "",
-        "| name | default | meaning |",
-        "|---|---|---|",
+        "Every numeric setting must be finite and within its range, and settings must agree",
+        "with each other (e.g. `neighbour_timeout` longer than `announce_period`); the daemon",
+        "refuses to start otherwise, with a one-line error naming the setting.",
+        "",
+        "| name | default | range | meaning |",
+        "|---|---|---|---|",
     ]
     for s in SETTINGS:
-        lines.append(f"| `{s.name}` | `{_toml_value(s.default)}` | {s.help} |")
+        rng = _range_text(RANGES.get(s.name))
+        lines.append(f"| `{s.name}` | `{_toml_value(s.default)}` | {rng} | {s.help} |")
     lines += [
         "",
         "## Protocol settings (`[node]` table)",
@@ -370,12 +497,15 @@ def render_markdown() -> str:
         "These are the fields of the core's `NodeConfig`; the host id is the daemon setting",
         "`host_id`.",
         "",
-        "| name | default | meaning |",
-        "|---|---|---|",
+        "| name | default | range | meaning |",
+        "|---|---|---|---|",
     ]
     docs = field_docs()
     for name in NODE_FIELDS:
-        lines.append(f"| `{name}` | `{_toml_value(NODE_DEFAULTS[name])}` | {docs.get(name, '')} |")
+        rng = _range_text(NODE_RANGES.get(name))
+        lines.append(
+            f"| `{name}` | `{_toml_value(NODE_DEFAULTS[name])}` | {rng} | {docs.get(name, '')} |"
+        )
     lines += [
         "",
         "With `trace = true` the daemon appends every trace record to `STATE_DIR/trace.jsonl`",
@@ -388,12 +518,13 @@ def render_markdown() -> str:
         "Bounds on what a peer (or a local caller) can make the node hold or compute. The",
         "defaults suit a radio; on loopback or a fast LAN raise `max_requests_per_second`.",
         "",
-        "| name | default | meaning |",
-        "|---|---|---|",
+        "| name | default | range | meaning |",
+        "|---|---|---|---|",
     ]
     ldocs = limit_docs()
     for name, default in LIMIT_DEFAULTS.items():
-        lines.append(f"| `{name}` | `{_toml_value(default)}` | {ldocs.get(name, '')} |")
+        rng = _range_text(LIMIT_RANGES.get(name))
+        lines.append(f"| `{name}` | `{_toml_value(default)}` | {rng} | {ldocs.get(name, '')} |")
     lines += [
         "",
         "## Running under a service manager",

@@ -39,6 +39,7 @@ from ..core import (
     PatternError,
     Profile,
 )
+from ..core.errors import WireError
 from .admin import RAW_PAYLOAD, AdminServer, ApiError
 from .config import DaemonConfig
 from .memdebug import MemProbe
@@ -58,6 +59,11 @@ DB_FILE = "dodwan.db"
 TRACE_FILE = "trace.jsonl"
 TOKEN_FILE = "admin.token"
 DEFAULT_TTL = 3600.0
+PUBLISH_MARGIN = 16 * 1024
+"""Bytes kept below ``min(max_message_size, cache_capacity)`` for the largest publication:
+zstd's framing of an incompressible payload (3 bytes per 128 KiB block) and the descriptor."""
+ACCEPT_EPISODE = 10.0
+"""Seconds without an accept failure after which the next one starts a new episode (logged)."""
 
 
 class DaemonError(Exception):
@@ -146,6 +152,10 @@ class Daemon:
         self._sinks_done = 0
         self._memprobe: MemProbe | None = None
         self._memprobe_handle: asyncio.TimerHandle | None = None
+        self._wrote_admin = False
+        self._stomp_address = ""
+        self._accept_failed_at = 0.0
+        self._store_failure_logged = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,7 +200,10 @@ class Daemon:
                 self.state_dir / TRACE_FILE, "a", encoding="utf-8", buffering=1 << 16
             )
         self.sinks = SinkRouter(
-            self.config.exec_timeout, self.config.exec_concurrency, on_done=self._sink_done
+            self.config.exec_timeout,
+            self.config.exec_concurrency,
+            on_done=self._sink_done,
+            follow_window=self.config.follow_window,
         )
         for row in list(self.store.iter_sinks()):
             if row.kind == "follow" or row.key not in self.node.subscriptions():
@@ -221,7 +234,9 @@ class Daemon:
         await self.transport.start(self._on_datagram, self._after_input)
         if not _is_local(self._admin_addr[0]):
             self._admin_token = self._load_token()
-        self.admin = AdminServer(self, token=self._admin_token)
+        self.admin = AdminServer(
+            self, token=self._admin_token, request_timeout=self.config.admin_request_timeout
+        )
         try:
             host, port = await self.admin.start(*self._admin_addr)
         except OSError as exc:
@@ -230,10 +245,20 @@ class Daemon:
             ) from None
         if self.config.stomp:
             await self._start_stomp(self.config.stomp)
-        info = {"host": host, "port": port, "pid": os.getpid(), "host_id": host_id}
+        info: dict[str, Any] = {"host": host, "port": port, "pid": os.getpid(), "host_id": host_id}
+        if self._stomp_address:
+            info["stomp"] = self._stomp_address
         tmp = self.state_dir / (ADMIN_FILE + ".tmp")
-        tmp.write_text(json.dumps(info) + "\n")
-        os.replace(tmp, self.state_dir / ADMIN_FILE)
+        try:
+            tmp.write_text(json.dumps(info) + "\n")
+            os.replace(tmp, self.state_dir / ADMIN_FILE)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise DaemonError(
+                f"cannot write {self.state_dir / ADMIN_FILE}: {exc.strerror}"
+            ) from None
+        self._wrote_admin = True
         log.info(
             "host %s on %s %s:%d via %s; admin http://%s:%d/",
             host_id,
@@ -369,6 +394,8 @@ class Daemon:
                 login=login,
                 passcode=passcode,
                 allow_remote=bool(self.config.allow_remote),
+                connect_timeout=self.config.stomp_connect_timeout,
+                write_window=self.config.stomp_write_window,
             )
             if inspect.isawaitable(server):
                 server = await server
@@ -377,7 +404,10 @@ class Daemon:
         except ValueError as exc:
             raise DaemonError(f"--stomp: {exc}") from None
         self._stomp_server = server
-        log.info("JOMS STOMP gateway on %s:%d", host, port)
+        with contextlib.suppress(AttributeError, IndexError, OSError):
+            port = int(server.sockets[0].getsockname()[1])  # the one port 0 chose
+        self._stomp_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        log.info("JOMS STOMP gateway on %s", self._stomp_address)
 
     async def run(self) -> None:
         """Start, serve until stopped, shut down cleanly."""
@@ -385,6 +415,7 @@ class Daemon:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop)
+        loop.set_exception_handler(self._loop_exception)
         try:
             await self.start()
             await self._stopping.wait()
@@ -393,6 +424,23 @@ class Daemon:
 
     def stop(self) -> None:
         self._stopping.set()
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """Out of file descriptors, asyncio pauses the listening socket for a second and
+        reports every failed accept with a traceback; one line per episode is enough."""
+        exc = context.get("exception")
+        if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
+            now = time.monotonic()
+            if now - self._accept_failed_at > ACCEPT_EPISODE:
+                log.warning(
+                    "out of file descriptors (%s): new connections wait, accept retried every "
+                    "second (one line per episode)",
+                    getattr(exc, "strerror", None) or exc,
+                )
+            self._accept_failed_at = now
+            self._count("accept_failures")
+            return
+        loop.default_exception_handler(context)
 
     async def close(self) -> None:
         if self._timer is not None:
@@ -428,8 +476,10 @@ class Daemon:
         if self._trace_file is not None:
             self._trace_file.close()
             self._trace_file = None
-        with contextlib.suppress(FileNotFoundError):
-            (self.state_dir / ADMIN_FILE).unlink()
+        if self._wrote_admin:  # never the file of another daemon (one refused its lock)
+            with contextlib.suppress(FileNotFoundError):
+                (self.state_dir / ADMIN_FILE).unlink()
+            self._wrote_admin = False
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -458,16 +508,44 @@ class Daemon:
         self.node.handle_timer(time.time())
         self._after_input()
 
+    def _undo_store_failures(self) -> set[str]:
+        """Drop from the core the messages whose storage failed (and was rolled back), before
+        anything about them is sent or delivered: held only if stored."""
+        store, node = self.store, self.node
+        if store is None or node is None:
+            return set()
+        failed = store.take_failed()
+        if not failed:
+            return failed
+        now = time.time()
+        for msg_id in failed:
+            with contextlib.suppress(KeyError):
+                node.purge(msg_id, now)
+        self._count("messages_dropped_store", len(failed))
+        if time.monotonic() - self._store_failure_logged > ACCEPT_EPISODE:
+            self._store_failure_logged = time.monotonic()
+            log.warning(
+                "cannot write to %s (%s): %d message(s) dropped (counted in "
+                "daemon_messages_dropped_store; one line per 10 s)",
+                store.path,
+                store.last_error,
+                len(failed),
+            )
+        return failed
+
     def _after_input(self) -> None:
         node, pacer = self.node, self.pacer
         if node is None or pacer is None:
             return
+        dropped = self._undo_store_failures()
         now = time.time()
         out = node.datagrams_to_send(now)
         pacer.push_many([data for data, _dest in out])
         if out and self._pump_handle is None:
             self._pump()
         while (ev := node.next_event()) is not None:
+            if dropped and isinstance(ev, MessageDelivered) and ev.descriptor.get("id") in dropped:
+                continue  # not stored: not delivered either
             self._on_event(ev)
         if self._trace_file is not None:
             for rec in node.pop_trace():
@@ -559,6 +637,7 @@ class Daemon:
             "neighbours": sorted(node.neighbours()),
             "cache": node.cache_usage(),
             "subscriptions": len(node.subscriptions()),
+            "max_payload": self.max_payload(),
             "counters": dict(sorted(self._all_counters().items())),
             "state_dir": str(self.state_dir),
         }
@@ -571,6 +650,12 @@ class Daemon:
         if self.sinks is not None:
             for k, v in self.sinks.counters.items():
                 out[f"sink_{k}"] = v
+        if self.store is not None:
+            out["daemon_store_write_failures"] = self.store.write_failures
+            out["daemon_store_read_errors"] = self.store.read_errors
+        gateway = getattr(self._stomp_server, "gateway", None)
+        for k, v in getattr(gateway, "counters", {}).items():
+            out[f"daemon_stomp_{k}"] = v
         if self.pacer is not None:
             out["pacer_sent"] = self.pacer.sent
             out["pacer_dropped"] = self.pacer.dropped
@@ -637,6 +722,12 @@ class Daemon:
             raise ApiError(404, f"no cached message {msg_id!r}")
         if payload:
             data = node.message_payload(msg_id)
+            if data is None and entry.get("complete"):
+                raise ApiError(
+                    500,
+                    f"the stored payload of {msg_id} cannot be read: the database is damaged "
+                    "(run `dodwan check`, then `dodwan repair`)",
+                )
             entry["payload_b64"] = None if data is None else base64.b64encode(data).decode("ascii")
         return self._with_signer(entry)
 
@@ -669,6 +760,12 @@ class Daemon:
             raise ApiError(
                 400, "give the payload as 'text', 'payload_b64' or an application/octet-stream body"
             )
+        biggest = self.max_payload()
+        if len(payload) > biggest:
+            raise ApiError(
+                413,
+                f"payload of {len(payload)} bytes: the largest publication is {biggest} bytes",
+            )
         now = time.time()
         try:
             ttl = float(body.get("ttl", DEFAULT_TTL))
@@ -688,8 +785,27 @@ class Daemon:
             raise ApiError(409, str(exc)) from None
         except (TypeError, ValueError) as exc:
             raise ApiError(400, str(exc)) from None
+        except WireError as exc:
+            raise ApiError(413, f"payload refused: {exc}") from None
+        self._check_stored(msg_id)
         self._after_input()
         return {"id": msg_id}
+
+    def max_payload(self) -> int:
+        """Largest payload a publication may carry (documented in docs/admin-api.md)."""
+        conf = self._node().config
+        return min(conf.limits.max_message_size, conf.cache_capacity) - PUBLISH_MARGIN
+
+    def _check_stored(self, msg_id: str) -> None:
+        """After a publication: if its storage failed, it is dropped (never sent) and the
+        caller is told (507)."""
+        assert self.store is not None
+        if not self.store.has_failed(msg_id):
+            return
+        error = self.store.last_error
+        self._count("publications_refused_store")
+        self._after_input()  # drops it from the core before anything is sent
+        raise ApiError(507, f"cannot store the message ({error}): not published")
 
     @staticmethod
     def _patterns(body: dict[str, Any]) -> list[dict[str, str]]:
@@ -733,15 +849,22 @@ class Daemon:
         old = sinks.get(key)
         sinks.set(key, kind, target)
         store.put_sink(key, kind, target)  # committed with the subscription, atomically
+        failures = store.write_failures
         try:
             key = node.subscribe(patterns, now=time.time(), key=key, trusted_keys=trusted_keys)
-        except (TypeError, ValueError) as exc:
+            if store.write_failures != failures:
+                with contextlib.suppress(KeyError):
+                    node.unsubscribe(key, time.time())
+                raise ApiError(507, f"cannot store the subscription ({store.last_error})")
+        except (TypeError, ValueError, ApiError) as exc:
             store.delete_sink(key)
             store.commit()
             if old is None:
                 sinks.remove(key)
             else:
                 sinks.set(key, *old)
+            if isinstance(exc, ApiError):
+                raise
             raise ApiError(400, str(exc)) from None
         self._after_input()
         return key
@@ -871,6 +994,14 @@ class _ServiceHost:
             priority=priority,
             persistent=persistent,
         )
+        try:
+            self._d._check_stored(msg_id)
+        except ApiError as exc:
+            try:
+                from joms.errors import ResourceAllocationException
+            except ImportError:  # pragma: no cover - JOMS is part of this distribution
+                raise OSError(exc.message) from None
+            raise ResourceAllocationException(exc.message) from None
         self._d._after_input()
         return msg_id
 

@@ -37,6 +37,15 @@ log = logging.getLogger("dodwan.daemon.sinks")
 KINDS = ("dir", "exec", "follow")
 FOLLOW_BACKLOG = 10000
 """Deliveries queued for one follow stream before further ones are dropped (and counted)."""
+FOLLOW_WINDOW = 32 * 1024 * 1024
+"""Default payload bytes queued for one follow stream (setting ``follow_window``) before
+further deliveries to it are dropped and counted (``sink_deliveries_follow_dropped``)."""
+DIR_RETRY_FIRST = 1.0
+DIR_RETRY_MAX = 60.0
+DIR_RETRY_PENDING = 10000
+"""Dir-sink writes that failed (out of file descriptors, disk full) are retried after 1 s,
+doubling up to 60 s, while the subscription lasts; beyond this many waiting, the newest
+failures are left to the redelivery at the next start."""
 _SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+@=-]{0,200}")
 
 
@@ -93,6 +102,25 @@ def exec_environment(
     return env
 
 
+class FollowQueue(asyncio.Queue["MessageDelivered | None"]):
+    """A follow stream's queue that knows how many payload bytes it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nbytes = 0
+
+    def _put(self, item: MessageDelivered | None) -> None:
+        super()._put(item)
+        if item is not None:
+            self.nbytes += len(item.payload)
+
+    def _get(self) -> MessageDelivered | None:
+        item: MessageDelivered | None = super()._get()
+        if item is not None:
+            self.nbytes -= len(item.payload)
+        return item
+
+
 class SinkRouter:
     """Sinks by subscription key; dispatches deliveries without blocking the event loop."""
 
@@ -101,10 +129,13 @@ class SinkRouter:
         exec_timeout: float = 60.0,
         exec_concurrency: int = 4,
         on_done: Callable[[MessageDelivered], None] | None = None,
+        follow_window: int = FOLLOW_WINDOW,
     ) -> None:
         self._on_done = on_done or (lambda ev: None)
         self._sinks: dict[str, tuple[str, str]] = {}
-        self._followers: dict[str, set[asyncio.Queue[MessageDelivered | None]]] = {}
+        self._followers: dict[str, set[FollowQueue]] = {}
+        self._follow_window = follow_window
+        self._retrying = 0
         self._exec_timeout = exec_timeout
         self._exec_slots = asyncio.Semaphore(exec_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -128,12 +159,12 @@ class SinkRouter:
     def get(self, key: str) -> tuple[str, str] | None:
         return self._sinks.get(key)
 
-    def follow(self, key: str) -> asyncio.Queue[MessageDelivered | None]:
-        q: asyncio.Queue[MessageDelivered | None] = asyncio.Queue()
+    def follow(self, key: str) -> FollowQueue:
+        q = FollowQueue()
         self._followers.setdefault(key, set()).add(q)
         return q
 
-    def unfollow(self, key: str, q: asyncio.Queue[MessageDelivered | None]) -> int:
+    def unfollow(self, key: str, q: FollowQueue) -> int:
         """Detach a stream; returns how many streams remain on ``key``."""
         qs = self._followers.get(key, set())
         qs.discard(q)
@@ -151,13 +182,7 @@ class SinkRouter:
             return False
         kind, target = sink
         if kind == "dir":
-            try:
-                write_to_dir(Path(target), ev)
-                self._count("deliveries_dir")
-                self._on_done(ev)
-            except OSError as exc:
-                self._count("sink_errors")
-                log.error("subscription %s: cannot write to %s: %s", ev.subscription, target, exc)
+            self._write_dir(target, ev, 0)
         elif kind == "exec":
             task = asyncio.get_running_loop().create_task(self._run(target, ev, redelivered))
             self._tasks.add(task)
@@ -165,12 +190,44 @@ class SinkRouter:
         else:
             qs = self._followers.get(ev.subscription, set())
             for q in qs:
-                if q.qsize() >= FOLLOW_BACKLOG:  # a client that stopped reading
+                if q.qsize() >= FOLLOW_BACKLOG or (
+                    q.nbytes and q.nbytes + len(ev.payload) > self._follow_window
+                ):  # a client that stopped reading
                     self._count("deliveries_follow_dropped")
                     continue
                 q.put_nowait(ev)
             self._count("deliveries_follow" if qs else "deliveries_follow_unattended")
         return True
+
+    def _write_dir(self, target: str, ev: MessageDelivered, attempt: int) -> None:
+        if attempt and self._sinks.get(ev.subscription) != ("dir", target):
+            self._retrying -= 1
+            return  # unsubscribed (or moved) meanwhile
+        try:
+            write_to_dir(Path(target), ev)
+        except OSError as exc:
+            if not attempt:
+                self._count("sink_errors")
+                log.error(
+                    "subscription %s: cannot write to %s: %s (retried)",
+                    ev.subscription,
+                    target,
+                    exc,
+                )
+                if self._retrying >= DIR_RETRY_PENDING:
+                    return  # redone at the next start (its sink_done is not recorded)
+                self._retrying += 1
+            self._count("dir_retries")
+            delay = min(DIR_RETRY_MAX, DIR_RETRY_FIRST * 2**attempt)
+            asyncio.get_running_loop().call_later(delay, self._write_dir, target, ev, attempt + 1)
+            return
+        if attempt:
+            self._retrying -= 1
+            log.info(
+                "subscription %s: written to %s after %d retries", ev.subscription, target, attempt
+            )
+        self._count("deliveries_dir")
+        self._on_done(ev)
 
     async def _run(self, command: str, ev: MessageDelivered, redelivered: bool = False) -> None:
         async with self._exec_slots:

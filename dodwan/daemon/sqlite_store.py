@@ -22,6 +22,7 @@ recorded in the ``migrations`` table, so a newer daemon upgrades an older state 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -73,6 +74,35 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 class StoreError(Exception):
     """The database cannot be opened or is newer than this program."""
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+RECOVERY = "run `dodwan check` for details and `dodwan repair` to salvage its messages"
+
+
+def check_file(path: Path) -> None:
+    """Refuse, before SQLite touches it, a file that cannot be a DoDWAN database.
+
+    SQLite would take an empty file as a new database (silently starting with an empty
+    store) and only say "file is not a database" for a foreign one at the first read.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror}") from None
+    if not head:
+        raise StoreError(
+            f"{path} is empty (0 bytes), not a DoDWAN database; move it away to start afresh, "
+            "or run `dodwan repair` to replace it with a fresh one"
+        )
+    if head != SQLITE_MAGIC:
+        raise StoreError(
+            f"{path} is not a DoDWAN database (not an SQLite file); move it away, or run "
+            "`dodwan repair` to replace it with a fresh one"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +192,7 @@ class SqliteStore:
         fragment_cache: int = 32 * 1024 * 1024,
         checkpoint_bytes: int = 4 * 1024 * 1024,
         wal_limit: int = 64 * 1024 * 1024,
+        quick_check: bool = True,
     ) -> None:
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"bad sqlite synchronous mode {synchronous!r}")
@@ -190,9 +221,23 @@ class SqliteStore:
         self._wal_bytes = 0  # estimate of what was committed since the last checkpoint
         self._rows = 0  # writes other than fragments in the open transaction
         self._checkpointer: _Checkpointer | None = None
+        # Write failures (disk full, I/O error): the open transaction is rolled back and the
+        # ids of the messages it wrote are handed to the daemon (take_failed), which drops
+        # them from the core, so nothing is announced or delivered that is not stored.
+        self._touched: set[str] = set()  # messages written in the open transaction
+        self._failed: set[str] = set()  # messages whose writes were rolled back
+        self._deleting: set[str] = set()  # messages deleted in the open transaction
+        self._redo_deletes: set[str] = set()  # deletions rolled back: redone at the next flush
+        self._broken = False  # a write of the open transaction failed
+        self.write_failures = 0
+        self.read_errors = 0
+        self.last_error = ""
+        check_file(self.path)
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False)
             self.db = sqlite_utils.Database(conn)
+            if quick_check:
+                self._quick_check(conn)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys=OFF")
@@ -204,6 +249,26 @@ class SqliteStore:
         self.conn = conn
 
     # ------------------------------------------------------------------ schema
+
+    def _quick_check(self, conn: sqlite3.Connection) -> None:
+        """SQLite's ``quick_check`` (page structure, no index cross-check) and our tables."""
+        try:
+            rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(5)")]
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                raise StoreError(
+                    f"{self.path} is not a DoDWAN database ({exc}); move it away, or run "
+                    "`dodwan repair` to replace it with a fresh one"
+                ) from None
+            raise StoreError(f"{self.path} is damaged ({exc}); {RECOVERY}") from None
+        if rows != ["ok"]:
+            raise StoreError(f"{self.path} is damaged ({rows[0]}); {RECOVERY}")
+        tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master")}
+        if tables and "migrations" not in tables:
+            raise StoreError(
+                f"{self.path} is not a DoDWAN database (an SQLite database with tables "
+                f"{', '.join(sorted(tables)[:5])}); move it away"
+            )
 
     def _migrate(self) -> None:
         db = self.db
@@ -237,7 +302,7 @@ class SqliteStore:
 
     def set_meta(self, key: str, value: str) -> None:
         self._wrote(True)
-        self.conn.execute(
+        self._exec(
             "INSERT INTO meta(key, value) VALUES (?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, value),
@@ -247,7 +312,10 @@ class SqliteStore:
 
     def put_message(self, meta: MessageMeta) -> None:
         self._wrote(meta.local)
-        self.conn.execute(
+        self._touched.add(meta.msg_id)
+        self._deleting.discard(meta.msg_id)
+        self._redo_deletes.discard(meta.msg_id)
+        self._exec(
             "INSERT OR REPLACE INTO messages(msg_id, zdesc, hops, local, received) "
             "VALUES (?, ?, ?, ?, ?)",
             (meta.msg_id, meta.zdesc, meta.hops, int(meta.local), meta.received),
@@ -255,20 +323,23 @@ class SqliteStore:
 
     def delete_message(self, msg_id: str) -> None:
         self._wrote(True)
+        self._deleting.add(msg_id)
         self._forget(msg_id)
         if self._unwritten:
             self._unwritten = [f for f in self._unwritten if f[0] != msg_id]
-        self.conn.execute("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
-        self.conn.execute("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
+        self._exec("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
+        self._exec("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
 
     def put_fragment(self, msg_id: str, index: int, data: bytes) -> None:
         self._pend(1)
+        self._touched.add(msg_id)
         data = bytes(data)
         self._unwritten.append((msg_id, index, data))
         self._remember(msg_id, index, data)
 
     def put_fragments(self, msg_id: str, chunks: Sequence[bytes]) -> None:
         self._pend(len(chunks))
+        self._touched.add(msg_id)
         rows = [(msg_id, i, bytes(c)) for i, c in enumerate(chunks)]
         self._unwritten.extend(rows)
         total = sum(len(r[2]) for r in rows)
@@ -284,10 +355,18 @@ class SqliteStore:
             data = held.get(index)
             if data is not None:
                 return data
-        self._write_fragments()  # a fragment evicted from memory may not be in a row yet
-        row = self.conn.execute(
-            "SELECT data FROM fragments WHERE msg_id = ? AND idx = ?", (msg_id, index)
-        ).fetchone()
+        try:
+            self._write_fragments()  # a fragment evicted from memory may not be in a row yet
+        except sqlite3.Error as exc:
+            self._fail(exc)
+        try:
+            row = self.conn.execute(
+                "SELECT data FROM fragments WHERE msg_id = ? AND idx = ?", (msg_id, index)
+            ).fetchone()
+        except sqlite3.DatabaseError as exc:  # a damaged page: the fragment is unreadable
+            self.read_errors += 1
+            self.last_error = str(exc)
+            return None
         if row is None:
             return None
         data = bytes(row[0])
@@ -343,7 +422,7 @@ class SqliteStore:
 
     def add_history(self, msg_id: str, key: str, deadline: float) -> None:
         self._wrote(True)
-        self.conn.execute(
+        self._exec(
             "INSERT OR REPLACE INTO history(msg_id, key, deadline) VALUES (?, ?, ?)",
             (msg_id, key, deadline),
         )
@@ -356,18 +435,18 @@ class SqliteStore:
 
     def purge_history(self, before: float) -> None:
         self._wrote(True)
-        self.conn.execute("DELETE FROM history WHERE deadline < ?", (before,))
+        self._exec("DELETE FROM history WHERE deadline < ?", (before,))
 
     def put_subscription(self, key: str, specs: list[dict[str, str]]) -> None:
         self._wrote(True)
-        self.conn.execute(
+        self._exec(
             "INSERT OR REPLACE INTO subscriptions(key, specs) VALUES (?, ?)",
             (key, json.dumps(specs, sort_keys=True)),
         )
 
     def delete_subscription(self, key: str) -> None:
         self._wrote(True)
-        self.conn.execute("DELETE FROM subscriptions WHERE key = ?", (key,))
+        self._exec("DELETE FROM subscriptions WHERE key = ?", (key,))
 
     def iter_subscriptions(self) -> Iterable[tuple[str, list[dict[str, str]]]]:
         out: list[tuple[str, list[dict[str, str]]]] = []
@@ -397,16 +476,67 @@ class SqliteStore:
             return
         if (
             self._must
+            or self._broken
             or self.commit_delay <= 0
             or self._pending >= self.commit_batch
             or time.monotonic() - self._since >= self.commit_delay
         ):
             self.flush()
 
+    def _exec(self, sql: str, params: Sequence[object]) -> None:
+        """A write; a failure (disk full, I/O error) dooms the open transaction."""
+        try:
+            self.conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        self._broken = True
+        self.last_error = str(exc)
+
+    def _rollback(self) -> None:
+        """Undo the open transaction after a failed write; its messages go to take_failed."""
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.rollback()
+        self.write_failures += 1
+        self._failed |= self._touched
+        self._redo_deletes |= self._deleting
+        self._deleting = set()
+        for msg_id in self._touched:
+            self._forget(msg_id)
+        self._touched = set()
+        self._unwritten = []
+        self._broken = False
+        self._rows = 0
+        self._pending = 0
+        self._must = False
+
+    def has_failed(self, msg_id: str) -> bool:
+        """Whether the writes of ``msg_id`` were rolled back (and not yet taken)."""
+        return msg_id in self._failed
+
+    def take_failed(self) -> set[str]:
+        """Ids of messages whose writes were rolled back since the last call."""
+        failed, self._failed = self._failed, set()
+        return failed
+
     def flush(self) -> None:
-        """Commit whatever is pending."""
-        self._write_fragments()
-        self.conn.commit()
+        """Commit whatever is pending (or roll it back if a write failed)."""
+        if not self._broken:
+            try:
+                for msg_id in self._redo_deletes:  # dropped from the core, still in the file
+                    self.conn.execute("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
+                    self.conn.execute("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
+                self._write_fragments()
+                self.conn.commit()
+            except sqlite3.Error as exc:
+                self._fail(exc)
+        if self._broken:
+            self._rollback()
+            return
+        self._touched = set()
+        self._deleting = set()
+        self._redo_deletes = set()
         self._wal_bytes += 4096 * self._rows  # a page per other row, roughly
         self._rows = 0
         self._pending = 0
@@ -428,15 +558,15 @@ class SqliteStore:
 
     def put_sink(self, key: str, kind: str, target: str) -> None:
         self._wrote(True)
-        self.conn.execute(
+        self._exec(
             "INSERT OR REPLACE INTO sinks(key, kind, target, created) VALUES (?, ?, ?, ?)",
             (key, kind, target, time.time()),
         )
 
     def delete_sink(self, key: str) -> None:
         self._wrote(True)
-        self.conn.execute("DELETE FROM sinks WHERE key = ?", (key,))
-        self.conn.execute("DELETE FROM sink_done WHERE key = ?", (key,))
+        self._exec("DELETE FROM sinks WHERE key = ?", (key,))
+        self._exec("DELETE FROM sink_done WHERE key = ?", (key,))
 
     def sink_done(self, msg_id: str, key: str, deadline: float) -> None:
         """A sink finished a delivery (written, or its command ended): not redone at restart.
@@ -445,7 +575,7 @@ class SqliteStore:
         has it redone (the same files rewritten, or the command run with the redelivered flag).
         """
         self._wrote(True)
-        self.conn.execute(
+        self._exec(
             "INSERT OR REPLACE INTO sink_done(msg_id, key, deadline) VALUES (?, ?, ?)",
             (msg_id, key, deadline),
         )
@@ -461,7 +591,7 @@ class SqliteStore:
 
     def purge_sink_done(self, before: float) -> None:
         self._wrote(False)
-        self.conn.execute("DELETE FROM sink_done WHERE deadline < ?", (before,))
+        self._exec("DELETE FROM sink_done WHERE deadline < ?", (before,))
 
     def iter_sinks(self) -> Iterator[SinkRow]:
         rows = self.conn.execute("SELECT key, kind, target FROM sinks ORDER BY key").fetchall()

@@ -26,6 +26,7 @@ from .netkey import NetKey
 
 SIOCGIFADDR = 0x8915
 SIOCGIFBRDADDR = 0x8919
+SIOCGIFNETMASK = 0x891B
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
@@ -162,6 +163,29 @@ def open_sockets(
         ) from None
 
 
+def _check_broadcast(medium: Medium, sock: socket.socket) -> None:
+    """A non-multicast IPv4 group must be a broadcast address: 255.255.255.255 or the
+    interface's own. Any other (a unicast address) would be sent to one host only while
+    the daemon believes it reaches every neighbour."""
+    if medium.group == "255.255.255.255":
+        return
+    known: set[str] = set()
+    with contextlib.suppress(TransportError):  # the configured one (ip addr … brd)
+        known.add(_ifreq(sock, SIOCGIFBRDADDR, medium.interface))
+    with contextlib.suppress(TransportError):  # the subnet's, which the kernel routes anyway
+        addr = int(ipaddress.IPv4Address(_ifreq(sock, SIOCGIFADDR, medium.interface)))
+        mask = int(ipaddress.IPv4Address(_ifreq(sock, SIOCGIFNETMASK, medium.interface)))
+        known.add(str(ipaddress.IPv4Address(addr | (~mask & 0xFFFFFFFF))))
+    known.discard("0.0.0.0")
+    if medium.group not in known:
+        has = f"its broadcast address is {', '.join(sorted(known))}" if known else "it has none"
+        raise TransportError(
+            f"group {medium.group}:{medium.port} is neither a multicast address nor a broadcast "
+            f"address of interface {medium.interface} ({has}; 255.255.255.255 also works); "
+            "unicast groups are not supported"
+        )
+
+
 def _open_v4(
     medium: Medium, buffer_size: int, ttl: int
 ) -> tuple[socket.socket, socket.socket, tuple[object, ...]]:
@@ -181,6 +205,7 @@ def _open_v4(
             tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
             tx.bind((local, 0))
         else:
+            _check_broadcast(medium, tx)
             _bind_to_device(rx, medium.interface)
             rx.bind(("", medium.port))
             tx.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)

@@ -253,7 +253,7 @@ class FrameParser:
         self._frame = Frame(command, headers)
         length = headers.get("content-length")
         if length is not None:
-            if not length.isdigit() or len(length) > 12:
+            if not (length.isascii() and length.isdigit()) or len(length) > 12:
                 raise ProtocolError(f"bad content-length {length[:20]!r}")
             n = int(length)
             if n > self.limits.max_body:

@@ -32,6 +32,11 @@ SERVER_NAME = "joms/0.1"
 DIRECTORY_DESTINATION = "/joms/destinations"
 """Subscribing here returns one MESSAGE listing the queues and topics this host knows."""
 HEARTBEAT_MS = 10_000
+CONNECT_TIMEOUT = 10.0
+"""Seconds a new connection has to send CONNECT (or STOMP) before an ERROR closes it."""
+WRITE_WINDOW = 8 * 1024 * 1024
+"""Bytes of output a client may leave unread in the gateway (beyond the kernel's socket
+buffer) before it is disconnected: a consumer that stops reading cannot grow the daemon."""
 """Heart-beat period the gateway offers and accepts (ms)."""
 
 DURABLE_HEADERS = (
@@ -95,9 +100,14 @@ class Gateway:
         passcode: str | None = None,
         limits: FrameLimits | None = None,
         heartbeat_ms: int = HEARTBEAT_MS,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        write_window: int = WRITE_WINDOW,
     ) -> None:
         self.host = host
         self.heartbeat_ms = heartbeat_ms
+        self.connect_timeout = connect_timeout
+        self.write_window = write_window
+        self.counters: dict[str, int] = {}
         self.service = host.service
         self.login = login
         self.passcode = passcode
@@ -143,12 +153,20 @@ class StompConnection(asyncio.Protocol):
         self._expect_every = 0.0
         self._wrote = False
         self._out: list[bytes] = []
+        self._connect_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ asyncio
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self._last_rx = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        self._last_rx = loop.time()
+        self._connect_timer = loop.call_later(self.gw.connect_timeout, self._connect_overdue)
+
+    def _connect_overdue(self) -> None:
+        if self.conn_id is None and not self.closing:
+            self.gw.counters["connect_timeouts"] = self.gw.counters.get("connect_timeouts", 0) + 1
+            self.error(f"no CONNECT frame within {self.gw.connect_timeout:g} s")
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -174,7 +192,7 @@ class StompConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        for h in (self._hb_send, self._hb_check):
+        for h in (self._hb_send, self._hb_check, self._connect_timer):
             if h is not None:
                 h.cancel()
         if self.conn_id is not None:
@@ -199,6 +217,20 @@ class StompConnection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
             self._wrote = True
+            unread = self.transport.get_write_buffer_size()
+            if unread > self.gw.write_window:
+                # The client stopped reading: what it was sent cannot be delivered anyway.
+                c = self.gw.counters
+                c["slow_disconnects"] = c.get("slow_disconnects", 0) + 1
+                log.warning(
+                    "STOMP client %s disconnected: %d bytes unread, over its write window "
+                    "(%d bytes, stomp_write_window)",
+                    self.conn_id or "?",
+                    unread,
+                    self.gw.write_window,
+                )
+                self.closing = True
+                self.transport.abort()
 
     def error(self, message: str, frame: Frame | None = None) -> None:
         if self.closing:
@@ -381,7 +413,10 @@ class StompConnection(asyncio.Protocol):
                 mdl.check_property_name(name)
                 props[name] = mdl.decode_property(value, t)
             except ValueError as exc:
-                raise StompError(f"header {name!r}: {exc}") from None
+                why = str(exc)
+                if "literal" in why or "convert" in why:  # int()/float() wording
+                    why = f"{value[:40]!r} is not a valid {t}"
+                raise StompError(f"header {name!r}: {why}") from None
             ptypes[name] = t
         msg = JomsMessage(
             destination=dest,
@@ -592,6 +627,8 @@ async def serve(
     allow_remote: bool = False,
     limits: FrameLimits | None = None,
     heartbeat_ms: int = HEARTBEAT_MS,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    write_window: int = WRITE_WINDOW,
 ) -> asyncio.Server:
     """Start the STOMP gateway; returns the listening :class:`asyncio.Server`.
 
@@ -615,7 +652,13 @@ async def serve(
         raise ValueError("login and passcode go together")
     ghost = as_gateway_host(service_host)
     gateway = Gateway(
-        ghost, login=login, passcode=passcode, limits=limits, heartbeat_ms=heartbeat_ms
+        ghost,
+        login=login,
+        passcode=passcode,
+        limits=limits,
+        heartbeat_ms=heartbeat_ms,
+        connect_timeout=connect_timeout,
+        write_window=write_window,
     )
     loop = asyncio.get_running_loop()
     server = await loop.create_server(gateway.protocol, host, port)

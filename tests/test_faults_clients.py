@@ -1,0 +1,237 @@
+"""Slow, idle and greedy clients against a real daemon: every connection and every queue of
+undelivered output is bounded in bytes and time, and running out of file descriptors
+degrades gracefully.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import daemons as daemons
+
+from dodwan.daemon.client import AdminClient
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _admin_port(d: DaemonProc) -> int:
+    return int(json.loads((d.state_dir / "admin.json").read_text())["port"])
+
+
+def _stomp_port(d: DaemonProc) -> int:
+    return int(str(json.loads((d.state_dir / "admin.json").read_text())["stomp"]).rsplit(":")[1])
+
+
+def _slow_socket(port: int) -> socket.socket:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def _read_until(s: socket.socket, marker: bytes) -> bytes:
+    data = b""
+    while marker not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _closed_by_peer(s: socket.socket, timeout: float) -> bytes:
+    """Read everything until the daemon closes the connection; fail after ``timeout``."""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := s.recv(1 << 20):
+            data += chunk
+    except ConnectionResetError:
+        return data + b"<reset>"
+    except TimeoutError:
+        pytest.fail(f"the daemon kept the connection open for {timeout} s")
+    return data
+
+
+# ---------------------------------------------------------------------- 4. backpressure
+
+
+@pytest.mark.timeout(180)
+def test_stomp_subscriber_that_never_reads_is_disconnected_at_its_byte_window(daemons) -> None:
+    d = daemons("s", "--group", random_group(), "--stomp", "127.0.0.1:0",
+                "--stomp-write-window", str(1 << 20), "--fragment-cache", "0")  # fmt: skip
+    port = _stomp_port(d)
+    slow = _slow_socket(port)
+    slow.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+    assert _read_until(slow, b"\x00").startswith(b"CONNECTED")
+    slow.sendall(b"SUBSCRIBE\nid:0\ndestination:/topic/flood\nack:auto\nreceipt:r\n\n\x00")
+    assert b"RECEIPT" in _read_until(slow, b"receipt-id:r")
+    assert d.proc is not None
+    rss0 = _rss(d.proc.pid)
+    body = os.urandom(48 * 1024)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as prod:
+        prod.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        assert _read_until(prod, b"\x00").startswith(b"CONNECTED")
+        frame = (
+            b"SEND\ndestination:/topic/flood\ncontent-type:application/octet-stream\n"
+            + f"content-length:{len(body)}\n\n".encode()
+            + body
+            + b"\x00"
+        )
+        for _ in range(600):  # 28 MiB for a client that reads nothing
+            prod.sendall(frame)
+        prod.sendall(b"SEND\ndestination:/topic/other\nreceipt:done\n\nx\x00")
+        assert b"receipt-id:done" in _read_until(prod, b"receipt-id:done")
+    grew = _rss(d.proc.pid) - rss0
+    print(f"STOMP: 600 x 48 KiB to a non-reader, RSS grew by {grew / 2**20:.1f} MiB")
+    assert grew < 16 * 1024 * 1024, f"RSS grew by {grew} bytes"
+    _closed_by_peer(slow, 10)
+    slow.close()
+    assert d.status()["counters"]["daemon_stomp_slow_disconnects"] == 1
+    assert "window" in d.log.read_text()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as again:
+        again.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        assert _read_until(again, b"\x00").startswith(b"CONNECTED")
+
+
+@pytest.mark.timeout(180)
+def test_follow_stream_that_never_reads_is_bounded_in_bytes(daemons) -> None:
+    d = daemons("f", "--group", random_group(), "--fragment-cache", "0",
+                "--follow-window", str(4 << 20))  # fmt: skip
+    port = _admin_port(d)
+    slow = _slow_socket(port)
+    body = json.dumps({"patterns": {"topic": "f"}}).encode()
+    slow.sendall(
+        b"POST /follow HTTP/1.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    assert b"subscribed" in _read_until(slow, b"subscribed")
+    assert d.proc is not None
+    rss0 = _rss(d.proc.pid)
+    for _ in range(40):
+        d.client().publish_bytes(os.urandom(1 << 20), attributes={"topic": "f"})
+    grew = _rss(d.proc.pid) - rss0
+    counters = d.status()["counters"]
+    print(f"follow: 40 x 1 MiB to a non-reader, RSS grew by {grew / 2**20:.1f} MiB, "
+          f"{counters.get('sink_deliveries_follow_dropped')} dropped")  # fmt: skip
+    assert counters.get("sink_deliveries_follow_dropped", 0) >= 30, counters
+    assert grew < 32 * 1024 * 1024, f"RSS grew by {grew} bytes"
+    slow.close()
+
+
+# ---------------------------------------------------------------------- 5. idle connections
+
+
+def test_stomp_connection_without_connect_times_out(daemons) -> None:
+    d = daemons("s", "--group", random_group(), "--stomp", "127.0.0.1:0",
+                "--stomp-connect-timeout", "1")  # fmt: skip
+    with socket.create_connection(("127.0.0.1", _stomp_port(d)), timeout=5) as s:
+        t0 = time.monotonic()
+        data = _closed_by_peer(s, 5)
+        assert time.monotonic() - t0 < 4
+    assert data.startswith(b"ERROR") and b"CONNECT" in data
+
+
+def test_admin_request_whose_body_never_comes_times_out(daemons) -> None:
+    d = daemons("a", "--group", random_group(), "--admin-request-timeout", "1")
+    port = _admin_port(d)
+    for partial in (
+        b"POST /publish HTTP/1.1\r\nContent-Length: 100\r\n\r\n",  # body never sent
+        b"GET /status HTTP/1.1\r\nX-Slow: 1\r\n",  # headers never finished
+    ):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(partial)
+            t0 = time.monotonic()
+            data = _closed_by_peer(s, 5)
+            assert time.monotonic() - t0 < 4
+        assert data.startswith(b"HTTP/1.1 408"), data
+
+
+def test_admin_header_count_and_size_are_bounded(daemons) -> None:
+    d = daemons("a", "--group", random_group())
+    port = _admin_port(d)
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(1000))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /status HTTP/1.1\r\n" + many + b"\r\n")
+        data = _closed_by_peer(s, 5)
+    assert data.startswith(b"HTTP/1.1 431"), data[:200]
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /status HTTP/1.1\r\nX-Big: " + b"v" * 70000 + b"\r\n\r\n")
+        data = _closed_by_peer(s, 5)
+    assert data.startswith(b"HTTP/1.1 431"), data[:200]
+    assert d.client().get("/status")["host_id"]
+
+
+@pytest.mark.timeout(120)
+def test_fd_exhaustion_pauses_accept_and_retries_dir_writes(daemons, tmp_path: Path) -> None:
+    group = random_group()
+    fast = ("--announce-period", "0.3", "--admin-request-timeout", "60")
+    a = daemons("a", "--group", group, *fast, "--host-id", "A",
+                prefix=["prlimit", "--nofile=128:128"])  # fmt: skip
+    b = daemons("b", "--group", group, *fast, "--host-id", "B")
+    out = tmp_path / "out"
+    a.client().post("/subscribe", {"patterns": {"topic": "fd"},
+                                    "sink": {"kind": "dir", "target": str(out)}})  # fmt: skip
+    wait_for(lambda: "A" in b.client().get("/peers"), what="B hears A")
+    port = _admin_port(a)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(200):  # more than the daemon's 128 descriptors
+            s = socket.socket()
+            s.settimeout(2)
+            try:
+                s.connect(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                break
+            held.append(s)
+        time.sleep(1.0)  # let the daemon accept what it can and hit its limit
+        msg_id = b.client().publish_bytes(b"during exhaustion", attributes={"topic": "fd"})["id"]
+        wait_for(lambda: a.log.read_text().count("cannot write") >= 1, timeout=30,
+                 what="the dir sink failing for lack of descriptors")  # fmt: skip
+        time.sleep(3.0)  # an episode lasting seconds
+    finally:
+        for s in held:
+            s.close()
+    wait_for(lambda: (out / msg_id).exists(), timeout=30, what="the dir write retried")
+    assert (out / msg_id).read_bytes() == b"during exhaustion"
+    assert AdminClient.for_state_dir(a.state_dir).get("/status")["host_id"] == "A"
+    text = a.log.read_text()
+    assert text.count("accept") <= 3, text[-3000:]
+    assert len(text) < 20000
+
+
+# ---------------------------------------------------------------------- 7. STOMP errors
+
+
+def _stomp_error_for(port: int, frame: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        assert _read_until(s, b"\x00").startswith(b"CONNECTED")
+        s.sendall(frame)
+        return _closed_by_peer(s, 5)
+
+
+def test_stomp_errors_are_readable_and_lengths_ascii(daemons) -> None:
+    d = daemons("s", "--group", random_group(), "--stomp", "127.0.0.1:0")
+    port = _stomp_port(d)
+    err = _stomp_error_for(
+        port, "SEND\ndestination:/topic/t\ncontent-length:٥\n\nhello\x00".encode()
+    )
+    assert err.startswith(b"ERROR") and b"content-length" in err, err
+    err = _stomp_error_for(port, b"SEND\ndestination:/topic/t\njoms-types:n:int\nn:abc\n\nx\x00")
+    assert err.startswith(b"ERROR"), err
+    assert b"invalid literal" not in err and b"'abc' is not a valid int" in err, err

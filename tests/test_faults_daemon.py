@@ -1,0 +1,423 @@
+"""Local faults against real daemon processes: a refused second daemon, a full disk, a
+damaged database, bad settings, and requests that used to leak internals.
+
+Each test drives ``dodwan daemon`` processes and their real SQLite files; the disk-full
+tests mount a 2 MB tmpfs (root only; skipped elsewhere).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import daemons as daemons
+
+from dodwan.cli import cli
+from dodwan.core.store import MessageMeta
+from dodwan.daemon.client import AdminClient, ClientError
+from dodwan.daemon.sqlite_store import SqliteStore
+
+
+def _exits_with_one_line(proc: DaemonProc, timeout: float = 20.0) -> str:
+    assert proc.proc is not None
+    try:
+        rc = proc.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"daemon kept running: {proc.log.read_text()[-2000:]}")
+    text = proc.log.read_text().strip()
+    assert rc != 0, text
+    assert "Traceback" not in text and len(text.splitlines()) == 1, text
+    return text
+
+
+def _ids(client: AdminClient) -> set[str]:
+    return {e["descriptor"]["id"] for e in client.get("/cache")}
+
+
+# ---------------------------------------------------------------------- 1. second daemon
+
+
+def test_a_refused_second_daemon_leaves_the_running_ones_admin_file(daemons, tmp_path) -> None:
+    a = daemons("a", "--group", random_group())
+    before = (a.state_dir / "admin.json").read_text()
+    second = DaemonProc(a.state_dir, ["--group", random_group()])
+    second.log = tmp_path / "second.log"
+    second.start(wait=False)
+    text = _exits_with_one_line(second)
+    assert "another daemon is running" in text
+    assert (a.state_dir / "admin.json").read_text() == before
+    r = CliRunner().invoke(cli, ["status", "--json", "--state-dir", str(a.state_dir)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["pid"] == a.proc.pid  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------- 2. disk full
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 2 MB tmpfs under tmp_path (unmounted at teardown)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a 2 MB tmpfs needs root")
+    d = tmp_path / "small"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], check=True)
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_store_rolls_back_a_failed_transaction_and_redoes_its_deletions(small_disk: Path) -> None:
+    store = SqliteStore(small_disk / "d.db", checkpoint_bytes=0)
+    store.put_message(MessageMeta("m1", b"z", 0, True, 1.0))
+    store.put_fragments("m1", [b"a" * 1000])
+    store.commit()
+    filler = small_disk / "filler"
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    store.put_message(MessageMeta("m2", b"z", 0, True, 1.0))
+    store.put_fragments("m2", [os.urandom(600_000)])
+    store.commit()  # does not raise: the transaction is rolled back and m2 reported
+    assert store.write_failures == 1 and "full" in store.last_error
+    assert store.take_failed() == {"m2"} and store.take_failed() == set()
+    store.delete_message("m1")  # the core dropped m1 too; on a full disk this fails as well
+    store.commit()
+    filler.unlink()
+    store.put_message(MessageMeta("m3", b"z", 0, True, 1.0))
+    store.commit()
+    rows = {r[0] for r in store.conn.execute("SELECT msg_id FROM messages")}
+    assert rows == {"m3"}  # m2 never stored, m1's deletion redone once there was room
+    assert not list(store.conn.execute("SELECT 1 FROM fragments"))
+    store.close()
+
+
+def _received(outdir: Path) -> set[str]:
+    return {p.name[: -len(".json")] for p in outdir.glob("*.json")}
+
+
+@pytest.mark.timeout(180)
+def test_disk_full_publication_is_durable_or_refused_and_never_sent(
+    small_disk: Path, daemons, tmp_path: Path
+) -> None:
+    group = random_group()
+    fast = ("--announce-period", "0.3")
+    # The origin's state directory is on the 2 MB tmpfs; the subscriber's is not.
+    a = DaemonProc(small_disk / "a", ["--group", group, *fast, "--host-id", "A"])
+    a.log = tmp_path / "a.log"
+    a.start()
+    try:
+        b = daemons("b", "--group", group, *fast, "--host-id", "B")
+        out = tmp_path / "out"
+        b.client().post("/subscribe", {"patterns": {"topic": "full"},
+                                        "sink": {"kind": "dir", "target": str(out)}})  # fmt: skip
+        wait_for(lambda: "B" in a.client().get("/peers") and "A" in b.client().get("/peers"),
+                 what="A and B neighbours")  # fmt: skip
+        ok: list[str] = []
+        failed: list[str] = []
+        for _ in range(400):
+            try:
+                res = a.client().publish_bytes(os.urandom(8192), attributes={"topic": "full"})
+                ok.append(res["id"])
+            except ClientError as exc:
+                failed.append(str(exc))
+        assert ok and failed, (len(ok), failed[:3])
+        print(f"disk full: {len(ok)} acknowledged, {len(failed)} refused ({failed[0]})")
+        assert all("disk" in f and "not published" in f for f in failed), failed[:3]
+        # What the origin says it holds is exactly what it acknowledged...
+        assert _ids(a.client()) == set(ok)
+        assert a.status()["cache"]["messages"] == len(ok)
+        assert a.status()["counters"]["daemon_store_write_failures"] >= len(failed)
+        # ...the subscriber receives those and nothing else...
+        wait_for(lambda: _received(out) >= set(ok), timeout=60, what="acknowledged ones received")
+        assert _received(out) == set(ok)
+        # ...and they survive a restart.
+        a.kill()
+        a.start()
+        assert _ids(a.client()) == set(ok)
+    finally:
+        a.kill()
+    assert "Traceback" not in a.log.read_text()
+
+
+@pytest.mark.timeout(180)
+def test_disk_full_received_message_is_dropped_and_counted(
+    small_disk: Path, daemons, tmp_path: Path
+) -> None:
+    group = random_group()
+    fast = ("--announce-period", "0.3")
+    a = daemons("a", "--group", group, *fast, "--host-id", "A")
+    # The receiver's database is on the 2 MB tmpfs; its output directory is not.
+    b = DaemonProc(small_disk / "b", ["--group", group, *fast, "--host-id", "B",
+                                      "--fragment-commit-delay", "0"])  # fmt: skip
+    b.log = tmp_path / "b.log"
+    b.start()
+    try:
+        out = tmp_path / "out"
+        b.client().post("/subscribe", {"patterns": {"topic": "full"},
+                                        "sink": {"kind": "dir", "target": str(out)}})  # fmt: skip
+        wait_for(lambda: "B" in a.client().get("/peers"), what="A hears B")
+        for _ in range(300):
+            a.client().publish_bytes(os.urandom(8192), attributes={"topic": "full"})
+
+        def settled() -> bool:
+            c = b.status()["counters"]
+            return (
+                c.get("daemon_store_write_failures", 0) > 0 and c.get("messages_completed", 0) > 0
+            )
+
+        wait_for(settled, timeout=60, what="B filled its disk")
+        a.kill()  # nothing more arrives: what B holds now is final
+        b.client().get("/status")  # B has handled what was in flight before this request
+        b_listing = b.client().get("/cache")
+        held = {e["descriptor"]["id"] for e in b_listing}
+        counters = b.status()["counters"]
+        assert counters["daemon_messages_dropped_store"] > 0
+        print(f"disk full (receiver): {len(held)} held, "
+              f"{counters['daemon_messages_dropped_store']} dropped")  # fmt: skip
+        # Every delivered message is one B holds (not half-kept), durably: a copy of B's
+        # state directory (its disk is full) started on a group of its own holds the same.
+        assert _received(out) <= held
+        b.kill()
+        copy = tmp_path / "b-copy"
+        shutil.copytree(b.state_dir, copy)
+        again = daemons("b-copy", "--group", random_group())
+        assert again.state_dir == copy
+        after = {e["descriptor"]["id"]: e["complete"] for e in again.client().get("/cache")}
+        assert {k for k, done in after.items() if done} == {
+            e["descriptor"]["id"] for e in b_listing if e["complete"]
+        }
+        # A partial message whose deletion could not be written either (the disk is still
+        # full) may come back as partial: it is fetched again, never delivered half.
+        assert all(not after[k] for k in set(after) - held)
+    finally:
+        b.kill()
+    assert "Traceback" not in b.log.read_text()
+
+
+# ---------------------------------------------------------------------- 3. integrity
+
+
+def test_an_empty_database_file_is_refused_not_replaced(tmp_path: Path) -> None:
+    state = tmp_path / "s"
+    state.mkdir()
+    (state / "dodwan.db").write_bytes(b"")
+    d = DaemonProc(state, ["--group", random_group()])
+    d.start(wait=False)
+    text = _exits_with_one_line(d)
+    assert "dodwan.db" in text and "empty" in text and "dodwan repair" in text
+    assert (state / "dodwan.db").stat().st_size == 0
+    # The way out it names: repair keeps the empty file aside and makes a fresh database.
+    r = CliRunner().invoke(cli, ["repair", "--state-dir", str(state)])
+    assert r.exit_code == 0 and "saved 0 of 0 messages" in r.output, r.output
+    assert [p.stat().st_size for p in state.glob("dodwan.db.damaged-*")] == [0]
+    d.log.write_text("")
+    try:
+        d.start()
+        assert d.status()["cache"]["messages"] == 0
+    finally:
+        d.kill()
+
+
+def test_a_foreign_file_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "s"
+    state.mkdir()
+    (state / "dodwan.db").write_text("these are my notes\n" * 200)
+    d = DaemonProc(state, ["--group", random_group()])
+    d.start(wait=False)
+    assert "not a DoDWAN database" in _exits_with_one_line(d)
+    other = tmp_path / "t"
+    other.mkdir()
+    conn = sqlite3.connect(other / "dodwan.db")
+    conn.execute("CREATE TABLE accounts(name TEXT)")
+    conn.commit()
+    conn.close()
+    d = DaemonProc(other, ["--group", random_group()])
+    d.start(wait=False)
+    assert "not a DoDWAN database" in _exits_with_one_line(d)
+
+
+def _damage(db: Path, nbytes: int = 16384, seed: int = 7) -> None:
+    size = db.stat().st_size
+    at = (size // 2) // 4096 * 4096
+    with open(db, "r+b") as f:
+        f.seek(at)
+        f.write(random.Random(seed).randbytes(nbytes))
+
+
+def test_damage_is_found_at_start_checked_and_repaired(daemons, tmp_path: Path) -> None:
+    a = daemons("a", "--group", random_group())
+    sent: dict[str, bytes] = {}
+    for i in range(150):
+        data = random.Random(i).randbytes(3000)
+        sent[a.client().publish_bytes(data, attributes={"n": str(i)})["id"]] = data
+    a.kill(15)  # clean stop: the log is checkpointed into dodwan.db
+    db = a.state_dir / "dodwan.db"
+    _damage(db)
+    # Start-up refuses, naming the way out.
+    a.log.write_text("")
+    a.start(wait=False)
+    text = _exits_with_one_line(a)
+    assert "damaged" in text and "dodwan repair" in text
+    # The full check says what is wrong.
+    r = CliRunner().invoke(cli, ["check", "--state-dir", str(a.state_dir)])
+    assert r.exit_code != 0 and "Traceback" not in r.output, r.output
+    assert "damaged" in r.output
+    # Repair salvages what is readable into a fresh database and says what it saved.
+    r = CliRunner().invoke(cli, ["repair", "--state-dir", str(a.state_dir)])
+    assert r.exit_code == 0, r.output
+    m = re.search(r"saved (\d+) of (\d+) messages", r.output)
+    assert m, r.output
+    saved = int(m.group(1))
+    assert 0 < saved <= len(sent)
+    assert list(a.state_dir.glob("dodwan.db.damaged-*")), "the damaged file is kept aside"
+    r = CliRunner().invoke(cli, ["check", "--state-dir", str(a.state_dir)])
+    assert r.exit_code == 0, r.output
+    a.start()
+    held = _ids(a.client())
+    assert len(held) == saved and held <= set(sent)
+    for msg_id in held:  # every saved message is whole
+        import base64
+
+        got = a.client().get(f"/cache/{msg_id}?payload=1")
+        assert base64.b64decode(got["payload_b64"]) == sent[msg_id]
+
+
+@pytest.mark.timeout(120)
+def test_damage_found_while_running_is_counted_not_a_traceback(daemons, tmp_path: Path) -> None:
+    group = random_group()
+    fast = ("--announce-period", "0.3", "--fragment-cache", "0")
+    a = daemons("a", "--group", group, *fast, "--host-id", "A")
+    ids = [
+        a.client().publish_bytes(random.Random(i).randbytes(4000), attributes={"t": "x"})["id"]
+        for i in range(1200)
+    ]
+    # Damage the file under the running daemon: 1 MiB of the 5 MB it holds, beyond what
+    # SQLite's page cache (2 MB) keeps of it after a restart.
+    a.kill(15)
+    a.start()
+    _damage(a.state_dir / "dodwan.db", 1 << 20)
+    errors = 0
+    for msg_id in ids:
+        try:
+            a.client().get(f"/cache/{msg_id}?payload=1")
+        except ClientError as exc:
+            assert "damaged" in str(exc) and "dodwan check" in str(exc), exc
+            errors += 1
+    assert errors > 0
+    b = daemons("b", "--group", group, *fast, "--host-id", "B")
+    b.client().post("/subscribe", {"patterns": {"t": "x"},
+                                    "sink": {"kind": "dir", "target": str(tmp_path / "o")}})  # fmt: skip
+    wait_for(lambda: a.status()["counters"].get("daemon_store_read_errors", 0) > 0,
+             timeout=30, what="A failing to read fragments B asks for")  # fmt: skip
+    assert a.alive
+
+
+# ---------------------------------------------------------------------- 6. settings
+
+
+BAD_SETTINGS = [
+    ("toml", "[node]\nannounce_period = nan\n", "announce_period"),
+    ("args", ["--request-timeout", "inf"], "request_timeout"),
+    ("args", ["--fragment-commit-delay", "nan"], "fragment_commit_delay"),
+    ("args", ["--exec-timeout", "inf"], "exec_timeout"),
+    ("args", ["--neighbour-timeout", "nan"], "neighbour_timeout"),
+    ("toml", "[node.limits]\nmax_requests_per_second = nan\n", "max_requests_per_second"),
+    ("toml", "[node.limits]\nmax_fragments = 0\n", "max_fragments"),
+    ("toml", "[node.limits]\nmax_partial_bytes = -1\n", "max_partial_bytes"),
+    ("toml", "[node.limits]\nmax_origin_share = 1.5\n", "max_origin_share"),
+    ("args", ["--socket-buffer", "1099511627776"], "socket_buffer"),
+    ("args", ["--group", "10.1.2.3:{port}"], "group"),
+]
+
+
+@pytest.mark.parametrize(("how", "setting", "key"), BAD_SETTINGS, ids=[b[2] for b in BAD_SETTINGS])
+def test_a_bad_setting_is_refused_at_start_naming_its_key(
+    daemons, tmp_path: Path, how: str, setting, key: str
+) -> None:
+    if how == "toml":
+        conf = tmp_path / "d.toml"
+        conf.write_text(setting)
+        args = ["--group", random_group(), "--config", str(conf)]
+    else:
+        args = [a.replace("{port}", str(random.randrange(20000, 60000))) for a in setting]
+        if "--group" not in args:
+            args = ["--group", random_group(), *args]
+    d = daemons("d", *args, wait=False)
+    text = _exits_with_one_line(d)
+    assert key in text, text
+
+
+def test_stomp_on_port_0_reports_the_port_it_got(daemons) -> None:
+    d = daemons("s", "--group", random_group(), "--stomp", "127.0.0.1:0")
+    info = json.loads((d.state_dir / "admin.json").read_text())
+    host, port = str(info["stomp"]).rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0
+    assert f"127.0.0.1:{port}" in d.log.read_text()
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        assert s.recv(4096).startswith(b"CONNECTED\n")
+
+
+# ---------------------------------------------------------------------- 7. leaks
+
+
+def _raw_http(port: int, request: bytes, timeout: float = 10.0) -> tuple[int, bytes]:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_deeply_nested_json_is_a_clean_400(daemons) -> None:
+    d = daemons("a", "--group", random_group())
+    port = json.loads((d.state_dir / "admin.json").read_text())["port"]
+    body = b"[" * 100_000
+    status, text = _raw_http(
+        port,
+        b"POST /publish HTTP/1.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body,
+    )
+    assert status == 400, text
+    assert "JSON" in json.loads(text)["error"]
+    assert d.alive
+
+
+@pytest.mark.timeout(240)
+def test_publishing_exactly_the_documented_maximum_works(daemons) -> None:
+    d = daemons("a", "--group", random_group(), "--fragment-cache", "0")
+    biggest = int(d.status().get("max_payload", 64 * 1024 * 1024))
+    assert biggest >= 60 * 1024 * 1024
+    data = os.urandom(biggest)  # incompressible
+    msg_id = d.client().publish_bytes(data)["id"]
+    assert d.status()["cache"]["messages"] == 1 and msg_id in _ids(d.client())
+    with pytest.raises(ClientError, match=f"largest publication is {biggest} bytes"):
+        d.client().publish_bytes(data + b"x")
+    del data
+
+
+@pytest.mark.timeout(120)
+def test_publish_of_a_file_too_large_shows_the_daemons_413(daemons, tmp_path: Path) -> None:
+    d = daemons("a", "--group", random_group())
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(200 * 1024 * 1024)
+    r = CliRunner().invoke(cli, ["publish", "--state-dir", str(d.state_dir), "--file", str(big)])
+    assert r.exit_code != 0
+    assert "reset" not in r.output.lower() and "Traceback" not in r.output
+    assert "largest publication" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1
