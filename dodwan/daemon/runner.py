@@ -721,7 +721,10 @@ class Daemon:
         kind: str,
         target: str,
         trusted_keys: list[str] | None = None,
+        attach: Callable[[str], None] | None = None,
     ) -> str:
+        """Add a subscription and its sink; ``attach(key)`` runs just before the core is told,
+        so that a follow stream is in place for the messages the cache already holds."""
         node, store, sinks = self._node(), self.store, self.sinks
         assert store is not None and sinks is not None
         if key is not None and (not isinstance(key, str) or key.startswith(SERVICE_PREFIX)):
@@ -733,6 +736,8 @@ class Daemon:
         old = sinks.get(key)
         sinks.set(key, kind, target)
         store.put_sink(key, kind, target)  # committed with the subscription, atomically
+        if attach is not None:
+            attach(key)
         try:
             key = node.subscribe(patterns, now=time.time(), key=key, trusted_keys=trusted_keys)
         except (TypeError, ValueError) as exc:
@@ -794,8 +799,24 @@ class Daemon:
         patterns = self._patterns(body)
         assert self.sinks is not None
         trusted = self._trusted(body)
-        key = self._add_subscription(patterns, body.get("key"), "follow", "", trusted)
-        queue = self.sinks.follow(key)
+        attached: list[tuple[str, asyncio.Queue[MessageDelivered | None]]] = []
+        sinks = self.sinks
+        try:
+            key = self._add_subscription(
+                patterns,
+                body.get("key"),
+                "follow",
+                "",
+                trusted,
+                # Attached before the core subscribes: matching messages already cached are
+                # delivered at once, and must find the stream (as a --dir sink finds its dir).
+                attach=lambda k: attached.append((k, sinks.follow(k))),
+            )
+        except ApiError:
+            for k, q in attached:
+                sinks.unfollow(k, q)
+            raise
+        [(_, queue)] = attached
         try:
             yield {"subscribed": key}
             while True:
