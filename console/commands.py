@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dodwan.units import human_size
 from joms.api import Message, Queue, Topic
 from joms.errors import JMSException
 
@@ -202,7 +203,13 @@ class Console:
                              grammar.usage("unsub"))  # fmt: skip
         for s in chosen:
             self.link.end(s)
-            self.out.line(f"[{s.number}] unsubscribed from {s.describe()}")
+            if s.durable and s.durable != args.durable:
+                self.out.line(
+                    f"[{s.number}] stopped receiving from {s.describe()}; the daemon keeps "
+                    f"durable subscription {s.durable} (`unsub --durable {s.durable}` deletes it)"
+                )
+            else:
+                self.out.line(f"[{s.number}] unsubscribed from {s.describe()}")
         if args.durable:
             self.link.delete_durable(args.durable)
             self.out.line(f"durable subscription {args.durable} deleted")
@@ -279,24 +286,32 @@ class Console:
         return True
 
     def do_status(self, args: argparse.Namespace) -> bool:
+        """The STOMP link, then the daemon; fails (exit 1) when either cannot be reached."""
         link = self.link
         with contextlib.suppress(NotConnected, JMSException):
             link.connect()
         state = "connected" if link.connected else "not connected"
-        if not link.connected and link.last_error:
-            state += f" ({link.last_error})"
-        self.out.line(f"daemon     {link.url}: {state}")
+        self.out.line(f"daemon     {link.url or '(no STOMP gateway)'}: {state}")
         self.out.line(f"client id  {link.client_id or '(none)'}")
         self.out.line(f"subscriptions {len(link.active())}")
-        st = self.admin.status()
-        cache = st.get("cache", {})
-        self.out.line(f"host id    {st.get('host_id')}")
-        self.out.line(f"uptime     {float(st.get('uptime', 0)):.0f} s")
-        self.out.line(f"neighbours {', '.join(st.get('neighbours', [])) or '(none)'}")
-        self.out.line(
-            f"cache      {cache.get('messages', 0)} messages, "
-            f"{cache.get('bytes', 0)} of {cache.get('capacity', 0)} bytes"
-        )
+        problem = None
+        try:
+            st = self.admin.status()
+        except AdminUnavailable as exc:
+            problem = str(exc)
+        else:
+            cache = st.get("cache", {})
+            self.out.line(f"host id    {st.get('host_id')}")
+            self.out.line(f"uptime     {float(st.get('uptime', 0)):.0f} s")
+            self.out.line(f"neighbours {', '.join(st.get('neighbours', [])) or '(none)'}")
+            self.out.line(
+                f"cache      {cache.get('messages', 0)} messages, "
+                f"{human_size(cache.get('bytes', 0))} of {human_size(cache.get('capacity', 0))}"
+            )
+        if not link.connected:
+            raise CommandError(link.last_error or f"not connected to {link.url}")
+        if problem is not None:
+            raise CommandError(problem)
         return True
 
     # ------------------------------------------------------------------ console

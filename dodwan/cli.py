@@ -22,6 +22,7 @@ import click
 from .core.config import field_docs
 from .daemon import config as cfg
 from .daemon.client import AdminClient, ClientError
+from .units import human_size
 
 STATE_DIR_HELP = (
     "Daemon state directory (default: $DODWAN_STATE_DIR, else $XDG_STATE_HOME/dodwan, "
@@ -62,12 +63,8 @@ def _table(rows: list[list[str]], header: list[str]) -> None:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)  # pragma: no cover
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _when(t: float) -> str:
@@ -222,17 +219,22 @@ def status(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> No
     if as_json:
         _out_json(st)
         return
-    cache = st["cache"]
-    click.echo(f"host id      {st['host_id']}")
-    click.echo(f"uptime       {st['uptime']:.0f} s (pid {st['pid']})")
-    m = st["medium"]
-    click.echo(f"medium       {m['kind']} {m['group']} on {m['interface']}")
-    click.echo(f"neighbours   {', '.join(st['neighbours']) or '(none)'}")
-    click.echo(
-        f"cache        {cache['messages']} messages ({cache['complete']} complete), "
-        f"{_size(cache['bytes'])} of {_size(cache['capacity'])}"
-    )
-    click.echo(f"subscriptions {st['subscriptions']}")
+    cache, m = st["cache"], st["medium"]
+    rows = [
+        ("host id", st["host_id"]),
+        ("uptime", f"{st['uptime']:.0f} s (pid {st['pid']})"),
+        ("medium", f"{m['kind']} {m['group']} on {m['interface']}"),
+        ("neighbours", ", ".join(st["neighbours"]) or "(none)"),
+        (
+            "cache",
+            f"{_plural(cache['messages'], 'message')} ({cache['complete']} complete), "
+            f"{human_size(cache['bytes'])} of {human_size(cache['capacity'])}",
+        ),
+        ("subscriptions", str(st["subscriptions"])),
+    ]
+    width = max(len(name) for name, _ in rows) + 2
+    for name, value in rows:
+        click.echo(f"{name:<{width}}{value}")
     counters = st["counters"]
     if counters:
         click.echo("counters")
@@ -530,7 +532,7 @@ def cache_ls(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> 
         [
             it["id"],
             "complete" if it["complete"] else f"{it['fragments']}/{it['total_fragments']}",
-            _size(it["size"]),
+            human_size(it["size"]),
             _when(it["deadline"]),
             it["reason"],
         ]
@@ -558,7 +560,7 @@ def cache_show(
     state = "complete" if it["complete"] else f"{it['fragments']}/{it['total_fragments']} fragments"
     click.echo(f"id         {it['id']}")
     click.echo(f"state      {state}")
-    click.echo(f"size       {_size(it['size'])} ({_size(it['stored_bytes'])} stored)")
+    click.echo(f"size       {human_size(it['size'])} ({human_size(it['stored_bytes'])} stored)")
     click.echo(f"deadline   {_when(it['deadline'])}")
     click.echo(
         f"priority   {it['priority']}, {'persistent' if it['persistent'] else 'non-persistent'}"

@@ -230,12 +230,14 @@ class Daemon:
             ) from None
         if self.config.stomp:
             await self._start_stomp(self.config.stomp)
+        stomp = self._stomp_address()
         info = {"host": host, "port": port, "pid": os.getpid(), "host_id": host_id}
+        info["stomp"] = stomp  # the JOMS STOMP gateway "HOST:PORT", or None without one
         tmp = self.state_dir / (ADMIN_FILE + ".tmp")
         tmp.write_text(json.dumps(info) + "\n")
         os.replace(tmp, self.state_dir / ADMIN_FILE)
         log.info(
-            "host %s on %s %s:%d via %s; admin http://%s:%d/",
+            "host %s on %s %s:%d via %s; admin http://%s:%d/; %s",
             host_id,
             self.medium.kind,
             self.medium.group,
@@ -243,6 +245,9 @@ class Daemon:
             self.medium.interface,
             host,
             port,
+            f"JOMS STOMP gateway stomp://{stomp}"
+            if stomp
+            else "no STOMP gateway (start with --stomp 127.0.0.1:61613 for JOMS)",
         )
         self._after_input()
         self._memprobe = MemProbe.from_environment()
@@ -250,6 +255,16 @@ class Daemon:
             self._memprobe_handle = asyncio.get_running_loop().call_later(
                 self._memprobe.period, self._memprobe_sample
             )
+
+    def _stomp_address(self) -> str | None:
+        """Where the STOMP gateway listens ("HOST:PORT", the bound port), or None."""
+        server = self._stomp_server
+        sockets = getattr(server, "sockets", None) if server is not None else None
+        if not sockets:
+            return None
+        name = sockets[0].getsockname()
+        host = str(name[0])
+        return f"[{host}]:{name[1]}" if ":" in host else f"{host}:{name[1]}"
 
     def _memprobe_sample(self) -> None:
         """One sample of :mod:`dodwan.daemon.memdebug` (only with DODWAN_MEMTRACE set)."""
@@ -621,10 +636,14 @@ class Daemon:
             )
         return out
 
-    @staticmethod
-    def _with_signer(entry: dict[str, Any]) -> dict[str, Any]:
+    def _with_signer(self, entry: dict[str, Any]) -> dict[str, Any]:
         # Only verified signatures are kept: a bad one is dropped at reception.
         entry["signed_by"] = entry["descriptor"].get("sigkey")
+        if entry.get("reason") == "carried altruistically" and not self._node().config.altruistic:
+            # The core's word for "no one known wants it" — but this host is not altruistic:
+            # e.g. delivered here before its subscription was removed. Kept until its
+            # deadline or until evicted (such messages go first).
+            entry["reason"] = "no longer wanted here (kept until its deadline or eviction)"
         return entry
 
     def cache_list(self) -> list[dict[str, Any]]:
