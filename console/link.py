@@ -140,7 +140,9 @@ class Link:
                 if str(exc).startswith(_UNREACHABLE):
                     raise NotConnected(f"cannot reach the daemon at {self.url}: {exc}") from None
                 # reached: the gateway answered with an ERROR (client id in use, login...)
-                raise NotConnected(f"the daemon at {self.url} refused the connection: {exc}") from None
+                raise NotConnected(
+                    f"the daemon at {self.url} refused the connection: {exc}"
+                ) from None
             conn.exception_listener = self._lost
             self._conn = conn
             self._was_connected = True
@@ -278,9 +280,7 @@ class Link:
         if self.on_arrival is not None:
             self.on_arrival(msg)
         if sub.count is not None and sub.received >= sub.count:
-            self.printer.notice(
-                f"subscription {sub.number} got its {plural(sub.count, 'message')}"
-            )
+            self.printer.notice(f"subscription {sub.number} got its {plural(sub.count, 'message')}")
             self.end(sub)
 
     def end(self, sub: Subscription) -> None:
