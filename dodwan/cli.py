@@ -357,6 +357,13 @@ def publish(
             raise click.ClickException(f"cannot read {file_}: {exc.strerror}") from None
     if not ttl > 0:
         raise click.ClickException("--ttl must be positive")
+    if not _pairs(attributes, "attribute"):
+        # Subscriptions select messages by their attributes: without any, the message would
+        # be carried until its deadline and reach no one.
+        raise click.ClickException(
+            "give at least one attribute (-a NAME=VALUE, e.g. -a topic=news): subscribers "
+            "select messages by their attributes"
+        )
     fields = {"attributes": attrs, "ttl": ttl, "priority": priority, "persistent": persistent}
     client = _client(ctx, local_state_dir)
     res = _call(lambda: client.publish_bytes(data, **fields))
@@ -477,12 +484,16 @@ def subscribe(
 @cli.command()
 @state_dir_option
 @click.argument("key")
+@json_option
 @click.pass_context
-def unsubscribe(ctx: click.Context, local_state_dir: str | None, key: str) -> None:
+def unsubscribe(ctx: click.Context, local_state_dir: str | None, key: str, as_json: bool) -> None:
     """Remove the subscription KEY."""
     client = _client(ctx, local_state_dir)
-    _call(lambda: client.delete(f"/subscriptions/{key}"))
-    click.echo(f"unsubscribed {key}")
+    res = _call(lambda: client.delete(f"/subscriptions/{key}"))
+    if as_json:
+        _out_json(res)
+    else:
+        click.echo(f"unsubscribed {key}")
 
 
 @cli.command()
@@ -544,16 +555,38 @@ def cache_ls(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> 
 @cache.command("show")
 @state_dir_option
 @click.argument("msg_id", metavar="ID")
-@click.option("--payload", "with_payload", is_flag=True, help="Also print the payload (text).")
+@click.option(
+    "--payload",
+    "with_payload",
+    is_flag=True,
+    help="Also print the payload, after a '--- payload' line (text; binary is only sized).",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Write the payload, as is (binary or text), to FILE ('-' = stdout, nothing else "
+    "printed); fails if the message is incomplete.",
+)
 @json_option
 @click.pass_context
 def cache_show(
-    ctx: click.Context, local_state_dir: str | None, msg_id: str, with_payload: bool, as_json: bool
+    ctx: click.Context,
+    local_state_dir: str | None,
+    msg_id: str,
+    with_payload: bool,
+    output: str | None,
+    as_json: bool,
 ) -> None:
     """Show one cached message's descriptor and state."""
     client = _client(ctx, local_state_dir)
-    path = f"/cache/{msg_id}" + ("?payload=1" if with_payload else "")
+    want_payload = with_payload or output is not None
+    path = f"/cache/{msg_id}" + ("?payload=1" if want_payload else "")
     it = _call(lambda: client.get(path))
+    if output is not None:
+        _write_payload(it, output)
+        if output == "-":
+            return
     if as_json:
         _out_json(it)
         return
@@ -572,6 +605,8 @@ def cache_show(
     click.echo("descriptor")
     for k, v in sorted(it["descriptor"].items()):
         click.echo(f"  {k}: {v}")
+    if output is not None:
+        click.echo(f"payload    written to {output}")
     if with_payload:
         b64 = it.get("payload_b64")
         if b64 is None:
@@ -579,9 +614,31 @@ def cache_show(
         else:
             data = base64.b64decode(b64)
             try:
-                click.echo(data.decode("utf-8"))
+                text = data.decode("utf-8")
             except UnicodeDecodeError:
-                click.echo(f"<{len(data)} bytes of binary payload>")
+                click.echo(f"<{len(data)} bytes of binary payload: use --output FILE>")
+            else:
+                click.echo(f"--- payload ({_plural(len(data), 'byte')})")
+                click.echo(text)
+
+
+def _write_payload(it: dict[str, Any], output: str) -> None:
+    b64 = it.get("payload_b64")
+    if b64 is None:
+        raise click.ClickException(
+            f"message {it['id']} is incomplete ({it['fragments']}/{it['total_fragments']} "
+            "fragments): no payload to write"
+        )
+    data = base64.b64decode(b64)
+    if output == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        Path(output).write_bytes(data)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output}: {exc.strerror}") from None
 
 
 @cache.command("purge")

@@ -91,7 +91,7 @@ CLIENT_COMMANDS = [
     ["peers"],
     ["profile"],
     ["subscriptions"],
-    ["publish", "--text", "x"],
+    ["publish", "-a", "k=v", "--text", "x"],
     ["subscribe", "-p", "a=b", "--follow"],
     ["unsubscribe", "k"],
     ["cache", "ls"],
@@ -207,7 +207,8 @@ def test_publish_from_stdin_and_chosen_id(sd: str) -> None:
             input=b"from stdin")  # fmt: skip
     assert r.exit_code == 0 and r.output.strip() == "my-own-id"
     _one_error_line(
-        run("--state-dir", sd, "publish", "--id", "my-own-id", "--text", "again"), "already known"
+        run("--state-dir", sd, "publish", "--id", "my-own-id", "-a", "k=v", "--text", "again"),
+        "already known",
     )
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
@@ -108,3 +109,92 @@ def test_follow_api_gets_what_is_cached_before_the_stream(daemon: DaemonProc) ->
     wait_for(lambda: len(items) >= 3, 15, what=lambda: f"3 items in {items}")
     assert items[0] == {"subscribed": "early"}
     assert {i["descriptor"]["id"] for i in items[1:]} == mids  # type: ignore[index]
+
+
+# ---------------------------------------------------------------------- 4. output
+
+
+def test_status_rows_are_aligned_and_sizes_are_labelled(sd: str, tmp_path: Path) -> None:
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 5_000_000)
+    mid = run("--state-dir", sd, "publish", "-a", "topic=big", "--file", str(big)).output.strip()
+    out = run("--state-dir", sd, "status").output.splitlines()
+    head = out[: out.index("counters")]
+    assert [x.split()[0] for x in head] == [
+        "host", "uptime", "medium", "neighbours", "cache", "subscriptions"
+    ]  # fmt: skip
+    columns = {len(x) - len(x[x.index("  ") :].lstrip()) for x in head}
+    assert len(columns) == 1, head  # every value starts in the same column
+    [cache] = [x for x in head if x.startswith("cache")]
+    assert " MiB" in cache and " MB" not in cache, cache
+    [row] = [x for x in run("--state-dir", sd, "cache", "ls").output.splitlines() if mid in x]
+    assert "4.8 MiB" in row, row  # 5,000,000 bytes are 4.77 MiB (and 5.0 MB)
+    assert "4.8 MiB" in run("--state-dir", sd, "cache", "show", mid).output
+    run("--state-dir", sd, "cache", "purge", mid)
+
+
+def test_altruistic_wording_on_a_subscriber(tmp_path: Path) -> None:
+    group = random_group()
+    pub = DaemonProc(tmp_path / "pub", ["--group", group, "--host-id", "pub", *FAST]).start()
+    sub = DaemonProc(tmp_path / "sub", ["--group", group, "--host-id", "sub", *FAST]).start()
+    try:
+        inbox = tmp_path / "inbox"
+        key = run("--state-dir", str(sub.state_dir), "subscribe", "-p", "topic=gone", "--dir",
+                  str(inbox)).output.strip()  # fmt: skip
+        mid = run("--state-dir", str(pub.state_dir), "publish", "-a", "topic=gone", "--text",
+                  "x").output.strip()  # fmt: skip
+        wait_for(lambda: (inbox / f"{mid}.json").exists(), 30, what="delivery to sub")
+        assert run("--state-dir", str(sub.state_dir), "unsubscribe", key).exit_code == 0
+        shown = run("--state-dir", str(sub.state_dir), "cache", "show", mid).output
+        [kept] = [x for x in shown.splitlines() if x.startswith("kept")]
+        assert "altruistic" not in kept, kept  # the host runs without --altruistic
+        assert "no longer wanted here" in kept, kept
+    finally:
+        pub.kill()
+        sub.kill()
+
+
+# ---------------------------------------------------------------------- 5. consistency
+
+
+def test_dodwan_sim_takes_dash_h() -> None:
+    from sim.cli import main
+
+    for args in (["-h"], ["run", "-h"]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0 and "Usage: " in r.output, r.output
+
+
+def test_unsubscribe_takes_json(sd: str, tmp_path: Path) -> None:
+    key = run("--state-dir", sd, "subscribe", "-p", "topic=j", "--dir", str(tmp_path)).output
+    r = run("--state-dir", sd, "unsubscribe", key.strip(), "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == {"unsubscribed": key.strip()}
+
+
+def test_publish_without_attributes_is_refused(daemon: DaemonProc, sd: str) -> None:
+    before = len(daemon.client().get("/cache"))
+    r = run("--state-dir", sd, "publish", "--text", "hi")
+    assert r.exit_code != 0
+    assert "give at least one attribute (-a NAME=VALUE" in r.output, r.output
+    assert len(daemon.client().get("/cache")) == before  # nothing published
+
+
+def test_cache_show_writes_a_binary_payload_to_a_file(sd: str, tmp_path: Path) -> None:
+    data = bytes(range(256)) * 40
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    mid = run("--state-dir", sd, "publish", "-a", "topic=bin", "--file", str(src)).output.strip()
+    dest = tmp_path / "out.bin"
+    r = run("--state-dir", sd, "cache", "show", mid, "--output", str(dest))
+    assert r.exit_code == 0, r.output
+    assert dest.read_bytes() == data
+    assert f"payload    written to {dest}" in r.output
+    raw = run("--state-dir", sd, "cache", "show", mid, "-o", "-")
+    assert raw.stdout_bytes == data  # nothing else on stdout
+
+
+def test_cache_show_puts_a_separator_before_a_text_payload(sd: str) -> None:
+    mid = run("--state-dir", sd, "publish", "-a", "topic=txt", "--text", "line one").output.strip()
+    lines = run("--state-dir", sd, "cache", "show", mid, "--payload").output.splitlines()
+    assert lines[-2:] == ["--- payload (8 bytes)", "line one"], lines
