@@ -1,6 +1,6 @@
 """The ``dodwan`` command: run the daemon and talk to a running one through its admin API.
 
-Thin commands (STYLE.md §9): parse, call the daemon or the admin client, print. Every error
+Thin commands: parse, call the daemon or the admin client, print. Every error
 a user can cause ends as one ``Error: ...`` line and a non-zero exit code.
 """
 
@@ -650,6 +650,37 @@ def cache_purge(ctx: click.Context, local_state_dir: str | None, msg_id: str) ->
     client = _client(ctx, local_state_dir)
     _call(lambda: client.delete(f"/cache/{msg_id}"))
     click.echo(f"purged {msg_id}")
+
+
+# ---------------------------------------------------------------------- top
+
+
+@cli.command()
+@state_dir_option
+@click.option(
+    "-n",
+    "--interval",
+    type=click.FloatRange(0.1, 60.0),
+    default=1.0,
+    show_default=True,
+    help="Seconds between refreshes (at most half an announce period, for link quality).",
+)
+@click.option("--once", is_flag=True, help="Print one frame (rates over one interval) and exit.")
+@click.pass_context
+def top(ctx: click.Context, local_state_dir: str | None, interval: float, once: bool) -> None:
+    """Live view of this host: neighbours (last heard, link quality), cache use, transfers
+    in progress, deliveries and counters per second. Ctrl-C quits."""
+    from rich.console import Console
+
+    from . import top as view
+
+    client = _client(ctx, local_state_dir)
+    if once:
+        frame = _call(lambda: view.once(client, interval))
+        Console(width=None if sys.stdout.isatty() else 120).print(frame)
+        return
+    _call(lambda: client.get("/status"))  # reachable before taking the screen
+    view.run(client, interval)
 
 
 def main() -> None:

@@ -61,7 +61,7 @@ def test_every_command_is_listed() -> None:
     names = {" ".join(c) for c in ALL}
     expected = {
         "daemon", "status", "peers", "profile", "publish", "subscribe", "unsubscribe",
-        "subscriptions", "cache", "cache ls", "cache show", "cache purge", "keygen",
+        "subscriptions", "cache", "cache ls", "cache show", "cache purge", "keygen", "top",
     }  # fmt: skip
     assert names == expected  # a new command is added here, and so to the error-path tests
 

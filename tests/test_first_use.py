@@ -198,3 +198,44 @@ def test_cache_show_puts_a_separator_before_a_text_payload(sd: str) -> None:
     mid = run("--state-dir", sd, "publish", "-a", "topic=txt", "--text", "line one").output.strip()
     lines = run("--state-dir", sd, "cache", "show", mid, "--payload").output.splitlines()
     assert lines[-2:] == ["--- payload (8 bytes)", "line one"], lines
+
+
+# ---------------------------------------------------------------------- 6. docs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_no_reference_to_design_notes_outside_the_repository() -> None:
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    citing = [
+        f
+        for f in files
+        if f.endswith((".py", ".md", ".toml", ".txt"))
+        and f != "tests/test_first_use.py"
+        and ("DESIGN.md" in (ROOT / f).read_text() or "STYLE.md" in (ROOT / f).read_text())
+    ]
+    assert citing == []
+
+
+def test_architecture_names_every_module_and_only_existing_ones() -> None:
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    for package in ("dodwan/core", "dodwan/daemon"):
+        for path in sorted((ROOT / package).glob("[!_]*.py")):
+            assert f"`{path.name}`" in text or f"{package}/{path.name}" in text, path
+    for named in re.findall(r"`((?:dodwan|joms|console|sim)/[\w/]+\.py)`", text):
+        assert (ROOT / named).exists(), named
+    for named in re.findall(r"`(docs/[\w-]+\.md)`", text):
+        assert (ROOT / named).exists(), named
+
+
+def test_auto_acknowledge_is_documented_as_the_code_does_it() -> None:
+    [row] = [
+        x
+        for x in (ROOT / "docs" / "joms.md").read_text().splitlines()
+        if "`AUTO_ACKNOWLEDGE` |" in x
+    ]
+    assert "after the listener returns" in row and "gets it" not in row, row

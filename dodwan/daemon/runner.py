@@ -574,6 +574,7 @@ class Daemon:
             "neighbours": sorted(node.neighbours()),
             "cache": node.cache_usage(),
             "subscriptions": len(node.subscriptions()),
+            "announce_period": node.config.announce_period,
             "counters": dict(sorted(self._all_counters().items())),
             "state_dir": str(self.state_dir),
         }
