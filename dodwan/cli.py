@@ -38,10 +38,15 @@ def _state_dir(ctx: click.Context, local: str | None) -> Path:
 
 
 def _client(ctx: click.Context, local: str | None) -> AdminClient:
-    try:
-        return AdminClient.for_state_dir(_state_dir(ctx, local))
-    except ClientError as exc:
-        raise click.ClickException(str(exc)) from None
+    wait = float(ctx.find_root().params.get("wait") or 0.0)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return AdminClient.for_state_dir(_state_dir(ctx, local))
+        except ClientError as exc:
+            if time.monotonic() >= deadline:  # a daemon just started writes admin.json soon
+                raise click.ClickException(str(exc)) from None
+        time.sleep(0.1)
 
 
 def _call(fn: Callable[[], Any]) -> Any:
@@ -91,8 +96,15 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--state-dir", type=click.Path(file_okay=False), help=STATE_DIR_HELP)
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 600),
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for the daemon to serve (one just started takes a moment).",
+)
 @click.version_option(package_name="dodwan")
-def cli(state_dir: str | None) -> None:
+def cli(state_dir: str | None, wait: float) -> None:
     """DoDWAN: delay-tolerant content-based publish/subscribe.
 
     `dodwan daemon` runs a host; the other commands talk to the daemon of the state

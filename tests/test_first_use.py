@@ -239,3 +239,20 @@ def test_auto_acknowledge_is_documented_as_the_code_does_it() -> None:
         if "`AUTO_ACKNOWLEDGE` |" in x
     ]
     assert "after the listener returns" in row and "gets it" not in row, row
+
+
+def test_wait_gives_a_starting_daemon_time_then_says_why(tmp_path: Path) -> None:
+    import time
+
+    started = time.monotonic()
+    r = run("--state-dir", str(tmp_path / "none"), "--wait", "0.5", "status")
+    assert time.monotonic() - started >= 0.5
+    assert r.exit_code == 1 and "no daemon running" in r.output
+    group = random_group()
+    d = DaemonProc(tmp_path / "late", ["--group", group, "--host-id", "late"])
+    d.start(wait=False)  # not yet serving: status waits for it
+    try:
+        r = run("--state-dir", str(d.state_dir), "--wait", "20", "status", "--json")
+        assert r.exit_code == 0 and json.loads(r.output)["host_id"] == "late"
+    finally:
+        d.kill()
