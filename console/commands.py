@@ -21,7 +21,7 @@ from joms.errors import JMSException
 from . import grammar
 from .admin import Admin, AdminUnavailable
 from .grammar import Command, HelpRequest, UsageError
-from .link import Link, NotConnected, Subscription
+from .link import Link, NotConnected, Subscription, plural
 from .output import LABEL, Printer, describe
 from .selection import PatternError, combined_selector, parse_patterns, parse_properties
 
@@ -291,9 +291,9 @@ class Console:
         with contextlib.suppress(NotConnected, JMSException):
             link.connect()
         state = "connected" if link.connected else "not connected"
-        self.out.line(f"daemon     {link.url or '(no STOMP gateway)'}: {state}")
-        self.out.line(f"client id  {link.client_id or '(none)'}")
-        self.out.line(f"subscriptions {len(link.active())}")
+        self.out.line(f"daemon     {link.url or '(gateway not found)'}: {state}")
+        subs = plural(len(link.active()), "subscription")
+        self.out.line(f"client id  {link.client_id or '(none)'}, {subs} in this console")
         problem = None
         try:
             st = self.admin.status()
@@ -305,7 +305,7 @@ class Console:
             self.out.line(f"uptime     {float(st.get('uptime', 0)):.0f} s")
             self.out.line(f"neighbours {', '.join(st.get('neighbours', [])) or '(none)'}")
             self.out.line(
-                f"cache      {cache.get('messages', 0)} messages, "
+                f"cache      {plural(int(cache.get('messages', 0)), 'message')}, "
                 f"{human_size(cache.get('bytes', 0))} of {human_size(cache.get('capacity', 0))}"
             )
         if not link.connected:

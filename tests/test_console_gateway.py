@@ -53,6 +53,9 @@ def test_state_dir_is_enough_to_find_the_gateway(
     rc, out, err = run_joms(home, "--state-dir", str(gw.state_dir), "status")
     assert rc == 0, err
     assert f"daemon     stomp://{gw.url}: connected" in out.splitlines()
+    for row in out.splitlines():  # aligned: every value starts in column 12
+        assert row[10] == " " and row[11] != " ", out
+    assert "client id  (none), 0 subscriptions in this console" in out.splitlines()
     pane = tmux("--state-dir", str(gw.state_dir))
     pane.wait(f"JOMS console, connected to stomp://{gw.url}.")
     pane.line("pub -t Found -id f1 -p via the state dir")
