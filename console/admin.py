@@ -71,6 +71,18 @@ class Admin:
             )
         return f"stomp://{stomp}"
 
+    def explain(self, url: str) -> str | None:
+        """Why a gateway ``url`` the user gave may be the wrong one, when the daemon of the
+        state directory serves another or none; None when it cannot tell."""
+        if not self.configured:
+            return None
+        try:
+            served = self.gateway_url()
+        except AdminUnavailable as exc:
+            return str(exc) if "serves no STOMP gateway" in str(exc) else None
+        given = url if "://" in url else f"stomp://{url}"
+        return None if served == given else f"the daemon of {self._where()} serves {served}"
+
     def _client(self) -> AdminClient:
         try:
             return AdminClient.for_state_dir(self._where(), timeout=5.0)

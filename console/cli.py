@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         login=args.login,
         passcode=args.passcode,
         locate=locate,
+        explain=admin.explain if locate is None else None,
     )
     console = Console(link, admin, printer)
     stop = threading.Event()

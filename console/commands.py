@@ -8,7 +8,6 @@ nothing a user types can crash it. ``run_text`` runs a line of ``;``-separated c
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -288,8 +287,11 @@ class Console:
     def do_status(self, args: argparse.Namespace) -> bool:
         """The STOMP link, then the daemon; fails (exit 1) when either cannot be reached."""
         link = self.link
-        with contextlib.suppress(NotConnected, JMSException):
+        reason = None
+        try:
             link.connect()
+        except (NotConnected, JMSException) as exc:
+            reason = str(exc)
         state = "connected" if link.connected else "not connected"
         self.out.line(f"daemon     {link.url or '(gateway not found)'}: {state}")
         subs = plural(len(link.active()), "subscription")
@@ -309,7 +311,7 @@ class Console:
                 f"{human_size(cache.get('bytes', 0))} of {human_size(cache.get('capacity', 0))}"
             )
         if not link.connected:
-            raise CommandError(link.last_error or f"not connected to {link.url}")
+            raise CommandError(reason or link.last_error or f"not connected to {link.url}")
         if problem is not None:
             raise CommandError(problem)
         return True

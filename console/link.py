@@ -88,11 +88,14 @@ class Link:
         passcode: str | None = None,
         on_arrival: Callable[[Message], None] | None = None,
         locate: Callable[[], str] | None = None,
+        explain: Callable[[str], str | None] | None = None,
     ) -> None:
         """``url`` is the gateway; without it ``locate()`` finds it at each connection (from
-        the daemon's state directory) and raises :class:`NotConnected` saying why it cannot."""
+        the daemon's state directory) and raises :class:`NotConnected` saying why it cannot.
+        ``explain(url)`` may add why ``url`` cannot be reached (what the daemon serves)."""
         self.url = url or ""
         self._locate = locate
+        self._explain = explain
         self.client_id = client_id
         self.login = login
         self.passcode = passcode
@@ -138,7 +141,11 @@ class Link:
             except JMSException as exc:
                 self.last_error = str(exc)
                 if str(exc).startswith(_UNREACHABLE):
-                    raise NotConnected(f"cannot reach the daemon at {self.url}: {exc}") from None
+                    why = self._explain(self.url) if self._explain is not None else None
+                    hint = f" ({why})" if why else ""
+                    raise NotConnected(
+                        f"cannot reach the daemon at {self.url}: {exc}{hint}"
+                    ) from None
                 # reached: the gateway answered with an ERROR (client id in use, login...)
                 raise NotConnected(
                     f"the daemon at {self.url} refused the connection: {exc}"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_console_terminal import Host, Pane, home, needs_tmux, run_joms, tmux
+from test_console_terminal import Host, Pane, _free_port, home, needs_tmux, run_joms, tmux
 from test_daemon_helpers import DaemonProc, random_group
 
 __all__ = ["home", "tmux"]  # fixtures used here
@@ -76,6 +76,19 @@ def test_a_daemon_without_a_gateway_is_named_as_such(
     pane = tmux("--state-dir", str(nogw.state_dir))
     screen = pane.wait("serves no STOMP gateway")
     assert "cannot reach" not in screen
+
+
+def test_a_wrong_url_is_explained_by_the_state_dir(
+    hosts: tuple[Host, DaemonProc], home: Path
+) -> None:
+    gw, nogw = hosts
+    wrong = f"127.0.0.1:{_free_port()}"
+    rc, _, err = run_joms(home, "--url", wrong, "--state-dir", str(nogw.state_dir), "status")
+    assert rc == 1
+    assert f"cannot reach the daemon at {wrong}" in err and "serves no STOMP gateway" in err, err
+    rc, _, err = run_joms(home, "--url", wrong, "--state-dir", str(gw.state_dir), "status")
+    assert rc == 1
+    assert f"the daemon of {gw.state_dir} serves stomp://{gw.url}" in err, err
 
 
 def test_a_client_id_in_use_is_a_refusal_not_an_unreachable_daemon(
