@@ -6,7 +6,8 @@ changes only: the state directories live in the test's temporary directory, each
 gets a random multicast group (``--group``) and the STOMP gateway a free port, so parallel
 runs do not meet. A line ending in ``&`` starts a background job (``kill %1 %2`` stops them);
 the interactive console runs in tmux and is typed the ``joms>`` lines of the block that
-follows it; the ``--follow`` stream is read until it printed what the text says, then
+follows it; the Python block that connects to the gateway runs with the project's
+interpreter; the ``--follow`` stream is read until it printed what the text says, then
 interrupted. Each step must do what the README says it does, in the time it says.
 """
 
@@ -50,13 +51,25 @@ def blocks(text: str) -> list[Block]:
 
 
 def daemon_blocks(text: str) -> list[tuple[Block, Block | None]]:
-    """The sh blocks that use the daemons, each with the block that follows it."""
+    """The sh blocks that use the daemons (and the Python blocks that connect to the
+    gateway), each with the block that follows it."""
     all_blocks = blocks(text)
     chosen = []
     for i, b in enumerate(all_blocks):
-        if b.lang == "sh" and any("/tmp/h" in x for x in b.lines):
+        uses = (b.lang == "sh" and any("/tmp/h" in x for x in b.lines)) or (
+            b.lang == "python" and any("joms.connect(" in x for x in b.lines)
+        )
+        if uses:
             chosen.append((b, all_blocks[i + 1] if i + 1 < len(all_blocks) else None))
     return chosen
+
+
+def _python(shell: Shell, block: Block) -> None:
+    """A Python example, run by the project's interpreter against the running gateway."""
+    code = "\n".join(block.lines).replace("127.0.0.1:61613", shell.stomp)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, env=shell.env, cwd=ROOT)  # fmt: skip
+    assert r.returncode == 0, f"{code}\n{r.stdout}{r.stderr}"
 
 
 def test_the_readme_has_the_daemon_walkthrough() -> None:
@@ -191,6 +204,10 @@ def _step(shell: Shell, line: str) -> None:
 def test_the_readme_walkthrough_does_what_it_says(shell: Shell) -> None:
     done = []
     for block, after in daemon_blocks(README.read_text()):
+        if block.lang == "python":
+            _python(shell, block)
+            done.append("python")
+            continue
         for raw in block.lines:
             if not raw.strip() or raw.lstrip().startswith("#"):
                 continue
@@ -207,4 +224,5 @@ def test_the_readme_walkthrough_does_what_it_says(shell: Shell) -> None:
             else:
                 _step(shell, line)
             done.append(raw)
+    assert "python" in done  # the JMS example ran against h2's gateway
     assert any(x.startswith("kill %") for x in done)  # and the walk-through ends cleanly
