@@ -687,12 +687,17 @@ def top(ctx: click.Context, local_state_dir: str | None, interval: float, once: 
     from . import top as view
 
     client = _client(ctx, local_state_dir)
+    state_dir = _state_dir(ctx, local_state_dir)
+
+    def connect() -> AdminClient:  # again after a failure: a restarted daemon moves port
+        return AdminClient.for_state_dir(state_dir)
+
     if once:
-        frame = _call(lambda: view.once(client, interval))
+        frame = _call(lambda: view.once(lambda: client, interval))
         Console(width=None if sys.stdout.isatty() else 120).print(frame)
         return
     _call(lambda: client.get("/status"))  # reachable before taking the screen
-    view.run(client, interval)
+    view.run(connect, interval)
 
 
 def main() -> None:

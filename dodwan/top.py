@@ -14,6 +14,7 @@ often as the announce period, which the refresh interval is clamped to.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,25 +56,36 @@ class _Heard:
 
 
 class Sampler:
-    """Polls one daemon; remembers the previous counters and when each neighbour was heard."""
+    """Polls one daemon; remembers the previous counters and when each neighbour was heard.
 
-    def __init__(self, client: AdminClient) -> None:
-        self.client = client
-        self._prev: tuple[float, dict[str, int]] | None = None
+    ``connect()`` makes the admin client (from the state directory); it is made again after
+    a failure, so a restarted daemon (on a new admin port) is found again."""
+
+    def __init__(self, connect: Callable[[], AdminClient]) -> None:
+        self._connect = connect
+        self.client: AdminClient | None = None
+        self._prev: tuple[float, int, dict[str, int]] | None = None
         self._heard: dict[str, _Heard] = {}
 
     def poll(self) -> Frame:
         """One frame; raises :class:`ClientError` when the daemon cannot be read."""
-        status = self.client.get("/status")
-        peers = self.client.get("/peers")
-        cache = self.client.get("/cache")
+        try:
+            if self.client is None:
+                self.client = self._connect()
+            status = self.client.get("/status")
+            peers = self.client.get("/peers")
+            cache = self.client.get("/cache")
+        except ClientError:
+            self.client = None
+            raise
         now = time.time()
         counters = {k: int(v) for k, v in status.get("counters", {}).items()}
+        pid = int(status.get("pid", 0))
         rates: dict[str, float] = {}
-        if self._prev is not None and now > self._prev[0]:
-            then, before = self._prev
+        if self._prev is not None and now > self._prev[0] and self._prev[1] == pid:
+            then, _, before = self._prev  # (a restarted daemon starts its counters afresh)
             rates = {k: (v - before.get(k, 0)) / (now - then) for k, v in counters.items()}
-        self._prev = (now, counters)
+        self._prev = (now, pid, counters)
         period = float(status.get("announce_period") or 5.0)
         return Frame(status, peers, cache, rates, self._quality(peers, period, now), now)
 
@@ -215,9 +227,9 @@ def render(frame: Frame | None, problem: str | None = None, live: bool = True) -
     return Group(*parts)
 
 
-def run(client: AdminClient, interval: float) -> None:
+def run(connect: Callable[[], AdminClient], interval: float) -> None:
     """Refresh the view every ``interval`` seconds until Ctrl-C."""
-    sampler = Sampler(client)
+    sampler = Sampler(connect)
     frame, problem = None, None
     try:
         with Live(render(None), auto_refresh=False, screen=True) as live:
@@ -232,9 +244,9 @@ def run(client: AdminClient, interval: float) -> None:
         return
 
 
-def once(client: AdminClient, interval: float) -> RenderableType:
+def once(connect: Callable[[], AdminClient], interval: float) -> RenderableType:
     """One frame, with rates over ``interval`` seconds (two polls)."""
-    sampler = Sampler(client)
+    sampler = Sampler(connect)
     sampler.poll()
     time.sleep(interval)
     return render(sampler.poll(), live=False)

@@ -121,7 +121,11 @@ class _Script:
 
     def get(self, path: str) -> Any:
         if path == "/status":
-            return {"announce_period": self.period, "counters": {"datagrams_sent": self.sent}}
+            return {
+                "announce_period": self.period,
+                "pid": 1,
+                "counters": {"datagrams_sent": self.sent},
+            }
         if path == "/peers":
             return {} if self.last_heard is None else {"n": {"last_heard": self.last_heard}}
         return []
@@ -129,7 +133,7 @@ class _Script:
 
 def test_link_quality_is_the_share_of_periods_heard(monkeypatch: pytest.MonkeyPatch) -> None:
     script = _Script(period=1.0)
-    sampler = Sampler(script)  # type: ignore[arg-type]
+    sampler = Sampler(lambda: script)  # type: ignore[arg-type,return-value]
     now = [100.2]
     monkeypatch.setattr("dodwan.top.time.time", lambda: now[0])
     quality = []
@@ -145,3 +149,19 @@ def test_link_quality_is_the_share_of_periods_heard(monkeypatch: pytest.MonkeyPa
     assert quality[:4] == [1.0, 1.0, 1.0, 1.0]
     assert quality[5] == pytest.approx(4 / 5)  # 100..104 expected, 105 not yet judged
     assert quality[-1] == pytest.approx(6 / 8)
+
+
+@needs_tmux
+def test_top_says_when_the_daemon_goes_away_and_resumes(pane: Any, tmp_path: Path) -> None:
+    d = DaemonProc(tmp_path / "gone", ["--group", random_group(), "--host-id", "gone", *FAST])
+    d.start()
+    try:
+        view: Pane = pane("--state-dir", str(d.state_dir), "top", "-n", "0.3")
+        view.wait("neighbours (0)")
+        d.kill()
+        screen = view.wait("daemon not readable:")
+        assert "retrying" in screen and "Traceback" not in screen
+        d.start()
+        view.wait(lambda s: "daemon not readable" not in s and "neighbours (0)" in s)
+    finally:
+        d.kill()
