@@ -1,9 +1,10 @@
 """The console's view of the daemon through its loopback admin API (docs/admin-api.md).
 
-Owns finding the admin API (``--state-dir``, else ``$DODWAN_STATE_DIR`` or the default
-state directory when a daemon runs there) and the reads the console needs: status,
-peers, and the destinations the network knows (JOMS directory adverts and the
-destinations of JOMS messages in the cache).
+Owns finding the daemon (``--state-dir``, else ``$DODWAN_STATE_DIR`` or the default
+state directory when a daemon runs there): its admin API and, from the same
+``admin.json``, its STOMP gateway; and the reads the console needs: status, peers, and the
+destinations the network knows (JOMS directory adverts and the destinations of JOMS
+messages in the cache).
 """
 
 from __future__ import annotations
@@ -49,6 +50,38 @@ class Admin:
         except AdminUnavailable:
             return False
         return True
+
+    def gateway_url(self) -> str:
+        """``stomp://HOST:PORT`` of the STOMP gateway the daemon recorded in admin.json.
+
+        Raises :class:`AdminUnavailable` saying why when there is no daemon or it serves no
+        gateway (started without ``--stomp``)."""
+        where = self._where()
+        self._client()  # a daemon runs there (not a stale admin.json)
+        try:
+            info = json.loads((where / "admin.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise AdminUnavailable(f"cannot read {where / 'admin.json'}: {exc}") from None
+        stomp = info.get("stomp") if isinstance(info, dict) else None
+        if not stomp:
+            host = info.get("host_id", "?") if isinstance(info, dict) else "?"
+            raise AdminUnavailable(
+                f"the daemon of {where} (host {host}) serves no STOMP gateway: restart it "
+                "with --stomp 127.0.0.1:61613 (or give the console --url)"
+            )
+        return f"stomp://{stomp}"
+
+    def explain(self, url: str) -> str | None:
+        """Why a gateway ``url`` the user gave may be the wrong one, when the daemon of the
+        state directory serves another or none; None when it cannot tell."""
+        if not self.configured:
+            return None
+        try:
+            served = self.gateway_url()
+        except AdminUnavailable as exc:
+            return str(exc) if "serves no STOMP gateway" in str(exc) else None
+        given = url if "://" in url else f"stomp://{url}"
+        return None if served == given else f"the daemon of {self._where()} serves {served}"
 
     def _client(self) -> AdminClient:
         try:

@@ -15,10 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+from joms.api.transport import parse_url
+from joms.errors import JMSException
+
 from . import grammar
-from .admin import Admin
+from .admin import Admin, AdminUnavailable
 from .commands import Console
 from .grammar import Command, UsageError
 from .link import Link, NotConnected
@@ -37,8 +41,8 @@ def _top_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--url",
-        default=DEFAULT_URL,
-        help=f"the daemon's STOMP gateway (default {DEFAULT_URL})",
+        help="the daemon's STOMP gateway (default: the one the daemon of --state-dir "
+        f"serves, else {DEFAULT_URL})",
     )
     p.add_argument(
         "--state-dir",
@@ -57,6 +61,16 @@ def _top_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _gateway_of(admin: Admin) -> Callable[[], str]:
+    def locate() -> str:
+        try:
+            return admin.gateway_url()
+        except AdminUnavailable as exc:
+            raise NotConnected(str(exc)) from None
+
+    return locate
+
+
 def _follow(console: Console, stop: threading.Event) -> None:
     """Keep a one-shot ``sub`` running until its --count is reached or Ctrl-C."""
     if any(s.count is None for s in console.link.active()):
@@ -68,10 +82,28 @@ def _follow(console: Console, stop: threading.Event) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _top_parser().parse_args(argv)
     printer = Printer()
+    admin = Admin(args.state_dir)
+    url, locate = args.url, None
+    if url is not None:
+        try:
+            parse_url(url)
+        except (JMSException, ValueError) as exc:
+            printer.error(f"bad --url {url!r} ({exc}): expected stomp://HOST:PORT or HOST:PORT")
+            return 2
+    elif admin.configured:
+        locate = _gateway_of(admin)  # what the daemon of the state directory serves
+    else:
+        url = DEFAULT_URL
     link = Link(
-        args.url, printer, client_id=args.client_id, login=args.login, passcode=args.passcode
+        url,
+        printer,
+        client_id=args.client_id,
+        login=args.login,
+        passcode=args.passcode,
+        locate=locate,
+        explain=admin.explain if locate is None else None,
     )
-    console = Console(link, Admin(args.state_dir), printer)
+    console = Console(link, admin, printer)
     stop = threading.Event()
     try:
         if args.commands is not None:
@@ -98,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
             try:
                 link.connect()
-                state = f"connected to {args.url}"
+                state = f"connected to {link.url}"
             except NotConnected as exc:
                 state = f"{exc}; retrying in the background"
                 link.start_retrying()

@@ -8,19 +8,19 @@ nothing a user types can crash it. ``run_text`` runs a line of ``;``-separated c
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dodwan.units import human_size
 from joms.api import Message, Queue, Topic
 from joms.errors import JMSException
 
 from . import grammar
 from .admin import Admin, AdminUnavailable
 from .grammar import Command, HelpRequest, UsageError
-from .link import Link, NotConnected, Subscription
+from .link import Link, NotConnected, Subscription, plural
 from .output import LABEL, Printer, describe
 from .selection import PatternError, combined_selector, parse_patterns, parse_properties
 
@@ -202,7 +202,13 @@ class Console:
                              grammar.usage("unsub"))  # fmt: skip
         for s in chosen:
             self.link.end(s)
-            self.out.line(f"[{s.number}] unsubscribed from {s.describe()}")
+            if s.durable and s.durable != args.durable:
+                self.out.line(
+                    f"[{s.number}] stopped receiving from {s.describe()}; the daemon keeps "
+                    f"durable subscription {s.durable} (`unsub --durable {s.durable}` deletes it)"
+                )
+            else:
+                self.out.line(f"[{s.number}] unsubscribed from {s.describe()}")
         if args.durable:
             self.link.delete_durable(args.durable)
             self.out.line(f"durable subscription {args.durable} deleted")
@@ -279,24 +285,35 @@ class Console:
         return True
 
     def do_status(self, args: argparse.Namespace) -> bool:
+        """The STOMP link, then the daemon; fails (exit 1) when either cannot be reached."""
         link = self.link
-        with contextlib.suppress(NotConnected, JMSException):
+        reason = None
+        try:
             link.connect()
+        except (NotConnected, JMSException) as exc:
+            reason = str(exc)
         state = "connected" if link.connected else "not connected"
-        if not link.connected and link.last_error:
-            state += f" ({link.last_error})"
-        self.out.line(f"daemon     {link.url}: {state}")
-        self.out.line(f"client id  {link.client_id or '(none)'}")
-        self.out.line(f"subscriptions {len(link.active())}")
-        st = self.admin.status()
-        cache = st.get("cache", {})
-        self.out.line(f"host id    {st.get('host_id')}")
-        self.out.line(f"uptime     {float(st.get('uptime', 0)):.0f} s")
-        self.out.line(f"neighbours {', '.join(st.get('neighbours', [])) or '(none)'}")
-        self.out.line(
-            f"cache      {cache.get('messages', 0)} messages, "
-            f"{cache.get('bytes', 0)} of {cache.get('capacity', 0)} bytes"
-        )
+        self.out.line(f"daemon     {link.url or '(gateway not found)'}: {state}")
+        subs = plural(len(link.active()), "subscription")
+        self.out.line(f"client id  {link.client_id or '(none)'}, {subs} in this console")
+        problem = None
+        try:
+            st = self.admin.status()
+        except AdminUnavailable as exc:
+            problem = str(exc)
+        else:
+            cache = st.get("cache", {})
+            self.out.line(f"host id    {st.get('host_id')}")
+            self.out.line(f"uptime     {float(st.get('uptime', 0)):.0f} s")
+            self.out.line(f"neighbours {', '.join(st.get('neighbours', [])) or '(none)'}")
+            self.out.line(
+                f"cache      {plural(int(cache.get('messages', 0)), 'message')}, "
+                f"{human_size(cache.get('bytes', 0))} of {human_size(cache.get('capacity', 0))}"
+            )
+        if not link.connected:
+            raise CommandError(reason or link.last_error or f"not connected to {link.url}")
+        if problem is not None:
+            raise CommandError(problem)
         return True
 
     # ------------------------------------------------------------------ console

@@ -10,7 +10,6 @@ made again on the new connection; messages already shown are not shown twice.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -28,10 +27,17 @@ from .selection import PropertyPattern, accepts
 _SEEN_MAX = 10000
 _LOSS = ("connection lost", "the STOMP server closed", "bad frame", "no CONNECTED")
 """How the transport words a lost connection (anything else is the gateway's ERROR)."""
+_UNREACHABLE = ("cannot connect to STOMP", "no CONNECTED", *_LOSS)
+"""How the transport words a daemon it could not talk to at all."""
 
 
 class NotConnected(Exception):
-    """The daemon cannot be reached right now."""
+    """The daemon cannot be reached right now (or refused the connection)."""
+
+
+def plural(n: int, word: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 @dataclass
@@ -65,7 +71,7 @@ class Subscription:
         if self.durable:
             parts.append(f"durable {self.durable}")
         if self.count is not None:
-            parts.append(f"until {self.count} messages")
+            parts.append(f"until {plural(self.count, 'message')}")
         return ", ".join(parts)
 
 
@@ -74,22 +80,29 @@ class Link:
 
     def __init__(
         self,
-        url: str,
+        url: str | None,
         printer: Printer,
         *,
         client_id: str | None = None,
         login: str | None = None,
         passcode: str | None = None,
         on_arrival: Callable[[Message], None] | None = None,
+        locate: Callable[[], str] | None = None,
+        explain: Callable[[str], str | None] | None = None,
     ) -> None:
-        self.url = url
+        """``url`` is the gateway; without it ``locate()`` finds it at each connection (from
+        the daemon's state directory) and raises :class:`NotConnected` saying why it cannot.
+        ``explain(url)`` may add why ``url`` cannot be reached (what the daemon serves)."""
+        self.url = url or ""
+        self._locate = locate
+        self._explain = explain
         self.client_id = client_id
         self.login = login
         self.passcode = passcode
         self.printer = printer
         self.on_arrival = on_arrival
         self.subscriptions: dict[int, Subscription] = {}
-        self._numbers = itertools.count(1)
+        self._next_number = 1
         self._lock = threading.RLock()
         self._conn: Connection | None = None
         self._session: Session | None = None
@@ -111,6 +124,12 @@ class Link:
         with self._lock:
             if self.connected:
                 return
+            if self._locate is not None:
+                try:
+                    self.url = self._locate()
+                except NotConnected as exc:
+                    self.last_error = str(exc)
+                    raise
             try:
                 conn = joms.connect(
                     self.url,
@@ -121,7 +140,16 @@ class Link:
                 )
             except JMSException as exc:
                 self.last_error = str(exc)
-                raise NotConnected(f"cannot reach the daemon at {self.url}: {exc}") from None
+                if str(exc).startswith(_UNREACHABLE):
+                    why = self._explain(self.url) if self._explain is not None else None
+                    hint = f" ({why})" if why else ""
+                    raise NotConnected(
+                        f"cannot reach the daemon at {self.url}: {exc}{hint}"
+                    ) from None
+                # reached: the gateway answered with an ERROR (client id in use, login...)
+                raise NotConnected(
+                    f"the daemon at {self.url} refused the connection: {exc}"
+                ) from None
             conn.exception_listener = self._lost
             self._conn = conn
             self._was_connected = True
@@ -175,7 +203,7 @@ class Link:
                     self.printer.notice(f"reconnected, but: {exc}")
                     return
                 active = len(self.active())
-                restored = f"; {active} subscription(s) restored" if active else ""
+                restored = f"; {plural(active, 'subscription')} restored" if active else ""
                 if not self._refused:
                     self.printer.notice(f"{again} to the daemon at {self.url}{restored}")
                 elif active:
@@ -211,9 +239,10 @@ class Link:
         with self._lock:
             self.session()  # connected
             sub = Subscription(
-                next(self._numbers), destination, selector, patterns, durable, no_local, count
+                self._next_number, destination, selector, patterns, durable, no_local, count
             )
-            self._open(sub, announce)
+            self._open(sub, announce)  # a refused subscription does not use up its number
+            self._next_number += 1
             self.subscriptions[sub.number] = sub
             return sub
 
@@ -258,7 +287,7 @@ class Link:
         if self.on_arrival is not None:
             self.on_arrival(msg)
         if sub.count is not None and sub.received >= sub.count:
-            self.printer.notice(f"subscription {sub.number} got its {sub.count} message(s)")
+            self.printer.notice(f"subscription {sub.number} got its {plural(sub.count, 'message')}")
             self.end(sub)
 
     def end(self, sub: Subscription) -> None:

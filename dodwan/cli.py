@@ -1,6 +1,6 @@
 """The ``dodwan`` command: run the daemon and talk to a running one through its admin API.
 
-Thin commands (STYLE.md §9): parse, call the daemon or the admin client, print. Every error
+Thin commands: parse, call the daemon or the admin client, print. Every error
 a user can cause ends as one ``Error: ...`` line and a non-zero exit code.
 """
 
@@ -22,6 +22,7 @@ import click
 from .core.config import field_docs
 from .daemon import config as cfg
 from .daemon.client import AdminClient, ClientError
+from .units import human_size
 
 STATE_DIR_HELP = (
     "Daemon state directory (default: $DODWAN_STATE_DIR, else $XDG_STATE_HOME/dodwan, "
@@ -37,10 +38,15 @@ def _state_dir(ctx: click.Context, local: str | None) -> Path:
 
 
 def _client(ctx: click.Context, local: str | None) -> AdminClient:
-    try:
-        return AdminClient.for_state_dir(_state_dir(ctx, local))
-    except ClientError as exc:
-        raise click.ClickException(str(exc)) from None
+    wait = float(ctx.find_root().params.get("wait") or 0.0)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return AdminClient.for_state_dir(_state_dir(ctx, local))
+        except ClientError as exc:
+            if time.monotonic() >= deadline:  # a daemon just started writes admin.json soon
+                raise click.ClickException(str(exc)) from None
+        time.sleep(0.1)
 
 
 def _call(fn: Callable[[], Any]) -> Any:
@@ -62,12 +68,8 @@ def _table(rows: list[list[str]], header: list[str]) -> None:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)  # pragma: no cover
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _when(t: float) -> str:
@@ -94,8 +96,15 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--state-dir", type=click.Path(file_okay=False), help=STATE_DIR_HELP)
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 600),
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for the daemon to serve (one just started takes a moment).",
+)
 @click.version_option(package_name="dodwan")
-def cli(state_dir: str | None) -> None:
+def cli(state_dir: str | None, wait: float) -> None:
     """DoDWAN: delay-tolerant content-based publish/subscribe.
 
     `dodwan daemon` runs a host; the other commands talk to the daemon of the state
@@ -292,17 +301,22 @@ def status(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> No
     if as_json:
         _out_json(st)
         return
-    cache = st["cache"]
-    click.echo(f"host id      {st['host_id']}")
-    click.echo(f"uptime       {st['uptime']:.0f} s (pid {st['pid']})")
-    m = st["medium"]
-    click.echo(f"medium       {m['kind']} {m['group']} on {m['interface']}")
-    click.echo(f"neighbours   {', '.join(st['neighbours']) or '(none)'}")
-    click.echo(
-        f"cache        {cache['messages']} messages ({cache['complete']} complete), "
-        f"{_size(cache['bytes'])} of {_size(cache['capacity'])}"
-    )
-    click.echo(f"subscriptions {st['subscriptions']}")
+    cache, m = st["cache"], st["medium"]
+    rows = [
+        ("host id", st["host_id"]),
+        ("uptime", f"{st['uptime']:.0f} s (pid {st['pid']})"),
+        ("medium", f"{m['kind']} {m['group']} on {m['interface']}"),
+        ("neighbours", ", ".join(st["neighbours"]) or "(none)"),
+        (
+            "cache",
+            f"{_plural(cache['messages'], 'message')} ({cache['complete']} complete), "
+            f"{human_size(cache['bytes'])} of {human_size(cache['capacity'])}",
+        ),
+        ("subscriptions", str(st["subscriptions"])),
+    ]
+    width = max(len(name) for name, _ in rows) + 2
+    for name, value in rows:
+        click.echo(f"{name:<{width}}{value}")
     counters = st["counters"]
     if counters:
         click.echo("counters")
@@ -425,6 +439,13 @@ def publish(
             raise click.ClickException(f"cannot read {file_}: {exc.strerror}") from None
     if not ttl > 0:
         raise click.ClickException("--ttl must be positive")
+    if not _pairs(attributes, "attribute"):
+        # Subscriptions select messages by their attributes: without any, the message would
+        # be carried until its deadline and reach no one.
+        raise click.ClickException(
+            "give at least one attribute (-a NAME=VALUE, e.g. -a topic=news): subscribers "
+            "select messages by their attributes"
+        )
     fields = {"attributes": attrs, "ttl": ttl, "priority": priority, "persistent": persistent}
     client = _client(ctx, local_state_dir)
     res = _call(lambda: client.publish_bytes(data, **fields))
@@ -545,12 +566,16 @@ def subscribe(
 @cli.command()
 @state_dir_option
 @click.argument("key")
+@json_option
 @click.pass_context
-def unsubscribe(ctx: click.Context, local_state_dir: str | None, key: str) -> None:
+def unsubscribe(ctx: click.Context, local_state_dir: str | None, key: str, as_json: bool) -> None:
     """Remove the subscription KEY."""
     client = _client(ctx, local_state_dir)
-    _call(lambda: client.delete(f"/subscriptions/{key}"))
-    click.echo(f"unsubscribed {key}")
+    res = _call(lambda: client.delete(f"/subscriptions/{key}"))
+    if as_json:
+        _out_json(res)
+    else:
+        click.echo(f"unsubscribed {key}")
 
 
 @cli.command()
@@ -600,7 +625,7 @@ def cache_ls(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> 
         [
             it["id"],
             "complete" if it["complete"] else f"{it['fragments']}/{it['total_fragments']}",
-            _size(it["size"]),
+            human_size(it["size"]),
             _when(it["deadline"]),
             it["reason"],
         ]
@@ -612,23 +637,45 @@ def cache_ls(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> 
 @cache.command("show")
 @state_dir_option
 @click.argument("msg_id", metavar="ID")
-@click.option("--payload", "with_payload", is_flag=True, help="Also print the payload (text).")
+@click.option(
+    "--payload",
+    "with_payload",
+    is_flag=True,
+    help="Also print the payload, after a '--- payload' line (text; binary is only sized).",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Write the payload, as is (binary or text), to FILE ('-' = stdout, nothing else "
+    "printed); fails if the message is incomplete.",
+)
 @json_option
 @click.pass_context
 def cache_show(
-    ctx: click.Context, local_state_dir: str | None, msg_id: str, with_payload: bool, as_json: bool
+    ctx: click.Context,
+    local_state_dir: str | None,
+    msg_id: str,
+    with_payload: bool,
+    output: str | None,
+    as_json: bool,
 ) -> None:
     """Show one cached message's descriptor and state."""
     client = _client(ctx, local_state_dir)
-    path = f"/cache/{msg_id}" + ("?payload=1" if with_payload else "")
+    want_payload = with_payload or output is not None
+    path = f"/cache/{msg_id}" + ("?payload=1" if want_payload else "")
     it = _call(lambda: client.get(path))
+    if output is not None:
+        _write_payload(it, output)
+        if output == "-":
+            return
     if as_json:
         _out_json(it)
         return
     state = "complete" if it["complete"] else f"{it['fragments']}/{it['total_fragments']} fragments"
     click.echo(f"id         {it['id']}")
     click.echo(f"state      {state}")
-    click.echo(f"size       {_size(it['size'])} ({_size(it['stored_bytes'])} stored)")
+    click.echo(f"size       {human_size(it['size'])} ({human_size(it['stored_bytes'])} stored)")
     click.echo(f"deadline   {_when(it['deadline'])}")
     click.echo(
         f"priority   {it['priority']}, {'persistent' if it['persistent'] else 'non-persistent'}"
@@ -640,6 +687,8 @@ def cache_show(
     click.echo("descriptor")
     for k, v in sorted(it["descriptor"].items()):
         click.echo(f"  {k}: {v}")
+    if output is not None:
+        click.echo(f"payload    written to {output}")
     if with_payload:
         b64 = it.get("payload_b64")
         if b64 is None:
@@ -647,9 +696,31 @@ def cache_show(
         else:
             data = base64.b64decode(b64)
             try:
-                click.echo(data.decode("utf-8"))
+                text = data.decode("utf-8")
             except UnicodeDecodeError:
-                click.echo(f"<{len(data)} bytes of binary payload>")
+                click.echo(f"<{len(data)} bytes of binary payload: use --output FILE>")
+            else:
+                click.echo(f"--- payload ({_plural(len(data), 'byte')})")
+                click.echo(text)
+
+
+def _write_payload(it: dict[str, Any], output: str) -> None:
+    b64 = it.get("payload_b64")
+    if b64 is None:
+        raise click.ClickException(
+            f"message {it['id']} is incomplete ({it['fragments']}/{it['total_fragments']} "
+            "fragments): no payload to write"
+        )
+    data = base64.b64decode(b64)
+    if output == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        Path(output).write_bytes(data)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output}: {exc.strerror}") from None
 
 
 @cache.command("purge")
@@ -661,6 +732,42 @@ def cache_purge(ctx: click.Context, local_state_dir: str | None, msg_id: str) ->
     client = _client(ctx, local_state_dir)
     _call(lambda: client.delete(f"/cache/{msg_id}"))
     click.echo(f"purged {msg_id}")
+
+
+# ---------------------------------------------------------------------- top
+
+
+@cli.command()
+@state_dir_option
+@click.option(
+    "-n",
+    "--interval",
+    type=click.FloatRange(0.1, 60.0),
+    default=1.0,
+    show_default=True,
+    help="Seconds between refreshes (at most half an announce period, for link quality).",
+)
+@click.option("--once", is_flag=True, help="Print one frame (rates over one interval) and exit.")
+@click.pass_context
+def top(ctx: click.Context, local_state_dir: str | None, interval: float, once: bool) -> None:
+    """Live view of this host: neighbours (last heard, link quality), cache use, transfers
+    in progress, deliveries and counters per second. Ctrl-C quits."""
+    from rich.console import Console
+
+    from . import top as view
+
+    client = _client(ctx, local_state_dir)
+    state_dir = _state_dir(ctx, local_state_dir)
+
+    def connect() -> AdminClient:  # again after a failure: a restarted daemon moves port
+        return AdminClient.for_state_dir(state_dir)
+
+    if once:
+        frame = _call(lambda: view.once(lambda: client, interval))
+        Console(width=None if sys.stdout.isatty() else 120).print(frame)
+        return
+    _call(lambda: client.get("/status"))  # reachable before taking the screen
+    view.run(connect, interval)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Chat over a JOMS topic: each line you type is published; messages in your languages are shown.
 
-    python examples/chat.py --url stomp://127.0.0.1:61613 --name alice --language English
-    python examples/chat.py --demo        # two in-process hosts, a scripted conversation
+    .venv/bin/python examples/chat.py --url stomp://127.0.0.1:61613 --name alice --language English
+    .venv/bin/python examples/chat.py --demo        # two in-process hosts, a scripted conversation
 
 The subscription is durable (client id = your name), so messages sent while you are away
 are waiting when you come back; the selector keeps only the languages you read.
@@ -15,6 +15,13 @@ import time
 from collections.abc import Iterable
 
 import joms
+
+
+def sender_of(msg: joms.Message) -> str:
+    """Who sent it: the ``sender`` property chat.py sets; other publishers (the ``joms``
+    console, any STOMP client) may not set it."""
+    sender = msg.get_property("sender")
+    return "unknown sender" if sender is None or sender == "" else str(sender)
 
 
 def chat(
@@ -38,7 +45,7 @@ def chat(
 
         def show(msg: joms.Message) -> None:
             assert isinstance(msg, joms.TextMessage)
-            line = f"[{msg.get_property('sender')}] {msg.text}"
+            line = f"[{sender_of(msg)}] {msg.text}"
             got.append(line)
             print(f"{name} sees {line}", flush=True)
 

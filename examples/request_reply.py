@@ -1,8 +1,8 @@
 """Request/reply over JOMS: JMSReplyTo names a temporary queue, JMSCorrelationID pairs answers.
 
-    python examples/request_reply.py server --url stomp://127.0.0.1:61613
-    python examples/request_reply.py client --url stomp://OTHER:61613 --service calc@HOST 1+2 3*4
-    python examples/request_reply.py --demo
+    .venv/bin/python examples/request_reply.py server --url stomp://127.0.0.1:61613
+    .venv/bin/python examples/request_reply.py client --url stomp://OTHER:61613 --service calc@HOST 1+2 3*4
+    .venv/bin/python examples/request_reply.py --demo
 
 The server consumes queue ``calc`` (managed by its host) and answers each request on the
 request's reply-to destination with the request's correlation id.
@@ -104,7 +104,7 @@ def main() -> int:
     ap.add_argument("--queue", default="calc")
     ap.add_argument("--service", default="calc")
     ap.add_argument("--demo", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()  # `client --url U --service S 1+2 3*4`, as above
     try:
         if args.demo or args.role is None:
             demo()

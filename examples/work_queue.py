@@ -1,8 +1,8 @@
 """A work queue with competing workers: each job is done once, by one of the workers.
 
-    python examples/work_queue.py producer --url stomp://127.0.0.1:61613 --queue jobs --count 20
-    python examples/work_queue.py worker --url stomp://OTHER:61613 --queue jobs@HOST --name w1
-    python examples/work_queue.py --demo   # a manager host and three worker hosts in-process
+    .venv/bin/python examples/work_queue.py producer --url stomp://127.0.0.1:61613 --queue jobs --count 20
+    .venv/bin/python examples/work_queue.py worker --url stomp://OTHER:61613 --queue jobs@HOST --name w1
+    .venv/bin/python examples/work_queue.py --demo   # a manager host and three worker hosts in-process
 
 The host the producer talks to manages queue ``jobs`` (``jobs@HOST``); workers anywhere
 address it by that name. The manager hands each job to one worker, round-robin.

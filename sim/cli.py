@@ -32,7 +32,7 @@ def _fmt_time(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dodwan")
 def main() -> None:
     """Simulate DoDWAN networks: real protocol code on every host, SimPy mobility."""

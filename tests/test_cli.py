@@ -61,7 +61,7 @@ def test_every_command_is_listed() -> None:
     names = {" ".join(c) for c in ALL}
     expected = {
         "daemon", "status", "peers", "profile", "publish", "subscribe", "unsubscribe",
-        "subscriptions", "cache", "cache ls", "cache show", "cache purge", "keygen",
+        "subscriptions", "cache", "cache ls", "cache show", "cache purge", "keygen", "top",
         "check", "repair",
     }  # fmt: skip
     assert names == expected  # a new command is added here, and so to the error-path tests
@@ -92,7 +92,7 @@ CLIENT_COMMANDS = [
     ["peers"],
     ["profile"],
     ["subscriptions"],
-    ["publish", "--text", "x"],
+    ["publish", "-a", "k=v", "--text", "x"],
     ["subscribe", "-p", "a=b", "--follow"],
     ["unsubscribe", "k"],
     ["cache", "ls"],
@@ -208,7 +208,8 @@ def test_publish_from_stdin_and_chosen_id(sd: str) -> None:
             input=b"from stdin")  # fmt: skip
     assert r.exit_code == 0 and r.output.strip() == "my-own-id"
     _one_error_line(
-        run("--state-dir", sd, "publish", "--id", "my-own-id", "--text", "again"), "already known"
+        run("--state-dir", sd, "publish", "--id", "my-own-id", "-a", "k=v", "--text", "again"),
+        "already known",
     )
 
 

@@ -326,7 +326,7 @@ def test_the_console_waits_for_its_daemon_and_reconnects_after_a_loss(
         pane.line("pub -t Back -p nobody")
         pane.wait(f"error: cannot reach the daemon at {host.url}")
         host.start()
-        pane.wait("! reconnected to the daemon at " + host.url + "; 1 subscription(s) restored")
+        pane.wait("! reconnected to the daemon at " + host.url + "; 1 subscription restored")
         pane.line("pub -t Back -id again -p after restart")
         pane.wait("[1] topic Back id again: after restart")
         assert "[exited" not in pane.screen()
@@ -493,7 +493,7 @@ def test_durable_subscription_by_client_id(net: tuple[Host, Host], home: Path) -
         "sub -t Dur --durable keep --count 1; pub -t Dur -id d1 -p kept; subscriptions",
     )  # fmt: skip
     assert rc == 0, err
-    assert "[1] subscribed to topic Dur, durable keep, until 1 messages" in out
+    assert "[1] subscribed to topic Dur, durable keep, until 1 message" in out
     assert "[1] topic Dur id d1: kept" in out.splitlines()
     rc, out, err = run_joms(home, "--url", a.url, "--client-id", "alice", "-c",
                             "unsub --durable keep")  # fmt: skip

@@ -153,7 +153,6 @@ class Daemon:
         self._memprobe: MemProbe | None = None
         self._memprobe_handle: asyncio.TimerHandle | None = None
         self._wrote_admin = False
-        self._stomp_address = ""
         self._accept_failed_at = 0.0
         self._store_failure_logged = 0.0
 
@@ -245,9 +244,9 @@ class Daemon:
             ) from None
         if self.config.stomp:
             await self._start_stomp(self.config.stomp)
+        stomp = self._stomp_address()
         info: dict[str, Any] = {"host": host, "port": port, "pid": os.getpid(), "host_id": host_id}
-        if self._stomp_address:
-            info["stomp"] = self._stomp_address
+        info["stomp"] = stomp  # the JOMS STOMP gateway "HOST:PORT", or None without one
         tmp = self.state_dir / (ADMIN_FILE + ".tmp")
         try:
             tmp.write_text(json.dumps(info) + "\n")
@@ -260,7 +259,7 @@ class Daemon:
             ) from None
         self._wrote_admin = True
         log.info(
-            "host %s on %s %s:%d via %s; admin http://%s:%d/",
+            "host %s on %s %s:%d via %s; admin http://%s:%d/; %s",
             host_id,
             self.medium.kind,
             self.medium.group,
@@ -268,6 +267,9 @@ class Daemon:
             self.medium.interface,
             host,
             port,
+            f"JOMS STOMP gateway stomp://{stomp}"
+            if stomp
+            else "no STOMP gateway (start with --stomp 127.0.0.1:61613 for JOMS)",
         )
         self._after_input()
         self._memprobe = MemProbe.from_environment()
@@ -275,6 +277,16 @@ class Daemon:
             self._memprobe_handle = asyncio.get_running_loop().call_later(
                 self._memprobe.period, self._memprobe_sample
             )
+
+    def _stomp_address(self) -> str | None:
+        """Where the STOMP gateway listens ("HOST:PORT", the bound port), or None."""
+        server = self._stomp_server
+        sockets = getattr(server, "sockets", None) if server is not None else None
+        if not sockets:
+            return None
+        name = sockets[0].getsockname()
+        host = str(name[0])
+        return f"[{host}]:{name[1]}" if ":" in host else f"{host}:{name[1]}"
 
     def _memprobe_sample(self) -> None:
         """One sample of :mod:`dodwan.daemon.memdebug` (only with DODWAN_MEMTRACE set)."""
@@ -404,10 +416,6 @@ class Daemon:
         except ValueError as exc:
             raise DaemonError(f"--stomp: {exc}") from None
         self._stomp_server = server
-        with contextlib.suppress(AttributeError, IndexError, OSError):
-            port = int(server.sockets[0].getsockname()[1])  # the one port 0 chose
-        self._stomp_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        log.info("JOMS STOMP gateway on %s", self._stomp_address)
 
     async def run(self) -> None:
         """Start, serve until stopped, shut down cleanly."""
@@ -638,6 +646,7 @@ class Daemon:
             "cache": node.cache_usage(),
             "subscriptions": len(node.subscriptions()),
             "max_payload": self.max_payload(),
+            "announce_period": node.config.announce_period,
             "counters": dict(sorted(self._all_counters().items())),
             "state_dir": str(self.state_dir),
         }
@@ -706,10 +715,14 @@ class Daemon:
             )
         return out
 
-    @staticmethod
-    def _with_signer(entry: dict[str, Any]) -> dict[str, Any]:
+    def _with_signer(self, entry: dict[str, Any]) -> dict[str, Any]:
         # Only verified signatures are kept: a bad one is dropped at reception.
         entry["signed_by"] = entry["descriptor"].get("sigkey")
+        if entry.get("reason") == "carried altruistically" and not self._node().config.altruistic:
+            # The core's word for "no one known wants it" — but this host is not altruistic:
+            # e.g. delivered here before its subscription was removed. Kept until its
+            # deadline or until evicted (such messages go first).
+            entry["reason"] = "no longer wanted here (kept until its deadline or eviction)"
         return entry
 
     def cache_list(self) -> list[dict[str, Any]]:
@@ -837,7 +850,10 @@ class Daemon:
         kind: str,
         target: str,
         trusted_keys: list[str] | None = None,
+        attach: Callable[[str], None] | None = None,
     ) -> str:
+        """Add a subscription and its sink; ``attach(key)`` runs just before the core is told,
+        so that a follow stream is in place for the messages the cache already holds."""
         node, store, sinks = self._node(), self.store, self.sinks
         assert store is not None and sinks is not None
         if key is not None and (not isinstance(key, str) or key.startswith(SERVICE_PREFIX)):
@@ -850,6 +866,8 @@ class Daemon:
         sinks.set(key, kind, target)
         store.put_sink(key, kind, target)  # committed with the subscription, atomically
         failures = store.write_failures
+        if attach is not None:
+            attach(key)
         try:
             key = node.subscribe(patterns, now=time.time(), key=key, trusted_keys=trusted_keys)
             if store.write_failures != failures:
@@ -917,8 +935,24 @@ class Daemon:
         patterns = self._patterns(body)
         assert self.sinks is not None
         trusted = self._trusted(body)
-        key = self._add_subscription(patterns, body.get("key"), "follow", "", trusted)
-        queue = self.sinks.follow(key)
+        attached: list[tuple[str, asyncio.Queue[MessageDelivered | None]]] = []
+        sinks = self.sinks
+        try:
+            key = self._add_subscription(
+                patterns,
+                body.get("key"),
+                "follow",
+                "",
+                trusted,
+                # Attached before the core subscribes: matching messages already cached are
+                # delivered at once, and must find the stream (as a --dir sink finds its dir).
+                attach=lambda k: attached.append((k, sinks.follow(k))),
+            )
+        except ApiError:
+            for k, q in attached:
+                sinks.unfollow(k, q)
+            raise
+        [(_, queue)] = attached
         try:
             yield {"subscribed": key}
             while True:

@@ -1,7 +1,7 @@
 """What the daemon offers to services it hosts (the JOMS service behind the STOMP gateway).
 
-A hosted service talks to DoDWAN only through this small interface (DESIGN.md §2: JOMS
-uses the core's public pub/sub API). Subscription keys a service creates must start with
+A hosted service talks to DoDWAN only through this small interface (docs/architecture.md:
+JOMS uses the core's public pub/sub API). Subscription keys a service creates must start with
 its prefix (``joms:``); deliveries for those keys go to the service's handler instead of a
 daemon sink. All methods are called from the daemon's event loop thread.
 """

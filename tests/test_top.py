@@ -1,0 +1,167 @@
+"""``dodwan top``: the live view in a real terminal (tmux) against real daemons, ``--once``,
+and how it judges link quality (issue 19)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from test_console_terminal import Pane, _env, needs_tmux
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+
+from dodwan.cli import cli
+from dodwan.top import Sampler
+
+FAST = ["--announce-period", "0.5"]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProc, DaemonProc]]:
+    root = tmp_path_factory.mktemp("top")
+    group = random_group()
+    # a sends slowly (800 kbit/s): a transfer lasts long enough to be seen in progress
+    a = DaemonProc(root / "ta", ["--group", group, "--host-id", "ta", "--bitrate", "800000",
+                                 *FAST])  # fmt: skip
+    b = DaemonProc(root / "tb", ["--group", group, "--host-id", "tb", *FAST])
+    try:
+        a.start()
+        b.start()
+        wait_for(lambda: "ta" in b.status()["neighbours"], 15, what="neighbours")
+        yield a, b
+    finally:
+        a.kill()
+        b.kill()
+
+
+@pytest.fixture
+def pane(tmp_path: Path) -> Iterator[Any]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install -y tmux)")
+    sockdir = tempfile.mkdtemp(prefix="top-tmux-")
+    server = os.path.join(sockdir, "sock")
+    (tmp_path / "home").mkdir()
+
+    def open_pane(*args: str) -> Pane:
+        cmd = [sys.executable, "-m", "dodwan.cli", *args]
+        return Pane(server, "top", cmd, _env(tmp_path / "home"))
+
+    yield open_pane
+    subprocess.run(["tmux", "-S", server, "kill-server"], capture_output=True)
+    shutil.rmtree(sockdir, ignore_errors=True)
+
+
+@needs_tmux
+def test_top_shows_neighbours_a_transfer_in_progress_and_the_delivery(
+    pair: tuple[DaemonProc, DaemonProc], pane: Any, tmp_path: Path
+) -> None:
+    a, b = pair
+    view: Pane = pane("--state-dir", str(b.state_dir), "top", "-n", "0.3")
+    screen = view.wait("neighbours (1)")
+    [row] = [x for x in screen.splitlines() if " ta " in f" {x} " and "127.0.0.1:" in x]
+    assert "s ago" in row and "%" in row, row  # last heard, link quality
+    assert "cache" in screen and "MiB" in screen and "PER SECOND" in screen
+    run = CliRunner().invoke
+    assert run(cli, ["--state-dir", str(b.state_dir), "subscribe", "-p", "topic=big", "--dir",
+                     str(tmp_path / "inbox")]).exit_code == 0  # fmt: skip
+    payload = tmp_path / "big.bin"
+    payload.write_bytes(os.urandom(400_000))  # incompressible: ~4 s at 800 kbit/s
+    r = run(cli, ["--state-dir", str(a.state_dir), "publish", "-a", "topic=big", "--file",
+                  str(payload)])  # fmt: skip
+    mid = r.output.strip()
+    screen = view.wait("transfers (1)", timeout=20)
+    [line] = [x for x in screen.splitlines() if mid in x]
+    assert "━" in line and "%)" in line, line  # a progress bar and "got/total (n%)"
+    screen = view.wait(lambda s: "delivered 1" in s and "to dir 1" in s, timeout=30)
+    assert "transfers (0)" in screen
+    assert (tmp_path / "inbox" / mid).read_bytes() == payload.read_bytes()
+    # Ctrl-C, to the view alone (the pane's shell would die of a Ctrl-C typed in the pane,
+    # and with it the "[exited N]" line that shows how the view ended)
+    shell = subprocess.run([*view.base, "list-panes", "-t", view.name, "-F", "#{pane_pid}"],
+                           capture_output=True, text=True, check=True).stdout.split()[0]  # fmt: skip
+    [top] = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True).stdout.split()
+    os.kill(int(top), signal.SIGINT)
+    screen = view.wait("[exited ")
+    assert "[exited 0]" in screen and "Traceback" not in screen, screen
+
+
+def test_top_once_prints_one_frame(pair: tuple[DaemonProc, DaemonProc]) -> None:
+    _, b = pair
+    r = CliRunner().invoke(cli, ["--state-dir", str(b.state_dir), "top", "--once", "-n", "0.5"])
+    assert r.exit_code == 0, r.output
+    out = r.output
+    for needle in ("tb", "neighbours (1)", "LINK QUALITY", "cache", "transfers", "deliveries",
+                   "PER SECOND", "announcements_sent"):  # fmt: skip
+        assert needle in out, (needle, out)
+    assert "Ctrl-C" not in out
+    [ann] = [x for x in out.splitlines() if "announcements_sent" in x]
+    assert float(ann.split()[-2]) > 0  # 0.5 s announce period: about 2 per second
+
+
+def test_top_without_a_daemon_is_one_error(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["--state-dir", str(tmp_path), "top", "--once"])
+    assert r.exit_code == 1 and "no daemon running" in r.output
+
+
+class _Script:
+    """Admin answers at given times (the sampler's maths, without a daemon)."""
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+        self.last_heard: float | None = None
+        self.sent = 0
+
+    def get(self, path: str) -> Any:
+        if path == "/status":
+            return {
+                "announce_period": self.period,
+                "pid": 1,
+                "counters": {"datagrams_sent": self.sent},
+            }
+        if path == "/peers":
+            return {} if self.last_heard is None else {"n": {"last_heard": self.last_heard}}
+        return []
+
+
+def test_link_quality_is_the_share_of_periods_heard(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _Script(period=1.0)
+    sampler = Sampler(lambda: script)  # type: ignore[arg-type,return-value]
+    now = [100.2]
+    monkeypatch.setattr("dodwan.top.time.time", lambda: now[0])
+    quality = []
+    # heard in periods 100..103, silent in 104 and 105, heard again in 106 and 107
+    for t in (100.2, 101.2, 102.2, 103.2, 104.2, 105.2, 106.2, 107.2):
+        now[0] = t
+        if int(t) not in (104, 105):
+            script.last_heard = t - 0.1
+        script.sent += 10
+        frame = sampler.poll()
+        quality.append(frame.quality["n"])
+        assert frame.rates in ({}, {"datagrams_sent": pytest.approx(10.0)})
+    assert quality[:4] == [1.0, 1.0, 1.0, 1.0]
+    assert quality[5] == pytest.approx(4 / 5)  # 100..104 expected, 105 not yet judged
+    assert quality[-1] == pytest.approx(6 / 8)
+
+
+@needs_tmux
+def test_top_says_when_the_daemon_goes_away_and_resumes(pane: Any, tmp_path: Path) -> None:
+    d = DaemonProc(tmp_path / "gone", ["--group", random_group(), "--host-id", "gone", *FAST])
+    d.start()
+    try:
+        view: Pane = pane("--state-dir", str(d.state_dir), "top", "-n", "0.3")
+        view.wait("neighbours (0)")
+        d.kill()
+        screen = view.wait("daemon not readable:")
+        assert "retrying" in screen and "Traceback" not in screen
+        d.start()
+        view.wait(lambda s: "daemon not readable" not in s and "neighbours (0)" in s)
+    finally:
+        d.kill()
