@@ -15,7 +15,16 @@ import zstandard
 
 from dodwan import Node, NodeConfig
 from dodwan.core import wire
+from dodwan.core.patterns import Profile
 from dodwan.virtual import VirtualNetwork
+
+
+def _announce_profile(node: Node, sender: str, seq: int, spec: wire.PatternSpecs, t: float) -> None:
+    """``sender`` announces a one-piece profile and sends the piece (as it would when asked)."""
+    version = Profile.from_patterns([dict(p) for p in spec]).version
+    node.receive_datagram(wire.encode_announce(sender, seq, False, version, 1, (), ()), sender, t)
+    piece = wire.encode_profile_piece(sender, sender, version, 1, 0, spec)
+    node.receive_datagram(piece, sender, now=t)
 
 
 def bench_catalog(messages: int, patterns: int, rounds: int) -> None:
@@ -38,8 +47,7 @@ def bench_catalog(messages: int, patterns: int, rounds: int) -> None:
     # 50 neighbours, one pattern each, announcing their profiles
     for j in range(patterns):
         spec = ((("region", f"r{j % 20}"), ("topic", f"topic{j}[0-9]?")),)
-        dg = wire.encode_announce(f"n{j}", 1, False, j + 1, spec, (), ())
-        node.receive_datagram(dg, f"n{j}", now=t)
+        _announce_profile(node, f"n{j}", 1, spec, t)
     node.datagrams_to_send(t)
 
     def one_round() -> float:
@@ -61,9 +69,7 @@ def bench_catalog(messages: int, patterns: int, rounds: int) -> None:
     start = time.perf_counter()
     for j in range(patterns):  # new profile versions force a full re-match
         spec = ((("region", f"r{j % 20}"), ("topic", f"topic{j}[0-9]{{0,2}}")),)
-        node.receive_datagram(
-            wire.encode_announce(f"n{j}", 2, False, 1000 + j, spec, (), ()), f"n{j}", now=t
-        )
+        _announce_profile(node, f"n{j}", 2, spec, t)
     cold_match = time.perf_counter() - start
     cold = one_round()
     warm = []
@@ -71,9 +77,7 @@ def bench_catalog(messages: int, patterns: int, rounds: int) -> None:
         # keep neighbours alive
         for j in range(patterns):
             spec = ((("region", f"r{j % 20}"), ("topic", f"topic{j}[0-9]{{0,2}}")),)
-            node.receive_datagram(
-                wire.encode_announce(f"n{j}", 3, False, 1000 + j, spec, (), ()), f"n{j}", now=t
-            )
+            _announce_profile(node, f"n{j}", 3, spec, t)
         node.datagrams_to_send(t)
         warm.append(one_round())
     eligible = len(node._matcher.eligible)

@@ -396,3 +396,18 @@ def test_store_checkpoints_in_the_background_and_bounds_the_log(tmp_path: Path) 
     assert s2.get_fragment("m39", 255) == bytes([39]) * 1024
     assert s2.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     s2.close()
+
+
+def test_every_numeric_node_setting_and_limit_has_a_validated_range() -> None:
+    from dataclasses import fields
+
+    from dodwan.core.config import NodeConfig
+    from dodwan.core.limits import Limits
+
+    numeric = {
+        f.name
+        for f in fields(NodeConfig)
+        if isinstance(f.default, int | float) and not isinstance(f.default, bool)
+    }
+    assert numeric <= set(cfg.NODE_RANGES)
+    assert {f.name for f in fields(Limits)} == set(cfg.LIMIT_RANGES)

@@ -55,7 +55,7 @@ class NodeConfig:
     """An incomplete message that made no progress for this long is dropped."""
 
     max_catalog_datagrams: int = 4
-    """Most catalog datagrams per announcement round; larger catalogs rotate over rounds."""
+    """Most catalog datagrams per announcement round; offers that do not fit wait for the next."""
 
     compression_level: int = 3
     """zstd level used when publishing (descriptor and payload)."""

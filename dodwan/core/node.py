@@ -248,6 +248,7 @@ class Node:
         self._seq = 0
         self._offers = Offers(config.announce_period)
         self._relay_rotation = 0
+        self._ref_cache: dict[str, tuple[int, int, bytes]] = {}  # host -> (dist, version, ref)
         self._relays_sent = b""  # the relayed references of the last full list
         self._relays_due = True  # send the full list next time (a neighbour arrived)
         self._next_announce: float | None = None
@@ -1161,10 +1162,17 @@ class Node:
         out: list[bytes] = []
         for d, h in candidates[start:] + candidates[:start]:
             version = self._known[h][1].version
-            pieces = self._pieces_of(h, version)
-            if not pieces:
-                continue
-            enc = wire.encode_ref(wire.ProfileRef(h, d, version, len(pieces)))
+            hit = self._ref_cache.get(h)
+            if hit is not None and hit[0] == d and hit[1] == version:
+                enc = hit[2]
+            else:
+                pieces = self._pieces_of(h, version)
+                if not pieces:
+                    continue
+                if hit is None and len(self._ref_cache) >= PROFILE_CACHE_HOSTS:
+                    self._ref_cache.clear()
+                enc = wire.encode_ref(wire.ProfileRef(h, d, version, len(pieces)))
+                self._ref_cache[h] = (d, version, enc)
             if len(enc) > room:
                 break
             out.append(enc)

@@ -245,6 +245,8 @@ LIMIT_RANGES: dict[str, tuple[float, float]] = {
     "max_pattern_attributes": (1, 4096),
     "max_regex_length": (1, 65536),
     "max_relayed_profiles": (0, 65536),
+    "max_profile_pieces": (1, 4096),
+    "max_profile_assemblies": (1, 65536),
     "max_catalog_entries": (1, 65536),
     "max_request_entries": (1, 65536),
     "max_requests_per_second": (1, 1e9),
