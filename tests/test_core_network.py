@@ -301,7 +301,7 @@ def test_the_next_fragments_are_requested_when_half_the_window_has_arrived() -> 
 
 def test_subscription_churn_elsewhere_keeps_compiled_profiles_bounded() -> None:
     """Hundreds of profile versions of a host two hops away: a few are kept, not all of them."""
-    from dodwan.core.node import PROFILE_CACHE_VERSIONS
+    from dodwan.core.profiles import PROFILE_CACHE_VERSIONS
 
     net = chain(5, announce_period=0.5)
     net.run(3)
@@ -313,8 +313,8 @@ def test_subscription_churn_elsewhere_keeps_compiled_profiles_bounded() -> None:
         net.run(1.2)
     for h in "ab":
         node = net.node(h)
-        assert sum(len(v) for v in node._profile_cache.values()) <= 2 * PROFILE_CACHE_VERSIONS
-        assert len(node._assemblies) <= 2
+        assert node._profiles.versions() <= 2 * PROFILE_CACHE_VERSIONS
+        assert len(node._profiles.assemblies) <= 2
     # Still current: a knows c's last subscription through b.
     known = net.node("a")._known["c"][1]
     assert known.matches({"topic": "churn.299"}) and not known.matches({"topic": "churn.298"})

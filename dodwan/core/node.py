@@ -32,7 +32,14 @@ from .matcher import Matcher
 from .neighbours import Neighbour
 from .offers import Offers, Rank
 from .patterns import PatternError, Profile, normalise_specs
-from .profiles import Assembly, Pieces, assemble, split
+from .profiles import (
+    PROFILE_CACHE_HOSTS,
+    Pieces,
+    ProfileBook,
+    mask_of,
+    ranges_of,
+    split,
+)
 from .signing import Signer, verify
 from .store import MemoryStore, MessageMeta, Store
 
@@ -46,12 +53,6 @@ _PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbou
 _PROMPT_GAP = 0.25  # prompt announcements (profile change, new offer) at most this often
 _ASSEMBLY_STALL = 30.0  # a profile assembly that made no progress for this long is dropped
 _HOUSEKEEPING_MIN = 1e-3  # housekeeping never re-runs sooner than this
-PROFILE_CACHE_VERSIONS = 4
-"""Compiled profiles kept per remote host: its current version and a few older ones still
-relayed by slower neighbours. Older ones are dropped, so subscription churn on other hosts
-costs no memory over time."""
-PROFILE_CACHE_HOSTS = 4096
-"""Remote hosts whose compiled profiles are cached; past that the cache starts over."""
 
 
 class CacheFullError(ValueError):
@@ -123,32 +124,6 @@ def _check_public_key(key: object) -> str:
     if len(raw) != 32:
         raise ValueError(f"trusted key {key!r} is not a 32-byte Ed25519 public key")
     return raw.hex()
-
-
-def _ranges(mask: int) -> list[tuple[int, int]]:
-    """Bitmask -> [(first, count), ...]."""
-    out: list[tuple[int, int]] = []
-    i = 0
-    while mask:
-        if mask & 1:
-            start = i
-            while mask & 1:
-                mask >>= 1
-                i += 1
-            out.append((start, i - start))
-        else:
-            low = (mask & -mask).bit_length() - 1
-            mask >>= low
-            i += low
-    return out
-
-
-def _mask(ranges: Sequence[tuple[int, int]]) -> int:
-    """[(first, count), ...] -> bitmask."""
-    mask = 0
-    for first, count in ranges:
-        mask |= ((1 << count) - 1) << first
-    return mask
 
 
 def _indexes(mask: int) -> list[int]:
@@ -230,13 +205,8 @@ class Node:
 
         self._neighbours: dict[str, Neighbour] = {}
         self._known: dict[str, tuple[int, Profile]] = {}  # host -> (distance, profile)
-        # host -> version -> (compiled profile, its pieces as the owner cut them); a few
-        # recent versions per host, so subscription churn elsewhere costs no memory over time.
-        self._profile_cache: dict[str, dict[int, tuple[Profile, Pieces]]] = {}
+        self._profiles = ProfileBook(self._limits, config.request_timeout)
         self._own_pieces: Pieces = ()
-        self._assemblies: dict[tuple[str, int], Assembly] = {}
-        self._profile_pending: dict[str, dict[tuple[str, int], int]] = {}  # target -> pieces
-        self._profile_requested: dict[tuple[str, int], tuple[int, float]] = {}
         self._matcher = Matcher()
         self._interest_epoch = 0
         self._want_cache: dict[str, tuple[int, bool]] = {}
@@ -909,25 +879,11 @@ class Node:
                 heapq.heappush(self._evict_heap, (c.rank(), c.header.msg_id))
         self._interest_epoch += 1
 
-    def _cached_profile(self, host: str, version: int) -> tuple[Profile, Pieces] | None:
-        versions = self._profile_cache.get(host)
-        return None if versions is None else versions.get(version)
-
-    def _remember_profile(self, host: str, version: int, profile: Profile, pieces: Pieces) -> None:
-        versions = self._profile_cache.get(host)
-        if versions is None:
-            if len(self._profile_cache) >= PROFILE_CACHE_HOSTS:
-                self._profile_cache.clear()
-            versions = self._profile_cache[host] = {}
-        versions[version] = (profile, pieces)
-        while len(versions) > PROFILE_CACHE_VERSIONS:  # the oldest compiled goes first
-            del versions[next(iter(versions))]
-
     def _pieces_of(self, host: str, version: int) -> Pieces | None:
         """The pieces of a profile this node can serve (its own, or one it assembled)."""
         if host == self.host_id:
             return self._own_pieces if version == self._own_profile.version else None
-        hit = self._cached_profile(host, version)
+        hit = self._profiles.get(host, version)
         return None if hit is None else hit[1]
 
     def _resolve_refs(self, n: Neighbour, now: float) -> bool:
@@ -940,7 +896,7 @@ class Node:
             if pieces == 0:
                 prof: Profile | None = Profile()
             else:
-                hit = self._cached_profile(host, version)
+                hit = self._profiles.get(host, version)
                 prof = None if hit is None else hit[0]
                 if prof is None:
                     self._want_profile(n.host_id, host, version, pieces, now)
@@ -962,22 +918,10 @@ class Node:
 
     def _want_profile(self, target: str, owner: str, version: int, count: int, now: float) -> None:
         """Queue a request to ``target`` for the pieces of ``(owner, version)`` still missing."""
-        key = (owner, version)
-        asm = self._assemblies.get(key)
-        if asm is None or asm.count != count:
-            if asm is None and len(self._assemblies) >= self._limits.max_profile_assemblies:
-                oldest = min(self._assemblies, key=lambda k: self._assemblies[k].started)
-                del self._assemblies[oldest]
-            asm = self._assemblies[key] = Assembly(count, now)
-        missing = asm.missing
-        req = self._profile_requested.get(key)
-        if req is not None and req[1] + self.config.request_timeout > now:
-            missing &= ~req[0]
-        if not missing:
-            return
-        pending = self._profile_pending.setdefault(target, {})
-        pending[key] = pending.get(key, 0) | missing
-        if target not in self._pending_at:
+        if (
+            self._profiles.want(target, owner, version, count, now)
+            and target not in self._pending_at
+        ):
             self._pending_at[target] = now + self._rng.uniform(0, self.config.request_delay)
 
     def _recompute_known(self, now: float) -> None:
@@ -1059,7 +1003,7 @@ class Node:
         for h in lost:
             del self._neighbours[h]
             self._pending.pop(h, None)
-            self._profile_pending.pop(h, None)
+            self._profiles.forget_target(h)
             self._pending_at.pop(h, None)
             self._events.append(NeighbourLost(h))
             self._count("neighbours_lost")
@@ -1070,8 +1014,7 @@ class Node:
             k for k, (_, t) in self._reserved.items() if t + hold <= now and k not in self._cache
         ]:
             self._release(msg_id)  # requested but never started
-        for key in [k for k, a in self._assemblies.items() if a.started + _ASSEMBLY_STALL <= now]:
-            del self._assemblies[key]  # asked again when someone announces it
+        self._profiles.expire(now, _ASSEMBLY_STALL)
         stale = self.config.partial_timeout
         for msg_id in [p for p in self._partial if self._cache[p].progress + stale <= now]:
             self._drop(msg_id, now, "stale")
@@ -1255,27 +1198,11 @@ class Node:
         self._on_catalog_entries(n, dg.catalog, now)
 
     def _on_profile_piece(self, dg: wire.ProfilePiece, now: float) -> None:
-        key = (dg.owner, dg.version)
-        asm = self._assemblies.get(key)
-        if asm is None:  # not asked for here (or already assembled)
-            self._count("profile_pieces_unwanted")
+        profile = self._profiles.received(dg, now)
+        if isinstance(profile, str):
+            if profile != "kept":
+                self._count(f"profile_pieces_{profile}")
             return
-        if asm.count != dg.count:
-            raise WireError("profile piece count mismatch")
-        if dg.index in asm.pieces:
-            self._count("profile_pieces_duplicate")
-            return
-        asm.pieces[dg.index] = dg.patterns
-        asm.started = now
-        if len(asm.pieces) < asm.count:
-            return
-        del self._assemblies[key]
-        self._profile_requested.pop(key, None)
-        for pending in self._profile_pending.values():
-            pending.pop(key, None)
-        pieces = tuple(asm.pieces[i] for i in range(asm.count))
-        profile = assemble(pieces, dg.version, self._limits)
-        self._remember_profile(dg.owner, dg.version, profile, pieces)
         self._count("profiles_assembled")
         changed = False
         for n in self._neighbours.values():
@@ -1288,18 +1215,8 @@ class Node:
         if dg.target != self.host_id:
             # Overheard: the pieces will be broadcast, so drop them from our own request.
             for owner, version, ranges in dg.entries:
-                key, mask = (owner, version), _mask(ranges)
-                suppressed = False
-                for pending in self._profile_pending.values():
-                    if pending.get(key, 0) & mask:
-                        pending[key] &= ~mask
-                        suppressed = True
-                        if not pending[key]:
-                            del pending[key]
-                if suppressed:
+                if self._profiles.overheard(owner, version, ranges, now):
                     self._count("profile_requests_suppressed")
-                    old = self._profile_requested.get(key, (0, now))[0]
-                    self._profile_requested[key] = (old | mask, now)
             return
         n = self._neighbours[dg.sender]
         rate = self._limits.max_requests_per_second
@@ -1309,7 +1226,7 @@ class Node:
             pieces = self._pieces_of(owner, version)
             if pieces is None:
                 continue
-            for i in _indexes(_mask(ranges) & ((1 << len(pieces)) - 1)):
+            for i in _indexes(mask_of(ranges) & ((1 << len(pieces)) - 1)):
                 if n.tokens < 1:
                     self._count("requests_rate_limited")
                     return
@@ -1431,17 +1348,10 @@ class Node:
     def _send_request(self, target: str, now: float) -> None:
         self._pending_at.pop(target, None)
         pending = self._pending.pop(target, {})
-        profile_pending = self._profile_pending.pop(target, {})
         if target not in self._neighbours:
+            self._profiles.forget_target(target)
             return
-        wanted: list[tuple[str, int, list[tuple[int, int]]]] = []
-        for key, mask in profile_pending.items():
-            asm = self._assemblies.get(key)
-            mask &= asm.missing if asm is not None else 0
-            if mask:
-                wanted.append((key[0], key[1], _ranges(mask)))
-                old = self._profile_requested.get(key, (0, now))[0]
-                self._profile_requested[key] = (old | mask, now)
+        wanted = self._profiles.requests_for(target, now)
         for i in range(0, len(wanted), 32):
             self._outbox.append(
                 wire.encode_profile_request(self.host_id, target, wanted[i : i + 32])
@@ -1451,7 +1361,7 @@ class Node:
         for msg_id, mask in pending.items():
             mask = self._missing(msg_id, mask, now)
             if mask:
-                entries.append((msg_id, _ranges(mask)))
+                entries.append((msg_id, ranges_of(mask)))
                 old = self._requested.get(msg_id, (0, now))[0]
                 self._requested[msg_id] = (old | mask, now)
         for i in range(0, len(entries), 32):

@@ -10,6 +10,7 @@ cut them, so whoever serves them serves the same bytes. Nothing here does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import wire
@@ -70,3 +71,155 @@ class Assembly:
         for i in self.pieces:
             have |= 1 << i
         return ((1 << self.count) - 1) & ~have
+
+
+PROFILE_CACHE_VERSIONS = 4
+"""Compiled profiles kept per remote host: its current version and a few older ones still
+relayed by slower neighbours. Older ones are dropped, so subscription churn on other hosts
+costs no memory over time."""
+PROFILE_CACHE_HOSTS = 4096
+"""Remote hosts whose compiled profiles are cached; past that the cache starts over."""
+
+Ranges = list[tuple[int, int]]
+
+
+def ranges_of(mask: int) -> Ranges:
+    """Bitmask -> [(first, count), ...]."""
+    out: Ranges = []
+    i = 0
+    while mask:
+        if mask & 1:
+            start = i
+            while mask & 1:
+                mask >>= 1
+                i += 1
+            out.append((start, i - start))
+        else:
+            low = (mask & -mask).bit_length() - 1
+            mask >>= low
+            i += low
+    return out
+
+
+def mask_of(ranges: Sequence[tuple[int, int]]) -> int:
+    """[(first, count), ...] -> bitmask."""
+    mask = 0
+    for first, count in ranges:
+        mask |= ((1 << count) - 1) << first
+    return mask
+
+
+class ProfileBook:
+    """Other hosts' profiles: the versions assembled (compiled, with their pieces, so this
+    host can serve them on), the assemblies under way, and the pieces to ask each neighbour
+    for. Every quantity is bounded (a few versions per host, ``max_profile_assemblies``)."""
+
+    def __init__(self, limits: Limits, request_timeout: float) -> None:
+        self._limits = limits
+        self._timeout = request_timeout
+        self._cache: dict[str, dict[int, tuple[Profile, Pieces]]] = {}
+        self.assemblies: dict[tuple[str, int], Assembly] = {}
+        self._pending: dict[str, dict[tuple[str, int], int]] = {}  # target -> key -> pieces
+        self._requested: dict[tuple[str, int], tuple[int, float]] = {}
+
+    def get(self, host: str, version: int) -> tuple[Profile, Pieces] | None:
+        versions = self._cache.get(host)
+        return None if versions is None else versions.get(version)
+
+    def versions(self) -> int:
+        """Compiled versions held, all hosts together."""
+        return sum(len(v) for v in self._cache.values())
+
+    def remember(self, host: str, version: int, profile: Profile, pieces: Pieces) -> None:
+        versions = self._cache.get(host)
+        if versions is None:
+            if len(self._cache) >= PROFILE_CACHE_HOSTS:
+                self._cache.clear()
+            versions = self._cache[host] = {}
+        versions[version] = (profile, pieces)
+        while len(versions) > PROFILE_CACHE_VERSIONS:  # the oldest compiled goes first
+            del versions[next(iter(versions))]
+
+    def want(self, target: str, owner: str, version: int, count: int, now: float) -> bool:
+        """Note the pieces of ``(owner, version)`` still missing, to ask ``target`` for;
+        True when there is something to ask."""
+        key = (owner, version)
+        asm = self.assemblies.get(key)
+        if asm is None or asm.count != count:
+            if asm is None and len(self.assemblies) >= self._limits.max_profile_assemblies:
+                oldest = min(self.assemblies, key=lambda k: self.assemblies[k].started)
+                del self.assemblies[oldest]
+            asm = self.assemblies[key] = Assembly(count, now)
+        missing = asm.missing
+        req = self._requested.get(key)
+        if req is not None and req[1] + self._timeout > now:
+            missing &= ~req[0]
+        if not missing:
+            return False
+        pending = self._pending.setdefault(target, {})
+        pending[key] = pending.get(key, 0) | missing
+        return True
+
+    def requests_for(self, target: str, now: float) -> list[tuple[str, int, Ranges]]:
+        """What to ask ``target`` now (and remember it as asked)."""
+        wanted: list[tuple[str, int, Ranges]] = []
+        for key, mask in self._pending.pop(target, {}).items():
+            asm = self.assemblies.get(key)
+            mask &= asm.missing if asm is not None else 0
+            if mask:
+                wanted.append((key[0], key[1], ranges_of(mask)))
+                old = self._requested.get(key, (0, now))[0]
+                self._requested[key] = (old | mask, now)
+        return wanted
+
+    def overheard(
+        self, owner: str, version: int, ranges: Sequence[tuple[int, int]], now: float
+    ) -> bool:
+        """Someone else asked for these pieces: the answer is broadcast, so drop them from
+        our own request. True when that suppressed something."""
+        key, mask = (owner, version), mask_of(ranges)
+        suppressed = False
+        for pending in self._pending.values():
+            if pending.get(key, 0) & mask:
+                pending[key] &= ~mask
+                suppressed = True
+                if not pending[key]:
+                    del pending[key]
+        if suppressed:
+            old = self._requested.get(key, (0, now))[0]
+            self._requested[key] = (old | mask, now)
+        return suppressed
+
+    def received(self, piece: wire.ProfilePiece, now: float) -> Profile | str:
+        """Take a piece: the assembled profile when it was the last one, else what became
+        of it ("kept", "duplicate", "unwanted": not asked for); WireError when invalid."""
+        key = (piece.owner, piece.version)
+        asm = self.assemblies.get(key)
+        if asm is None:
+            return "unwanted"
+        if asm.count != piece.count:
+            raise WireError("profile piece count mismatch")
+        if piece.index in asm.pieces:
+            return "duplicate"
+        asm.pieces[piece.index] = piece.patterns
+        asm.started = now
+        if len(asm.pieces) < asm.count:
+            return "kept"
+        del self.assemblies[key]
+        self._requested.pop(key, None)
+        for pending in self._pending.values():
+            pending.pop(key, None)
+        pieces = tuple(asm.pieces[i] for i in range(asm.count))
+        profile = assemble(pieces, piece.version, self._limits)
+        self.remember(piece.owner, piece.version, profile, pieces)
+        return profile
+
+    def forget_target(self, target: str) -> None:
+        """A neighbour is gone: nothing more to ask it."""
+        self._pending.pop(target, None)
+
+    def expire(self, now: float, stall: float) -> None:
+        """Drop assemblies that made no progress for ``stall`` seconds (asked again when
+        someone names that version)."""
+        for key in [k for k, a in self.assemblies.items() if a.started + stall <= now]:
+            del self.assemblies[key]
