@@ -416,7 +416,8 @@ def test_publish_of_a_file_too_large_shows_the_daemons_413(daemons, tmp_path: Pa
     big = tmp_path / "big.bin"
     with open(big, "wb") as f:
         f.truncate(200 * 1024 * 1024)
-    r = CliRunner().invoke(cli, ["publish", "--state-dir", str(d.state_dir), "--file", str(big)])
+    args = ["publish", "--state-dir", str(d.state_dir), "-a", "topic=big", "--file", str(big)]
+    r = CliRunner().invoke(cli, args)
     assert r.exit_code != 0
     assert "reset" not in r.output.lower() and "Traceback" not in r.output
     assert "largest publication" in r.output, r.output
