@@ -136,9 +136,12 @@ def test_purge_by_local_user() -> None:
         n.purge(mid, now=1)
 
 
-def _rank(d: dict[str, str]) -> tuple[int, int, int, float]:
-    mine = int(d["mine"] == "yes")
-    return (mine, int(d["persistent"] == "true"), int(d["priority"]), float(d["date"]))
+def _rank(entry: dict) -> tuple[int, int, int, float]:  # type: ignore[type-arg]
+    """The documented eviction order: partial sets carried for others, then complete ones,
+    then subscribed ones; within a tier non-persistent, low priority, old first."""
+    d = entry["descriptor"]
+    tier = 2 if d["mine"] == "yes" else (1 if entry["complete"] else 0)
+    return (tier, int(d["persistent"] == "true"), int(d["priority"]), float(d["date"]))
 
 
 @settings(max_examples=25, deadline=None)
@@ -159,7 +162,7 @@ def test_cache_policy_invariants(msgs: list[tuple[int, bool, bool, int]]) -> Non
     net.link("src", "carrier")
     seen_events = 0
     for i, (prio, persistent, mine, size) in enumerate(msgs):
-        before = {c["id"]: c["descriptor"] for c in carrier.cache_listing()}
+        before = {c["id"]: c for c in carrier.cache_listing()}
         net.publish(
             "src",
             {"mine": "yes" if mine else "no"},

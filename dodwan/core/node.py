@@ -72,6 +72,10 @@ class Cached:
     progress: float = 0.0
     own: bool = False
     """Published here or matching a local subscription (evicted after carried-only ones)."""
+    sent: int = 0
+    """Published here: the fragments sent at least once (bitmask)."""
+    handed: bool = False
+    """Published here and every fragment sent at least once: another host may hold it now."""
 
     @property
     def complete(self) -> bool:
@@ -83,9 +87,18 @@ class Cached:
         return (0 if h.persistent else 1, -h.priority, -h.date)
 
     def rank(self) -> tuple[int, int, int, float]:
-        """Eviction order: lowest first (carried-only, non-persistent, low priority, old)."""
+        """Eviction order, lowest first. Tiers: partial sets carried for others, complete
+        messages carried for others, messages subscribed here (or published here and handed
+        on), then this host's own publications not yet handed on — which only expiry or the
+        local user removes. Within a tier: non-persistent, low priority, old first."""
         h = self.header
-        return (1 if self.own else 0, 1 if h.persistent else 0, h.priority, h.date)
+        if self.meta.local and not self.handed:
+            tier = 3
+        elif self.own:
+            tier = 2
+        else:
+            tier = 1 if self.count == h.frags else 0
+        return (tier, 1 if h.persistent else 0, h.priority, h.date)
 
 
 @dataclass(slots=True)
@@ -537,6 +550,8 @@ class Node:
                 c = self._cache.get(msg_id)
                 if c is None or not c.have >> index & 1:
                     continue
+                if c.meta.local and not c.handed:
+                    self._sent_own(c, index)
                 chunk = get(msg_id, index)
                 if chunk is None:
                     continue
@@ -554,6 +569,14 @@ class Node:
                     kind = wire.KIND_NAMES.get(dg[3], "?")
                     self._tr(now, "datagram_sent", size=len(dg), detail=kind)
         return [(dg, BROADCAST) for dg in out]
+
+    def _sent_own(self, c: Cached, index: int) -> None:
+        """A fragment of a publication of this host went out; once all of them have, the
+        publication may be evicted like any message subscribed here."""
+        c.sent |= 1 << index
+        if c.sent == (1 << c.header.frags) - 1:
+            c.handed = True
+            heapq.heappush(self._evict_heap, (c.rank(), c.header.msg_id))
 
     def get_timer(self) -> float | None:
         """Earliest absolute time at which :meth:`handle_timer` must be called.
@@ -1286,7 +1309,7 @@ class Node:
         self, n: Neighbour, entries: Sequence[wire.CatalogEntry], now: float
     ) -> None:
         started: list[tuple[str, int]] = []
-        new: list[tuple[str, int, int]] = []
+        new: list[tuple[str, int, int, str]] = []
         for e in entries:
             offered = (1 << e.frags) - 1 if e.have is None else e.have
             n.offers[e.msg_id] = offered
@@ -1301,19 +1324,50 @@ class Node:
             if decoded is None or decoded[1].frags != e.frags or decoded[1].deadline <= now:
                 continue
             if self._wants(e.msg_id, decoded[0]):
-                new.append((e.msg_id, offered, decoded[1].zsize if e.frags > 1 else 0))
+                zsize = decoded[1].zsize if e.frags > 1 else 0
+                new.append((e.msg_id, offered, zsize, decoded[1].origin))
         # messages already being reassembled first; a new one only when the reassembly
-        # budget can hold all of it, so partial sets never starve each other
+        # budget can hold all of it, so partial sets never starve each other, and only when
+        # it can fit in the cache and in its origin's share beside the transfers under way
+        # (several started at once would each get part of the room and none finish)
         for msg_id, offered in started:
             self._queue_request(n.host_id, msg_id, offered, now)
-        for msg_id, offered, zsize in new:
-            if zsize and not self._reserve(msg_id, zsize, now):
-                self._count("deferred_reassembly_budget")
-                continue
+        for msg_id, offered, zsize, origin in new:
+            if zsize and msg_id not in self._reserved:
+                if self._reserved_bytes + zsize > self._limits.max_partial_bytes:
+                    self._count("deferred_reassembly_budget")
+                    continue
+                if not self._room_for(origin, zsize):
+                    self._count("deferred_no_room")
+                    continue
+                self._reserve(msg_id, zsize, now)
             self._queue_request(n.host_id, msg_id, offered, now)
         if len(n.offers) > 4 * self._limits.max_catalog_entries:
             for k in list(n.offers)[: len(n.offers) // 2]:
                 del n.offers[k]
+
+    def _room_for(self, origin: str, zsize: int) -> bool:
+        """Whether a new transfer of ``zsize`` bytes from ``origin`` can finish beside the
+        transfers already under way: their bytes still to come and its own must fit in the
+        cache, and those of one origin in its share of it (what that origin already has
+        stored here can make room, oldest first, when the new one arrives)."""
+        cap = self.config.cache_capacity
+        quota = self._limits.max_origin_share * cap
+        coming = from_origin = 0
+        for msg_id, (size, _) in self._reserved.items():
+            c = self._cache.get(msg_id)
+            left = size - (c.nbytes if c is not None else 0)
+            coming += max(left, 0)
+            if c is not None:
+                o = c.header.origin
+            else:
+                z = self._zdesc_cache.get(msg_id)
+                o = z[2].origin if z is not None else ""
+            if o == origin:
+                from_origin += max(left, 0)
+        if origin != self.host_id and from_origin + zsize > quota:
+            return False
+        return coming + zsize <= cap
 
     def _reserve(self, msg_id: str, zsize: int, now: float, force: bool = False) -> bool:
         """Promise reassembly memory (the whole compressed size) to an incomplete message."""
@@ -1491,6 +1545,7 @@ class Node:
             self._partial_bytes -= c.nbytes
             self._partial.discard(dg.msg_id)
             self._release(dg.msg_id)
+            heapq.heappush(self._evict_heap, (c.rank(), dg.msg_id))  # now a complete message
             self._completed(c, now)
         else:
             self._continue_transfer(c, now)
