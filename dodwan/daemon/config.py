@@ -171,6 +171,13 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "File whose first line is the STOMP passcode (keep it mode 0600).",
     ),
+    Setting(
+        "bridges",
+        [],
+        "Bindings to STOMP, MQTT and AMQP brokers, one `[[bridges]]` table each (name, uri, "
+        "direction, attributes, filter, ttl, holdoff, qos); see docs/bridges.md.",
+        cli=False,
+    ),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -285,6 +292,7 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
             node[key] = _check_type(f"--{key.replace('_', '-')}", value, NODE_DEFAULTS[key])
         else:
             raise ConfigError(f"unknown setting {key!r}")
+    _check_bridges(values["bridges"])
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError("log_level must be debug, info, warning or error")
     if values["network_key_mode"] not in ("auth", "encrypt"):
@@ -308,6 +316,23 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     if not 1 <= values["multicast_ttl"] <= 255:
         raise ConfigError("multicast_ttl must be between 1 and 255")
     return DaemonConfig(values, node, limits)
+
+
+def _check_bridges(tables: Any) -> None:
+    """Refuse a bad ``[[bridges]]`` table at load time, with the binding's reason."""
+    from ..bridges.uri import BindingSpec, SpecError
+
+    if not isinstance(tables, list):
+        raise ConfigError("bridges must be an array of tables ([[bridges]])")
+    names: set[str] = set()
+    for i, table in enumerate(tables):
+        try:
+            spec = BindingSpec.from_dict(table)
+        except SpecError as exc:
+            raise ConfigError(f"[[bridges]] #{i + 1}: {exc}") from None
+        if spec.name in names:
+            raise ConfigError(f"[[bridges]] #{i + 1}: binding name {spec.name!r} used twice")
+        names.add(spec.name)
 
 
 def default_state_dir() -> Path:
