@@ -11,6 +11,7 @@ root; otherwise the tests using it are skipped with the reason.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import shutil
 import signal
@@ -142,6 +143,8 @@ class Mosquitto(Broker):
             "autosave_on_changes true\n"
             "max_queued_messages 100000\n"
             "log_dest stderr\n"
+            # Run as root, mosquitto would drop to user mosquitto, who cannot write here.
+            f"user {getpass.getuser()}\n"
         )
         return [PACKAGES["mosquitto"][1], "-c", str(conf)], {}
 

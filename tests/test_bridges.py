@@ -102,14 +102,18 @@ def add_binding(d: DaemonProc, uri: str, name: str, topic: str, **kw: Any) -> di
     return d.client().post("/bridges", body)  # type: ignore[no-any-return]
 
 
-def exactly_once(remote: Remote, ids: list[str], timeout: float = 60.0) -> None:
+def exactly_once(
+    remote: Remote, ids: list[str], timeout: float = 60.0, gw: DaemonProc | None = None
+) -> None:
     """Wait until every id reached the broker, then check none came twice."""
     want = set(ids)
-    wait_for(
-        lambda: want <= set(remote.dodwan_ids()),
-        timeout,
-        what=lambda: f"{len(want - set(remote.dodwan_ids()))} of {len(want)} at the broker",
-    )
+
+    def missing() -> str:
+        lost = [i for i in ids if i not in set(remote.dodwan_ids())]
+        where = f"; gateway: {gw.client().get('/bridges')}" if gw is not None else ""
+        return f"{len(lost)} of {len(want)} at the broker (missing {lost[:5]}){where}"
+
+    wait_for(lambda: want <= set(remote.dodwan_ids()), timeout, what=missing)
     got = [i for i in remote.dodwan_ids() if i in want]
     dups = {i for i in got if got.count(i) > 1}
     assert not dups, f"{len(dups)} message(s) reached the broker twice"
@@ -219,7 +223,7 @@ def test_uplink_cut_during_a_burst_every_message_exactly_once(
     wait_for(lambda: binding(gw, "hq")["backlog"] > 0, 30, what="a backlog while down")
     assert binding(gw, "hq")["errors"] >= 1
     proto.broker.start()
-    exactly_once(hq, ids, timeout=90)
+    exactly_once(hq, ids, timeout=90, gw=gw)
     wait_for(lambda: binding(gw, "hq")["backlog"] == 0, 30, what="backlog drained")
     assert binding(gw, "hq")["sent_total"] == 150
 
@@ -242,7 +246,7 @@ def test_gateway_kill9_with_a_backlog_loses_nothing(
     assert gw.kill(signal.SIGKILL) == -signal.SIGKILL
     proto.broker.start()
     gw.start()
-    exactly_once(hq, ids, timeout=90)
+    exactly_once(hq, ids, timeout=90, gw=gw)
     st = binding(gw, "hq")
     assert st["backlog"] == 0 and st["sent_total"] == 60
 
@@ -310,9 +314,9 @@ def test_binding_replaced_under_load_loses_nothing(
     t.start()
     wait_for(lambda: len(hq.dodwan_ids()) >= 30, 30, what="load reaching the broker")
     # Replace through the CLI, changing the deadline given to incoming messages.
+    cmd = [sys.executable, "-m", "dodwan.cli", "bridge", "add", uri, "--name", "hq"]
     res = subprocess.run(
-        [sys.executable, "-m", "dodwan.cli", "bridge", "add", uri, "--name", "hq"]
-        + ["--direction", "out", "--attr", f"topic={topic}", "--ttl", "600", "--replace"],
+        [*cmd, "--direction", "out", "--attr", f"topic={topic}", "--ttl", "600", "--replace"],
         env={"DODWAN_STATE_DIR": str(gw.state_dir), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
@@ -324,5 +328,5 @@ def test_binding_replaced_under_load_loses_nothing(
     assert len(ids) == 200
     st = binding(gw, "hq")
     assert st["ttl"] == 600.0 and st["connects"] == 1
-    exactly_once(hq, ids, timeout=60)
+    exactly_once(hq, ids, timeout=60, gw=gw)
     assert binding(gw, "hq")["backlog"] == 0

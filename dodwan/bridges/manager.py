@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from ..core import CacheFullError, MessageDelivered, PatternError, Profile
 from .binding import Binding, InboundHandler, Link
-from .mapping import ORIGIN_MARK, Inbound, inbound_attributes, inbound_id
+from .mapping import DEADLINE_HEADER, ORIGIN_MARK, Inbound, inbound_attributes, inbound_id
 from .outbox import Outbox
 from .uri import BindingSpec, SpecError
 
@@ -223,7 +223,11 @@ class BridgeManager:
             # field already. A binding that has not sent it yet need not.
             binding.echoes += 1
             if spec.outbound:
-                self.outbox.mark_echoed(spec.name, echo)
+                try:
+                    keep = float(msg.headers.get(DEADLINE_HEADER, ""))
+                except ValueError:
+                    keep = time.time() + 86400
+                self.outbox.mark_echoed(spec.name, echo, keep)
             return True
         ep = spec.endpoint
         now = time.time()

@@ -35,6 +35,8 @@ from .uri import BindingSpec
 CONNECT_TIMEOUT = 10.0
 CONFIRM_TIMEOUT = 30.0
 SESSION_EXPIRY = 7 * 24 * 3600
+MAX_INFLIGHT = 64
+"""Most QoS 1/2 messages awaiting the broker's answer (less if the broker says so)."""
 
 
 def _confirmed(info: Any, timeout: float) -> bool:
@@ -67,15 +69,23 @@ class _Client:
         ep = spec.endpoint
         if ep.user:
             self.client.username_pw_set(ep.user, ep.password)
-        self.client.max_inflight_messages_set(64)
+        self.inflight = MAX_INFLIGHT
         self.client.max_queued_messages_set(0)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self._clean_start = clean_start
         self._started = False
 
-    def _on_connect(self, _c: Any, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
-        if reason.is_failure:
+    def _on_connect(self, _c: Any, _u: Any, _flags: Any, reason: Any, props: Any) -> None:
+        # The broker says how many QoS 1/2 messages may await its answer (mosquitto: 20);
+        # paho does not enforce it, and messages beyond it are lost.
+        # So a lower limit than ours means: reconnect with that limit.
+        receive_max = int(getattr(props, "ReceiveMaximum", None) or MAX_INFLIGHT)
+        if not reason.is_failure and receive_max < self.inflight:
+            self.inflight = receive_max
+            self.refused = f"broker's receive maximum is {receive_max}"
+            self.lost.set()
+        elif reason.is_failure:
             self.refused = str(reason)
             self.lost.set()
         else:
@@ -94,6 +104,7 @@ class _Client:
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = SESSION_EXPIRY
         try:
+            self.client.max_inflight_messages_set(self.inflight)
             if not self._started:
                 self.client.connect(
                     ep.host, ep.port, keepalive=15, clean_start=self._clean_start, properties=props

@@ -157,15 +157,27 @@ class Outbox:
             )
             db.execute("COMMIT")
 
-    def mark_echoed(self, binding: str, msg_id: str) -> bool:
-        """Another gateway already put this message on the broker: do not send it again."""
+    def mark_echoed(self, binding: str, msg_id: str, deadline: float) -> bool:
+        """Another gateway already put this message on the broker: never send it from here.
+
+        When the message has not reached this host yet, a placeholder row (kept until
+        ``deadline``) makes its later arrival a no-op. True when a pending row was dropped.
+        """
+        now = time.time()
         with self._lock:
             cur = self._db.execute(
                 "UPDATE outbox SET state = 2, done_at = ? "
                 "WHERE binding = ? AND msg_id = ? AND state = 0",
-                (time.time(), binding, msg_id),
+                (now, binding, msg_id),
             )
-            return cur.rowcount == 1
+            if cur.rowcount == 1:
+                return True
+            self._db.execute(
+                "INSERT OR IGNORE INTO outbox(binding, msg_id, descriptor, payload, deadline, "
+                "not_before, state, done_at) VALUES (?, ?, '{}', x'', ?, ?, 2, ?)",
+                (binding, msg_id, deadline, now, now),
+            )
+            return False
 
     def add_received(self, binding: str, n: int = 1) -> None:
         with self._lock:
