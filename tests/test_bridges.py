@@ -176,6 +176,8 @@ def test_field_to_broker_and_back_without_loop(
     assert {d["urgency"] for d in inbound} == {"now"}
     assert all(d["topic"] == topic and d["origin"] == "gw" for d in inbound)
     assert all(d["bridge_origin"].startswith(f"{proto.name}://127.0.0.1:") for d in inbound)
+    # Inbound messages become publications with the binding's deadline (ttl 3600 s).
+    assert all(abs(float(d["deadline"]) - float(d["date"]) - 3600) < 5 for d in inbound)
 
     # No loop: the inbound messages are never sent back. A sentinel from the field proves
     # the outbox has drained past them.

@@ -19,6 +19,7 @@ including the consumer callbacks (from ``process_data_events`` in :meth:`poll`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from typing import Any
@@ -32,6 +33,10 @@ from .outbox import OutRow
 from .uri import BindingSpec
 
 PREFETCH = 64
+
+# pika logs every connection attempt at INFO and a refused one with a traceback; the
+# binding's own warning says what failed.
+logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 
 class AmqpLink:
@@ -76,7 +81,8 @@ class AmqpLink:
                 ch.basic_consume(self.queue, self._deliver, auto_ack=False)
         except (pika.exceptions.AMQPError, OSError) as exc:
             self.disconnect()
-            raise LinkError(f"AMQP {ep.host}:{ep.port}: {type(exc).__name__} {exc}") from None
+            why = str(exc) or "connection refused or closed"
+            raise LinkError(f"AMQP {ep.host}:{ep.port}: {type(exc).__name__}: {why}") from None
 
     def _deliver(self, ch: Any, method: Any, props: Any, body: bytes) -> None:
         headers: dict[str, str] = {}
