@@ -77,6 +77,8 @@ class Binding:
             self._resume.set()
         self.ready = threading.Event()
         """Set once the link is up for the first time."""
+        self.tried = threading.Event()
+        """Set once the first connection attempt succeeded or failed."""
         self._idle = threading.Event()
         self._idle.set()
         self.connected = False
@@ -158,6 +160,7 @@ class Binding:
                     self.connected = True
                     self.connects += 1
                     self.ready.set()
+                    self.tried.set()
                     backoff = BACKOFF_MIN
                     log.info("bridge %s connected to %s", name, self.spec.endpoint.display)
                     self._serve(link)
@@ -165,6 +168,7 @@ class Binding:
                     if not self._stop.is_set():
                         self._error(exc)
                         log.warning("bridge %s: %s (retrying)", name, self.last_error)
+                    self.tried.set()
                     link.disconnect()
                 finally:
                     self.connected = False

@@ -32,7 +32,7 @@ from .uri import BindingSpec, SpecError
 log = logging.getLogger("dodwan.bridges")
 
 KEY_PREFIX = "bridge:"
-CONNECT_WAIT = 20.0
+CONNECT_WAIT = 15.0
 PURGE_PERIOD = 60.0
 
 
@@ -297,7 +297,8 @@ class BridgeManager:
         loop = asyncio.get_running_loop()
         old.retire()  # the old link must not reconnect (it could take over the new session)
         new = self._launch(spec, paused=True)
-        if not await loop.run_in_executor(None, new.ready.wait, CONNECT_WAIT):
+        await loop.run_in_executor(None, new.tried.wait, CONNECT_WAIT)
+        if not new.ready.is_set():
             reason = new.last_error or "no answer"
             await loop.run_in_executor(None, new.stop)
             old.unretire()

@@ -58,6 +58,7 @@ class _Client:
         self.spec = spec
         self.up = threading.Event()
         self.lost = threading.Event()
+        self.down = threading.Event()
         self.refused = ""
         self.client = paho.Client(
             CallbackAPIVersion.VERSION2,
@@ -70,6 +71,7 @@ class _Client:
         if ep.user:
             self.client.username_pw_set(ep.user, ep.password)
         self.inflight = MAX_INFLIGHT
+        self.lowered = False
         self.client.max_queued_messages_set(0)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
@@ -83,7 +85,7 @@ class _Client:
         receive_max = int(getattr(props, "ReceiveMaximum", None) or MAX_INFLIGHT)
         if not reason.is_failure and receive_max < self.inflight:
             self.inflight = receive_max
-            self.refused = f"broker's receive maximum is {receive_max}"
+            self.lowered = True
             self.lost.set()
         elif reason.is_failure:
             self.refused = str(reason)
@@ -92,19 +94,35 @@ class _Client:
             self.up.set()
 
     def _on_disconnect(self, _c: Any, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
+        self.down.set()
         self.up.clear()
         self.lost.set()
         self.refused = self.refused or str(reason)
 
     def connect(self) -> None:
+        if self._connect_once():
+            self.drop()
+            self._connect_once()  # again, within the broker's receive maximum
+
+    def drop(self) -> None:
+        """Disconnect and wait until paho has closed the socket (the session stays)."""
+        self.down.clear()
+        with contextlib.suppress(Exception):
+            self.client.disconnect()
+        self.down.wait(5.0)
+
+    def _connect_once(self) -> bool:
+        """Connect; True when the broker's receive maximum asks for another try."""
         self.up.clear()
         self.lost.clear()
         self.refused = ""
+        self.lowered = False
         ep = self.spec.endpoint
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = SESSION_EXPIRY
         try:
-            self.client.max_inflight_messages_set(self.inflight)
+            if self.client.max_inflight_messages != self.inflight:  # only when closed
+                self.client.max_inflight_messages_set(self.inflight)
             if not self._started:
                 self.client.connect(
                     ep.host, ep.port, keepalive=15, clean_start=self._clean_start, properties=props
@@ -115,15 +133,18 @@ class _Client:
                 self.client.loop_stop()
                 self.client.reconnect()
                 self.client.loop_start()
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:
             raise LinkError(f"cannot connect to {ep.host}:{ep.port}: {exc}") from None
         deadline = time.monotonic() + CONNECT_TIMEOUT
         while not self.up.is_set():
+            if self.lowered:
+                return True
             if self.lost.is_set():
                 raise LinkError(f"MQTT connection refused: {self.refused or 'closed'}")
             if time.monotonic() > deadline:
                 raise LinkError("MQTT connection timed out")
             self.up.wait(0.05)
+        return False
 
     def check(self) -> None:
         if self.lost.is_set() or not self.up.is_set():
@@ -236,9 +257,8 @@ class MqttLink:
     def disconnect(self) -> None:
         """After a failure: the clients stay (their sessions continue on reconnect)."""
         for c in (self.out, self.inb):
-            if c is not None:
-                with contextlib.suppress(Exception):
-                    c.client.disconnect()
+            if c is not None and c.up.is_set():
+                c.drop()
 
     def close(self) -> None:
         for c in (self.out, self.inb):
