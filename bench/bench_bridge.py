@@ -27,9 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from bridge_remotes import AmqpRemote, MqttRemote, StompRemote  # noqa: E402
-from brokers import ActiveMQ, Broker, Mosquitto, RabbitMQ  # noqa: E402
-from test_daemon_helpers import DaemonProc, random_group  # noqa: E402
+from bridge_remotes import AmqpRemote, MqttRemote, StompRemote
+from brokers import ActiveMQ, Broker, Mosquitto, RabbitMQ
+from test_daemon_helpers import DaemonProc, random_group
 
 BROKERS: dict[str, type[Broker]] = {"mqtt": Mosquitto, "stomp": ActiveMQ, "amqp": RabbitMQ}
 
@@ -67,7 +67,7 @@ def bulk_publish(proto: str, broker: Broker, topic: str, n: int, body: bytes) ->
     if proto == "mqtt":
         r = MqttRemote(broker.port, "unused/#")
         infos = []
-        for i in range(n):
+        for _ in range(n):
             infos.append(r.client.publish(topic, body, qos=1))
             if len(infos) >= 200:
                 infos.pop(0).wait_for_publish(30)

@@ -194,6 +194,18 @@ def test_field_to_broker_and_back_without_loop(
     assert status["bridges"][0]["name"] == "hq"
 
 
+def test_messages_carried_before_the_binding_existed_go_out(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic, queue=True)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    ids = publish(gw, topic, 10)  # cached on the gateway before it has an uplink
+    add_binding(gw, uri, "hq", topic, direction="out")
+    exactly_once(hq, ids, gw=gw)
+
+
 # ---------------------------------------------------------------------- uplink cut
 
 

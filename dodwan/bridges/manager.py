@@ -278,8 +278,8 @@ class BridgeManager:
             if old is not None and not replace:
                 raise BridgeError(409, f"binding {spec.name!r} exists; use replace to change it")
             if old is None:
+                self._launch(spec)  # first: the core hands the cached messages over at once
                 self._bind(spec)
-                self._launch(spec)
             else:
                 await self._replace(old, spec)
         return self.binding_status(spec.name)
