@@ -200,7 +200,7 @@ def test_messages_carried_before_the_binding_existed_go_out(
     topic = topic_name()
     uri, make_remote = proto.destination(topic, queue=True)
     hq = remotes(make_remote)
-    field, gw = pair(daemons)
+    _field, gw = pair(daemons)
     ids = publish(gw, topic, 10)  # cached on the gateway before it has an uplink
     add_binding(gw, uri, "hq", topic, direction="out")
     exactly_once(hq, ids, gw=gw)
