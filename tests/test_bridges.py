@@ -206,6 +206,58 @@ def test_messages_carried_before_the_binding_existed_go_out(
     exactly_once(hq, ids, gw=gw)
 
 
+def test_a_joms_topic_mirrored_to_the_broker_both_ways(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """A JMS client of the field host's STOMP gateway and headquarters talk on one topic."""
+    import queue
+
+    import stomp
+    from brokers import free_port, port_open
+
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    group = random_group()
+    jms_port = free_port()
+    daemons(
+        "field", "--group", group, "--host-id", "field", *ARGS, "--stomp", f"127.0.0.1:{jms_port}"
+    )
+    gw = daemons("gw", "--group", group, "--host-id", "gw", *ARGS)
+    gw.client().post("/bridges", {"uri": uri, "name": "hq", "joms_topic": "alerts"})
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    wait_for(lambda: port_open(jms_port), 20, what="the field's STOMP gateway")
+
+    frames: queue.Queue[Any] = queue.Queue()
+
+    class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_message(self, frame: Any) -> None:
+            frames.put(frame)
+
+        def on_receipt(self, frame: Any) -> None:
+            frames.put(frame.headers["receipt-id"])
+
+    jms = stomp.Connection12([("127.0.0.1", jms_port)])
+    jms.set_listener("l", Listener())
+    jms.connect(wait=True)
+    try:
+        jms.subscribe("/topic/alerts", id="a", headers={"receipt": "sub"})
+        assert frames.get(timeout=10) == "sub"
+        jms.send("/topic/alerts", "river rising", headers={"severity": "high"})
+        assert frames.get(timeout=10).body == "river rising"  # the local JMS subscriber
+        wait_for(lambda: len(hq.dodwan_ids()) == 1, 30, what="the JMS message at the broker")
+        sent = hq.snapshot()[0]
+        assert sent.body == b"river rising" and sent.headers["severity"] == "high"
+        assert sent.headers["destination_id"] == "alerts"
+
+        hq.publish(b"evacuate", f"hq-{topic}-1", {"zone": "north"})
+        got = frames.get(timeout=30)
+        assert got.body == "evacuate" and got.headers["zone"] == "north"
+        assert got.headers["bridge_origin"].startswith(f"{proto.name}://")
+    finally:
+        jms.disconnect()
+
+
 # ---------------------------------------------------------------------- uplink cut
 
 

@@ -237,6 +237,9 @@ class BridgeManager:
                 return True  # expired on the way: nothing to deliver
             deadline = min(deadline, msg.expires)
         attrs = inbound_attributes(msg, spec.attributes, ep.display)
+        if spec.joms:  # a JMS BytesMessage for the daemon's JOMS clients
+            attrs.setdefault("jms_body", "bytes")
+            attrs.setdefault("jms_timestamp", str(int(now * 1000)))
         if msg.remote_id:
             attrs["id"] = inbound_id(f"{ep.scheme}:{ep.path}", msg.remote_id)
         priority = 4 if msg.priority is None else min(9, max(0, msg.priority))

@@ -32,7 +32,10 @@ KEYS = {
     "ttl",
     "holdoff",
     "qos",
+    "joms_topic",
 }
+JOMS_KIND = ("jms_kind", "message")
+"""A JOMS topic's messages: jms_kind=message, destination_type=topic, destination_id=NAME."""
 
 
 class SpecError(ValueError):
@@ -168,10 +171,17 @@ class BindingSpec:
     """Seconds an outgoing message waits before it is sent (a standby gateway)."""
     qos: int = 2
     """MQTT quality of service for both directions (1 or 2)."""
+    joms_topic: str | None = None
+    """The JOMS topic mirrored (its attributes are part of ``attributes``)."""
     endpoint: Endpoint = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "endpoint", parse_uri(self.uri))
+
+    @property
+    def joms(self) -> bool:
+        """Incoming messages are JOMS topic messages (JMS clients of the daemon get them)."""
+        return self.attributes.get(JOMS_KIND[0]) == JOMS_KIND[1]
 
     @property
     def outbound(self) -> bool:
@@ -198,7 +208,7 @@ class BindingSpec:
             "ttl": self.ttl,
             "holdoff": self.holdoff,
             "qos": self.qos,
-        }
+        } | ({"joms_topic": self.joms_topic} if self.joms_topic else {})
 
     @classmethod
     def from_dict(cls, data: Any) -> BindingSpec:
@@ -216,6 +226,17 @@ class BindingSpec:
         if direction not in DIRECTIONS:
             raise SpecError(f"binding {name}: direction must be out, in or both")
         attributes = _str_map(data.get("attributes", {}), f"binding {name}: attributes")
+        joms_topic = data.get("joms_topic")
+        if joms_topic is not None:
+            if not isinstance(joms_topic, str) or not joms_topic:
+                raise SpecError(f"binding {name}: joms_topic must be a topic name")
+            attributes.update(
+                {
+                    JOMS_KIND[0]: JOMS_KIND[1],
+                    "destination_type": "topic",
+                    "destination_id": joms_topic,
+                }
+            )
         flt = data.get("filter", [])
         if isinstance(flt, dict):
             flt = [flt]
@@ -249,6 +270,7 @@ class BindingSpec:
             ttl=numbers["ttl"],
             holdoff=numbers["holdoff"],
             qos=qos,
+            joms_topic=joms_topic,
         )
 
 
