@@ -262,13 +262,17 @@ def test_a_joms_topic_mirrored_to_the_broker_both_ways(
 
 
 def test_uplink_cut_during_a_burst_every_message_exactly_once(
-    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any, tmp_path: Path
 ) -> None:
     topic = topic_name()
     uri, make_remote = proto.destination(topic, queue=True)
     hq = remotes(make_remote)
-    field, gw = pair(daemons)
-    add_binding(gw, uri, "hq", topic, direction="out")
+    conf = tmp_path / "gw.toml"  # this binding comes from the config file
+    conf.write_text(
+        f'[[bridges]]\nname = "hq"\nuri = "{uri}"\ndirection = "out"\n'
+        f'attributes = {{ topic = "{topic}" }}\n'
+    )
+    field, gw = pair(daemons, "--config", str(conf))
     wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
     ids: list[str] = []
     done = threading.Event()
@@ -315,6 +319,34 @@ def test_gateway_kill9_with_a_backlog_loses_nothing(
     exactly_once(hq, ids, timeout=90, gw=gw)
     st = binding(gw, "hq")
     assert st["backlog"] == 0 and st["sent_total"] == 60
+
+
+def test_outbox_rows_lost_in_a_crash_are_recovered_from_the_cache(
+    mosquitto: Broker, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """A kill between the core's commit (delivered to the binding) and the outbox's."""
+    import sqlite3
+
+    restart(mosquitto)
+    proto = Proto("mqtt", mosquitto)
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    add_binding(gw, uri, "hq", topic, direction="out")
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    mosquitto.stop()
+    try:
+        ids = publish(field, topic, 20)
+        wait_for(lambda: binding(gw, "hq")["backlog"] == 20, 30, what="20 in the outbox")
+        gw.kill(signal.SIGKILL)
+        with sqlite3.connect(gw.state_dir / "bridges.db") as db:
+            db.execute("DELETE FROM outbox WHERE rowid % 2 = 0")  # as if never committed
+        mosquitto.start()
+        gw.start()
+        exactly_once(hq, ids, gw=gw)
+    finally:
+        restart(mosquitto)
 
 
 # ---------------------------------------------------------------------- two gateways
