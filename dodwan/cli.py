@@ -635,6 +635,7 @@ def bridge() -> None:
 @click.option("--ttl", type=float, help="Seconds incoming messages live in DoDWAN (3600).")
 @click.option("--holdoff", type=float, help="Seconds outgoing messages wait (standby gateway).")
 @click.option("--qos", type=click.IntRange(1, 2), help="MQTT quality of service (2).")
+@click.option("--joms-topic", help="Mirror this JOMS topic (its JMS clients talk with the broker).")
 @click.option(
     "--replace", is_flag=True, help="Replace the binding of that name (make-before-break)."
 )
@@ -651,6 +652,7 @@ def bridge_add(
     ttl: float | None,
     holdoff: float | None,
     qos: int | None,
+    joms_topic: str | None,
     replace: bool,
     as_json: bool,
 ) -> None:
@@ -663,7 +665,12 @@ def bridge_add(
         body["attributes"] = _pairs(attrs, "attribute")
     if filters:
         body["filter"] = [_pairs(filters, "filter")]
-    for key, value in (("ttl", ttl), ("holdoff", holdoff), ("qos", qos)):
+    for key, value in (
+        ("ttl", ttl),
+        ("holdoff", holdoff),
+        ("qos", qos),
+        ("joms_topic", joms_topic),
+    ):
         if value is not None:
             body[key] = value
     client = _client(ctx, local_state_dir)
