@@ -181,6 +181,16 @@ def test_admin_api_refuses_bad_bindings_and_keeps_the_daemon_running(
     assert out.returncode == 0
     assert "hq" in out.stdout and "down" in out.stdout and "Connection refused" in out.stdout
     out = subprocess.run(
+        [sys.executable, "-m", "dodwan.cli", "status", "--state-dir", str(d.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0
+    bridge_lines = out.stdout.split("\nbridges\n")[1].splitlines()
+    assert bridge_lines[0].split()[:4] == ["NAME", "DIR", "LINK", "BACKLOG"]
+    assert bridge_lines[1].split()[:4] == ["hq", "both", "down", "1"]
+    out = subprocess.run(
         [sys.executable, "-m", "dodwan.cli", "bridge", "rm", "hq", "--state-dir", str(d.state_dir)],
         capture_output=True,
         text=True,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -80,8 +81,11 @@ def make_link(spec: BindingSpec, host_id: str, on_message: InboundHandler) -> Li
 
 
 class BridgeManager:
-    def __init__(self, host: BridgeHost, configured: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, host: BridgeHost, configured: list[dict[str, Any]], synchronous: str = "NORMAL"
+    ) -> None:
         self.host = host
+        self.synchronous = synchronous
         self.configured = configured
         self.outbox: Outbox | None = None
         self._bindings: dict[str, Binding] = {}
@@ -95,7 +99,7 @@ class BridgeManager:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.outbox = Outbox(self.host.state_dir)
+        self.outbox = Outbox(self.host.state_dir, self.synchronous)
         specs: dict[str, tuple[BindingSpec, str]] = {}
         for name, data, source in self.outbox.bindings():
             if source == "api":
@@ -193,7 +197,15 @@ class BridgeManager:
         except ValueError:
             deadline = now + 3600
         not_before = now + b.spec.holdoff
-        if self.outbox.enqueue(name, d.get("id", ""), dict(d), ev.payload, deadline, not_before):
+        try:
+            added = self.outbox.enqueue(
+                name, d.get("id", ""), dict(d), ev.payload, deadline, not_before
+            )
+        except sqlite3.Error as exc:  # e.g. disk full: recovered from the cache at restart
+            b._error(exc)
+            log.error("bridge %s: cannot write the outbox: %s", name, exc)
+            return
+        if added:
             b.wake()
 
     # ------------------------------------------------------------------ broker -> DoDWAN

@@ -223,7 +223,9 @@ class Daemon:
             send_many=self.transport.send_many,
         )
         await self.transport.start(self._on_datagram, self._after_input)
-        self.bridges = BridgeManager(DaemonBridgeHost(self), list(self.config.bridges))
+        self.bridges = BridgeManager(
+            DaemonBridgeHost(self), list(self.config.bridges), self.config.sqlite_synchronous
+        )
         await self.bridges.start()
         if not _is_local(self._admin_addr[0]):
             self._admin_token = self._load_token()
