@@ -145,7 +145,7 @@ class Binding:
             return False
         return self._on_inbound(self, msg)
 
-    def _error(self, exc: BaseException) -> None:
+    def record_error(self, exc: BaseException) -> None:
         self.errors += 1
         self.last_error = f"{type(exc).__name__}: {exc}"[:300]
 
@@ -166,7 +166,7 @@ class Binding:
                     self._serve(link)
                 except Exception as exc:
                     if not self._stop.is_set():
-                        self._error(exc)
+                        self.record_error(exc)
                         log.warning("bridge %s: %s (retrying)", name, self.last_error)
                     self.tried.set()
                     link.disconnect()

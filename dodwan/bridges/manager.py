@@ -202,7 +202,7 @@ class BridgeManager:
                 name, d.get("id", ""), dict(d), ev.payload, deadline, not_before
             )
         except sqlite3.Error as exc:  # e.g. disk full: recovered from the cache at restart
-            b._error(exc)
+            b.record_error(exc)
             log.error("bridge %s: cannot write the outbox: %s", name, exc)
             return
         if added:
@@ -222,7 +222,7 @@ class BridgeManager:
         try:
             return asyncio.run_coroutine_threadsafe(run(), loop).result(30.0)
         except Exception as exc:
-            binding._error(exc)
+            binding.record_error(exc)
             return False
 
     def _inbound(self, binding: Binding, msg: Inbound) -> bool:
@@ -269,10 +269,10 @@ class BridgeManager:
                     attrs["id"] = inbound_id(f"{ep.scheme}:{ep.path}", msg.remote_id)
                 self.host.publish(attrs, msg.body, deadline, priority)
         except CacheFullError as exc:
-            binding._error(exc)
+            binding.record_error(exc)
             return False  # not acknowledged: the broker keeps it
         except (TypeError, ValueError) as exc:
-            binding._error(exc)
+            binding.record_error(exc)
             log.error("bridge %s: message refused: %s", spec.name, exc)
             return True
         binding.received += 1

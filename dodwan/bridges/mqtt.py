@@ -118,7 +118,7 @@ class _Client:
         self.refused = ""
         self.lowered = False
         ep = self.spec.endpoint
-        props = Properties(PacketTypes.CONNECT)
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = SESSION_EXPIRY
         try:
             if self.client.max_inflight_messages != self.inflight:  # only when closed
@@ -220,7 +220,7 @@ class MqttLink:
         infos = []
         for row in rows:
             d = row.descriptor
-            props = Properties(PacketTypes.PUBLISH)
+            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
             props.UserProperty = list(user_properties(d).items())
             left = deadline_of(d, time.time() + 3600) - time.time()
             props.MessageExpiryInterval = max(1, int(left))
