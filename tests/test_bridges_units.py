@@ -101,6 +101,7 @@ def test_inbound_mapping_marks_origin_and_keeps_system_attributes_out() -> None:
 
 def test_outbox_sent_flag_high_water_mark_and_echo_placeholder(tmp_path: Path) -> None:
     box = Outbox(tmp_path)
+    assert (tmp_path / "bridges.db").stat().st_mode & 0o777 == 0o600  # URIs with passwords
     for i in range(5):
         assert box.enqueue("b", f"m{i}", {"id": f"m{i}"}, b"p", 2e9, 0.0)
     assert not box.enqueue("b", "m0", {"id": "m0"}, b"p", 2e9, 0.0)  # never twice

@@ -14,6 +14,7 @@ totals. One connection is shared by the event loop and the binding threads under
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -60,6 +61,8 @@ class Outbox:
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
+        # It keeps the bindings' URIs, with their credentials.
+        os.chmod(self.path, 0o600)
 
     def close(self) -> None:
         with self._lock:
