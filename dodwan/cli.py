@@ -634,7 +634,7 @@ def bridge() -> None:
 )
 @click.option("--ttl", type=float, help="Seconds incoming messages live in DoDWAN (3600).")
 @click.option("--holdoff", type=float, help="Seconds outgoing messages wait (standby gateway).")
-@click.option("--qos", type=click.IntRange(1, 2), help="MQTT quality of service (2).")
+@click.option("--qos", type=click.IntRange(1, 2), help="MQTT quality of service (1).")
 @click.option("--joms-topic", help="Mirror this JOMS topic (its JMS clients talk with the broker).")
 @click.option(
     "--replace", is_flag=True, help="Replace the binding of that name (make-before-break)."

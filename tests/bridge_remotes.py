@@ -46,6 +46,9 @@ class Remote:
         with self._lock:
             return list(self.received)
 
+    def _seen(self, dodwan_id: str | None) -> bool:
+        return dodwan_id is not None and dodwan_id in self.dodwan_ids()
+
     def dodwan_ids(self) -> list[str]:
         return [r.dodwan_id for r in self.snapshot() if r.dodwan_id]
 
@@ -199,7 +202,10 @@ class AmqpRemote(Remote):
                     headers = {str(k): str(v) for k, v in (props.headers or {}).items()}
                     if props.message_id:
                         headers.setdefault("message_id", props.message_id)
-                    self._add(Received(bytes(body), headers))
+                    # RabbitMQ hands this consumer again what it had not acknowledged when
+                    # the connection broke (flagged): not a second copy at the broker.
+                    if not (method.redelivered and self._seen(headers.get("dodwan-id"))):
+                        self._add(Received(bytes(body), headers))
                     ch.basic_ack(method.delivery_tag)
                 with contextlib.suppress(Exception):
                     conn.close()

@@ -2,9 +2,11 @@
 
 Two client connections per binding, each with its own session:
 
-* outbound: QoS 2 by default (exactly once to the broker while this process lives: paho
-  resends unconfirmed packets itself after a reconnect, and the session is clean only at
-  the first connection of the process, so no packet id of a dead process is reused);
+* outbound: QoS 1 by default (at least once: paho resends unconfirmed packets itself after
+  a reconnect, and the session is clean only at the first connection of the process, so
+  no packet id of a dead process is reused). QoS 2 (``qos = 2``) avoids the copies while
+  the broker keeps its state, but across a Mosquitto restart it lost a message in our
+  tests: the broker answered the resent PUBREL without having kept the message;
 * inbound: a persistent session (fixed client id, clean start off, long session expiry),
   so what the broker gets for the binding's topic while the gateway is away waits there;
   messages are acknowledged manually, after their DoDWAN publication is committed. A

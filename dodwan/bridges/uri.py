@@ -169,8 +169,10 @@ class BindingSpec:
     """Seconds incoming messages live in the DoDWAN network (their deadline)."""
     holdoff: float = 0.0
     """Seconds an outgoing message waits before it is sent (a standby gateway)."""
-    qos: int = 2
-    """MQTT quality of service for both directions (1 or 2)."""
+    qos: int = 1
+    """MQTT quality of service for both directions (1 or 2). 1 by default: across a broker
+    restart QoS 1 may resend (deduplicable on ``dodwan-id``), while QoS 2 lost a message
+    Mosquitto had taken when its in-flight exchange was forgotten."""
     joms_topic: str | None = None
     """The JOMS topic mirrored (its attributes are part of ``attributes``)."""
     endpoint: Endpoint = field(init=False, compare=False, repr=False)
@@ -258,7 +260,7 @@ class BindingSpec:
             numbers[key] = float(v)
         if numbers["ttl"] <= 0:
             raise SpecError(f"binding {name}: ttl must be positive")
-        qos = data.get("qos", 2)
+        qos = data.get("qos", 1)
         if qos not in (1, 2) or isinstance(qos, bool):
             raise SpecError(f"binding {name}: qos must be 1 or 2")
         return cls(
