@@ -87,8 +87,11 @@ class MqttRemote(Remote):
 
     def _on_message(self, _c: Any, _u: Any, msg: Any) -> None:
         props = getattr(msg, "properties", None)
-        headers = dict(getattr(props, "UserProperty", None) or [])
-        self._add(Received(bytes(msg.payload), {str(k): str(v) for k, v in headers.items()}))
+        headers = {str(k): str(v) for k, v in (getattr(props, "UserProperty", None) or [])}
+        # Mosquitto hands this consumer again (DUP) what it had not acknowledged when the
+        # connection broke: not a second copy at the broker.
+        if not (msg.dup and self._seen(headers.get("dodwan-id"))):
+            self._add(Received(bytes(msg.payload), headers))
 
     def publish(self, body: bytes, msg_id: str, headers: dict[str, str], topic: str = "") -> None:
         props = Properties(PacketTypes.PUBLISH)
