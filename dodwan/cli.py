@@ -317,6 +317,9 @@ def status(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> No
     width = max(len(name) for name, _ in rows) + 2
     for name, value in rows:
         click.echo(f"{name:<{width}}{value}")
+    if st.get("bridges"):
+        click.echo("bridges")
+        _bridge_rows(st["bridges"])
     counters = st["counters"]
     if counters:
         click.echo("counters")
@@ -768,6 +771,142 @@ def top(ctx: click.Context, local_state_dir: str | None, interval: float, once: 
         return
     _call(lambda: client.get("/status"))  # reachable before taking the screen
     view.run(connect, interval)
+
+
+# ---------------------------------------------------------------------- bridges
+
+
+@cli.group()
+def bridge() -> None:
+    """Bindings to STOMP, MQTT and AMQP brokers (docs/bridges.md)."""
+
+
+@bridge.command("add")
+@state_dir_option
+@click.argument("uri")
+@click.option("--name", help="Binding name (default: made from the URI).")
+@click.option(
+    "--direction",
+    type=click.Choice(["out", "in", "both"]),
+    default="both",
+    show_default=True,
+    help="out: DoDWAN to the broker; in: the broker to DoDWAN.",
+)
+@click.option(
+    "--attr",
+    "-a",
+    "attrs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Attribute given to incoming messages; outgoing messages are those that have all "
+    "of them (unless --filter is given). Repeatable.",
+)
+@click.option(
+    "--filter",
+    "-f",
+    "filters",
+    multiple=True,
+    metavar="NAME=REGEX",
+    help="Pattern choosing outgoing messages (repeatable; all must match).",
+)
+@click.option("--ttl", type=float, help="Seconds incoming messages live in DoDWAN (3600).")
+@click.option("--holdoff", type=float, help="Seconds outgoing messages wait (standby gateway).")
+@click.option("--qos", type=click.IntRange(1, 2), help="MQTT quality of service (1).")
+@click.option("--joms-topic", help="Mirror this JOMS topic (its JMS clients talk with the broker).")
+@click.option(
+    "--replace", is_flag=True, help="Replace the binding of that name (make-before-break)."
+)
+@json_option
+@click.pass_context
+def bridge_add(
+    ctx: click.Context,
+    local_state_dir: str | None,
+    uri: str,
+    name: str | None,
+    direction: str,
+    attrs: tuple[str, ...],
+    filters: tuple[str, ...],
+    ttl: float | None,
+    holdoff: float | None,
+    qos: int | None,
+    joms_topic: str | None,
+    replace: bool,
+    as_json: bool,
+) -> None:
+    """Bind the daemon to the broker destination URI, e.g. mqtt://127.0.0.1:1883/field/#,
+    stomp://127.0.0.1:61613/topic/NAME or amqp://127.0.0.1:5672/EXCHANGE/KEY."""
+    body: dict[str, Any] = {"uri": uri, "direction": direction, "replace": replace}
+    if name:
+        body["name"] = name
+    if attrs:
+        body["attributes"] = _pairs(attrs, "attribute")
+    if filters:
+        body["filter"] = [_pairs(filters, "filter")]
+    for key, value in (
+        ("ttl", ttl),
+        ("holdoff", holdoff),
+        ("qos", qos),
+        ("joms_topic", joms_topic),
+    ):
+        if value is not None:
+            body[key] = value
+    client = _client(ctx, local_state_dir)
+    res = _call(lambda: client.post("/bridges", body))
+    if as_json:
+        _out_json(res)
+        return
+    state = "connected" if res["connected"] else "connecting"
+    click.echo(f"{'replaced' if replace else 'added'} {res['name']} -> {res['uri']} ({state})")
+
+
+@bridge.command("rm")
+@state_dir_option
+@click.argument("name")
+@click.pass_context
+def bridge_rm(ctx: click.Context, local_state_dir: str | None, name: str) -> None:
+    """Remove the binding NAME (its unsent messages are dropped)."""
+    client = _client(ctx, local_state_dir)
+    res = _call(lambda: client.delete(f"/bridges/{name}"))
+    extra = f" ({res['unsent_dropped']} unsent message(s) dropped)" if res["unsent_dropped"] else ""
+    click.echo(f"removed {name}{extra}")
+
+
+def _bridge_rows(rows: list[dict[str, Any]]) -> None:
+    _table(
+        [
+            [
+                r["name"],
+                r["direction"],
+                "up" if r["connected"] else "down",
+                str(r["backlog"]),
+                str(r["sent_total"]),
+                str(r["received_total"]),
+                str(r["errors"]),
+                r["uri"],
+            ]
+            for r in rows
+        ],
+        ["NAME", "DIR", "LINK", "BACKLOG", "SENT", "RECEIVED", "ERRORS", "URI"],
+    )
+
+
+@bridge.command("ls")
+@state_dir_option
+@json_option
+@click.pass_context
+def bridge_ls(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> None:
+    """List the bindings with their state."""
+    rows = _call(lambda: _client(ctx, local_state_dir).get("/bridges"))
+    if as_json:
+        _out_json(rows)
+        return
+    if not rows:
+        click.echo("no bindings")
+        return
+    _bridge_rows(rows)
+    for r in rows:
+        if r["last_error"] and not r["connected"]:
+            click.echo(f"{r['name']}: {r['last_error']}")
 
 
 def main() -> None:

@@ -63,6 +63,7 @@ def test_every_command_is_listed() -> None:
         "daemon", "status", "peers", "profile", "publish", "subscribe", "unsubscribe",
         "subscriptions", "cache", "cache ls", "cache show", "cache purge", "keygen", "top",
         "check", "repair",
+        "bridge", "bridge add", "bridge rm", "bridge ls",
     }  # fmt: skip
     assert names == expected  # a new command is added here, and so to the error-path tests
 
@@ -79,6 +80,8 @@ def test_daemon_help_lists_every_setting() -> None:
 
     out = run("daemon", "--help").output
     for s in SETTINGS:
+        if s.name == "bridges":  # tables ([[bridges]]): config file and `dodwan bridge add`
+            continue
         assert f"--{s.name.replace('_', '-')}" in out
     for name in NODE_FIELDS:
         assert f"--{name.replace('_', '-')}" in out
@@ -98,6 +101,9 @@ CLIENT_COMMANDS = [
     ["cache", "ls"],
     ["cache", "show", "id"],
     ["cache", "purge", "id"],
+    ["bridge", "add", "mqtt://127.0.0.1/x/#", "--attr", "a=b"],
+    ["bridge", "rm", "x"],
+    ["bridge", "ls"],
 ]
 
 

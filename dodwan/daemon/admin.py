@@ -46,6 +46,7 @@ _REASONS = {
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
+    502: "Bad Gateway",
     503: "Service Unavailable",
     507: "Insufficient Storage",
 }
@@ -81,6 +82,9 @@ class AdminApp(Protocol):
     def unsubscribe(self, key: str) -> dict[str, Any]: ...
     def follow(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]: ...
     def metrics(self) -> str: ...
+    def bridges_list(self) -> list[dict[str, Any]]: ...
+    async def bridge_add(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    async def bridge_remove(self, name: str) -> dict[str, Any]: ...
 
 
 Response = tuple[int, str, bytes]
@@ -281,6 +285,16 @@ class AdminServer:
             if method != "DELETE":
                 raise ApiError(405, "use DELETE /subscriptions/KEY")
             return _json(200, app.unsubscribe(key))
+        if path == "/bridges":
+            if method == "GET":
+                return _json(200, app.bridges_list())
+            if method == "POST":
+                return _json(200, await app.bridge_add(body))
+            raise ApiError(405, "use GET or POST /bridges")
+        if path.startswith("/bridges/") and len(path) > len("/bridges/"):
+            if method != "DELETE":
+                raise ApiError(405, "use DELETE /bridges/NAME")
+            return _json(200, await app.bridge_remove(path[len("/bridges/") :]))
         if path.startswith("/cache/") and len(path) > len("/cache/"):
             msg_id = path[len("/cache/") :]
             if method == "GET":

@@ -198,6 +198,13 @@ SETTINGS: tuple[Setting, ...] = (
         "read; further deliveries to it are dropped (counted in "
         "sink_deliveries_follow_dropped).",
     ),
+    Setting(
+        "bridges",
+        [],
+        "Bindings to STOMP, MQTT and AMQP brokers, one `[[bridges]]` table each (name, uri, "
+        "direction, attributes, filter, ttl, holdoff, qos); see docs/bridges.md.",
+        cli=False,
+    ),
 )
 
 GiB = 1024 * 1024 * 1024
@@ -383,6 +390,7 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
             node[key] = _check_type(f"--{key.replace('_', '-')}", value, NODE_DEFAULTS[key])
         else:
             raise ConfigError(f"unknown setting {key!r}")
+    _check_bridges(values["bridges"])
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError("log_level must be debug, info, warning or error")
     if values["network_key_mode"] not in ("auth", "encrypt"):
@@ -432,6 +440,23 @@ def _check_ranges(
         bounds = ranges.get(name)
         if bounds is not None and not bounds[0] <= value <= bounds[1]:
             raise ConfigError(f"{prefix}{name} = {value:g} is out of range ({_range_text(bounds)})")
+
+
+def _check_bridges(tables: Any) -> None:
+    """Refuse a bad ``[[bridges]]`` table at load time, with the binding's reason."""
+    from ..bridges.uri import BindingSpec, SpecError
+
+    if not isinstance(tables, list):
+        raise ConfigError("bridges must be an array of tables ([[bridges]])")
+    names: set[str] = set()
+    for i, table in enumerate(tables):
+        try:
+            spec = BindingSpec.from_dict(table)
+        except SpecError as exc:
+            raise ConfigError(f"[[bridges]] #{i + 1}: {exc}") from None
+        if spec.name in names:
+            raise ConfigError(f"[[bridges]] #{i + 1}: binding name {spec.name!r} used twice")
+        names.add(spec.name)
 
 
 def default_state_dir() -> Path:

@@ -29,6 +29,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..bridges import KEY_PREFIX as BRIDGE_PREFIX
+from ..bridges import BridgeError, BridgeManager
+from ..bridges.host import DaemonBridgeHost
 from ..core import (
     CacheFullError,
     MessageDelivered,
@@ -139,6 +142,7 @@ class Daemon:
         self.joms_service: Any = None
         self._delivery_handler: Callable[[MessageDelivered], Any] | None = None
         self._stomp_server: Any = None
+        self.bridges: BridgeManager | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._pump_handle: asyncio.TimerHandle | None = None
@@ -231,6 +235,10 @@ class Daemon:
             send_many=self.transport.send_many,
         )
         await self.transport.start(self._on_datagram, self._after_input)
+        self.bridges = BridgeManager(
+            DaemonBridgeHost(self), list(self.config.bridges), self.config.sqlite_synchronous
+        )
+        await self.bridges.start()
         if not _is_local(self._admin_addr[0]):
             self._admin_token = self._load_token()
         self.admin = AdminServer(
@@ -469,6 +477,8 @@ class Daemon:
                         await asyncio.wait_for(waiter(), 2.0)
         if self.admin is not None:
             await self.admin.close()
+        if self.bridges is not None:
+            await self.bridges.close()
         if self.sinks is not None:
             await self.sinks.close()
         if self.pacer is not None:
@@ -588,6 +598,10 @@ class Daemon:
     def _on_event(self, ev: object) -> None:
         if isinstance(ev, MessageDelivered):
             self._count("deliveries")
+            if ev.subscription.startswith(BRIDGE_PREFIX):
+                if self.bridges is not None:
+                    self.bridges.deliver(ev)
+                return
             if ev.subscription.startswith(SERVICE_PREFIX):
                 handler = self._delivery_handler or getattr(self.joms_service, "deliver", None)
                 if handler is None:
@@ -649,6 +663,7 @@ class Daemon:
             "announce_period": node.config.announce_period,
             "counters": dict(sorted(self._all_counters().items())),
             "state_dir": str(self.state_dir),
+            "bridges": [] if self.bridges is None else self.bridges.status(),
         }
 
     def _all_counters(self) -> dict[str, int]:
@@ -856,8 +871,14 @@ class Daemon:
         so that a follow stream is in place for the messages the cache already holds."""
         node, store, sinks = self._node(), self.store, self.sinks
         assert store is not None and sinks is not None
-        if key is not None and (not isinstance(key, str) or key.startswith(SERVICE_PREFIX)):
-            raise ApiError(400, f"subscription keys starting with {SERVICE_PREFIX!r} are reserved")
+        if key is not None and (
+            not isinstance(key, str) or key.startswith((SERVICE_PREFIX, BRIDGE_PREFIX))
+        ):
+            raise ApiError(
+                400,
+                f"subscription keys starting with {SERVICE_PREFIX!r} or {BRIDGE_PREFIX!r} "
+                "are reserved",
+            )
         if key is None:
             key = f"{kind}-{secrets.token_hex(4)}"
         if key in node.subscriptions():
@@ -927,6 +948,8 @@ class Daemon:
             raise ApiError(404, f"no subscription {key!r}")
         if key.startswith(SERVICE_PREFIX):
             raise ApiError(409, f"{key!r} belongs to the JOMS service")
+        if key.startswith(BRIDGE_PREFIX):
+            raise ApiError(409, f"{key!r} belongs to a bridge; use `dodwan bridge rm`")
         self._drop_subscription(key)
         self._after_input()
         return {"unsubscribed": key}
@@ -966,6 +989,30 @@ class Daemon:
                 self._drop_subscription(key)
                 self._after_input()
 
+    # ------------------------------------------------------------------ bridges
+
+    def _bridge_manager(self) -> BridgeManager:
+        if self.bridges is None or self.bridges.outbox is None:
+            raise ApiError(503, "daemon is starting")
+        return self.bridges
+
+    def bridges_list(self) -> list[dict[str, Any]]:
+        return self._bridge_manager().status()
+
+    async def bridge_add(self, body: dict[str, Any]) -> dict[str, Any]:
+        body = dict(body)
+        replace = bool(body.pop("replace", False))
+        try:
+            return await self._bridge_manager().add(body, replace=replace)
+        except BridgeError as exc:
+            raise ApiError(exc.status, exc.message) from None
+
+    async def bridge_remove(self, name: str) -> dict[str, Any]:
+        try:
+            return await self._bridge_manager().remove(name)
+        except BridgeError as exc:
+            raise ApiError(exc.status, exc.message) from None
+
     def metrics(self) -> str:
         node = self._node()
         lines = [
@@ -991,6 +1038,8 @@ class Daemon:
         ]
         for name, value in sorted(self._all_counters().items()):
             lines.append(f'dodwan_events_total{{name="{_metric_name(name)}"}} {value}')
+        if self.bridges is not None:
+            lines += self.bridges.metrics()
         return "\n".join(lines) + "\n"
 
 

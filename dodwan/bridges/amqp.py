@@ -1,0 +1,147 @@
+"""AMQP 0-9-1 links (pika): ``amqp://HOST:PORT/EXCHANGE/ROUTING_KEY`` or ``/queue/NAME``.
+
+Written for RabbitMQ. An exchange binding declares a durable topic exchange; outbound
+messages are published to it with the routing key; inbound, the binding consumes from its
+own durable queue ``dodwan.HOST.NAME`` bound to the exchange with the routing key (which may
+hold ``*`` and ``#``), so what arrives while the gateway is away waits in that queue. A
+queue binding sends to and consumes from the durable queue NAME.
+
+Outbound batches are published in one AMQP transaction (``tx.commit`` answers once RabbitMQ
+has taken the whole batch); messages are persistent, carry ``message_id`` = the DoDWAN id,
+the application attributes as headers, and priority, timestamp, correlation id and type in
+the AMQP properties. Inbound messages are acknowledged after their DoDWAN publication; the
+publisher's ``message_id``, when set, gives the DoDWAN id.
+
+pika's blocking connection is not thread-safe: everything here runs on the binding's thread,
+including the consumer callbacks (from ``process_data_events`` in :meth:`poll`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from .binding import InboundHandler, LinkError
+from .mapping import Inbound, priority_of, user_properties
+from .outbox import OutRow
+from .uri import BindingSpec
+
+PREFETCH = 64
+
+# pika logs every connection attempt at INFO and a refused one with a traceback; the
+# binding's own warning says what failed.
+logging.getLogger("pika").setLevel(logging.CRITICAL)
+
+
+class AmqpLink:
+    def __init__(self, spec: BindingSpec, host_id: str, on_message: InboundHandler) -> None:
+        self.spec = spec
+        self.on_message = on_message
+        self.conn: Any = None
+        self.out_ch: Any = None
+        ep = spec.endpoint
+        self.queue = ep.destination if ep.kind == "queue" else f"dodwan.{host_id}.{spec.name}"
+
+    def connect(self) -> None:
+        ep = self.spec.endpoint
+        creds = pika.PlainCredentials(ep.user or "guest", ep.password or "guest")
+        params = pika.ConnectionParameters(
+            host=ep.host,
+            port=ep.port,
+            credentials=creds,
+            heartbeat=30,
+            blocked_connection_timeout=30,
+            connection_attempts=1,
+            socket_timeout=5,
+        )
+        try:
+            self.conn = pika.BlockingConnection(params)
+            if ep.kind == "exchange":
+                ch = self.conn.channel()
+                ch.exchange_declare(ep.destination, exchange_type="topic", durable=True)
+                ch.close()
+            if ep.kind == "queue" or self.spec.inbound:
+                ch = self.conn.channel()
+                ch.queue_declare(self.queue, durable=True)
+                ch.close()
+            if self.spec.outbound:
+                self.out_ch = self.conn.channel()
+                self.out_ch.tx_select()
+            if self.spec.inbound:
+                ch = self.conn.channel()
+                if ep.kind == "exchange":
+                    ch.queue_bind(self.queue, ep.destination, routing_key=ep.routing_key)
+                ch.basic_qos(prefetch_count=PREFETCH)
+                ch.basic_consume(self.queue, self._deliver, auto_ack=False)
+        except (pika.exceptions.AMQPError, OSError) as exc:
+            self.disconnect()
+            why = str(exc) or "connection refused or closed"
+            raise LinkError(f"AMQP {ep.host}:{ep.port}: {type(exc).__name__}: {why}") from None
+
+    def _deliver(self, ch: Any, method: Any, props: Any, body: bytes) -> None:
+        headers: dict[str, str] = {}
+        for k, v in (props.headers or {}).items():
+            headers[str(k)] = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+        headers.setdefault("amqp_routing_key", method.routing_key)
+        msg = Inbound(
+            body=bytes(body),
+            headers=headers,
+            remote_id=props.message_id or None,
+            correlation_id=props.correlation_id,
+            jms_type=props.type,
+            priority=props.priority,
+        )
+        if self.on_message(msg):
+            ch.basic_ack(method.delivery_tag)
+
+    def send(self, rows: list[OutRow]) -> None:
+        ep = self.spec.endpoint
+        exchange, key = ("", self.queue) if ep.kind == "queue" else (ep.destination, ep.out_target)
+        ch = self.out_ch
+        if ch is None:
+            raise LinkError("AMQP channel closed")
+        try:
+            for row in rows:
+                d = row.descriptor
+                date = d.get("date", "")
+                props = pika.BasicProperties(
+                    message_id=d.get("id"),
+                    delivery_mode=2,
+                    priority=priority_of(d),
+                    timestamp=int(float(date)) if date.replace(".", "", 1).isdigit() else None,
+                    correlation_id=d.get("jms_correlation_id"),
+                    type=d.get("jms_type"),
+                    app_id="dodwan",
+                    headers=user_properties(d),
+                )
+                ch.basic_publish(exchange, key, row.payload, properties=props)
+            ch.tx_commit()
+        except (pika.exceptions.AMQPError, OSError) as exc:
+            raise LinkError(f"AMQP publish failed: {type(exc).__name__} {exc}") from None
+
+    def poll(self, timeout: float, wake: threading.Event) -> None:
+        end = time.monotonic() + timeout
+        try:
+            self.conn.process_data_events(time_limit=0)
+            while not wake.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                self.conn.process_data_events(time_limit=min(left, 0.05))
+        except (pika.exceptions.AMQPError, OSError, AttributeError) as exc:
+            raise LinkError(f"AMQP connection lost: {type(exc).__name__} {exc}") from None
+
+    def disconnect(self) -> None:
+        conn, self.conn, self.out_ch = self.conn, None, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def close(self) -> None:
+        self.disconnect()

@@ -1,0 +1,208 @@
+"""One binding at run time: a thread that keeps a protocol link up and drains the outbox.
+
+The thread connects (retrying with a capped back-off while the uplink is down), then sends
+the binding's unsent outbox rows in order, a batch at a time, and marks them sent only once
+the broker confirmed the batch. Messages the link receives are handed to the event loop
+(``on_inbound``), published in DoDWAN there, and acknowledged to the broker only after that
+publication is committed. Everything blocking happens on this thread; the event loop only
+enqueues rows and pokes :meth:`wake`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .mapping import Inbound
+from .outbox import Outbox, OutRow
+from .uri import BindingSpec
+
+log = logging.getLogger("dodwan.bridges")
+
+BATCH = 64
+BACKOFF_MIN = 0.2
+BACKOFF_MAX = 5.0
+
+
+class LinkError(Exception):
+    """The link to the broker failed (reconnect)."""
+
+
+class Link(Protocol):
+    """A protocol client bound to one remote destination (used from one thread)."""
+
+    def connect(self) -> None:
+        """Connect, subscribe when inbound; raise on failure."""
+
+    def send(self, rows: list[OutRow]) -> None:
+        """Send the rows and return once the broker has confirmed them all; raise on failure."""
+
+    def poll(self, timeout: float, wake: threading.Event) -> None:
+        """Serve the connection for up to ``timeout`` s or until ``wake``; raise when it is lost."""
+
+    def disconnect(self) -> None:
+        """Drop the connection after a failure; :meth:`connect` is called again (never raises)."""
+
+    def close(self) -> None:
+        """Disconnect for good (never raises)."""
+
+
+InboundHandler = Callable[[Inbound], bool]
+"""Publishes an inbound message in DoDWAN; True when it is safe to acknowledge it."""
+
+
+class Binding:
+    """The thread of one binding; state read by the loop for status."""
+
+    def __init__(
+        self,
+        spec: BindingSpec,
+        outbox: Outbox,
+        make_link: Callable[[BindingSpec, InboundHandler], Link],
+        on_inbound: Callable[[Binding, Inbound], bool],
+        paused: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.outbox = outbox
+        self._make_link = make_link
+        self._on_inbound = on_inbound
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._resume = threading.Event()
+        self._retired = threading.Event()
+        if not paused:
+            self._resume.set()
+        self.ready = threading.Event()
+        """Set once the link is up for the first time."""
+        self.tried = threading.Event()
+        """Set once the first connection attempt succeeded or failed."""
+        self._idle = threading.Event()
+        self._idle.set()
+        self.connected = False
+        self.errors = 0
+        self.last_error = ""
+        self.sent = 0
+        self.received = 0
+        self.echoes = 0
+        self.duplicates = 0
+        self.connects = 0
+        self._thread = threading.Thread(target=self._run, name=f"bridge-{spec.name}", daemon=True)
+
+    # ------------------------------------------------------------------ control (loop side)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def pause(self) -> None:
+        """Stop sending (the batch in flight is finished first: wait for :attr:`idle`)."""
+        self._resume.clear()
+        self._wake.set()
+
+    def resume(self) -> None:
+        self._resume.set()
+        self._wake.set()
+
+    def retire(self) -> None:
+        """Keep the current connection but never reconnect (a replacement is coming)."""
+        self._retired.set()
+
+    def unretire(self) -> None:
+        self._retired.clear()
+
+    def wait_idle(self, timeout: float) -> bool:
+        return self._idle.wait(timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the link and end the thread (blocking; call from an executor)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "connected": self.connected,
+            "sent": self.sent,
+            "received": self.received,
+            "errors": self.errors,
+            "last_error": self.last_error,
+            "echoes": self.echoes,
+            "duplicates": self.duplicates,
+            "connects": self.connects,
+            "paused": not self._resume.is_set(),
+        }
+
+    # ------------------------------------------------------------------ thread
+
+    def _inbound(self, msg: Inbound) -> bool:
+        if self._stop.is_set():
+            return False
+        return self._on_inbound(self, msg)
+
+    def record_error(self, exc: BaseException) -> None:
+        self.errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+
+    def _run(self) -> None:
+        backoff = BACKOFF_MIN
+        name = self.spec.name
+        link = self._make_link(self.spec, self._inbound)
+        try:
+            while not self._stop.is_set():
+                try:
+                    link.connect()
+                    self.connected = True
+                    self.connects += 1
+                    self.ready.set()
+                    self.tried.set()
+                    backoff = BACKOFF_MIN
+                    log.info("bridge %s connected to %s", name, self.spec.endpoint.display)
+                    self._serve(link)
+                except Exception as exc:
+                    if not self._stop.is_set():
+                        self.record_error(exc)
+                        log.warning("bridge %s: %s (retrying)", name, self.last_error)
+                    self.tried.set()
+                    link.disconnect()
+                finally:
+                    self.connected = False
+                    self._idle.set()
+                while self._retired.is_set() and not self._stop.is_set():
+                    self._stop.wait(0.2)
+                if self._stop.wait(backoff):
+                    break
+                backoff = min(BACKOFF_MAX, backoff * 2)
+        finally:
+            link.close()
+
+    def _serve(self, link: Link) -> None:
+        name = self.spec.name
+        while not self._stop.is_set():
+            if not (self.spec.outbound and self._resume.is_set()):
+                self._idle.set()
+                link.poll(0.2, self._wake)
+                self._wake.clear()
+                continue
+            self._idle.clear()
+            if not self._resume.is_set():  # paused between the check and clear
+                self._idle.set()
+                continue
+            now = time.time()
+            rows = self.outbox.pending(name, now, BATCH)
+            if rows:
+                link.send(rows)
+                self.outbox.mark_sent(name, [r.seq for r in rows])
+                self.sent += len(rows)
+                link.poll(0.0, self._wake)  # serve inbound traffic between batches
+                continue
+            self._idle.set()
+            due = self.outbox.next_due(name)
+            timeout = 1.0 if due is None else min(1.0, max(0.01, due - now))
+            link.poll(timeout, self._wake)
+            self._wake.clear()

@@ -1,0 +1,384 @@
+"""The bridge adapter of a daemon: its bindings, their outbox, and the DoDWAN side of both.
+
+Runs on the daemon's event loop. Each outbound binding holds a core subscription keyed
+``bridge:NAME`` whose deliveries are written to the durable outbox (committed at once) and
+sent by the binding's thread. Messages received from a broker are published here with the
+binding's attributes, a deadline ``ttl`` seconds away (or the remote expiry, if sooner), an
+id derived from the remote message id when the broker gives one (so two gateways bridging
+the same destination publish the same DoDWAN message), and the origin mark that keeps any
+binding from sending them out again.
+
+Bindings come from ``[[bridges]]`` in the config file (applied at every start) and from the
+admin API (kept in the outbox database across restarts). Replacing one is make-before-break:
+the new binding is connected (its outbound side paused) before the old one stops sending and
+disconnects; unsent messages stay in the outbox for whichever binding is current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..core import CacheFullError, MessageDelivered, PatternError, Profile
+from .binding import Binding, InboundHandler, Link
+from .mapping import DEADLINE_HEADER, ORIGIN_MARK, Inbound, inbound_attributes, inbound_id
+from .outbox import Outbox
+from .uri import BindingSpec, SpecError
+
+log = logging.getLogger("dodwan.bridges")
+
+KEY_PREFIX = "bridge:"
+CONNECT_WAIT = 15.0
+PURGE_PERIOD = 60.0
+
+
+class BridgeError(Exception):
+    """A bridge request the daemon refuses (``status`` is the HTTP status to answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class BridgeHost(Protocol):
+    """What the bridges need from the daemon (all called on its event loop)."""
+
+    host_id: str
+    state_dir: Path
+
+    def publish(
+        self, attributes: Mapping[str, str], payload: bytes, deadline: float, priority: int
+    ) -> str: ...
+    def subscribe(self, key: str, patterns: list[dict[str, str]]) -> None: ...
+    def unsubscribe(self, key: str) -> None: ...
+    def subscription_keys(self) -> list[str]: ...
+    def cached(self) -> list[tuple[dict[str, str], Callable[[], bytes | None]]]: ...
+
+
+def make_link(spec: BindingSpec, host_id: str, on_message: InboundHandler) -> Link:
+    """The protocol client of a binding (imported on demand)."""
+    scheme = spec.endpoint.scheme
+    try:
+        if scheme == "mqtt":
+            from .mqtt import MqttLink
+
+            return MqttLink(spec, host_id, on_message)
+        if scheme == "stomp":
+            from .stomp import StompLink
+
+            return StompLink(spec, host_id, on_message)
+        from .amqp import AmqpLink
+
+        return AmqpLink(spec, host_id, on_message)
+    except ImportError as exc:  # pragma: no cover - the clients are dependencies
+        raise SpecError(f"{scheme} bindings need a client library: {exc}") from None
+
+
+class BridgeManager:
+    def __init__(
+        self, host: BridgeHost, configured: list[dict[str, Any]], synchronous: str = "NORMAL"
+    ) -> None:
+        self.host = host
+        self.synchronous = synchronous
+        self.configured = configured
+        self.outbox: Outbox | None = None
+        self._bindings: dict[str, Binding] = {}
+        self._loops_prevented: dict[str, int] = {}
+        self._expired = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._purge_handle: asyncio.TimerHandle | None = None
+        self._busy = asyncio.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.outbox = Outbox(self.host.state_dir, self.synchronous)
+        specs: dict[str, tuple[BindingSpec, str]] = {}
+        for name, data, source in self.outbox.bindings():
+            if source == "api":
+                try:
+                    specs[name] = (BindingSpec.from_dict(data), "api")
+                except SpecError as exc:
+                    log.error("bridge %s kept from a previous run is invalid: %s", name, exc)
+        for data in self.configured:
+            spec = BindingSpec.from_dict(data)  # validated at config load already
+            specs[spec.name] = (spec, "config")
+        for name, _data, _source in self.outbox.bindings():
+            if name not in specs:
+                self.outbox.drop_binding(name)
+        for key in self.host.subscription_keys():
+            name = key[len(KEY_PREFIX) :]
+            if key.startswith(KEY_PREFIX) and (name not in specs or not specs[name][0].outbound):
+                self.host.unsubscribe(key)
+        for spec, source in specs.values():
+            self.outbox.put_binding(spec.name, spec.as_dict(), source)
+            self._recover(spec)
+            self._launch(spec)
+            if spec.outbound:
+                self.host.subscribe(KEY_PREFIX + spec.name, spec.patterns())
+        self._purge_handle = self._loop.call_later(PURGE_PERIOD, self._purge)
+
+    def _recover(self, spec: BindingSpec) -> None:
+        """Cached messages the core delivered to the binding but the outbox never got
+        (a kill between the core's commit and the outbox's)."""
+        if not spec.outbound:
+            return
+        assert self.outbox is not None
+        known = self.outbox.known(spec.name)
+        profile = Profile.from_patterns(spec.patterns())
+        now = time.time()
+        n = 0
+        for descriptor, payload_of in self.host.cached():
+            msg_id = descriptor.get("id", "")
+            if msg_id in known or ORIGIN_MARK in descriptor or not profile.matches(descriptor):
+                continue
+            deadline = float(descriptor.get("deadline", "0") or 0)
+            payload = payload_of()
+            if deadline <= now or payload is None:
+                continue
+            n += self.outbox.enqueue(spec.name, msg_id, descriptor, payload, deadline, now)
+        if n:
+            log.info("bridge %s: %d cached message(s) recovered into the outbox", spec.name, n)
+
+    def _launch(self, spec: BindingSpec, paused: bool = False) -> Binding:
+        assert self.outbox is not None
+        host_id = self.host.host_id
+        b = Binding(
+            spec,
+            self.outbox,
+            lambda s, cb: make_link(s, host_id, cb),
+            self._from_thread,
+            paused=paused,
+        )
+        if not paused:
+            self._bindings[spec.name] = b
+        b.start()
+        return b
+
+    async def close(self) -> None:
+        if self._purge_handle is not None:
+            self._purge_handle.cancel()
+        loop = asyncio.get_running_loop()
+        bindings = list(self._bindings.values())
+        self._bindings.clear()
+        await asyncio.gather(*(loop.run_in_executor(None, b.stop) for b in bindings))
+        if self.outbox is not None:
+            self.outbox.close()
+            self.outbox = None
+
+    def _purge(self) -> None:
+        if self.outbox is not None:
+            self._expired += self.outbox.purge(time.time())
+        assert self._loop is not None
+        self._purge_handle = self._loop.call_later(PURGE_PERIOD, self._purge)
+
+    # ------------------------------------------------------------------ DoDWAN -> broker
+
+    def deliver(self, ev: MessageDelivered) -> None:
+        """A delivery for ``bridge:NAME``: into the outbox (committed), then wake the thread."""
+        name = ev.subscription[len(KEY_PREFIX) :]
+        b = self._bindings.get(name)
+        if b is None or self.outbox is None:
+            return
+        d = ev.descriptor
+        if ORIGIN_MARK in d:  # came in through some bridge: never out again
+            self._loops_prevented[name] = self._loops_prevented.get(name, 0) + 1
+            return
+        now = time.time()
+        try:
+            deadline = float(d.get("deadline", "0"))
+        except ValueError:
+            deadline = now + 3600
+        not_before = now + b.spec.holdoff
+        try:
+            added = self.outbox.enqueue(
+                name, d.get("id", ""), dict(d), ev.payload, deadline, not_before
+            )
+        except sqlite3.Error as exc:  # e.g. disk full: recovered from the cache at restart
+            b.record_error(exc)
+            log.error("bridge %s: cannot write the outbox: %s", name, exc)
+            return
+        if added:
+            b.wake()
+
+    # ------------------------------------------------------------------ broker -> DoDWAN
+
+    def _from_thread(self, binding: Binding, msg: Inbound) -> bool:
+        """Called on a binding's thread: publish on the loop and wait for the outcome."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return False
+
+        async def run() -> bool:
+            return self._inbound(binding, msg)
+
+        try:
+            return asyncio.run_coroutine_threadsafe(run(), loop).result(30.0)
+        except Exception as exc:
+            binding.record_error(exc)
+            return False
+
+    def _inbound(self, binding: Binding, msg: Inbound) -> bool:
+        spec = binding.spec
+        if self.outbox is None:
+            return False
+        echo = msg.dodwan_id
+        if echo is not None:
+            # It went to the broker from a DoDWAN gateway (maybe this one): it is in the
+            # field already. A binding that has not sent it yet need not.
+            binding.echoes += 1
+            if spec.outbound:
+                try:
+                    keep = float(msg.headers.get(DEADLINE_HEADER, ""))
+                except ValueError:
+                    keep = time.time() + 86400
+                self.outbox.mark_echoed(spec.name, echo, keep)
+            return True
+        ep = spec.endpoint
+        now = time.time()
+        deadline = now + spec.ttl
+        if msg.expires is not None:
+            if msg.expires <= now:
+                return True  # expired on the way: nothing to deliver
+            deadline = min(deadline, msg.expires)
+        attrs = inbound_attributes(msg, spec.attributes, ep.display)
+        if spec.joms:  # a JMS BytesMessage for the daemon's JOMS clients
+            attrs.setdefault("jms_body", "bytes")
+            attrs.setdefault("jms_timestamp", str(int(now * 1000)))
+        if msg.remote_id:
+            attrs["id"] = inbound_id(f"{ep.scheme}:{ep.path}", msg.remote_id)
+        priority = 4 if msg.priority is None else min(9, max(0, msg.priority))
+        try:
+            try:
+                self.host.publish(attrs, msg.body, deadline, priority)
+            except (TypeError, ValueError) as exc:
+                if "already known" in str(exc):
+                    binding.duplicates += 1
+                    return True
+                # A header the core refuses as an attribute: keep the message, drop them.
+                log.warning("bridge %s: remote headers not mapped (%s)", spec.name, exc)
+                attrs = inbound_attributes(Inbound(b""), spec.attributes, ep.display)
+                if msg.remote_id:
+                    attrs["id"] = inbound_id(f"{ep.scheme}:{ep.path}", msg.remote_id)
+                self.host.publish(attrs, msg.body, deadline, priority)
+        except CacheFullError as exc:
+            binding.record_error(exc)
+            return False  # not acknowledged: the broker keeps it
+        except (TypeError, ValueError) as exc:
+            binding.record_error(exc)
+            log.error("bridge %s: message refused: %s", spec.name, exc)
+            return True
+        binding.received += 1
+        self.outbox.add_received(spec.name)
+        return True
+
+    # ------------------------------------------------------------------ run-time changes
+
+    async def add(self, data: Any, replace: bool = False) -> dict[str, Any]:
+        try:
+            spec = BindingSpec.from_dict(data)
+            if spec.outbound:
+                Profile.from_patterns(spec.patterns())
+        except (SpecError, PatternError) as exc:
+            raise BridgeError(400, str(exc)) from None
+        async with self._busy:
+            old = self._bindings.get(spec.name)
+            if old is not None and not replace:
+                raise BridgeError(409, f"binding {spec.name!r} exists; use replace to change it")
+            if old is None:
+                self._launch(spec)  # first: the core hands the cached messages over at once
+                self._bind(spec)
+            else:
+                await self._replace(old, spec)
+        return self.binding_status(spec.name)
+
+    def _bind(self, spec: BindingSpec) -> None:
+        assert self.outbox is not None
+        self.outbox.put_binding(spec.name, spec.as_dict(), "api")
+        key = KEY_PREFIX + spec.name
+        if spec.outbound:
+            self.host.subscribe(key, spec.patterns())
+        elif key in self.host.subscription_keys():
+            self.host.unsubscribe(key)
+
+    async def _replace(self, old: Binding, spec: BindingSpec) -> None:
+        loop = asyncio.get_running_loop()
+        old.retire()  # the old link must not reconnect (it could take over the new session)
+        new = self._launch(spec, paused=True)
+        await loop.run_in_executor(None, new.tried.wait, CONNECT_WAIT)
+        if not new.ready.is_set():
+            reason = new.last_error or "no answer"
+            await loop.run_in_executor(None, new.stop)
+            old.unretire()
+            raise BridgeError(
+                502, f"new binding {spec.name!r} did not connect ({reason}); the old one stays"
+            )
+        old.pause()
+        await loop.run_in_executor(None, old.wait_idle, 30.0)
+        self._bindings[spec.name] = new
+        self._bind(spec)
+        await loop.run_in_executor(None, old.stop)
+        new.resume()
+        log.info("bridge %s replaced (%s)", spec.name, spec.endpoint.display)
+
+    async def remove(self, name: str) -> dict[str, Any]:
+        async with self._busy:
+            b = self._bindings.pop(name, None)
+            if b is None:
+                raise BridgeError(404, f"no binding {name!r}")
+            key = KEY_PREFIX + name
+            if key in self.host.subscription_keys():
+                self.host.unsubscribe(key)
+            await asyncio.get_running_loop().run_in_executor(None, b.stop)
+            assert self.outbox is not None
+            unsent = self.outbox.drop_binding(name)
+            self._loops_prevented.pop(name, None)
+        if unsent:
+            log.warning("bridge %s removed with %d unsent message(s)", name, unsent)
+        return {"removed": name, "unsent_dropped": unsent}
+
+    # ------------------------------------------------------------------ status
+
+    def binding_status(self, name: str) -> dict[str, Any]:
+        b = self._bindings[name]
+        assert self.outbox is not None
+        out = b.spec.as_dict(secrets=False)
+        out.update(b.status())
+        out.update(self.outbox.marks(name))
+        out["loops_prevented"] = self._loops_prevented.get(name, 0)
+        return out
+
+    def status(self) -> list[dict[str, Any]]:
+        return [self.binding_status(n) for n in sorted(self._bindings)]
+
+    def metrics(self) -> list[str]:
+        rows = self.status()
+        lines: list[str] = []
+        for metric, field, kind, help_text in (
+            ("dodwan_bridge_connected", "connected", "gauge", "1 while the binding is connected."),
+            ("dodwan_bridge_backlog", "backlog", "gauge", "Messages waiting in the outbox."),
+            ("dodwan_bridge_sent_total", "sent_total", "counter", "Messages the broker confirmed."),
+            (
+                "dodwan_bridge_received_total",
+                "received_total",
+                "counter",
+                "Messages published in DoDWAN from the broker.",
+            ),
+            ("dodwan_bridge_errors_total", "errors", "counter", "Link errors since the start."),
+        ):
+            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
+            for r in rows:
+                lines.append(f'{metric}{{binding="{r["name"]}"}} {int(r[field])}')
+        lines += [
+            "# HELP dodwan_bridge_expired_total Outbox messages whose deadline passed unsent.",
+            "# TYPE dodwan_bridge_expired_total counter",
+            f"dodwan_bridge_expired_total {self._expired}",
+        ]
+        return lines

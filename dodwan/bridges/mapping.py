@@ -1,0 +1,102 @@
+"""What crosses a binding: DoDWAN descriptors <-> remote headers and properties.
+
+Outbound, every application attribute of the descriptor becomes a header (STOMP), a user
+property (MQTT 5) or an AMQP header, next to ``dodwan-id`` (the id the remote side can
+deduplicate on), ``dodwan-origin`` and ``dodwan-deadline``; JMS header fields kept by JOMS
+(``jms_correlation_id``, ``jms_type``) and the priority go to the protocol's own fields
+where it has them. Inbound, the reverse: headers that are valid attribute names become
+attributes, and the message gets the binding's attributes plus the origin mark
+:data:`ORIGIN_MARK`, which no binding ever sends out again (no loops).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+ORIGIN_MARK = "bridge_origin"
+"""Descriptor attribute of a message that came in through a bridge: the remote URI."""
+
+ID_HEADER = "dodwan-id"
+ORIGIN_HEADER = "dodwan-origin"
+DEADLINE_HEADER = "dodwan-deadline"
+
+SYSTEM = frozenset(
+    {"id", "deadline", "origin", "date", "size", "priority", "persistent"}
+    | {"zsize", "frags", "fsize", "zhash", "sigkey", "sig"}
+)
+MAX_MAPPED = 32
+"""Most remote headers taken over as attributes (the core allows 64 with its own)."""
+
+
+@dataclass(slots=True)
+class Inbound:
+    """One message received from the broker, protocol-neutral."""
+
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    remote_id: str | None = None
+    """An id the remote side gives the message (same for every subscriber), if any."""
+    expires: float | None = None
+    """Absolute time the remote side says the message expires (None: never)."""
+    correlation_id: str | None = None
+    jms_type: str | None = None
+    priority: int | None = None
+
+    @property
+    def dodwan_id(self) -> str | None:
+        """Set when the message went to the broker from some DoDWAN gateway (an echo)."""
+        return self.headers.get(ID_HEADER)
+
+
+def user_properties(descriptor: dict[str, str]) -> dict[str, str]:
+    """The descriptor's application attributes plus the DoDWAN identification headers."""
+    props = {k: v for k, v in descriptor.items() if k not in SYSTEM}
+    props[ID_HEADER] = descriptor.get("id", "")
+    props[ORIGIN_HEADER] = descriptor.get("origin", "")
+    props[DEADLINE_HEADER] = descriptor.get("deadline", "")
+    return props
+
+
+def deadline_of(descriptor: dict[str, str], default: float) -> float:
+    try:
+        return float(descriptor.get("deadline", default))
+    except ValueError:
+        return default
+
+
+def priority_of(descriptor: dict[str, str]) -> int:
+    try:
+        return min(9, max(0, int(descriptor.get("priority", "4"))))
+    except ValueError:
+        return 4
+
+
+def inbound_id(destination: str, remote_id: str) -> str:
+    """The DoDWAN id of a remote message: the same on every gateway bridging it."""
+    digest = hashlib.sha256(f"{destination}\x00{remote_id}".encode()).hexdigest()
+    return f"bridged-{digest[:40]}"
+
+
+def inbound_attributes(msg: Inbound, fixed: dict[str, str], origin: str) -> dict[str, str]:
+    """Attributes of the DoDWAN publication made from ``msg``."""
+    attrs: dict[str, str] = {}
+    for name, value in msg.headers.items():
+        if len(attrs) >= MAX_MAPPED:
+            break
+        if (
+            not name
+            or len(name) > 64
+            or name in SYSTEM
+            or name.startswith("dodwan-")
+            or not name.isprintable()
+        ):
+            continue
+        attrs[name] = str(value)
+    if msg.correlation_id:
+        attrs.setdefault("jms_correlation_id", msg.correlation_id)
+    if msg.jms_type:
+        attrs.setdefault("jms_type", msg.jms_type)
+    attrs.update(fixed)
+    attrs[ORIGIN_MARK] = origin
+    return attrs

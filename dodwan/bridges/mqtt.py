@@ -1,0 +1,268 @@
+"""MQTT 5 links (paho-mqtt): ``mqtt://HOST:PORT/TOPIC/#``.
+
+Two client connections per binding, each with its own session:
+
+* outbound: QoS 1 by default (at least once: paho resends unconfirmed packets itself after
+  a reconnect, and the session is clean only at the first connection of the process, so
+  no packet id of a dead process is reused). QoS 2 (``qos = 2``) avoids the copies while
+  the broker keeps its state, but across a Mosquitto restart it lost a message in our
+  tests: the broker answered the resent PUBREL without having kept the message;
+* inbound: a persistent session (fixed client id, clean start off, long session expiry),
+  so what the broker gets for the binding's topic while the gateway is away waits there;
+  messages are acknowledged manually, after their DoDWAN publication is committed. A
+  replacing binding takes this session over (MQTT's own make-before-break).
+
+Application attributes travel as MQTT 5 user properties; the deadline as the message expiry
+interval; ``jms_correlation_id`` as correlation data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from typing import Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from .binding import InboundHandler, LinkError
+from .mapping import Inbound, deadline_of, user_properties
+from .outbox import OutRow
+from .uri import BindingSpec
+
+CONNECT_TIMEOUT = 10.0
+CONFIRM_TIMEOUT = 30.0
+SESSION_EXPIRY = 7 * 24 * 3600
+MAX_INFLIGHT = 64
+"""Most QoS 1/2 messages awaiting the broker's answer (less if the broker says so)."""
+
+
+def _confirmed(info: Any, timeout: float) -> bool:
+    """Whether paho got the broker's PUBACK/PUBCOMP for ``info``, waiting up to ``timeout``.
+
+    (paho's own ``wait_for_publish`` raises for a message queued while disconnected, which
+    paho nevertheless sends after the reconnect; its condition and flag tell the truth.)
+    """
+    with info._condition:
+        if not info._published:
+            info._condition.wait(timeout)
+        return bool(info._published)
+
+
+class _Client:
+    """One paho client driven by its own network thread; connection state as events."""
+
+    def __init__(self, client_id: str, clean_start: Any, spec: BindingSpec) -> None:
+        self.spec = spec
+        self.up = threading.Event()
+        self.lost = threading.Event()
+        self.down = threading.Event()
+        self.refused = ""
+        self.client = paho.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=MQTTProtocolVersion.MQTTv5,
+            reconnect_on_failure=False,
+            manual_ack=True,
+        )
+        ep = spec.endpoint
+        if ep.user:
+            self.client.username_pw_set(ep.user, ep.password)
+        self.inflight = MAX_INFLIGHT
+        self.lowered = False
+        self.client.max_queued_messages_set(0)
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = self._on_disconnect
+        self._clean_start = clean_start
+        self._started = False
+
+    def _on_connect(self, _c: Any, _u: Any, _flags: Any, reason: Any, props: Any) -> None:
+        # The broker says how many QoS 1/2 messages may await its answer (mosquitto: 20);
+        # paho does not enforce it, and messages beyond it are lost.
+        # So a lower limit than ours means: reconnect with that limit.
+        receive_max = int(getattr(props, "ReceiveMaximum", None) or MAX_INFLIGHT)
+        if not reason.is_failure and receive_max < self.inflight:
+            self.inflight = receive_max
+            self.lowered = True
+            self.lost.set()
+        elif reason.is_failure:
+            self.refused = str(reason)
+            self.lost.set()
+        else:
+            self.up.set()
+
+    def _on_disconnect(self, _c: Any, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
+        self.down.set()
+        self.up.clear()
+        self.lost.set()
+        self.refused = self.refused or str(reason)
+
+    def connect(self) -> None:
+        if self._connect_once():
+            self.drop()
+            self._connect_once()  # again, within the broker's receive maximum
+
+    def drop(self) -> None:
+        """Disconnect and wait until paho has closed the socket (the session stays)."""
+        self.down.clear()
+        with contextlib.suppress(Exception):
+            self.client.disconnect()
+        self.down.wait(5.0)
+
+    def _connect_once(self) -> bool:
+        """Connect; True when the broker's receive maximum asks for another try."""
+        self.up.clear()
+        self.lost.clear()
+        self.refused = ""
+        self.lowered = False
+        ep = self.spec.endpoint
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        props.SessionExpiryInterval = SESSION_EXPIRY
+        try:
+            if self.client.max_inflight_messages != self.inflight:  # only when closed
+                self.client.max_inflight_messages_set(self.inflight)
+            if not self._started:
+                self.client.connect(
+                    ep.host, ep.port, keepalive=15, clean_start=self._clean_start, properties=props
+                )
+                self.client.loop_start()
+                self._started = True
+            else:  # the same client: paho resends what the broker has not confirmed
+                self.client.loop_stop()
+                self.client.reconnect()
+                self.client.loop_start()
+        except (OSError, RuntimeError) as exc:
+            raise LinkError(f"cannot connect to {ep.host}:{ep.port}: {exc}") from None
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        while not self.up.is_set():
+            if self.lowered:
+                return True
+            if self.lost.is_set():
+                raise LinkError(f"MQTT connection refused: {self.refused or 'closed'}")
+            if time.monotonic() > deadline:
+                raise LinkError("MQTT connection timed out")
+            self.up.wait(0.05)
+        return False
+
+    def check(self) -> None:
+        if self.lost.is_set() or not self.up.is_set():
+            raise LinkError(f"MQTT connection lost: {self.refused or 'closed'}")
+
+    def close(self) -> None:
+        try:
+            if self.up.is_set():
+                self.client.disconnect()
+            if self._started:
+                self.client.loop_stop()
+        except Exception:
+            pass
+
+
+class MqttLink:
+    def __init__(self, spec: BindingSpec, host_id: str, on_message: InboundHandler) -> None:
+        self.spec = spec
+        self.on_message = on_message
+        base = f"dodwan-{host_id}-{spec.name}"[:100]
+        self.out: _Client | None = None
+        self.inb: _Client | None = None
+        self._inflight: dict[int, Any] = {}
+        """Rows handed to paho, by outbox seq: paho itself resends them after a reconnect."""
+        if spec.outbound:
+            # A fresh session per process: packet ids of a killed process are never reused.
+            out_id = f"{base}-o{secrets.token_hex(3)}"
+            self.out = _Client(out_id, paho.MQTT_CLEAN_START_FIRST_ONLY, spec)
+        if spec.inbound:
+            self.inb = _Client(f"{base}-in", False, spec)
+            self.inb.client.on_message = self._on_message
+            self.inb.client.on_connect = self._on_connect_in
+
+    def _on_connect_in(self, c: Any, u: Any, flags: Any, reason: Any, props: Any) -> None:
+        assert self.inb is not None
+        if not reason.is_failure:
+            c.subscribe(self.spec.endpoint.destination, qos=self.spec.qos)
+        self.inb._on_connect(c, u, flags, reason, props)
+
+    def _on_message(self, client: Any, _u: Any, msg: Any) -> None:
+        headers: dict[str, str] = {}
+        expires = None
+        correlation = None
+        props = getattr(msg, "properties", None)
+        if props is not None:
+            for k, v in getattr(props, "UserProperty", None) or []:
+                headers[str(k)] = str(v)
+            interval = getattr(props, "MessageExpiryInterval", None)
+            if interval:
+                expires = time.time() + float(interval)
+            data = getattr(props, "CorrelationData", None)
+            if data:
+                correlation = bytes(data).decode("utf-8", "replace")
+        headers.setdefault("mqtt_topic", msg.topic)
+        inbound = Inbound(
+            body=bytes(msg.payload),
+            headers=headers,
+            remote_id=headers.get("message-id"),
+            expires=expires,
+            correlation_id=correlation,
+        )
+        if self.on_message(inbound):
+            client.ack(msg.mid, msg.qos)
+
+    def connect(self) -> None:
+        for c in (self.out, self.inb):
+            if c is not None:
+                c.connect()
+
+    def send(self, rows: list[OutRow]) -> None:
+        assert self.out is not None
+        topic = self.spec.endpoint.out_target
+        infos = []
+        for row in rows:
+            d = row.descriptor
+            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            props.UserProperty = list(user_properties(d).items())
+            left = deadline_of(d, time.time() + 3600) - time.time()
+            props.MessageExpiryInterval = max(1, int(left))
+            if d.get("jms_correlation_id"):
+                props.CorrelationData = d["jms_correlation_id"].encode()
+            info = self._inflight.get(row.seq)
+            if info is None:
+                info = self.out.client.publish(
+                    topic, row.payload, qos=self.spec.qos, properties=props
+                )
+                if info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_NO_CONN):
+                    raise LinkError(f"MQTT publish failed: {paho.error_string(info.rc)}")
+                self._inflight[row.seq] = info
+            infos.append(info)
+        deadline = time.monotonic() + CONFIRM_TIMEOUT
+        for info in infos:
+            while not _confirmed(info, 0.05):
+                self.out.check()
+                if time.monotonic() > deadline:
+                    raise LinkError("MQTT broker did not confirm in time")
+        for row in rows:
+            self._inflight.pop(row.seq, None)
+
+    def poll(self, timeout: float, wake: threading.Event) -> None:
+        end = time.monotonic() + timeout
+        while True:
+            for c in (self.out, self.inb):
+                if c is not None:
+                    c.check()
+            left = end - time.monotonic()
+            if left <= 0 or wake.wait(min(left, 0.1)):
+                return
+
+    def disconnect(self) -> None:
+        """After a failure: the clients stay (their sessions continue on reconnect)."""
+        for c in (self.out, self.inb):
+            if c is not None and c.up.is_set():
+                c.drop()
+
+    def close(self) -> None:
+        for c in (self.out, self.inb):
+            if c is not None:
+                c.close()

@@ -1,0 +1,211 @@
+"""The durable outbox of the bridges: ``STATE_DIR/bridges.db`` (SQLite, WAL).
+
+Every DoDWAN message a binding must send is a row here, committed before the daemon moves
+on; a row is marked sent (in the same transaction that raises the binding's high-water mark)
+only once the broker has confirmed it. So a message waits here while the uplink is down, a
+``kill -9`` loses nothing (unsent rows are sent after the restart), and a sent row is never
+sent again. Rows stay until the message's deadline has passed, so a message delivered again
+(e.g. the subscription re-created) is recognised and not sent twice.
+
+The table also keeps the bindings added at run time (they survive restarts) and per-binding
+totals. One connection is shared by the event loop and the binding threads under a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DB_FILE = "bridges.db"
+
+PENDING, SENT, ECHOED, EXPIRED = 0, 1, 2, 3
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS bindings(
+    name TEXT PRIMARY KEY, spec TEXT NOT NULL, source TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox(
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    binding TEXT NOT NULL, msg_id TEXT NOT NULL,
+    descriptor TEXT NOT NULL, payload BLOB NOT NULL,
+    deadline REAL NOT NULL, not_before REAL NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0, done_at REAL,
+    UNIQUE(binding, msg_id));
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(binding, state, seq);
+CREATE TABLE IF NOT EXISTS marks(
+    binding TEXT PRIMARY KEY, hwm INTEGER NOT NULL DEFAULT 0,
+    sent INTEGER NOT NULL DEFAULT 0, received INTEGER NOT NULL DEFAULT 0);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class OutRow:
+    seq: int
+    msg_id: str
+    descriptor: dict[str, str]
+    payload: bytes
+    deadline: float
+
+
+class Outbox:
+    def __init__(self, state_dir: Path, synchronous: str = "NORMAL") -> None:
+        self.path = Path(state_dir) / DB_FILE
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+        # It keeps the bindings' URIs, with their credentials.
+        os.chmod(self.path, 0o600)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ------------------------------------------------------------------ bindings
+
+    def bindings(self) -> list[tuple[str, dict[str, Any], str]]:
+        with self._lock:
+            rows = self._db.execute("SELECT name, spec, source FROM bindings ORDER BY name")
+            return [(str(n), json.loads(s), str(src)) for n, s, src in rows.fetchall()]
+
+    def put_binding(self, name: str, spec: dict[str, Any], source: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO bindings(name, spec, source) VALUES (?, ?, ?)",
+                (name, json.dumps(spec, sort_keys=True), source),
+            )
+
+    def drop_binding(self, name: str) -> int:
+        """Forget a binding and its rows; returns how many unsent messages went with it."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            (unsent,) = db.execute(
+                "SELECT count(*) FROM outbox WHERE binding = ? AND state = 0", (name,)
+            ).fetchone()
+            db.execute("DELETE FROM outbox WHERE binding = ?", (name,))
+            db.execute("DELETE FROM marks WHERE binding = ?", (name,))
+            db.execute("DELETE FROM bindings WHERE name = ?", (name,))
+            db.execute("COMMIT")
+            return int(unsent)
+
+    # ------------------------------------------------------------------ messages
+
+    def enqueue(
+        self,
+        binding: str,
+        msg_id: str,
+        descriptor: dict[str, str],
+        payload: bytes,
+        deadline: float,
+        not_before: float,
+    ) -> bool:
+        """Add a message (committed on return); False when the binding already had it."""
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO outbox(binding, msg_id, descriptor, payload, deadline, "
+                "not_before) VALUES (?, ?, ?, ?, ?, ?)",
+                (binding, msg_id, json.dumps(descriptor), payload, deadline, not_before),
+            )
+            return cur.rowcount == 1
+
+    def known(self, binding: str) -> set[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT msg_id FROM outbox WHERE binding = ?", (binding,))
+            return {str(r[0]) for r in rows.fetchall()}
+
+    def pending(self, binding: str, now: float, limit: int) -> list[OutRow]:
+        """The oldest unsent messages that may go now, in order."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, msg_id, descriptor, payload, deadline FROM outbox "
+                "WHERE binding = ? AND state = 0 AND not_before <= ? ORDER BY seq LIMIT ?",
+                (binding, now, limit),
+            ).fetchall()
+        return [
+            OutRow(int(s), str(i), json.loads(d), bytes(p), float(dl)) for s, i, d, p, dl in rows
+        ]
+
+    def next_due(self, binding: str) -> float | None:
+        """When the earliest held-off message may go (None: nothing waits)."""
+        with self._lock:
+            (t,) = self._db.execute(
+                "SELECT min(not_before) FROM outbox WHERE binding = ? AND state = 0", (binding,)
+            ).fetchone()
+        return None if t is None else float(t)
+
+    def mark_sent(self, binding: str, seqs: list[int]) -> None:
+        """The broker confirmed these rows: flag them and raise the high-water mark, atomically."""
+        if not seqs:
+            return
+        now = time.time()
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany(
+                "UPDATE outbox SET state = 1, done_at = ? WHERE seq = ? AND state = 0",
+                [(now, s) for s in seqs],
+            )
+            db.execute("INSERT OR IGNORE INTO marks(binding) VALUES (?)", (binding,))
+            db.execute(
+                "UPDATE marks SET hwm = max(hwm, ?), sent = sent + ? WHERE binding = ?",
+                (max(seqs), len(seqs), binding),
+            )
+            db.execute("COMMIT")
+
+    def mark_echoed(self, binding: str, msg_id: str, deadline: float) -> bool:
+        """Another gateway already put this message on the broker: never send it from here.
+
+        When the message has not reached this host yet, a placeholder row (kept until
+        ``deadline``) makes its later arrival a no-op. True when a pending row was dropped.
+        """
+        now = time.time()
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE outbox SET state = 2, done_at = ? "
+                "WHERE binding = ? AND msg_id = ? AND state = 0",
+                (now, binding, msg_id),
+            )
+            if cur.rowcount == 1:
+                return True
+            self._db.execute(
+                "INSERT OR IGNORE INTO outbox(binding, msg_id, descriptor, payload, deadline, "
+                "not_before, state, done_at) VALUES (?, ?, '{}', x'', ?, ?, 2, ?)",
+                (binding, msg_id, deadline, now, now),
+            )
+            return False
+
+    def add_received(self, binding: str, n: int = 1) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO marks(binding) VALUES (?)", (binding,))
+            self._db.execute(
+                "UPDATE marks SET received = received + ? WHERE binding = ?", (n, binding)
+            )
+
+    def marks(self, binding: str) -> dict[str, int]:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT hwm, sent, received FROM marks WHERE binding = ?", (binding,)
+            ).fetchone()
+            (backlog,) = self._db.execute(
+                "SELECT count(*) FROM outbox WHERE binding = ? AND state = 0", (binding,)
+            ).fetchone()
+        hwm, sent, received = row or (0, 0, 0)
+        return {"hwm": hwm, "sent_total": sent, "received_total": received, "backlog": backlog}
+
+    def purge(self, now: float) -> int:
+        """Forget rows of expired messages; unsent ones are counted (they expired waiting)."""
+        with self._lock:
+            db = self._db
+            (expired,) = db.execute(
+                "SELECT count(*) FROM outbox WHERE state = 0 AND deadline < ?", (now,)
+            ).fetchone()
+            db.execute("DELETE FROM outbox WHERE deadline < ?", (now,))
+            return int(expired)

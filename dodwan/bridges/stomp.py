@@ -1,0 +1,187 @@
+"""STOMP 1.2 links (stomp.py): ``stomp://HOST:PORT/topic/NAME`` and ``/queue/NAME`` (ActiveMQ).
+
+Outbound, a batch of messages is sent in one STOMP transaction whose COMMIT asks for a
+receipt: the rows are marked sent once the receipt arrives, so a batch is on the broker
+entirely or not at all. Messages are persistent; application attributes are headers (which
+ActiveMQ keeps as JMS string properties), with ``dodwan-id`` and the JMS headers STOMP
+names (``correlation-id``, ``type``, ``priority``, ``expires`` from the deadline).
+
+Inbound, the binding subscribes with ``client-individual`` acknowledgement and acknowledges
+a message after its DoDWAN publication; the broker's ``message-id`` (the same for every
+subscriber) gives the DoDWAN id. A topic subscription is not durable: what a topic gets
+while no gateway is connected is not kept (bridge a queue, or an ActiveMQ virtual-topic
+queue, when that matters).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from typing import Any
+
+import stomp
+
+from .binding import InboundHandler, LinkError
+from .mapping import Inbound, deadline_of, priority_of, user_properties
+from .outbox import OutRow
+from .uri import BindingSpec
+
+CONNECT_TIMEOUT = 10.0
+RECEIPT_TIMEOUT = 30.0
+STANDARD = frozenset(
+    {"destination", "message-id", "subscription", "ack", "content-length", "content-type"}
+    | {"expires", "priority", "persistent", "timestamp", "redelivered", "receipt"}
+    | {"correlation-id", "type", "reply-to"}
+)
+
+
+class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self, link: StompLink) -> None:
+        self.link = link
+
+    def on_receipt(self, frame: Any) -> None:
+        self.link._receipt(frame.headers.get("receipt-id", ""))
+
+    def on_error(self, frame: Any) -> None:
+        self.link._failed(f"broker error: {frame.headers.get('message', '')} {frame.body!r}"[:300])
+
+    def on_disconnected(self) -> None:
+        self.link._failed("connection closed")
+
+    def on_message(self, frame: Any) -> None:
+        self.link._message(frame)
+
+
+class StompLink:
+    def __init__(self, spec: BindingSpec, host_id: str, on_message: InboundHandler) -> None:
+        self.spec = spec
+        self.on_message = on_message
+        self.conn: Any = None
+        self._lost = threading.Event()
+        self._why = ""
+        self._receipts: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        ep = spec.endpoint
+        self.destination = f"/{ep.kind}/{ep.destination}"
+
+    # ------------------------------------------------------------------ listener side
+
+    def _receipt(self, rid: str) -> None:
+        with self._lock:
+            ev = self._receipts.get(rid)
+        if ev is not None:
+            ev.set()
+
+    def _failed(self, why: str) -> None:
+        self._why = why
+        self._lost.set()
+
+    def _message(self, frame: Any) -> None:
+        h = {str(k): str(v) for k, v in frame.headers.items()}
+        expires = None
+        with contextlib.suppress(ValueError):
+            if int(h.get("expires", "0")) > 0:
+                expires = int(h["expires"]) / 1000.0
+        priority = None
+        with contextlib.suppress(ValueError):
+            priority = int(h["priority"]) if "priority" in h else None
+        body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode()
+        msg = Inbound(
+            body=body,
+            headers={k: v for k, v in h.items() if k not in STANDARD},
+            remote_id=h.get("message-id"),
+            expires=expires,
+            correlation_id=h.get("correlation-id"),
+            jms_type=h.get("type"),
+            priority=priority,
+        )
+        if self.on_message(msg) and "ack" in h and self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.ack(h["ack"])
+
+    # ------------------------------------------------------------------ link
+
+    def connect(self) -> None:
+        ep = self.spec.endpoint
+        self._lost.clear()
+        self._why = ""
+        conn = stomp.Connection12(
+            [(ep.host, ep.port)],
+            reconnect_attempts_max=1,
+            heartbeats=(10000, 10000),
+            auto_decode=False,
+            timeout=CONNECT_TIMEOUT,
+        )
+        conn.set_listener("dodwan", _Listener(self))
+        try:
+            conn.connect(ep.user, ep.password, wait=True)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+            raise LinkError(f"cannot connect to {ep.host}:{ep.port}: {exc}") from None
+        self.conn = conn
+        if self.spec.inbound:
+            # The receipt proves the subscription is in place before we report "connected".
+            self._wait_receipt(
+                lambda rid: conn.subscribe(
+                    self.destination, id="dodwan", ack="client-individual", headers={"receipt": rid}
+                )
+            )
+
+    def _wait_receipt(self, frame: Any) -> None:
+        rid = f"r-{secrets.token_hex(6)}"
+        ev = threading.Event()
+        with self._lock:
+            self._receipts[rid] = ev
+        try:
+            frame(rid)
+            deadline = time.monotonic() + RECEIPT_TIMEOUT
+            while not ev.wait(0.05):
+                if self._lost.is_set():
+                    raise LinkError(f"STOMP connection lost: {self._why}")
+                if time.monotonic() > deadline:
+                    raise LinkError("STOMP broker sent no receipt in time")
+        finally:
+            with self._lock:
+                self._receipts.pop(rid, None)
+
+    def send(self, rows: list[OutRow]) -> None:
+        conn = self.conn
+        if conn is None or self._lost.is_set():
+            raise LinkError(f"STOMP connection lost: {self._why}")
+        tx = f"tx-{secrets.token_hex(6)}"
+        conn.begin(transaction=tx)
+        for row in rows:
+            d = row.descriptor
+            headers = {k.replace(":", "_"): v for k, v in user_properties(d).items()}
+            headers = {k: v for k, v in headers.items() if k not in STANDARD}
+            headers["persistent"] = "true"
+            headers["priority"] = str(priority_of(d))
+            headers["expires"] = str(int(deadline_of(d, time.time() + 3600) * 1000))
+            if d.get("jms_correlation_id"):
+                headers["correlation-id"] = d["jms_correlation_id"]
+            if d.get("jms_type"):
+                headers["type"] = d["jms_type"]
+            headers["transaction"] = tx
+            conn.send(self.destination, row.payload, headers=headers)
+        self._wait_receipt(lambda rid: conn.commit(transaction=tx, headers={"receipt": rid}))
+
+    def poll(self, timeout: float, wake: threading.Event) -> None:
+        end = time.monotonic() + timeout
+        while True:
+            if self._lost.is_set():
+                raise LinkError(f"STOMP connection lost: {self._why}")
+            left = end - time.monotonic()
+            if left <= 0 or wake.wait(min(left, 0.1)):
+                return
+
+    def disconnect(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+
+    def close(self) -> None:
+        self.disconnect()

@@ -1,0 +1,281 @@
+"""Binding specifications: a URI naming the remote destination plus the mapping and filter.
+
+A binding is created from a URI (R-MOM style), one per remote destination:
+
+* ``stomp://HOST:PORT/topic/NAME`` or ``stomp://HOST:PORT/queue/NAME`` (ActiveMQ),
+* ``mqtt://HOST:PORT/TOPIC`` where TOPIC may end in ``/#`` or hold ``+`` (Mosquitto),
+* ``amqp://HOST:PORT/EXCHANGE/ROUTING_KEY`` (topic exchange; ``#`` and ``*`` allowed in
+  the routing key for the inbound binding; RabbitMQ) or ``amqp://HOST:PORT/queue/NAME``.
+
+``user:password@`` may precede the host. The rest of a binding (direction, the attributes
+that map DoDWAN messages to the destination, a filter, the deadline of incoming messages)
+comes from the ``[[bridges]]`` table or the ``dodwan bridge add`` options and is validated
+here, so a bad binding is refused with one clear line before anything is touched.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMES = {"stomp": 61613, "mqtt": 1883, "amqp": 5672}
+DIRECTIONS = ("out", "in", "both")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+KEYS = {
+    "name",
+    "uri",
+    "direction",
+    "attributes",
+    "filter",
+    "ttl",
+    "holdoff",
+    "qos",
+    "joms_topic",
+}
+JOMS_KIND = ("jms_kind", "message")
+"""A JOMS topic's messages: jms_kind=message, destination_type=topic, destination_id=NAME."""
+
+
+class SpecError(ValueError):
+    """A binding URI or setting is invalid (message fit for one line of output)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The parsed URI."""
+
+    scheme: str
+    host: str
+    port: int
+    kind: str
+    """stomp: topic|queue; mqtt: topic; amqp: exchange|queue."""
+    destination: str
+    """stomp: NAME; mqtt: TOPIC (with wildcards); amqp: EXCHANGE or queue NAME."""
+    routing_key: str = ""
+    """amqp exchange bindings: the routing key (``#`` when absent)."""
+    user: str | None = None
+    password: str | None = None
+
+    @property
+    def display(self) -> str:
+        """The URI without credentials (for status, logs and origin marks)."""
+        return f"{self.scheme}://{self.host}:{self.port}/{self.path}"
+
+    @property
+    def path(self) -> str:
+        if self.scheme == "stomp":
+            return f"{self.kind}/{self.destination}"
+        if self.scheme == "amqp":
+            if self.kind == "queue":
+                return f"queue/{self.destination}"
+            return f"{self.destination}/{self.routing_key}"
+        return self.destination
+
+    @property
+    def out_target(self) -> str:
+        """Where outbound messages go: the MQTT topic or AMQP routing key without a trailing
+        multi-level wildcard (``field/#`` -> ``field``, which ``field/#`` also matches)."""
+        if self.scheme == "mqtt":
+            return self.destination.removesuffix("#").rstrip("/")
+        if self.scheme == "amqp" and self.kind == "exchange":
+            return self.routing_key.removesuffix("#").rstrip(".")
+        return self.destination
+
+    def check_outbound(self) -> None:
+        target = self.out_target
+        if (self.scheme == "mqtt" and ("+" in target or "#" in target or not target)) or (
+            self.scheme == "amqp" and ("*" in target or "#" in target)
+        ):
+            raise SpecError(
+                f"{self.display}: an outbound binding needs a destination without wildcards "
+                "(except one trailing '#')"
+            )
+
+
+def parse_uri(uri: str) -> Endpoint:
+    """Parse and check a binding URI (:class:`SpecError` with the reason)."""
+    if not isinstance(uri, str) or not uri:
+        raise SpecError("a binding needs a URI such as mqtt://127.0.0.1:1883/field/#")
+    # '#' is a wildcard of MQTT topics and AMQP routing keys, not a URI fragment here.
+    u = urllib.parse.urlsplit(uri.replace("#", "%23"))
+    scheme = u.scheme.lower()
+    if scheme not in SCHEMES:
+        raise SpecError(f"unsupported URI scheme {u.scheme!r} in {uri!r}: use stomp, mqtt or amqp")
+    if not u.hostname:
+        raise SpecError(f"{uri!r} names no host")
+    try:
+        port = u.port or SCHEMES[scheme]
+    except ValueError:
+        raise SpecError(f"{uri!r} has an invalid port") from None
+    if u.query:
+        raise SpecError(f"{uri!r}: put options in the binding settings, not in the URI")
+    path = urllib.parse.unquote(u.path).lstrip("/")
+    user = urllib.parse.unquote(u.username) if u.username else None
+    password = urllib.parse.unquote(u.password) if u.password else None
+    common: dict[str, Any] = {"host": u.hostname, "port": port, "user": user, "password": password}
+    if scheme == "stomp":
+        kind, _, name = path.partition("/")
+        if kind not in ("topic", "queue") or not name:
+            raise SpecError(
+                f"{uri!r}: a STOMP binding is stomp://HOST:PORT/topic/NAME or /queue/NAME"
+            )
+        return Endpoint("stomp", kind=kind, destination=name, **common)
+    if scheme == "mqtt":
+        if not path:
+            raise SpecError(
+                f"{uri!r}: an MQTT binding names a topic, e.g. mqtt://HOST:PORT/field/#"
+            )
+        levels = path.split("/")
+        for i, level in enumerate(levels):
+            if ("#" in level and (level != "#" or i != len(levels) - 1)) or (
+                "+" in level and level != "+"
+            ):
+                raise SpecError(
+                    f"{uri!r}: '#' only as the last level and '+' only as a whole level"
+                )
+        return Endpoint("mqtt", kind="topic", destination=path, **common)
+    first, _, rest = path.partition("/")
+    if not first:
+        raise SpecError(f"{uri!r}: an AMQP binding is amqp://HOST:PORT/EXCHANGE/ROUTING_KEY")
+    if first == "queue":
+        if not rest:
+            raise SpecError(f"{uri!r}: amqp://HOST:PORT/queue/NAME needs a queue name")
+        return Endpoint("amqp", kind="queue", destination=rest, **common)
+    return Endpoint("amqp", kind="exchange", destination=first, routing_key=rest or "#", **common)
+
+
+def _str_map(value: Any, what: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
+    ):
+        raise SpecError(f"{what} must be a table of attribute = string")
+    return dict(value)
+
+
+@dataclass(frozen=True)
+class BindingSpec:
+    """One binding: where, which way, which messages, and how they map."""
+
+    name: str
+    uri: str
+    direction: str = "both"
+    attributes: dict[str, str] = field(default_factory=dict)
+    """Given to every incoming message; by default also what selects outgoing ones."""
+    filter: list[dict[str, str]] = field(default_factory=list)
+    """DoDWAN patterns selecting outgoing messages (default: ``attributes``, exactly)."""
+    ttl: float = 3600.0
+    """Seconds incoming messages live in the DoDWAN network (their deadline)."""
+    holdoff: float = 0.0
+    """Seconds an outgoing message waits before it is sent (a standby gateway)."""
+    qos: int = 1
+    """MQTT quality of service for both directions (1 or 2). 1 by default: across a broker
+    restart QoS 1 may resend (deduplicable on ``dodwan-id``), while QoS 2 lost a message
+    Mosquitto had taken when its in-flight exchange was forgotten."""
+    joms_topic: str | None = None
+    """The JOMS topic mirrored (its attributes are part of ``attributes``)."""
+    endpoint: Endpoint = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "endpoint", parse_uri(self.uri))
+
+    @property
+    def joms(self) -> bool:
+        """Incoming messages are JOMS topic messages (JMS clients of the daemon get them)."""
+        return self.attributes.get(JOMS_KIND[0]) == JOMS_KIND[1]
+
+    @property
+    def outbound(self) -> bool:
+        return self.direction in ("out", "both")
+
+    @property
+    def inbound(self) -> bool:
+        return self.direction in ("in", "both")
+
+    def patterns(self) -> list[dict[str, str]]:
+        """The DoDWAN patterns of the binding's subscription (outbound selection)."""
+        if self.filter:
+            return [dict(p) for p in self.filter]
+        return [{k: re.escape(v) for k, v in self.attributes.items()}]
+
+    def as_dict(self, secrets: bool = True) -> dict[str, Any]:
+        uri = self.uri if secrets else self.endpoint.display
+        return {
+            "name": self.name,
+            "uri": uri,
+            "direction": self.direction,
+            "attributes": dict(self.attributes),
+            "filter": [dict(p) for p in self.filter],
+            "ttl": self.ttl,
+            "holdoff": self.holdoff,
+            "qos": self.qos,
+        } | ({"joms_topic": self.joms_topic} if self.joms_topic else {})
+
+    @classmethod
+    def from_dict(cls, data: Any) -> BindingSpec:
+        """Validate a ``[[bridges]]`` table or an admin API body."""
+        if not isinstance(data, dict):
+            raise SpecError("a binding must be a table (name, uri, direction, attributes, ...)")
+        unknown = set(data) - KEYS
+        if unknown:
+            raise SpecError(f"unknown binding setting(s): {', '.join(sorted(unknown))}")
+        endpoint = parse_uri(data.get("uri", ""))
+        name = data.get("name") or _default_name(endpoint)
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise SpecError(f"binding name {name!r}: 1-64 letters, digits, '.', '_' or '-'")
+        direction = data.get("direction", "both")
+        if direction not in DIRECTIONS:
+            raise SpecError(f"binding {name}: direction must be out, in or both")
+        attributes = _str_map(data.get("attributes", {}), f"binding {name}: attributes")
+        joms_topic = data.get("joms_topic")
+        if joms_topic is not None:
+            if not isinstance(joms_topic, str) or not joms_topic:
+                raise SpecError(f"binding {name}: joms_topic must be a topic name")
+            attributes.update(
+                {
+                    JOMS_KIND[0]: JOMS_KIND[1],
+                    "destination_type": "topic",
+                    "destination_id": joms_topic,
+                }
+            )
+        flt = data.get("filter", [])
+        if isinstance(flt, dict):
+            flt = [flt]
+        if not isinstance(flt, list):
+            raise SpecError(f"binding {name}: filter must be a table or a list of tables")
+        patterns = [_str_map(p, f"binding {name}: each filter pattern") for p in flt]
+        if direction != "in" and not (patterns or attributes):
+            raise SpecError(
+                f"binding {name}: an outbound binding needs attributes or a filter to choose "
+                "which DoDWAN messages it sends"
+            )
+        if direction != "in":
+            endpoint.check_outbound()
+        numbers = {}
+        for key, default in (("ttl", 3600.0), ("holdoff", 0.0)):
+            v = data.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise SpecError(f"binding {name}: {key} must be a non-negative number")
+            numbers[key] = float(v)
+        if numbers["ttl"] <= 0:
+            raise SpecError(f"binding {name}: ttl must be positive")
+        qos = data.get("qos", 1)
+        if qos not in (1, 2) or isinstance(qos, bool):
+            raise SpecError(f"binding {name}: qos must be 1 or 2")
+        return cls(
+            name=name,
+            uri=data["uri"],
+            direction=direction,
+            attributes=attributes,
+            filter=patterns,
+            ttl=numbers["ttl"],
+            holdoff=numbers["holdoff"],
+            qos=qos,
+            joms_topic=joms_topic,
+        )
+
+
+def _default_name(endpoint: Endpoint) -> str:
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{endpoint.scheme}-{endpoint.path}").strip("-")
+    return base[:64] or endpoint.scheme

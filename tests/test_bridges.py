@@ -1,0 +1,444 @@
+"""Bridges between real DoDWAN daemons and real brokers (Mosquitto, ActiveMQ, RabbitMQ).
+
+Every test runs a field host and a gateway host (separate ``dodwan daemon`` processes on one
+UDP group); only the gateway has the binding, so what crosses goes through the DoDWAN
+protocol and the broker. The brokers are private instances (tests/brokers.py) started once
+per session; every test uses its own topic names. Absence (no loop, no duplicate) is checked
+with a sentinel published after the fact: the outbox is FIFO, so anything looped would
+reach the broker before the sentinel does.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bridge_remotes import AmqpRemote, MqttRemote, Remote, StompRemote
+from brokers import Broker, restart
+from brokers import activemq as activemq
+from brokers import mosquitto as mosquitto
+from brokers import rabbitmq as rabbitmq
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import daemons as daemons
+
+ARGS = ["--announce-period", "0.5", "--cache-capacity", str(1 << 30)]
+PROTOCOLS = ["mqtt", "stomp", "amqp"]
+BROKER_OF = {"mqtt": "mosquitto", "stomp": "activemq", "amqp": "rabbitmq"}
+
+
+@dataclass
+class Proto:
+    name: str
+    broker: Broker
+
+    def destination(self, topic: str, queue: bool = False) -> tuple[str, Callable[[], Remote]]:
+        """(binding URI, factory of the headquarters client) for ``topic``.
+
+        ``queue``: a destination that keeps messages for an absent consumer (STOMP queue;
+        MQTT and AMQP keep them anyway through the remote's session or queue)."""
+        port = self.broker.port
+        if self.name == "mqtt":
+            return self.broker.url(f"{topic}/#"), lambda: MqttRemote(port, f"{topic}/#")
+        if self.name == "stomp":
+            kind = "queue" if queue else "topic"
+            return self.broker.url(f"{kind}/{topic}"), lambda: StompRemote(port, f"/{kind}/{topic}")
+        exchange = f"hq-{topic}"
+        return self.broker.url(f"{exchange}/{topic}"), lambda: AmqpRemote(port, exchange, topic)
+
+
+@pytest.fixture(params=PROTOCOLS)
+def proto(request: pytest.FixtureRequest) -> Iterator[Proto]:
+    broker: Broker = request.getfixturevalue(BROKER_OF[request.param])
+    restart(broker)  # a failed test may have left it stopped
+    yield Proto(request.param, broker)
+    restart(broker)
+
+
+@pytest.fixture
+def remotes() -> Iterator[Callable[[Callable[[], Remote]], Remote]]:
+    made: list[Remote] = []
+
+    def make(factory: Callable[[], Remote]) -> Remote:
+        r = factory()
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def topic_name() -> str:
+    return f"field{secrets.token_hex(4)}"
+
+
+def publish(d: DaemonProc, topic: str, n: int, start: int = 0, **extra: str) -> list[str]:
+    c = d.client()
+    return [
+        c.post(
+            "/publish",
+            {"attributes": {"topic": topic, "n": str(i), **extra}, "text": f"report {i}"},
+        )["id"]
+        for i in range(start, start + n)
+    ]
+
+
+def binding(d: DaemonProc, name: str) -> dict[str, Any]:
+    rows = d.client().get("/bridges")
+    return next(r for r in rows if r["name"] == name)
+
+
+def add_binding(d: DaemonProc, uri: str, name: str, topic: str, **kw: Any) -> dict[str, Any]:
+    body = {"uri": uri, "name": name, "attributes": {"topic": topic}, **kw}
+    return d.client().post("/bridges", body)  # type: ignore[no-any-return]
+
+
+def exactly_once(
+    remote: Remote,
+    ids: list[str],
+    timeout: float = 60.0,
+    gw: DaemonProc | None = None,
+    in_flight: int = 0,
+) -> None:
+    """Wait until every id reached the broker, then check none came twice.
+
+    ``in_flight``: how many may come twice because they were unconfirmed when the broker
+    was stopped (the broker took them but its answer was lost; they are resent with the
+    same ``dodwan-id``, which the remote side deduplicates on)."""
+    want = set(ids)
+
+    def missing() -> str:
+        lost = [i for i in ids if i not in set(remote.dodwan_ids())]
+        where = f"; gateway: {gw.client().get('/bridges')}" if gw is not None else ""
+        return f"{len(lost)} of {len(want)} at the broker (missing {lost[:5]}){where}"
+
+    wait_for(lambda: want <= set(remote.dodwan_ids()), timeout, what=missing)
+    got = [i for i in remote.dodwan_ids() if i in want]
+    dups = {i for i in got if got.count(i) > 1}
+    assert len(dups) <= in_flight, f"{len(dups)} message(s) reached the broker twice"
+    assert all(got.count(i) <= 2 for i in dups)
+
+
+def field_sink(d: DaemonProc, topic: str, out: Path) -> None:
+    d.client().post(
+        "/subscribe",
+        {"patterns": {"topic": topic}, "sink": {"kind": "dir", "target": str(out)}, "key": "hq"},
+    )
+
+
+def descriptors(out: Path) -> list[dict[str, str]]:
+    return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+
+
+def pair(daemons: Callable[..., DaemonProc], *extra: str) -> tuple[DaemonProc, DaemonProc]:
+    group = random_group()
+    field = daemons("field", "--group", group, "--host-id", "field", *ARGS)
+    gw = daemons("gw", "--group", group, "--host-id", "gw", *ARGS, *extra)
+    return field, gw
+
+
+# ---------------------------------------------------------------------- both ways
+
+
+def test_field_to_broker_and_back_without_loop(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any, tmp_path: Path
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    st = add_binding(gw, uri, "hq", topic)
+    assert st["direction"] == "both"
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+
+    # field -> broker: published on the field host, carried by DoDWAN to the gateway.
+    ids = publish(field, topic, 20, priority_class="high")
+    exactly_once(hq, ids)
+    by_id = {r.dodwan_id: r for r in hq.snapshot()}
+    first = by_id[ids[0]]
+    assert first.body == b"report 0"
+    assert first.headers["topic"] == topic and first.headers["n"] == "0"
+    assert first.headers["priority_class"] == "high"
+    assert first.headers["dodwan-origin"] == "field"
+
+    # broker -> field: headquarters publishes; the field host gets it, marked.
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+    wait_for(lambda: len(descriptors(out)) == 20, 30, what="field's own messages in its sink")
+    for i in range(5):
+        hq.publish(f"order {i}".encode(), f"hq-{topic}-{i}", {"urgency": "now"})
+    wait_for(
+        lambda: len([d for d in descriptors(out) if "bridge_origin" in d]) == 5,
+        30,
+        what="headquarters' messages on the field host",
+    )
+    inbound = [d for d in descriptors(out) if "bridge_origin" in d]
+    assert {d["urgency"] for d in inbound} == {"now"}
+    assert all(d["topic"] == topic and d["origin"] == "gw" for d in inbound)
+    assert all(d["bridge_origin"].startswith(f"{proto.name}://127.0.0.1:") for d in inbound)
+    # Inbound messages become publications with the binding's deadline (ttl 3600 s).
+    assert all(abs(float(d["deadline"]) - float(d["date"]) - 3600) < 5 for d in inbound)
+
+    # No loop: the inbound messages are never sent back. A sentinel from the field proves
+    # the outbox has drained past them.
+    sentinel = publish(field, topic, 1, start=99)
+    exactly_once(hq, sentinel)
+    assert set(hq.dodwan_ids()) == set(ids) | set(sentinel)
+    st = wait_for(lambda: (b := binding(gw, "hq"))["sent_total"] == 21 and b, 10, what="marked")
+    assert st["loops_prevented"] == 5
+    assert st["received_total"] == 5 and st["sent_total"] == 21 and st["backlog"] == 0
+    metrics = gw.client().request("GET", "/metrics")
+    assert 'dodwan_bridge_sent_total{binding="hq"} 21' in metrics
+    assert 'dodwan_bridge_connected{binding="hq"} 1' in metrics
+    status = gw.status()
+    assert status["bridges"][0]["name"] == "hq"
+
+
+def test_messages_carried_before_the_binding_existed_go_out(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic, queue=True)
+    hq = remotes(make_remote)
+    _field, gw = pair(daemons)
+    ids = publish(gw, topic, 10)  # cached on the gateway before it has an uplink
+    add_binding(gw, uri, "hq", topic, direction="out")
+    exactly_once(hq, ids, gw=gw)
+
+
+def test_a_joms_topic_mirrored_to_the_broker_both_ways(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """A JMS client of the field host's STOMP gateway and headquarters talk on one topic."""
+    import queue
+
+    import stomp
+    from brokers import free_port, port_open
+
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    group = random_group()
+    jms_port = free_port()
+    daemons(
+        "field", "--group", group, "--host-id", "field", *ARGS, "--stomp", f"127.0.0.1:{jms_port}"
+    )
+    gw = daemons("gw", "--group", group, "--host-id", "gw", *ARGS)
+    gw.client().post("/bridges", {"uri": uri, "name": "hq", "joms_topic": "alerts"})
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    wait_for(lambda: port_open(jms_port), 20, what="the field's STOMP gateway")
+
+    frames: queue.Queue[Any] = queue.Queue()
+
+    class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_message(self, frame: Any) -> None:
+            frames.put(frame)
+
+        def on_receipt(self, frame: Any) -> None:
+            frames.put(frame.headers["receipt-id"])
+
+    jms = stomp.Connection12([("127.0.0.1", jms_port)])
+    jms.set_listener("l", Listener())
+    jms.connect(wait=True)
+    try:
+        jms.subscribe("/topic/alerts", id="a", headers={"receipt": "sub"})
+        assert frames.get(timeout=10) == "sub"
+        jms.send("/topic/alerts", "river rising", headers={"severity": "high"})
+        assert frames.get(timeout=10).body == "river rising"  # the local JMS subscriber
+        wait_for(lambda: len(hq.dodwan_ids()) == 1, 30, what="the JMS message at the broker")
+        sent = hq.snapshot()[0]
+        assert sent.body == b"river rising" and sent.headers["severity"] == "high"
+        assert sent.headers["destination_id"] == "alerts"
+
+        hq.publish(b"evacuate", f"hq-{topic}-1", {"zone": "north"})
+        got = frames.get(timeout=30)
+        assert got.body == "evacuate" and got.headers["zone"] == "north"
+        assert got.headers["bridge_origin"].startswith(f"{proto.name}://")
+    finally:
+        jms.disconnect()
+
+
+# ---------------------------------------------------------------------- uplink cut
+
+
+def test_uplink_cut_during_a_burst_every_message_arrives(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any, tmp_path: Path
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic, queue=True)
+    hq = remotes(make_remote)
+    conf = tmp_path / "gw.toml"  # this binding comes from the config file
+    conf.write_text(
+        f'[[bridges]]\nname = "hq"\nuri = "{uri}"\ndirection = "out"\n'
+        f'attributes = {{ topic = "{topic}" }}\n'
+    )
+    field, gw = pair(daemons, "--config", str(conf))
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    ids: list[str] = []
+    done = threading.Event()
+
+    def burst() -> None:
+        try:
+            ids.extend(publish(field, topic, 150))
+        finally:
+            done.set()
+
+    t = threading.Thread(target=burst)
+    t.start()
+    wait_for(lambda: len(hq.dodwan_ids()) >= 20, 30, what="the burst reaching the broker")
+    proto.broker.stop()  # the uplink is cut in the middle of the burst
+    wait_for(lambda: not binding(gw, "hq")["connected"], 30, what="binding down")
+    t.join(60)
+    assert done.is_set() and len(ids) == 150
+    wait_for(lambda: binding(gw, "hq")["backlog"] > 0, 30, what="a backlog while down")
+    assert binding(gw, "hq")["errors"] >= 1
+    proto.broker.start()
+    # At most the batch unconfirmed at the cut may come twice (MQTT: the messages in
+    # flight, which Mosquitto does not remember across its restart; STOMP/AMQP: a
+    # transaction committed whose answer was lost). The outbox sent each row once.
+    exactly_once(hq, ids, timeout=90, gw=gw, in_flight=64)
+    wait_for(lambda: binding(gw, "hq")["backlog"] == 0, 30, what="backlog drained")
+    assert binding(gw, "hq")["sent_total"] == 150
+
+
+# ---------------------------------------------------------------------- kill -9
+
+
+def test_gateway_kill9_with_a_backlog_loses_nothing(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic, queue=True)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    add_binding(gw, uri, "hq", topic, direction="out")  # kept across the restart
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    proto.broker.stop()
+    ids = publish(field, topic, 60)
+    wait_for(lambda: binding(gw, "hq")["backlog"] == 60, 30, what="all 60 waiting in the outbox")
+    assert gw.kill(signal.SIGKILL) == -signal.SIGKILL
+    proto.broker.start()
+    gw.start()
+    exactly_once(hq, ids, timeout=90, gw=gw)
+    # The broker's answer may reach the consumer before the gateway has marked the rows.
+    wait_for(lambda: binding(gw, "hq")["backlog"] == 0, 30, what="backlog marked sent")
+    assert binding(gw, "hq")["sent_total"] == 60
+
+
+def test_outbox_rows_lost_in_a_crash_are_recovered_from_the_cache(
+    mosquitto: Broker, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """A kill between the core's commit (delivered to the binding) and the outbox's."""
+    import sqlite3
+
+    restart(mosquitto)
+    proto = Proto("mqtt", mosquitto)
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    add_binding(gw, uri, "hq", topic, direction="out")
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    mosquitto.stop()
+    try:
+        ids = publish(field, topic, 20)
+        wait_for(lambda: binding(gw, "hq")["backlog"] == 20, 30, what="20 in the outbox")
+        gw.kill(signal.SIGKILL)
+        with sqlite3.connect(gw.state_dir / "bridges.db") as db:
+            db.execute("DELETE FROM outbox WHERE rowid % 2 = 0")  # as if never committed
+        mosquitto.start()
+        gw.start()
+        exactly_once(hq, ids, gw=gw)
+    finally:
+        restart(mosquitto)
+
+
+# ---------------------------------------------------------------------- two gateways
+
+
+def test_two_gateways_on_one_topic_no_loop_no_duplicate(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any, tmp_path: Path
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    group = random_group()
+    field = daemons("field", "--group", group, "--host-id", "field", *ARGS)
+    gw1 = daemons("gw1", "--group", group, "--host-id", "gw1", *ARGS)
+    gw2 = daemons("gw2", "--group", group, "--host-id", "gw2", *ARGS)
+    add_binding(gw1, uri, "hq", topic)
+    add_binding(gw2, uri, "hq", topic, holdoff=5.0)  # the standby gateway
+    for gw in (gw1, gw2):
+        wait_for(lambda gw=gw: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+
+    ids = publish(field, topic, 30)
+    exactly_once(hq, ids)
+    # The standby saw each one come back from the broker and dropped its own copy.
+    wait_for(lambda: binding(gw2, "hq")["backlog"] == 0, 30, what="standby's outbox settled")
+    assert binding(gw2, "hq")["sent_total"] == 0
+
+    for i in range(10):
+        hq.publish(f"order {i}".encode(), f"hq-{topic}-{i}", {})
+    # Both gateways receive each; they publish it under the same DoDWAN id: one copy.
+    wait_for(
+        lambda: len([d for d in descriptors(out) if "bridge_origin" in d]) >= 10,
+        30,
+        what="headquarters' messages on the field host",
+    )
+    sentinel = publish(field, topic, 1, start=99)
+    exactly_once(hq, sentinel, timeout=60)
+    inbound = [d for d in descriptors(out) if "bridge_origin" in d]
+    assert len(inbound) == 10, "a message from headquarters reached the field twice"
+    # Nothing went back to the broker: it holds the field's 31 messages once each and
+    # headquarters' own 10, nothing else.
+    assert sorted(hq.dodwan_ids()) == sorted(ids + sentinel)
+    assert len(hq.snapshot()) == 31 + 10
+    echoes = binding(gw1, "hq")["echoes"] + binding(gw2, "hq")["echoes"]
+    assert echoes >= 31
+
+
+# ---------------------------------------------------------------------- replace
+
+
+def test_binding_replaced_under_load_loses_nothing(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic, queue=True)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    add_binding(gw, uri, "hq", topic, direction="out")
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    ids: list[str] = []
+    t = threading.Thread(target=lambda: ids.extend(publish(field, topic, 200)))
+    t.start()
+    wait_for(lambda: len(hq.dodwan_ids()) >= 30, 30, what="load reaching the broker")
+    # Replace through the CLI, changing the deadline given to incoming messages.
+    cmd = [sys.executable, "-m", "dodwan.cli", "bridge", "add", uri, "--name", "hq"]
+    res = subprocess.run(
+        [*cmd, "--direction", "out", "--attr", f"topic={topic}", "--ttl", "600", "--replace"],
+        env={"DODWAN_STATE_DIR": str(gw.state_dir), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("replaced hq ->")
+    t.join(60)
+    assert len(ids) == 200
+    st = binding(gw, "hq")
+    assert st["ttl"] == 600.0 and st["connects"] == 1
+    exactly_once(hq, ids, timeout=60, gw=gw)
+    wait_for(lambda: binding(gw, "hq")["backlog"] == 0, 30, what="backlog marked sent")
+    assert binding(gw, "hq")["sent_total"] == 200

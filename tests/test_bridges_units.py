@@ -1,0 +1,202 @@
+"""Bridge parts without a broker: URIs, settings, the outbox; and the daemon's refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from brokers import free_port
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import daemons as daemons
+
+from dodwan.bridges.mapping import ORIGIN_MARK, Inbound, inbound_attributes, inbound_id
+from dodwan.bridges.outbox import Outbox
+from dodwan.bridges.uri import BindingSpec, SpecError, parse_uri
+from dodwan.daemon import config as cfg
+from dodwan.daemon.client import ClientError
+
+
+def test_uris_of_the_three_protocols() -> None:
+    e = parse_uri("mqtt://127.0.0.1:1883/field/reports/#")
+    assert (e.scheme, e.port, e.destination, e.out_target) == (
+        "mqtt",
+        1883,
+        "field/reports/#",
+        "field/reports",
+    )
+    e = parse_uri("stomp://user:p%40ss@hq.example:61613/queue/field.reports")
+    assert (e.kind, e.destination, e.user, e.password) == ("queue", "field.reports", "user", "p@ss")
+    assert e.display == "stomp://hq.example:61613/queue/field.reports"  # no secrets
+    e = parse_uri("amqp://127.0.0.1/hq/field.#")
+    assert (e.port, e.kind, e.destination, e.routing_key, e.out_target) == (
+        5672,
+        "exchange",
+        "hq",
+        "field.#",
+        "field",
+    )
+    assert parse_uri("amqp://127.0.0.1/queue/orders").kind == "queue"
+
+
+@pytest.mark.parametrize(
+    ("uri", "reason"),
+    [
+        ("http://127.0.0.1/x", "unsupported URI scheme"),
+        ("stomp://127.0.0.1/x/y", "topic/NAME or /queue/NAME"),
+        ("stomp://127.0.0.1/topic/", "topic/NAME or /queue/NAME"),
+        ("mqtt://127.0.0.1", "names a topic"),
+        ("mqtt://127.0.0.1/a/#/b", "'#' only as the last level"),
+        ("mqtt://:1883/a", "names no host"),
+        ("mqtt://127.0.0.1:99999/a", "invalid port"),
+        ("amqp://127.0.0.1/queue/", "needs a queue name"),
+        ("mqtt://127.0.0.1/a?qos=1", "binding settings, not in the URI"),
+    ],
+)
+def test_bad_uris_are_refused_with_the_reason(uri: str, reason: str) -> None:
+    with pytest.raises(SpecError, match=reason.replace("(", r"\(").replace("?", r"\?")):
+        parse_uri(uri)
+
+
+def test_binding_settings_are_checked() -> None:
+    ok = BindingSpec.from_dict({"uri": "mqtt://h/field/#", "attributes": {"topic": "r.1"}})
+    assert ok.name == "mqtt-field" and ok.direction == "both"
+    assert ok.patterns() == [{"topic": r"r\.1"}]  # attributes select exactly
+    with pytest.raises(SpecError, match="needs attributes or a filter"):
+        BindingSpec.from_dict({"uri": "mqtt://h/field/#", "direction": "out"})
+    assert BindingSpec.from_dict({"uri": "mqtt://h/+/x", "direction": "in"}).inbound
+    with pytest.raises(SpecError, match="without wildcards"):
+        BindingSpec.from_dict({"uri": "mqtt://h/+/x", "attributes": {"a": "b"}})
+    with pytest.raises(SpecError, match="unknown binding setting"):
+        BindingSpec.from_dict({"uri": "mqtt://h/x", "attributes": {"a": "b"}, "colour": 1})
+    with pytest.raises(SpecError, match="direction must be"):
+        BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "sideways"})
+    with pytest.raises(SpecError, match="ttl must be positive"):
+        BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "ttl": 0})
+    with pytest.raises(SpecError, match="qos must be 1 or 2"):
+        BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "qos": 0})
+    with pytest.raises(SpecError, match="binding name"):
+        BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "name": "a b"})
+
+
+def test_inbound_mapping_marks_origin_and_keeps_system_attributes_out() -> None:
+    msg = Inbound(
+        b"x",
+        headers={"urgency": "high", "id": "evil", "deadline": "1", "dodwan-id": "z", "": "e"},
+        correlation_id="c-1",
+    )
+    attrs = inbound_attributes(msg, {"topic": "orders"}, "stomp://h:1/topic/orders")
+    assert attrs == {
+        "urgency": "high",
+        "jms_correlation_id": "c-1",
+        "topic": "orders",
+        ORIGIN_MARK: "stomp://h:1/topic/orders",
+    }
+    # The same remote message gets the same DoDWAN id on every gateway.
+    assert inbound_id("stomp:topic/x", "ID:1") == inbound_id("stomp:topic/x", "ID:1")
+    assert inbound_id("stomp:topic/x", "ID:1") != inbound_id("stomp:topic/y", "ID:1")
+
+
+def test_outbox_sent_flag_high_water_mark_and_echo_placeholder(tmp_path: Path) -> None:
+    box = Outbox(tmp_path)
+    assert (tmp_path / "bridges.db").stat().st_mode & 0o777 == 0o600  # URIs with passwords
+    for i in range(5):
+        assert box.enqueue("b", f"m{i}", {"id": f"m{i}"}, b"p", 2e9, 0.0)
+    assert not box.enqueue("b", "m0", {"id": "m0"}, b"p", 2e9, 0.0)  # never twice
+    rows = box.pending("b", 1.0, 3)
+    assert [r.msg_id for r in rows] == ["m0", "m1", "m2"]
+    box.mark_sent("b", [r.seq for r in rows])
+    assert box.mark_echoed("b", "m3", 2e9)  # sent by another gateway: dropped here
+    assert not box.mark_echoed("b", "later", 2e9)  # not here yet: a placeholder
+    assert not box.enqueue("b", "later", {"id": "later"}, b"p", 2e9, 0.0)
+    box.close()
+    box = Outbox(tmp_path)  # everything above is durable
+    assert [r.msg_id for r in box.pending("b", 1.0, 10)] == ["m4"]
+    marks = box.marks("b")
+    assert marks["backlog"] == 1 and marks["sent_total"] == 3 and marks["hwm"] == rows[-1].seq
+    assert box.purge(3e9) == 1  # m4 expired unsent
+    assert box.known("b") == set()
+
+
+def test_config_file_bridges_are_checked_at_load(tmp_path: Path) -> None:
+    f = tmp_path / "d.toml"
+    f.write_text('[[bridges]]\nuri = "mqtt://127.0.0.1/x/#"\nattributes = {topic = "x"}\n')
+    conf = cfg.load(f)
+    assert conf.bridges[0]["uri"] == "mqtt://127.0.0.1/x/#"
+    f.write_text('[[bridges]]\nuri = "ftp://127.0.0.1/x"\n')
+    with pytest.raises(cfg.ConfigError, match=r"\[\[bridges\]\] #1: unsupported URI scheme"):
+        cfg.load(f)
+    f.write_text(
+        '[[bridges]]\nname = "a"\nuri = "mqtt://h/x"\ndirection = "in"\n'
+        '[[bridges]]\nname = "a"\nuri = "mqtt://h/y"\ndirection = "in"\n'
+    )
+    with pytest.raises(cfg.ConfigError, match="used twice"):
+        cfg.load(f)
+    res = subprocess.run(
+        [sys.executable, "-m", "dodwan.cli", "daemon", "--config", str(f)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"DODWAN_STATE_DIR": str(tmp_path / "s"), "PATH": "/usr/bin:/bin"},
+    )
+    assert res.returncode == 1 and "Error: " in res.stderr and "used twice" in res.stderr
+
+
+def test_admin_api_refuses_bad_bindings_and_keeps_the_daemon_running(
+    daemons: Callable[..., DaemonProc],
+) -> None:
+    d = daemons("gw", "--group", random_group())
+    c = d.client()
+    with pytest.raises(ClientError, match="unsupported URI scheme"):
+        c.post("/bridges", {"uri": "gopher://127.0.0.1/x"})
+    with pytest.raises(ClientError, match="no binding 'nope'"):
+        c.delete("/bridges/nope")
+    # A broker that is not there: the binding is kept and retries, reporting why.
+    dead = f"mqtt://127.0.0.1:{free_port()}/field/#"
+    c.post("/bridges", {"uri": dead, "name": "hq", "attributes": {"topic": "r"}})
+    with pytest.raises(ClientError, match="exists; use replace"):
+        c.post("/bridges", {"uri": dead, "name": "hq", "attributes": {"topic": "r"}})
+    st = wait_for(lambda: (b := c.get("/bridges")[0])["errors"] and b, 20, what="link errors")
+    assert not st["connected"] and "Connection refused" in st["last_error"]
+    # Replacing with another unreachable broker fails and keeps the old binding.
+    other = f"mqtt://127.0.0.1:{free_port()}/other/#"
+    with pytest.raises(ClientError, match="did not connect"):
+        c.post(
+            "/bridges",
+            {"uri": other, "name": "hq", "attributes": {"topic": "r"}, "replace": True},
+        )
+    assert c.get("/bridges")[0]["uri"] == dead
+    # Messages wait in the outbox meanwhile; the bridge's subscription is not the user's.
+    c.post("/publish", {"attributes": {"topic": "r"}, "text": "x"})
+    wait_for(lambda: c.get("/bridges")[0]["backlog"] == 1, 10, what="backlog of 1")
+    with pytest.raises(ClientError, match="belongs to a bridge"):
+        c.delete("/subscriptions/bridge:hq")
+    out = subprocess.run(
+        [sys.executable, "-m", "dodwan.cli", "bridge", "ls", "--state-dir", str(d.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0
+    assert "hq" in out.stdout and "down" in out.stdout and "Connection refused" in out.stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "dodwan.cli", "status", "--state-dir", str(d.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0
+    bridge_lines = out.stdout.split("\nbridges\n")[1].splitlines()
+    assert bridge_lines[0].split()[:4] == ["NAME", "DIR", "LINK", "BACKLOG"]
+    assert bridge_lines[1].split()[:4] == ["hq", "both", "down", "1"]
+    out = subprocess.run(
+        [sys.executable, "-m", "dodwan.cli", "bridge", "rm", "hq", "--state-dir", str(d.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0 and "1 unsent message(s) dropped" in out.stdout
+    assert c.get("/bridges") == [] and "bridge:hq" not in str(c.get("/subscriptions"))
+    assert d.alive
