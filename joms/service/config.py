@@ -43,6 +43,26 @@ class ServiceConfig:
     """Messages one durable subscription or one queue may hold waiting; beyond, the oldest
     are dropped (and counted)."""
 
+    max_redeliveries: int = 6
+    """Times a message is delivered again after a NACK, a rollback, a recover or a consumer
+    closing without acknowledging it; the next time it goes to the dead-letter queue
+    instead (ActiveMQ's default is also 6). -1 = redeliver without limit."""
+
+    dead_letter_queue: str = "DLQ"
+    """Name of the dead-letter queue: ``DLQ@H`` on the queue's manager H for a queue
+    message, on the subscriber's host for a topic message. Dead letters carry their
+    original destination and the reason (STOMP headers ``original-destination`` and
+    ``dlq-reason``)."""
+
+    order_gap_timeout: float = 2.0
+    """A topic consumer holds back a producer's message that arrives before an earlier one
+    (same producer, same topic) until the gap is filled or this long has passed; then it
+    delivers what it holds and counts a gap. 0 = no reordering (arrival order)."""
+
+    order_window_bytes: int = 1_048_576
+    """Most body bytes one consumer holds back for reordering; beyond, the oldest held
+    message is delivered at once (a gap is counted)."""
+
     def __post_init__(self) -> None:
         if self.default_ttl <= 0:
             raise ValueError("default_ttl must be positive")
@@ -52,6 +72,12 @@ class ServiceConfig:
             raise ValueError("lease and directory_period must be positive, ack_delay >= 0")
         if self.max_pending < 1:
             raise ValueError("max_pending must be >= 1")
+        if self.max_redeliveries < -1:
+            raise ValueError("max_redeliveries must be >= 0, or -1 for no limit")
+        if not self.dead_letter_queue or "@" in self.dead_letter_queue:
+            raise ValueError("dead_letter_queue must be a queue name without '@'")
+        if self.order_gap_timeout < 0 or self.order_window_bytes < 0:
+            raise ValueError("order_gap_timeout and order_window_bytes must be >= 0")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ServiceConfig:

@@ -559,11 +559,17 @@ class JomsService:
             self._unsubscribe_core(cons.core_key)
         else:
             released = [m.message_id for _, m in cons.unacked.values()]
-            released += [m.message_id for _, m in cons.pending]
+            returned = [m.message_id for _, m in cons.pending]  # never handed to the client
             self._unsubscribe_core(cons.core_key)
-            self._publish_receiver(cons, now, cancel=True)
-            if released:
-                self._queue_ack(cons, [], released, now)
+            # The acknowledgements still in the ack batch go out now, and ride on the
+            # cancel as well: a manager must never see the cancel without them (it would
+            # hand an already consumed message to the next receiver).
+            acked, rel, copies = self._acks_out.pop((cons.dest.name, cons.reply_id), ([], [], []))
+            released = rel + released
+            if acked or released or returned:
+                self._publish_ack(cons.dest.name, cons.reply_id, now, acked, released, copies,
+                                  returned)  # fmt: skip
+            self._publish_receiver(cons, now, cancel=True, acked=acked, returned=returned)
         self.store.commit()
 
     def unsubscribe_durable(self, conn_id: str, name: str, now: float) -> None:
@@ -664,12 +670,53 @@ class JomsService:
         if cons.pending:
             self._pump(cons, now)  # room in the prefetch window
 
+    def _over_limit(self, deliveries: int) -> bool:
+        """A message delivered ``deliveries`` times (first one included) may not go again."""
+        limit = self.config.max_redeliveries
+        return limit >= 0 and deliveries > limit
+
+    def _dead_letter(self, msg: JomsMessage, host: str, now: float, reason: str) -> None:
+        """Send a copy of a poison message to the dead-letter queue ``DLQ@host``, with its
+        original destination and the reason."""
+        dlq = Destination("queue", f"{self.config.dead_letter_queue}@{host}")
+        if msg.destination == dlq:  # a dead letter that is itself poison: give up on it
+            self._count("dead_letters_discarded")
+            return
+        if host == self.host_id:
+            self._ensure_queue(dlq.name, now)
+        dead = msg.copy(
+            destination=dlq,
+            properties=dict(msg.properties),
+            property_types=dict(msg.property_types),
+            original_destination=str(msg.destination),
+            dlq_reason=reason,
+            redelivered=False,
+            delivery_count=0,
+            sequence="",
+        )
+        try:
+            self._publish(dead, now)
+        except JMSException:
+            self._count("dead_letters_refused")
+            return
+        self._count("dead_lettered")
+
     def _redeliver(self, cons: _Consumer, tags: list[str], now: float) -> None:
         back = []
         for t in tags:
             item = cons.unacked.pop(t, None)
             if item is not None:
                 skey, msg = item
+                msg.delivery_count += 1
+                if self._over_limit(msg.delivery_count):
+                    self._finish(cons, skey, msg, now)
+                    host = cons.dest.manager if cons.kind == "queue" else self.host_id
+                    self._dead_letter(
+                        msg, host or self.host_id, now,
+                        f"redelivered {msg.delivery_count - 1} times and refused again "
+                        f"(max_redeliveries = {self.config.max_redeliveries})",
+                    )  # fmt: skip
+                    continue
                 msg.redelivered = True
                 if cons.kind == "durable":
                     self.store.put("dpending", skey, mdl.freeze(msg))
@@ -1058,6 +1105,8 @@ class JomsService:
         if r is not None and date < r.since:
             return  # an older renewal arriving late
         if req.get("cancel"):
+            self._apply_acked(q, req.get("acked", []))
+            self._apply_returned(q, req.get("returned", []), reply_id)
             if r is not None:
                 self._remove_receiver(q, reply_id, now)
                 self._assign(q, now)
@@ -1090,12 +1139,8 @@ class JomsService:
 
     def _manager_ack(self, q: ManagedQueue, d: Mapping[str, str], p: bytes, now: float) -> None:
         rec = _json_obj(p)
-        for mid in rec.get("acked", []):
-            pend = q.pending.get(mid)
-            if pend is not None:
-                self._drop_pending(q, mid)
-                self._count("queue_consumed")
-        released = False
+        self._apply_acked(q, rec.get("acked", []))
+        released = self._apply_returned(q, rec.get("returned", []), d.get(mdl.REPLY_ID, ""))
         for mid in rec.get("released", []):
             pend = q.pending.get(mid)
             if pend is not None and pend.assigned == d.get(mdl.REPLY_ID):
@@ -1104,6 +1149,29 @@ class JomsService:
                 released = True
         if released:
             self._assign(q, now)
+
+    def _apply_acked(self, q: ManagedQueue, acked: Any) -> None:
+        if not isinstance(acked, list):
+            raise ValueError("acked must be a list")
+        for mid in acked:
+            if isinstance(mid, str) and mid in q.pending:
+                self._drop_pending(q, mid)
+                self._count("queue_consumed")
+
+    def _apply_returned(self, q: ManagedQueue, returned: Any, reply_id: str) -> bool:
+        """Messages a receiver gives back without having handed them to its client: not a
+        redelivery (no JMSRedelivered, not counted towards the dead-letter limit)."""
+        if not isinstance(returned, list):
+            raise ValueError("returned must be a list")
+        any_back = False
+        for mid in returned:
+            pend = q.pending.get(mid) if isinstance(mid, str) else None
+            if pend is not None and pend.assigned == reply_id:
+                pend.assigned = None
+                pend.attempts = max(0, pend.attempts - 1)
+                self._save_pending(q, pend)
+                any_back = True
+        return any_back
 
     def _on_any_ack(self, d: Mapping[str, str], p: bytes, now: float) -> None:
         """Any host: drop the cached copies of queue messages consumed somewhere."""
@@ -1148,8 +1216,11 @@ class JomsService:
     def _hand(self, q: ManagedQueue, pend: Pending, reply_id: str) -> bool:
         """Publish the delivery of ``pend`` to receiver ``reply_id``."""
         redelivered = pend.attempts > 0 or pend.message.redelivered
+        count = pend.attempts + pend.message.delivery_count
         pend.attempts += 1
         desc = mdl.to_descriptor(pend.message)
+        if count:
+            desc[mdl.DELIVERY_COUNT] = str(count)
         desc[mdl.KIND] = mdl.KIND_DELIVERY
         desc[mdl.REPLY_ID] = reply_id
         if pend.core_id:
@@ -1183,6 +1254,14 @@ class JomsService:
                 continue
             if pend.assigned is not None:
                 continue
+            if self._over_limit(pend.attempts + pend.message.delivery_count):
+                self._drop_pending(q, mid)
+                self._dead_letter(
+                    pend.message, self.host_id, now,
+                    f"delivered {pend.attempts} times without being acknowledged "
+                    f"(max_redeliveries = {self.config.max_redeliveries})",
+                )  # fmt: skip
+                continue
             cands = [
                 r.reply_id
                 for r in q.receivers.values()
@@ -1206,10 +1285,25 @@ class JomsService:
         self._publish_receiver(cons, now, cancel=False)
         cons.renew_at = now + self.config.lease / 3.0
 
-    def _publish_receiver(self, cons: _Consumer, now: float, *, cancel: bool) -> None:
-        body = json.dumps(
-            {"selector": cons.selector_text, "lease": self.config.lease, "cancel": cancel}
-        ).encode()
+    def _publish_receiver(
+        self,
+        cons: _Consumer,
+        now: float,
+        *,
+        cancel: bool,
+        acked: list[str] | None = None,
+        returned: list[str] | None = None,
+    ) -> None:
+        req: dict[str, Any] = {
+            "selector": cons.selector_text,
+            "lease": self.config.lease,
+            "cancel": cancel,
+        }
+        if acked:
+            req["acked"] = acked
+        if returned:
+            req["returned"] = returned
+        body = json.dumps(req).encode()
         try:
             self.port.publish(
                 {
@@ -1269,23 +1363,37 @@ class JomsService:
         self._acks_out = {}
         self._ack_flush_at = None
         for (qname, reply_id), (acked, released, copies) in out.items():
-            if not acked and not released:
-                continue
-            try:
-                self.port.publish(
-                    {
-                        mdl.KIND: mdl.KIND_ACK,
-                        mdl.DEST_TYPE: "queue",
-                        mdl.DEST_ID: qname,
-                        mdl.REPLY_ID: reply_id,
-                    },
-                    json.dumps({"acked": acked, "released": released, "copies": copies}).encode(),
-                    deadline=now + self.config.default_ttl,
-                    priority=9,
-                    persistent=True,
-                )
-            except ValueError:
-                self._count("ack_refused")
+            if acked or released:
+                self._publish_ack(qname, reply_id, now, acked, released, copies)
+
+    def _publish_ack(
+        self,
+        qname: str,
+        reply_id: str,
+        now: float,
+        acked: list[str],
+        released: list[str],
+        copies: list[str],
+        returned: list[str] | None = None,
+    ) -> None:
+        rec: dict[str, Any] = {"acked": acked, "released": released, "copies": copies}
+        if returned:
+            rec["returned"] = returned  # released, but never handed to the client
+        try:
+            self.port.publish(
+                {
+                    mdl.KIND: mdl.KIND_ACK,
+                    mdl.DEST_TYPE: "queue",
+                    mdl.DEST_ID: qname,
+                    mdl.REPLY_ID: reply_id,
+                },
+                json.dumps(rec).encode(),
+                deadline=now + self.config.default_ttl,
+                priority=9,
+                persistent=True,
+            )
+        except ValueError:
+            self._count("ack_refused")
 
     # ================================================================ directory
     def _note_topic(self, topic: str, now: float) -> None:

@@ -31,8 +31,13 @@ log = logging.getLogger(__name__)
 SERVER_NAME = "joms/0.1"
 DIRECTORY_DESTINATION = "/joms/destinations"
 """Subscribing here returns one MESSAGE listing the queues and topics this host knows."""
-HEARTBEAT_MS = 10_000
-"""Heart-beat period the gateway offers and accepts (ms)."""
+HEARTBEAT_MS = 1_000
+"""Shortest heart-beat period the gateway agrees to (ms): a client asking for more often
+gets this; a client asking for less often gets what it asked (STOMP 1.2 negotiation)."""
+VERSIONS = ("1.2", "1.1", "1.0")
+"""STOMP versions served, best first."""
+EXCEPTION_HEADER = "joms-exception"
+"""ERROR header naming the JMS exception class of a refused request (JOMS extension)."""
 
 DURABLE_HEADERS = (
     "durable-subscription-name",
@@ -61,6 +66,8 @@ _SEND_RESERVED = frozenset(
         "redelivered",
         "subscription",
         "ack",
+        "original-destination",
+        "dlq-reason",
     }
 )
 _CONTENT_TYPES = {
@@ -164,7 +171,9 @@ class StompConnection(asyncio.Protocol):
                 return
             try:
                 self.handle(frame)
-            except (StompError, JMSException) as exc:
+            except JMSException as exc:
+                self.error(str(exc), frame, exception=type(exc).__name__)
+            except StompError as exc:
                 self.error(str(exc), frame)
             except Exception as exc:  # never let one client take the gateway down
                 log.exception("STOMP gateway failed on a %s frame", frame.command)
@@ -200,10 +209,22 @@ class StompConnection(asyncio.Protocol):
             self.transport.write(data)
             self._wrote = True
 
-    def error(self, message: str, frame: Frame | None = None) -> None:
+    def error(
+        self,
+        message: str,
+        frame: Frame | None = None,
+        *,
+        exception: str | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        """Send an ERROR (with ``joms-exception`` naming the JMS exception class when the
+        service refused the request) and close the connection, as STOMP requires."""
         if self.closing:
             return
         headers = {"message": message.replace("\n", " ")[:500], "content-type": "text/plain"}
+        if exception is not None:
+            headers[EXCEPTION_HEADER] = exception
+        headers.update(extra or {})
         if frame is not None and frame.get("receipt"):
             headers["receipt-id"] = frame.headers["receipt"]
         self.send_frame(Frame("ERROR", headers, message.encode()))
@@ -247,9 +268,16 @@ class StompConnection(asyncio.Protocol):
         return self.gw.host.now()
 
     def on_connect(self, frame: Frame) -> None:
-        versions = (frame.get("accept-version") or "1.0").split(",")
-        if "1.2" not in versions and "1.1" not in versions and "1.0" not in versions:
-            raise StompError("supported STOMP versions: 1.2 (1.1 and 1.0 clients accepted)")
+        offered = {v.strip() for v in (frame.get("accept-version") or "1.0").split(",")}
+        version = next((v for v in VERSIONS if v in offered), None)
+        if version is None:  # STOMP 1.2: no common version -> ERROR with ours, then close
+            self.error(
+                f"unsupported STOMP version(s) {', '.join(sorted(offered))}: "
+                f"this server supports {', '.join(VERSIONS)}",
+                frame,
+                extra={"version": ",".join(VERSIONS)},
+            )
+            return
         if self.gw.login is not None and (
             frame.get("login") != self.gw.login or frame.get("passcode") != self.gw.passcode
         ):
@@ -258,18 +286,19 @@ class StompConnection(asyncio.Protocol):
         self.conn_id = self.service.open_connection(self.now(), client_id)
         self.gw.connections[self.conn_id] = self
         cx, cy = _heartbeat(frame.get("heart-beat") or "0,0")
-        # we send every max(cy, ours) ms, and expect the client every max(cx, ours) ms
-        hb = self.gw.heartbeat_ms
-        self._send_every = max(cy, hb) / 1000.0 if cy else 0.0
-        self._expect_every = max(cx, hb) / 1000.0 if cx else 0.0
+        # STOMP 1.2: we answer sx,sy; we send every max(sx, cy) and expect the client every
+        # max(cx, sy). We offer what the client asked, no more often than our floor.
+        sx, sy = negotiate_heartbeat(cx, cy, self.gw.heartbeat_ms)
+        self._send_every = sx / 1000.0
+        self._expect_every = sy / 1000.0
         self.send_frame(
             Frame(
                 "CONNECTED",
                 {
-                    "version": "1.2",
+                    "version": version,
                     "server": SERVER_NAME,
                     "session": self.conn_id,
-                    "heart-beat": f"{hb if cy else 0},{hb if cx else 0}",
+                    "heart-beat": f"{sx},{sy}",
                 },
             )
         )
@@ -531,6 +560,12 @@ _HANDLERS: dict[str, Callable[[StompConnection, Frame], object]] = {
 }
 
 
+def negotiate_heartbeat(cx: int, cy: int, floor_ms: int) -> tuple[int, int]:
+    """The CONNECTED ``heart-beat`` (sx, sy) for a client's (cx, cy): 0 where the client
+    cannot send / does not want them, else what it asked, at least ``floor_ms``."""
+    return (max(cy, floor_ms) if cy else 0, max(cx, floor_ms) if cx else 0)
+
+
 def _heartbeat(value: str) -> tuple[int, int]:
     try:
         a, b = value.split(",")
@@ -571,6 +606,10 @@ def message_frame(ev: MessageDispatched, subscription: str, *, ack: bool = True)
         h["reply-to"] = m.reply_to
     if m.type is not None:
         h["type"] = m.type
+    if m.original_destination is not None:  # a dead letter (ActiveMQ's header name)
+        h["original-destination"] = m.original_destination
+    if m.dlq_reason is not None:
+        h["dlq-reason"] = m.dlq_reason
     types = {}
     for name, value in m.properties.items():
         t = m.property_types.get(name) or mdl.property_type_of(value)
@@ -595,7 +634,7 @@ async def serve(
 ) -> asyncio.Server:
     """Start the STOMP gateway; returns the listening :class:`asyncio.Server`.
 
-    ``heartbeat_ms`` is the heart-beat period offered and accepted (a client silent for
+    ``heartbeat_ms`` is the shortest heart-beat period agreed to (a client silent for
     twice the agreed period is disconnected). ``service_host`` is a
     :class:`~joms.stomp.host.GatewayHost` or the daemon's
     ``ServiceHost`` (adapted by :func:`~joms.stomp.host.from_daemon_host`). Only loopback
