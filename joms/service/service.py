@@ -38,6 +38,7 @@ from . import model as mdl
 from .config import ServiceConfig
 from .events import Event, MessageDispatched
 from .model import Destination, JomsMessage
+from .ordering import Reorder, parse_sequence
 from .port import DisseminationPort
 from .queues import ManagedQueue, Pending, Receiver, load_policy
 from .store import MemoryServiceStore, ServiceStore
@@ -115,6 +116,8 @@ class _Connection:
     consumers: set[str] = field(default_factory=set)
     temp_queues: set[str] = field(default_factory=set)
     txs: dict[str, _Tx] = field(default_factory=dict)
+    sent: dict[str, int] = field(default_factory=dict)
+    """Topic name -> messages this connection (one producer) published to it."""
 
 
 @dataclass(slots=True)
@@ -140,6 +143,8 @@ class _Consumer:
     """Queue message id -> DoDWAN ids of its copies (delivery, original) held here."""
     pending: deque[tuple[str, JomsMessage]] = field(default_factory=deque)
     unacked: OrderedDict[str, tuple[str, JomsMessage]] = field(default_factory=OrderedDict)
+    reorder: Reorder[tuple[str, JomsMessage]] | None = None
+    """Topic consumers: puts each producer's messages back in order."""
 
 
 @dataclass(slots=True)
@@ -155,6 +160,8 @@ class _Durable:
     created: int = 0
     """Creation time (ms since the epoch)."""
     consumer: str | None = None
+    reorder: Reorder[tuple[str, JomsMessage]] | None = None
+    """Puts each producer's messages back in order before they are stored."""
 
     def record(self) -> bytes:
         return json.dumps(
@@ -352,6 +359,11 @@ class JomsService:
         for c in self._consumers.values():
             if c.kind == "queue":
                 times.append(c.renew_at)
+            elif c.reorder is not None and (t := c.reorder.next_deadline()) is not None:
+                times.append(t)
+        for d in self._durables.values():
+            if d.reorder is not None and (t := d.reorder.next_deadline()) is not None:
+                times.append(t)
         for q in self._queues.values():
             for r in q.receivers.values():
                 times.append(r.until)
@@ -363,6 +375,12 @@ class JomsService:
         for c in list(self._consumers.values()):
             if c.kind == "queue" and c.renew_at <= now:
                 self._send_receiver_request(c, now)
+            elif c.reorder is not None:
+                self._topic_release(c, self._expire_order(c.reorder, now), now)
+        for d in list(self._durables.values()):
+            if d.reorder is not None:
+                for item in self._expire_order(d.reorder, now):
+                    self._durable_store(d, item, now)
         for q in list(self._queues.values()):
             expired = [r for r in q.receivers.values() if r.until <= now]
             for r in expired:
@@ -443,17 +461,21 @@ class JomsService:
         if tx is not None:
             self._tx(conn, tx).sends.append((msg, None))
             return msg.message_id
-        self._publish(msg, now)
+        self._publish(msg, now, conn)
         self.store.commit()
         return msg.message_id
 
-    def _publish(self, msg: JomsMessage, now: float) -> None:
+    def _publish(self, msg: JomsMessage, now: float, conn: _Connection | None = None) -> None:
         deadline = msg.expiration / 1000.0 if msg.expiration else now + self.config.default_ttl
         if deadline <= now:
             self._count("sent_already_expired")
             return
         if msg.destination.kind == "topic":
             self._note_topic(msg.destination.name, now)
+            if conn is not None:  # number the producer's messages (per-producer order)
+                n = conn.sent.get(msg.destination.name, 0) + 1
+                conn.sent[msg.destination.name] = n
+                msg.sequence = f"{self.host_id}/{conn.id}:{n}"
         try:
             self.port.publish(
                 mdl.to_descriptor(msg),
@@ -504,6 +526,7 @@ class JomsService:
                         "(nondurable = refuse): use a durable subscription"
                     )
                 cons.core_key = f"{KEY_PREFIX}t:{cid}"
+                cons.reorder = self._new_reorder(sel)
                 self.store.put("ephemeral", cons.core_key, b"")
                 self._subscribe_core(
                     self._topic_patterns(dest.name, sel),
@@ -751,19 +774,60 @@ class JomsService:
             return False
         return selector_matches(sel, msg)
 
+    def _new_reorder(self, sel: Any) -> Reorder[tuple[str, JomsMessage]] | None:
+        """A reorder window for a topic subscription, unless reordering is off or its
+        selector filters in the network (it could not tell a gap from a filtered message)."""
+        if self.config.order_gap_timeout <= 0:
+            return None
+        if sel is not None and self._topic_patterns("t", sel) != self._topic_patterns("t", None):
+            return None
+        return Reorder(self.config.order_gap_timeout, self.config.order_window_bytes)
+
+    def _in_order(
+        self,
+        reorder: Reorder[tuple[str, JomsMessage]] | None,
+        item: tuple[str, JomsMessage],
+        now: float,
+    ) -> list[tuple[str, JomsMessage]]:
+        """What may go on now, each producer's messages in order (see joms.service.ordering)."""
+        seq = parse_sequence(item[1].sequence) if reorder is not None else None
+        if reorder is None or seq is None:
+            return [item]
+        gaps, late = reorder.gaps, reorder.late
+        out = reorder.push(seq[0], seq[1], item, len(item[1].body), now)
+        self._count("order_gaps", reorder.gaps - gaps)
+        self._count("order_late", reorder.late - late)
+        return out
+
+    def _expire_order(
+        self, reorder: Reorder[tuple[str, JomsMessage]], now: float
+    ) -> list[tuple[str, JomsMessage]]:
+        gaps = reorder.gaps
+        out = reorder.expire(now)
+        self._count("order_gaps", reorder.gaps - gaps)
+        return out
+
     def _on_topic_message(self, cid: str, d: Mapping[str, str], payload: bytes, now: float) -> None:
         cons = self._consumers.get(cid)
         if cons is None:
             return
         msg = mdl.from_descriptor(d, payload)
-        conn = self._connections[cons.conn]
-        if msg.destination != cons.dest or not self._accepts(
-            cons.selector, cons.no_local, conn.tag, msg
-        ):
+        if msg.destination != cons.dest:
             self._count("filtered_on_delivery")
             return
-        cons.pending.append(("", msg))
-        self._pump(cons, now)
+        self._topic_release(cons, self._in_order(cons.reorder, ("", msg), now), now)
+
+    def _topic_release(
+        self, cons: _Consumer, items: list[tuple[str, JomsMessage]], now: float
+    ) -> None:
+        conn = self._connections[cons.conn]
+        for skey, msg in items:
+            if self._accepts(cons.selector, cons.no_local, conn.tag, msg):
+                cons.pending.append((skey, msg))
+            else:
+                self._count("filtered_on_delivery")
+        if items:
+            self._pump(cons, now)
 
     # ---------------------------------------------------------------- durable subscriptions
     def _attach_durable(self, conn: _Connection, cons: _Consumer, name: str, now: float) -> None:
@@ -817,6 +881,7 @@ class JomsService:
         return f"{KEY_PREFIX}d:{key}.{self._run}"
 
     def _install_durable(self, d: _Durable) -> None:
+        d.reorder = self._new_reorder(d.selector)
         self._subscribe_core(
             self._topic_patterns(d.topic, d.selector),
             d.core_key,
@@ -853,15 +918,28 @@ class JomsService:
             return
         msg = mdl.from_descriptor(desc, p)
         core_id = desc.get("id", "")
-        if core_id:  # each DoDWAN message once per durable subscription, across restarts
+        if msg.destination != Destination("topic", d.topic):
+            self._count("filtered_on_delivery")
+            return
+        # held back in memory until its predecessors came: marked "seen" only once stored,
+        # so a message held when the daemon stops comes again after the restart; a
+        # duplicate goes through too (it tells the window where the producer is), and is
+        # dropped when it comes out
+        deadline = desc.get("deadline", "0")
+        for item in self._in_order(d.reorder, (f"{core_id}{_SEP}{deadline}", msg), now):
+            self._durable_store(d, item, now)
+
+    def _durable_store(self, d: _Durable, item: tuple[str, JomsMessage], now: float) -> None:
+        key = d.key
+        ident, msg = item
+        core_id, _, deadline = ident.partition(_SEP)
+        if core_id:
             seen_key = key + _SEP + core_id
             if self.store.get("seen", seen_key) is not None:
                 self._count("durable_duplicates")
                 return
-            self.store.put("seen", seen_key, desc.get("deadline", "0").encode())
-        if msg.destination != Destination("topic", d.topic) or not self._accepts(
-            d.selector, d.no_local, f"{self.host_id}/{d.client_id}", msg
-        ):
+            self.store.put("seen", seen_key, (deadline or "0").encode())
+        if not self._accepts(d.selector, d.no_local, f"{self.host_id}/{d.client_id}", msg):
             self._count("filtered_on_delivery")
             return
         skey = f"{key}{_SEP}{int(now * 1e6):020d}{self._id()}"
@@ -899,7 +977,7 @@ class JomsService:
         t = self._tx(conn, tx)
         del conn.txs[tx]
         for msg, _ in t.sends:
-            self._publish(msg, now)
+            self._publish(msg, now, conn)
         for cid, tag in t.acks:
             cons = self._consumers.get(cid)
             if cons is not None:

@@ -1,0 +1,117 @@
+"""What a JMS user trusts a provider with, through real ``dodwan daemon --stomp`` processes
+and the Python API (a real STOMP client): per-producer order across hosts, exactly-once on
+the queue manager's host, poison messages, exception types over STOMP."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+from activemq import free_port
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import daemons as daemons
+
+import joms
+
+
+def _stomp_daemons(daemons: Callable[..., DaemonProc], *names: str) -> list[int]:
+    group = random_group()
+    ports = []
+    for name in names:
+        port = free_port()
+        daemons(name, "--host-id", name, "--group", group, "--stomp", f"127.0.0.1:{port}",
+                "--announce-period", "0.2")  # fmt: skip
+        ports.append(port)
+
+    for port in ports:
+
+        def up(port: int = port) -> bool:
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                return True
+
+        wait_for(up, what="STOMP port")
+    return ports
+
+
+def test_one_producers_messages_keep_their_order_across_daemons(daemons) -> None:
+    """Defect 2: 50 messages of one session to a topic, subscriber on another host."""
+    p1, p2 = _stomp_daemons(daemons, "o1", "o2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+    ):
+        s2 = c2.create_session()
+        sub = s2.create_consumer(s2.create_topic("ticks"))
+        s1 = c1.create_session()
+        prod = s1.create_producer(s1.create_topic("ticks"))
+        prod.sync = False
+        for i in range(50):
+            prod.send(s1.create_text_message(str(i), properties={"n": str(i)}))
+        got = []
+        while len(got) < 50:
+            m = sub.receive(20)
+            assert m is not None, f"only {len(got)} of 50 arrived: {got}"
+            got.append(int(m.text))
+    inversions = sum(1 for i in range(50) for j in range(i + 1, 50) if got[i] > got[j])
+    assert inversions == 0, f"{inversions} inversions: {got}"
+
+
+def test_second_unsubscribe_raises_invalid_destination(daemons) -> None:
+    """Defect 8: the JMS exception type survives the trip over STOMP."""
+    (port,) = _stomp_daemons(daemons, "u1")
+    with joms.connect(f"stomp://127.0.0.1:{port}", client_id="unsub") as c:
+        s = c.create_session()
+        sub = s.create_durable_subscriber(s.create_topic("t"), "name")
+        sub.close()
+        s.unsubscribe("name")
+    with joms.connect(f"stomp://127.0.0.1:{port}", client_id="unsub") as c:
+        with pytest.raises(joms.InvalidDestinationException):
+            c.create_session().unsubscribe("name")
+
+
+def test_auto_ack_then_close_does_not_redeliver_to_the_next_receiver(daemons) -> None:
+    """Defect 1 through the Python API: AUTO receive, close, another receiver takes over
+    within a few ms (console: ``receive -q MailBox1; receive -q MailBox1``)."""
+    (port,) = _stomp_daemons(daemons, "e1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session()
+        q = s.create_queue("MailBox1")
+        s.create_producer(q).send(s.create_text_message("m1"))
+        first = s.create_consumer(q)
+        m = first.receive(10)
+        assert m is not None and m.text == "m1" and not m.redelivered
+        second = s.create_consumer(q)  # attached before the first goes away
+        first.close()
+        s.create_producer(q).send(s.create_text_message("m2"))
+        m2 = second.receive(10)
+        assert m2 is not None and m2.text == "m2", f"got {m2 and m2.text} redelivered"
+
+
+def test_poison_message_goes_to_the_dead_letter_queue(daemons) -> None:
+    """Defect 3: a message rolled back again and again is dead-lettered after
+    max_redeliveries (6) redeliveries, with its original destination and the reason."""
+    (port,) = _stomp_daemons(daemons, "p1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session(transacted=True)
+        q = s.create_queue("Orders")
+        s.create_producer(q).send(s.create_text_message("poison", properties={"k": "v"}))
+        s.commit()
+        cons = s.create_consumer(q)
+        deliveries = 0
+        deadline = time.monotonic() + 30
+        while (m := cons.receive(2)) is not None:
+            assert m.text == "poison"
+            assert m.redelivered == (deliveries > 0)
+            deliveries += 1
+            s.rollback()
+            assert time.monotonic() < deadline and deliveries <= 10, "redelivered forever"
+        assert deliveries == 7  # the first delivery and 6 redeliveries
+        d = c.create_session()
+        dead = d.create_consumer(d.create_queue("DLQ")).receive(10)
+        assert dead is not None and dead.text == "poison"
+        assert dead.get_property("k") == "v"
+        assert dead.get_property("original-destination") == "/queue/Orders@p1"
+        assert "max_redeliveries" in dead.get_property("dlq-reason")
+        assert not dead.redelivered
