@@ -66,9 +66,11 @@ def test_second_unsubscribe_raises_invalid_destination(daemons) -> None:
         sub = s.create_durable_subscriber(s.create_topic("t"), "name")
         sub.close()
         s.unsubscribe("name")
-    with joms.connect(f"stomp://127.0.0.1:{port}", client_id="unsub") as c:
-        with pytest.raises(joms.InvalidDestinationException):
-            c.create_session().unsubscribe("name")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{port}", client_id="unsub") as c,
+        pytest.raises(joms.InvalidDestinationException),
+    ):
+        c.create_session().unsubscribe("name")
 
 
 def test_auto_ack_then_close_does_not_redeliver_to_the_next_receiver(daemons) -> None:
