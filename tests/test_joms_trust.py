@@ -117,3 +117,27 @@ def test_poison_message_goes_to_the_dead_letter_queue(daemons) -> None:
         assert dead.get_property("original-destination") == "/queue/Orders@p1"
         assert "max_redeliveries" in dead.get_property("dlq-reason")
         assert not dead.redelivered
+
+
+def test_received_messages_are_read_only_until_cleared(daemons) -> None:
+    """JMS 1.1 §3.9/§3.10: MessageNotWriteableException on a received message."""
+    (port,) = _stomp_daemons(daemons, "r1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session()
+        t = s.create_topic("ro")
+        cons = s.create_consumer(t)
+        s.create_producer(t).send(s.create_text_message("body", properties={"p": "1"}))
+        m = cons.receive(10)
+        assert m is not None and m.text == "body"
+        with pytest.raises(joms.MessageNotWriteableException):
+            m.set_property("p", "2")
+        with pytest.raises(joms.MessageNotWriteableException):
+            m.text = "changed"
+        assert m.get_property("p") == "1" and m.text == "body"
+        m.clear_properties()
+        m.set_property("q", "3")
+        m.clear_body()
+        m.text = "new"
+        s.create_producer(t).send(m)  # a received message can be sent on, once rewritten
+        again = cons.receive(10)
+        assert again is not None and again.text == "new" and again.get_property("q") == "3"
