@@ -347,6 +347,29 @@ def test_subscription_sees_earlier_messages_only_on_joms(target: Target, client:
     assert got == ([b"before", b"after"] if target.joms else [b"after"])
 
 
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [(">", [b"a", b"a.b", b"root"]), ("*", [b"a"]), ("*.b", [b"a.b"])],
+)
+def test_topic_wildcards(client: Client, pattern: str, expected: list[bytes]) -> None:
+    """ActiveMQ's wildcards: '*' one segment, '>' zero or more (as the last segment)."""
+    root = uniq("w")
+    client.subscribe(f"/topic/{root}.{pattern}", sid="w")
+    client.subscribe(f"/topic/{root}.end", sid="e")
+    for name in ("a", "a.b"):
+        client.publish(f"/topic/{root}.{name}", name)
+    client.publish(f"/topic/{root}", "root")
+    client.publish(f"/topic/{root}.end", "end")
+    assert sorted(client.bodies_until(b"end")[:-1]) == expected
+
+
+def test_wildcard_destination_header_is_the_real_topic(client: Client) -> None:
+    root = uniq("h")
+    client.subscribe(f"/topic/{root}.>")
+    client.publish(f"/topic/{root}.sport", "goal")
+    assert client.message().headers["destination"] == f"/topic/{root}.sport"
+
+
 def test_persistent_false_is_delivered(client: Client) -> None:
     t = uniq("/topic/np")
     client.subscribe(t)

@@ -42,6 +42,7 @@ from .ordering import Reorder, parse_sequence
 from .port import DisseminationPort
 from .queues import ManagedQueue, Pending, Receiver, load_policy
 from .store import MemoryServiceStore, ServiceStore
+from .wildcards import check_wildcard, is_wildcard, topic_matches, topic_regex
 
 KEY_PREFIX = "joms:"
 ACK_MODES = ("auto", "client", "client-individual")
@@ -450,6 +451,10 @@ class JomsService:
         conn = self._conn(conn_id)
         mdl.validate_outgoing(msg)
         dest = msg.destination
+        if dest.kind == "topic" and is_wildcard(dest.name):
+            raise InvalidDestinationException(
+                f"cannot send to wildcard topic {dest.name!r}: wildcards are for subscriptions"
+            )
         if dest.kind == "queue" and dest.manager == self.host_id:
             self._ensure_queue(dest.name, now)
         msg.message_id = f"ID:{self.host_id}-{self._id()}"
@@ -516,7 +521,13 @@ class JomsService:
         cons = _Consumer(cid, conn_id, "topic", dest, selector or "", sel, no_local, ack_mode)
         cons.prefetch = prefetch
         if dest.kind == "topic":
-            self._note_topic(dest.name, now)
+            if is_wildcard(dest.name):
+                try:
+                    check_wildcard(dest.name)
+                except ValueError as exc:
+                    raise InvalidDestinationException(str(exc)) from None
+            else:
+                self._note_topic(dest.name, now)
             if durable_name:
                 self._attach_durable(conn, cons, durable_name, now)
             else:
@@ -752,7 +763,7 @@ class JomsService:
         base = {
             mdl.KIND: mdl.KIND_MESSAGE,
             mdl.DEST_TYPE: "topic",
-            mdl.DEST_ID: _esc(topic),
+            mdl.DEST_ID: topic_regex(topic) if is_wildcard(topic) else _esc(topic),
         }
         if sel is None:
             return [base]
@@ -794,7 +805,8 @@ class JomsService:
         if reorder is None or seq is None:
             return [item]
         gaps, late = reorder.gaps, reorder.late
-        out = reorder.push(seq[0], seq[1], item, len(item[1].body), now)
+        producer = f"{item[1].destination.name}|{seq[0]}"  # numbered per topic (wildcards)
+        out = reorder.push(producer, seq[1], item, len(item[1].body), now)
         self._count("order_gaps", reorder.gaps - gaps)
         self._count("order_late", reorder.late - late)
         return out
@@ -812,7 +824,9 @@ class JomsService:
         if cons is None:
             return
         msg = mdl.from_descriptor(d, payload)
-        if msg.destination != cons.dest:
+        if msg.destination.kind != "topic" or not topic_matches(
+            cons.dest.name, msg.destination.name
+        ):
             self._count("filtered_on_delivery")
             return
         self._topic_release(cons, self._in_order(cons.reorder, ("", msg), now), now)
@@ -918,7 +932,7 @@ class JomsService:
             return
         msg = mdl.from_descriptor(desc, p)
         core_id = desc.get("id", "")
-        if msg.destination != Destination("topic", d.topic):
+        if msg.destination.kind != "topic" or not topic_matches(d.topic, msg.destination.name):
             self._count("filtered_on_delivery")
             return
         # held back in memory until its predecessors came: marked "seen" only once stored,
