@@ -141,3 +141,35 @@ def test_received_messages_are_read_only_until_cleared(daemons) -> None:
         s.create_producer(t).send(m)  # a received message can be sent on, once rewritten
         again = cons.receive(10)
         assert again is not None and again.text == "new" and again.get_property("q") == "3"
+
+
+def test_plain_queue_name_on_a_non_manager_host_joins_the_existing_queue(daemons) -> None:
+    """Defect 7: ``receive -q Jobs`` on h2 while Jobs is managed by h1 must not create an
+    empty Jobs@h2; a remote worker takes its share of the jobs."""
+    p1, p2 = _stomp_daemons(daemons, "j1", "j2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+    ):
+        s1 = c1.create_session()
+        jobs = s1.create_queue("Jobs")  # Jobs@j1
+        local = s1.create_consumer(jobs)  # creates the queue on j1, which advertises it
+        wait_for(lambda: "Jobs@j1" in c2.destinations()["queues"], what="Jobs@j1 known on j2")
+        s2 = c2.create_session()
+        remote = s2.create_consumer(s2.create_queue("Jobs"))  # plain name, on j2
+        got: dict[str, list[str]] = {"local": [], "remote": []}
+        local.message_listener = lambda m: got["local"].append(m.text)
+        remote.message_listener = lambda m: got["remote"].append(m.text)
+        prod = s1.create_producer(jobs)
+        sent = 0
+        # the remote receiver's request reaches j1 through the network: keep producing
+        # (bounded) until the remote worker has had jobs too
+        while sent < 300 and (sent < 20 or not got["remote"]):
+            prod.send(s1.create_text_message(f"job{sent}"))
+            sent += 1
+        wait_for(lambda: len(got["local"]) + len(got["remote"]) >= sent, what="all jobs")
+        assert sorted(got["local"] + got["remote"], key=lambda t: int(t[3:])) == [
+            f"job{i}" for i in range(sent)
+        ]  # each job exactly once
+        assert got["remote"], f"the remote worker got none of {sent}"
+        assert "Jobs@j2" not in c2.destinations()["queues"]

@@ -1531,6 +1531,10 @@ class JomsService:
             topics.update(ts)
         return {"queues": sorted(queues), "topics": sorted(topics)}
 
+    def manages(self, queue: str) -> bool:
+        """Whether queue ``Name@H`` is managed here (it exists on this host)."""
+        return queue in self._queues
+
     def lookup_queue(self, name: str) -> list[str]:
         """Known ``Name@H`` for a queue name (local manager first)."""
         hits = [q for q in self.destinations()["queues"] if q.partition("@")[0] == name]

@@ -352,6 +352,18 @@ class StompConnection(asyncio.Protocol):
             return Destination("queue", known[0])
         return Destination.parse(text, self.service.host_id)
 
+    def consumer_queue(self, dest: Destination) -> Destination:
+        """A consumer of ``/queue/NAME`` (no ``@``) on a host that does not manage NAME
+        consumes the queue NAME the directory knows elsewhere, rather than creating a
+        second, empty NAME here (send keeps NAME = NAME@this host)."""
+        name, _, manager = dest.name.partition("@")
+        if dest.kind != "queue" or manager != self.service.host_id:
+            return dest
+        if self.service.manages(dest.name):
+            return dest
+        known = self.service.lookup_queue(name)
+        return Destination("queue", known[0]) if known else dest
+
     def on_send(self, frame: Frame) -> str:
         assert self.conn_id is not None
         msg, ttl = self.message_from(frame)
@@ -438,6 +450,10 @@ class StompConnection(asyncio.Protocol):
             self.send_directory(sub_id)
             return
         dest = self.destination(frame.get("destination"))
+        if (frame.get("destination") or "").startswith("/queue/") and "@" not in frame.headers[
+            "destination"
+        ]:
+            dest = self.consumer_queue(dest)
         ack = frame.get("ack", "auto")
         if ack not in ("auto", "client", "client-individual"):
             raise StompError(f"ack must be auto, client or client-individual, not {ack!r}")
