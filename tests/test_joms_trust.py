@@ -173,3 +173,28 @@ def test_plain_queue_name_on_a_non_manager_host_joins_the_existing_queue(daemons
         ]  # each job exactly once
         assert got["remote"], f"the remote worker got none of {sent}"
         assert "Jobs@j2" not in c2.destinations()["queues"]
+
+
+def test_temporary_topic_through_the_python_api(daemons) -> None:
+    p1, p2 = _stomp_daemons(daemons, "tt1", "tt2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+    ):
+        s1 = c1.create_session()
+        answers = s1.create_temporary_topic()
+        replies = s1.create_consumer(answers)
+        requests = s1.create_producer(s1.create_topic("svc"))
+        s2 = c2.create_session()
+        svc = s2.create_consumer(s2.create_topic("svc"))
+        msg = s1.create_text_message("2+2")
+        msg.reply_to = answers
+        requests.send(msg)
+        req = svc.receive(20)
+        assert req is not None and req.reply_to is not None
+        assert str(req.reply_to).startswith("/topic/tmp.tt1.")
+        s2.create_producer(req.reply_to).send(s2.create_text_message("4"))
+        ans = replies.receive(20)
+        assert ans is not None and ans.text == "4"
+        with pytest.raises(joms.InvalidDestinationException):
+            s2.create_consumer(req.reply_to)  # not the creating connection

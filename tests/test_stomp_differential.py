@@ -783,3 +783,33 @@ def test_error_frame_carries_the_receipt_id(client: Client) -> None:
     f = client.expect("ERROR")
     assert f.headers.get("receipt-id") == "want-this"
     assert f.headers.get("message")
+
+
+def test_request_reply_over_a_temporary_topic(target: Target, clients: list[Client]) -> None:
+    q = uniq("/queue/tsvc")
+    server, requester = new(target, clients), new(target, clients)
+    server.subscribe(q)
+    requester.subscribe("/temp-topic/answers", sid="r")
+    requester.publish(q, "ping", **{"reply-to": "/temp-topic/answers"})
+    req = server.message()
+    reply_to = req.headers["reply-to"]
+    assert reply_to.startswith("/topic/tmp." if target.joms else "/remote-temp-topic/")
+    server.publish(reply_to, "pong")
+    assert requester.message().body == b"pong"
+
+
+def test_temporary_topic_of_another_connection_cannot_be_consumed(
+    target: Target, clients: list[Client]
+) -> None:
+    owner, other = new(target, clients), new(target, clients)
+    """JMS: only the creating connection may consume a temporary destination; ActiveMQ does
+    not enforce it for STOMP clients."""
+    owner.subscribe("/temp-topic/mine", sid="m")
+    # the real name of the owner's temporary topic, as a replier sees it
+    q = uniq("/queue/tt")
+    owner.publish(q, "who", **{"reply-to": "/temp-topic/mine"})
+    other.subscribe(q, sid="q")
+    real = other.message().headers["reply-to"]
+    other.send("SUBSCRIBE", {"destination": real, "id": "steal", "receipt": "s"})
+    f = other.recv(5)
+    assert f is not None and f.command == ("ERROR" if target.joms else "RECEIPT")

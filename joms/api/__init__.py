@@ -21,6 +21,7 @@ from .messages import (
     Queue,
     StreamMessage,
     TemporaryQueue,
+    TemporaryTopic,
     TextMessage,
     Topic,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "Session",
     "StreamMessage",
     "TemporaryQueue",
+    "TemporaryTopic",
     "TextMessage",
     "Topic",
     "connect",

@@ -32,6 +32,7 @@ from .messages import (
     Queue,
     StreamMessage,
     TemporaryQueue,
+    TemporaryTopic,
     TextMessage,
     Topic,
     from_frame,
@@ -219,7 +220,13 @@ class Session:
         # subscribing creates it; the subscription is the connection's own receiver
         return tq
 
-    def _delete_temp(self, tq: TemporaryQueue) -> None:
+    def create_temporary_topic(self) -> TemporaryTopic:
+        """A topic of this connection (JMS TemporaryTopic): others may publish to it (e.g. as
+        JMSReplyTo), only this connection may subscribe; gone with the connection."""
+        self._check()
+        return TemporaryTopic(self.connection._next_id(f"tmpt-{id(self):x}-"), self._delete_temp)
+
+    def _delete_temp(self, tq: TemporaryQueue | TemporaryTopic) -> None:
         for c in list(self._consumers):
             if c.destination == tq:
                 c.close()

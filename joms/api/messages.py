@@ -82,10 +82,25 @@ class TemporaryQueue(Queue):
             self._deleter(self)
 
 
+class TemporaryTopic(Topic):
+    """A topic that lives as long as the connection that created it; only that connection
+    may subscribe to it (anyone may publish to it)."""
+
+    prefix = "/temp-topic/"
+
+    def __init__(self, name: str, deleter: Callable[[TemporaryTopic], None] | None = None) -> None:
+        super().__init__(name)
+        self._deleter = deleter
+
+    def delete(self) -> None:
+        if self._deleter is not None:
+            self._deleter(self)
+
+
 def destination_from(text: str | None) -> Destination | None:
     if not text:
         return None
-    for cls in (Topic, TemporaryQueue, Queue):
+    for cls in (Topic, TemporaryTopic, TemporaryQueue, Queue):
         if text.startswith(cls.prefix):
             return cls(text[len(cls.prefix) :])
     return None

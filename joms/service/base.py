@@ -29,6 +29,8 @@ from .queues import ManagedQueue
 from .store import ServiceStore
 
 KEY_PREFIX = "joms:"
+TEMP_TOPIC_PREFIX = "tmp."
+"""Topics named ``tmp.<host>.<id>`` are temporary topics of a connection of ``<host>``."""
 ACK_MODES = ("auto", "client", "client-individual")
 _SEP = "\x1e"
 _CORE_LIMITS = Limits()  # DoDWAN's default pattern limits, which network filters must fit
@@ -100,6 +102,7 @@ class _Connection:
     tag: str
     consumers: set[str] = field(default_factory=set)
     temp_queues: set[str] = field(default_factory=set)
+    temp_topics: set[str] = field(default_factory=set)
     txs: dict[str, _Tx] = field(default_factory=dict)
     sent: dict[str, int] = field(default_factory=dict)
     """Topic name -> messages this connection (one producer) published to it."""

@@ -9,14 +9,18 @@ from typing import Any
 
 from . import model as mdl
 from .base import (
+    TEMP_TOPIC_PREFIX,
     ServiceBase,
     _json_obj,
 )
+from .wildcards import is_wildcard
 
 
 class DirectoryMixin(ServiceBase):
     # ================================================================ directory
     def _note_topic(self, topic: str, now: float) -> None:
+        if topic.startswith(TEMP_TOPIC_PREFIX) or is_wildcard(topic):
+            return  # temporary topics and wildcard subscriptions are not advertised
         if topic not in self._topics_here:
             self._topics_here.add(topic)
             self._next_advert = min(self._next_advert or now, now)  # advertise it soon

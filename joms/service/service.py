@@ -35,6 +35,7 @@ from .acknowledgement import AcknowledgementMixin
 from .base import (
     ACK_MODES,
     KEY_PREFIX,
+    TEMP_TOPIC_PREFIX,
     ServiceBase,
     _Connection,
     _Consumer,
@@ -382,6 +383,10 @@ class JomsService(
         cons = _Consumer(cid, conn_id, "topic", dest, selector or "", sel, no_local, ack_mode)
         cons.prefetch = prefetch
         if dest.kind == "topic":
+            if dest.name.startswith(TEMP_TOPIC_PREFIX) and dest.name not in conn.temp_topics:
+                raise InvalidDestinationException(
+                    "a temporary topic can only be consumed by the connection that created it"
+                )
             if is_wildcard(dest.name):
                 try:
                     check_wildcard(dest.name)

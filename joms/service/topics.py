@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import (
     IllegalStateException,
+    InvalidDestinationException,
     JMSException,
 )
 from . import model as mdl
@@ -17,6 +18,7 @@ from .base import (
     _CORE_LIMITS,
     _SEP,
     KEY_PREFIX,
+    TEMP_TOPIC_PREFIX,
     ServiceBase,
     _Connection,
     _Consumer,
@@ -26,7 +28,7 @@ from .base import (
     attribute_for,
     selector_matches,
 )
-from .model import JomsMessage
+from .model import Destination, JomsMessage
 from .ordering import Reorder, parse_sequence
 from .wildcards import is_wildcard, topic_matches, topic_regex
 
@@ -245,3 +247,23 @@ class TopicsMixin(ServiceBase):
             cons = self._consumers[d.consumer]
             cons.pending.append((skey, msg))
             self._pump(cons, now)
+
+    # ---------------------------------------------------------------- temporary topics
+    def create_temporary_topic(self, conn_id: str, now: float) -> Destination:
+        """A topic only this connection may subscribe to, gone with the connection (anyone
+        may publish to it, e.g. as a JMSReplyTo)."""
+        conn = self._connections.get(conn_id)
+        if conn is None:
+            raise IllegalStateException(f"connection {conn_id!r} is closed")
+        dest = Destination("topic", f"{TEMP_TOPIC_PREFIX}{self.host_id}.{self._id()}")
+        conn.temp_topics.add(dest.name)
+        return dest
+
+    def delete_temporary_topic(self, conn_id: str, dest: Destination) -> None:
+        """JMS TemporaryTopic.delete: refused while this connection still consumes it."""
+        conn = self._connections.get(conn_id)
+        if conn is None or dest.name not in conn.temp_topics:
+            raise InvalidDestinationException(f"{dest} is not a temporary topic of this connection")
+        if any(c in self._consumers and self._consumers[c].dest == dest for c in conn.consumers):
+            raise IllegalStateException(f"temporary topic {dest} still has a consumer")
+        conn.temp_topics.discard(dest.name)

@@ -343,7 +343,14 @@ class StompConnection(asyncio.Protocol):
                 self.temp[text] = dest
             return dest
         if text.startswith("/temp-topic/"):
-            raise StompError("temporary topics are not supported; use /temp-queue/")
+            dest = self.temp.get(text)
+            if dest is None:
+                if not create_temp:
+                    raise StompError(f"unknown temporary topic {text}")
+                assert self.conn_id is not None
+                dest = self.service.create_temporary_topic(self.conn_id, self.now())
+                self.temp[text] = dest
+            return dest
         if text.startswith("/queue/") and text.endswith("@*"):
             name = text[len("/queue/") : -2]
             known = self.service.lookup_queue(name)
