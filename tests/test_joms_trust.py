@@ -198,3 +198,30 @@ def test_temporary_topic_through_the_python_api(daemons) -> None:
         assert ans is not None and ans.text == "4"
         with pytest.raises(joms.InvalidDestinationException):
             s2.create_consumer(req.reply_to)  # not the creating connection
+
+
+def test_nondurable_subscription_is_kept_while_the_consumer_is_away(daemons) -> None:
+    """nondurable = durable (the default, the JOMS paper's setting): a client id's plain
+    topic subscription keeps its place while the consumer is away: what it consumed does
+    not come again, what came meanwhile waits for it."""
+    (port,) = _stomp_daemons(daemons, "n1")
+    url = f"stomp://127.0.0.1:{port}"
+    with joms.connect(url, client_id="phone") as c:
+        s = c.create_session()
+        sub = s.create_consumer(s.create_topic("alerts"), selector="level = 'high'")
+        s.create_producer(s.create_topic("alerts")).send(
+            s.create_text_message("m1", properties={"level": "high"})
+        )
+        m1 = sub.receive(10)
+        assert m1 is not None and m1.text == "m1"
+    with joms.connect(url) as other:
+        so = other.create_session()
+        so.create_producer(so.create_topic("alerts")).send(
+            so.create_text_message("m2", properties={"level": "high"})
+        )
+    with joms.connect(url, client_id="phone") as c:
+        s = c.create_session()
+        sub = s.create_consumer(s.create_topic("alerts"), selector="level = 'high'")
+        got = sub.receive(10)
+        assert got is not None and got.text == "m2", f"got {got and got.text}"
+        assert sub.receive(0.5) is None  # m1, consumed before, does not come again

@@ -29,6 +29,9 @@ from .queues import ManagedQueue
 from .store import ServiceStore
 
 KEY_PREFIX = "joms:"
+IMPLICIT_PREFIX = "~nd."
+"""Name prefix of the durable subscriptions that stand for non-durable ones (nondurable =
+durable): ``~nd.<digest of topic, selector, noLocal>``."""
 TEMP_TOPIC_PREFIX = "tmp."
 """Topics named ``tmp.<host>.<id>`` are temporary topics of a connection of ``<host>``."""
 ACK_MODES = ("auto", "client", "client-individual")
@@ -150,6 +153,13 @@ class _Durable:
     consumer: str | None = None
     reorder: Reorder[tuple[str, JomsMessage]] | None = None
     """Puts each producer's messages back in order before they are stored."""
+    idle_since: float | None = None
+    """An implicit subscription (a non-durable one kept as durable): since when it has no
+    consumer (None: it has one, or it is an ordinary durable subscription)."""
+
+    @property
+    def implicit(self) -> bool:
+        return self.name.startswith(IMPLICIT_PREFIX)
 
     def record(self) -> bytes:
         return json.dumps(
@@ -161,6 +171,7 @@ class _Durable:
                 "no_local": self.no_local,
                 "core_key": self.core_key,
                 "created": self.created,
+                "idle_since": self.idle_since,
             }
         ).encode()
 

@@ -17,9 +17,17 @@ class ServiceConfig:
     """Lifetime of a message sent with JMSExpiration 0 (its DoDWAN deadline is now + this)."""
 
     nondurable: str = "durable"
-    """Non-durable topic subscriptions: ``durable`` (accepted, and like a durable one they
-    also receive older messages still travelling in the network) or ``refuse`` (refused
-    with an error telling the client to use a durable subscription)."""
+    """Non-durable topic subscriptions: ``durable`` (treated as durable, as in the JOMS
+    paper: for a connection with a client id the subscription is kept, and its messages
+    stored, while the consumer is away — for ``nondurable_keep`` — and the same client id
+    subscribing again to the same topic with the same selector and noLocal finds it; like
+    every subscription they also receive older messages still travelling in the network),
+    ``accept`` (plain JMS non-durable subscriptions: gone when the consumer closes) or
+    ``refuse`` (refused with an error telling the client to use a durable subscription)."""
+
+    nondurable_keep: float = 3600.0
+    """How long a non-durable subscription kept as durable waits for its consumer to come
+    back before it is deleted with its waiting messages."""
 
     lease: float = 30.0
     """Lifetime of a queue receiver request; receivers renew it every third of it."""
@@ -66,8 +74,10 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         if self.default_ttl <= 0:
             raise ValueError("default_ttl must be positive")
-        if self.nondurable not in ("durable", "refuse"):
-            raise ValueError("nondurable must be 'durable' or 'refuse'")
+        if self.nondurable not in ("durable", "accept", "refuse"):
+            raise ValueError("nondurable must be 'durable', 'accept' or 'refuse'")
+        if self.nondurable_keep <= 0:
+            raise ValueError("nondurable_keep must be positive")
         if self.lease <= 0 or self.directory_period <= 0 or self.ack_delay < 0:
             raise ValueError("lease and directory_period must be positive, ack_delay >= 0")
         if self.max_pending < 1:

@@ -34,6 +34,7 @@ from . import model as mdl
 from .acknowledgement import AcknowledgementMixin
 from .base import (
     ACK_MODES,
+    IMPLICIT_PREFIX,
     KEY_PREFIX,
     TEMP_TOPIC_PREFIX,
     ServiceBase,
@@ -167,6 +168,8 @@ class JomsService(
                     rec["core_key"],
                     int(rec.get("created", 0)),
                 )
+                if d.implicit:  # its consumer died with the previous process
+                    d.idle_since = float(rec.get("idle_since") or now)
             except (ValueError, KeyError, JMSException):
                 self._count("bad_durable_records")
                 self.store.delete("durable", key)
@@ -394,6 +397,11 @@ class JomsService(
                     raise InvalidDestinationException(str(exc)) from None
             else:
                 self._note_topic(dest.name, now)
+            implicit: str | None = None
+            if durable_name and durable_name.startswith(IMPLICIT_PREFIX):
+                raise JMSException(
+                    f"durable subscription names starting {IMPLICIT_PREFIX!r} are reserved"
+                )
             if durable_name:
                 self._attach_durable(conn, cons, durable_name, now)
             else:
@@ -402,6 +410,15 @@ class JomsService(
                         "non-durable topic subscriptions are refused by this JOMS service "
                         "(nondurable = refuse): use a durable subscription"
                     )
+                implicit = self._implicit_name(conn, dest, selector or "", no_local)
+            if implicit is not None:
+                # nondurable = durable: kept (and its messages stored) while the consumer is
+                # away, found again by the same client id, topic, selector and noLocal
+                self._attach_durable(conn, cons, implicit, now)
+                d = self._durables[cons.durable]
+                d.idle_since = None
+                self.store.put("durable", d.key, d.record())
+            elif not durable_name:
                 cons.core_key = f"{KEY_PREFIX}t:{cid}"
                 cons.reorder = self._new_reorder(sel)
                 self.store.put("ephemeral", cons.core_key, b"")
@@ -452,6 +469,9 @@ class JomsService(
             d = self._durables.get(cons.durable)
             if d is not None:
                 d.consumer = None
+                if d.implicit:
+                    d.idle_since = now
+                    self.store.put("durable", d.key, d.record())
                 for skey, msg in cons.unacked.values():
                     msg.redelivered = True
                     self.store.put("dpending", skey, mdl.freeze(msg))
@@ -471,6 +491,22 @@ class JomsService(
                                   returned)  # fmt: skip
             self._publish_receiver(cons, now, cancel=True, acked=acked, returned=returned)
         self.store.commit()
+
+    def _implicit_name(
+        self, conn: _Connection, dest: Destination, selector: str, no_local: bool
+    ) -> str | None:
+        """The durable name standing for a non-durable subscription, when it is kept as a
+        durable one (nondurable = durable, a client id, that subscription not already
+        consumed on this connection); None otherwise."""
+        if self.config.nondurable != "durable" or conn.client_id is None:
+            return None
+        if dest.name.startswith(TEMP_TOPIC_PREFIX):
+            return None
+        name = IMPLICIT_PREFIX + _digest(dest.name, selector, str(no_local))
+        d = self._durables.get(_digest(conn.client_id, name))
+        if d is not None and d.consumer is not None:
+            return None  # a second consumer of the same subscription: a plain one
+        return name
 
     def unsubscribe_durable(self, conn_id: str, name: str, now: float) -> None:
         """Delete a durable subscription of this connection's client id (JMS unsubscribe)."""
@@ -526,6 +562,11 @@ class JomsService(
 
     # ================================================================ housekeeping
     def _housekeeping(self, now: float) -> None:
+        keep = self.config.nondurable_keep
+        for d in list(self._durables.values()):
+            if d.implicit and d.idle_since is not None and d.idle_since + keep <= now:
+                self._delete_durable(d)  # its consumer did not come back
+                self._count("implicit_subscriptions_expired")
         for k, v in self.store.items("seen"):
             try:
                 if float(v) < now:
