@@ -225,3 +225,28 @@ def test_nondurable_subscription_is_kept_while_the_consumer_is_away(daemons) -> 
         got = sub.receive(10)
         assert got is not None and got.text == "m2", f"got {got and got.text}"
         assert sub.receive(0.5) is None  # m1, consumed before, does not come again
+
+
+def test_messages_buffered_but_never_received_are_not_marked_redelivered(daemons) -> None:
+    """Defect 6 (second half): a one-shot receive (the console's ``receive -q``) takes one
+    message and closes; the others the client had buffered come to the next receiver
+    without JMSRedelivered — they were never delivered to anyone."""
+    (port,) = _stomp_daemons(daemons, "b1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session()
+        q = s.create_queue("RQ")
+        prod = s.create_producer(q)
+        for i in range(5):
+            prod.send(s.create_text_message(f"m{i}"))
+        first = s.create_consumer(q)
+        m0 = first.receive(10)
+        assert m0 is not None and not m0.redelivered
+        # the gateway has pushed the rest into the client's buffer (no event to await there)
+        wait_for(lambda: first._inbox.qsize() >= 4, what="the other 4 buffered")
+        first.close()
+        second = s.create_consumer(q)
+        rest = [second.receive(10) for _ in range(4)]
+        assert all(m is not None for m in rest)
+        assert sorted(m.text for m in rest if m) == ["m1", "m2", "m3", "m4"]
+        assert [m.text for m in rest if m and m.redelivered] == []
+        assert second.receive(0.5) is None  # m0 was consumed: exactly once

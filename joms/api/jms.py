@@ -551,6 +551,17 @@ class MessageConsumer:
         conn._subs.pop(self._sid, None)
         if self in self.session._consumers:
             self.session._consumers.remove(self)
+        # messages the gateway sent that the application never received: given back as
+        # never delivered (no JMSRedelivered, no redelivery counted; JOMS extension header)
+        unconsumed = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self._inbox.get_nowait()
+                if item is not _CLOSED and item.headers.get("ack"):
+                    unconsumed.append(item.headers["ack"])
+        headers = {"id": self._sid}
+        if unconsumed:
+            headers["joms-unconsumed"] = ",".join(unconsumed)
         if conn._transport.failed is None and not conn._closed:
             with contextlib.suppress(JMSException):
-                conn._transport.request(Frame("UNSUBSCRIBE", {"id": self._sid}))
+                conn._transport.request(Frame("UNSUBSCRIBE", headers))

@@ -455,11 +455,21 @@ class JomsService(
         self.store.commit()
         return cid
 
-    def close_consumer(self, consumer_id: str, now: float) -> None:
-        """Close a consumer: unacked messages are kept for redelivery (durable, queue)."""
-        cons = self._consumers.pop(consumer_id, None)
+    def close_consumer(
+        self, consumer_id: str, now: float, *, unconsumed: list[str] | tuple[str, ...] = ()
+    ) -> None:
+        """Close a consumer: unacked messages are kept for redelivery (durable, queue).
+
+        ``unconsumed``: tags of dispatched messages the client application never received
+        (still in the client's buffer): they go back as never delivered — no JMSRedelivered,
+        not counted towards the dead-letter limit."""
+        cons = self._consumers.get(consumer_id)
         if cons is None:
             return
+        back = [(t, cons.unacked.pop(t)) for t in unconsumed if t in cons.unacked]
+        for _, item in reversed(back):
+            cons.pending.appendleft(item)
+        del self._consumers[consumer_id]
         conn = self._connections.get(cons.conn)
         if conn is not None:
             conn.consumers.discard(consumer_id)

@@ -523,7 +523,8 @@ class StompConnection(asyncio.Protocol):
             self.sub_of.pop(consumer, None)
             self.auto.discard(consumer)
             self.sub_durable.pop(sub_id or "", None)
-            self.service.close_consumer(consumer, self.now())
+            unconsumed = [t for t in (frame.get("joms-unconsumed") or "").split(",") if t]
+            self.service.close_consumer(consumer, self.now(), unconsumed=unconsumed)
         if durable is not None:
             self.service.unsubscribe_durable(self.conn_id, durable, self.now())
 
