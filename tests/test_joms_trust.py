@@ -250,3 +250,21 @@ def test_messages_buffered_but_never_received_are_not_marked_redelivered(daemons
         assert sorted(m.text for m in rest if m) == ["m1", "m2", "m3", "m4"]
         assert [m.text for m in rest if m and m.redelivered] == []
         assert second.receive(0.5) is None  # m0 was consumed: exactly once
+
+
+def test_queue_browser_through_the_python_api(daemons) -> None:
+    (port,) = _stomp_daemons(daemons, "qb1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session()
+        q = s.create_queue("Browse")
+        prod = s.create_producer(q)
+        prod.send(s.create_text_message("low", properties={"k": "x"}), priority=1)
+        prod.send(s.create_text_message("high", properties={"k": "y"}), priority=8)
+        browser = s.create_browser(q)
+        assert [m.text for m in browser.messages()] == ["high", "low"]  # hand-out order
+        assert [m.text for m in s.create_browser(q, selector="k = 'x'")] == ["low"]
+        cons = s.create_consumer(q)
+        got = [cons.receive(10), cons.receive(10)]
+        assert [m.text for m in got if m] == ["high", "low"]  # browsing consumed nothing
+        # acknowledgements reach the manager after ack_delay: the queue empties then
+        wait_for(lambda: s.create_browser(q).messages() == [], what="an empty queue")

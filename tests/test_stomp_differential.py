@@ -813,3 +813,19 @@ def test_temporary_topic_of_another_connection_cannot_be_consumed(
     other.send("SUBSCRIBE", {"destination": real, "id": "steal", "receipt": "s"})
     f = other.recv(5)
     assert f is not None and f.command == ("ERROR" if target.joms else "RECEIPT")
+
+
+def test_queue_browser_sees_without_consuming(client: Client) -> None:
+    q = uniq("/queue/browse")
+    client.publish(q, "one", kind="a")
+    client.publish(q, "two", kind="b")
+    client.subscribe(q, sid="b", browser="true")
+    seen = []
+    while (f := client.message()).headers.get("browser") != "end":
+        seen.append(f.body)
+    assert seen == [b"one", b"two"]
+    client.subscribe(q, sid="sel", browser="true", selector="kind = 'b'")
+    assert client.message().body == b"two"
+    assert client.message().headers.get("browser") == "end"
+    client.subscribe(q, sid="r")  # still all there to consume
+    assert [client.message().body, client.message().body] == [b"one", b"two"]

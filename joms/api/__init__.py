@@ -8,6 +8,7 @@ from .jms import (
     Connection,
     MessageConsumer,
     MessageProducer,
+    QueueBrowser,
     Session,
     connect,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "MessageConsumer",
     "MessageProducer",
     "Queue",
+    "QueueBrowser",
     "Session",
     "StreamMessage",
     "TemporaryQueue",

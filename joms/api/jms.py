@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import selector as selector_lang
@@ -272,6 +272,16 @@ class Session:
             raise IllegalStateException("durable subscriptions need a connection client_id")
         return self._consumer(topic, selector, no_local, name)
 
+    def create_browser(self, queue_: Queue, selector: str | None = None) -> QueueBrowser:
+        """A JMS QueueBrowser: look at the messages waiting in a queue without consuming
+        them (the connected host must be the queue's manager)."""
+        self._check()
+        if not isinstance(queue_, Queue):
+            raise InvalidDestinationException("a browser is for queues")
+        if selector:
+            selector_lang.parse(selector)  # raises InvalidSelectorException locally
+        return QueueBrowser(self, queue_, selector)
+
     def unsubscribe(self, name: str) -> None:
         """Delete durable subscription ``name`` of this client id."""
         self._check()
@@ -427,6 +437,51 @@ class MessageProducer:
         else:
             message.message_id = None
             s.connection._transport.send(frame)
+
+    def close(self) -> None:
+        pass
+
+
+class QueueBrowser:
+    """JMS QueueBrowser: ``messages()`` is a snapshot of what waits in the queue, in the
+    order it would be handed out (STOMP ``browser:true``); nothing is consumed."""
+
+    def __init__(self, session: Session, queue_: Queue, selector: str | None) -> None:
+        self.session = session
+        self.queue = queue_
+        self.message_selector = selector
+
+    def messages(self, timeout: float = 10.0) -> list[Message]:
+        conn = self.session.connection
+        self.session._check()
+        sid = conn._next_id("browse")
+        box: queue.Queue[Frame] = queue.Queue()
+
+        class _Collect:
+            def _arrived(self, f: Frame) -> None:
+                box.put(f)
+
+        conn._subs[sid] = _Collect()  # type: ignore[assignment]
+        h = {"id": sid, "destination": str(self.queue), "browser": "true"}
+        if self.message_selector:
+            h["selector"] = self.message_selector
+        out: list[Message] = []
+        try:
+            self.session._request(Frame("SUBSCRIBE", h))
+            while True:
+                f = box.get(timeout=timeout)
+                if f.headers.get("browser") == "end":
+                    break
+                out.append(from_frame(f))
+            conn._transport.send(Frame("UNSUBSCRIBE", {"id": sid}))
+        except queue.Empty:
+            raise JMSException("the queue browser got no end-of-browse frame") from None
+        finally:
+            conn._subs.pop(sid, None)
+        return out
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages())
 
     def close(self) -> None:
         pass

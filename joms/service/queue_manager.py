@@ -19,7 +19,7 @@ from .base import (
     compile_selector,
     selector_matches,
 )
-from .model import Destination
+from .model import Destination, JomsMessage
 from .queues import ManagedQueue, Pending, Receiver
 
 
@@ -374,3 +374,21 @@ class QueueManagerMixin(ServiceBase):
                 continue
             self._count("queue_assigned")
         self._save_queue(q)
+
+    # ---------------------------------------------------------------- browsing
+    def browse(
+        self, dest: Destination, now: float, selector: str | None = None
+    ) -> list[JomsMessage]:
+        """The messages waiting in queue ``dest`` (JMS QueueBrowser), in the order they
+        would be handed out, without consuming them. Only the queue's manager knows them:
+        InvalidDestinationException for a queue managed elsewhere."""
+        q = self._queues.get(dest.name)
+        if q is None:
+            if dest.manager == self.host_id:
+                return []
+            raise InvalidDestinationException(
+                f"{dest} is managed by {dest.manager}: browse it through that host's gateway"
+            )
+        sel = compile_selector(selector)
+        order = sorted(q.pending.values(), key=lambda p: (-p.message.priority, p.seq))
+        return [p.message for p in order if p.deadline > now and selector_matches(sel, p.message)]

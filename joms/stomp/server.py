@@ -456,6 +456,9 @@ class StompConnection(asyncio.Protocol):
         if frame.get("destination") == DIRECTORY_DESTINATION:
             self.send_directory(sub_id)
             return
+        if (frame.get("browser") or "").lower() == "true":
+            self.send_browse(sub_id, frame)
+            return
         dest = self.destination(frame.get("destination"))
         if (frame.get("destination") or "").startswith("/queue/") and "@" not in frame.headers[
             "destination"
@@ -490,6 +493,21 @@ class StompConnection(asyncio.Protocol):
         if durable:
             self.sub_durable[sub_id] = durable
         self.gw.pump()
+
+    def send_browse(self, sub_id: str, frame: Frame) -> None:
+        """``browser:true`` (as ActiveMQ): one MESSAGE per waiting queue message, not
+        consumed, then an empty MESSAGE with ``browser:end``."""
+        assert self.conn_id is not None
+        dest = self.destination(frame.get("destination"))
+        if dest.kind != "queue":
+            raise StompError("browser:true is for queues")
+        msgs = self.service.browse(dest, self.now(), frame.get("selector"))
+        self.subs[sub_id] = ""
+        for i, m in enumerate(msgs):
+            ev = MessageDispatched(self.conn_id, "", f"browse-{sub_id}-{i}", m)
+            self.send_frame(message_frame(ev, sub_id, ack=False))
+        end = {"subscription": sub_id, "destination": str(dest), "message-id": "0"}
+        self.send_frame(Frame("MESSAGE", {**end, "browser": "end"}))
 
     def send_directory(self, sub_id: str) -> None:
         """One MESSAGE with what this host knows: {"queues": [...], "topics": [...]}."""
