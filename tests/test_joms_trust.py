@@ -261,6 +261,9 @@ def test_queue_browser_through_the_python_api(daemons) -> None:
         prod.send(s.create_text_message("low", properties={"k": "x"}), priority=1)
         prod.send(s.create_text_message("high", properties={"k": "y"}), priority=8)
         browser = s.create_browser(q)
+        # a sent message reaches its manager through DoDWAN's local delivery, just after
+        # the send's receipt: wait until both are there
+        wait_for(lambda: len(browser.messages()) == 2, what="both messages at the manager")
         assert [m.text for m in browser.messages()] == ["high", "low"]  # hand-out order
         assert [m.text for m in s.create_browser(q, selector="k = 'x'")] == ["low"]
         cons = s.create_consumer(q)
