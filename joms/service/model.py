@@ -9,6 +9,7 @@ Descriptors arriving from the network are hostile: :func:`from_descriptor` raise
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -218,6 +219,22 @@ class Destination:
 
 
 def check_destination_name(name: str, *, queue: bool) -> None:
+    if type(name) is str and _valid_name(name, queue):
+        return
+    _check_destination_name(name, queue=queue)
+
+
+@functools.lru_cache(maxsize=4096)
+def _valid_name(name: str, queue: bool) -> bool:
+    """Cached: every message checks its destination several times on its way."""
+    try:
+        _check_destination_name(name, queue=queue)
+    except InvalidDestinationException:
+        return False
+    return True
+
+
+def _check_destination_name(name: str, *, queue: bool) -> None:
     if not isinstance(name, str) or not name or len(name) > 128:
         raise InvalidDestinationException("destination names have 1-128 characters")
     if not name.isprintable() or any(c.isspace() for c in name):
