@@ -8,6 +8,8 @@ thread per connection, TCP_NODELAY) and the same workload:
   service with its SQLite store, a DoDWAN core node);
 * ActiveMQ: a private broker from the Debian package ``activemq`` (KahaDB in a temporary
   directory, STOMP on a free loopback port; tests/activemq.py starts it);
+* optionally ``joms-memory`` (``--brokers joms,joms-memory,activemq``): JOMS without a
+  state directory (memory cache and store, nothing survives a restart), as a reference;
 * optionally coilmq (``--coilmq``), the pure-Python broker of earlier measurements.
 
 Two modes:
@@ -77,11 +79,13 @@ def start(kind: str, workdir: Path) -> Running:
         broker = activemq.start_broker(workdir / "activemq")
         return Running(broker.port, broker.stop)
     port = free_port()
-    if kind == "joms":
-        state = workdir / "joms"
-        state.mkdir()
+    if kind in ("joms", "joms-memory"):
         cmd = [sys.executable, "-m", "joms.runtime", "--host-id", "bench",
-               "--stomp", f"127.0.0.1:{port}", "--state-dir", str(state)]  # fmt: skip
+               "--stomp", f"127.0.0.1:{port}"]  # fmt: skip
+        if kind == "joms":  # SQLite stores, as in the daemon
+            state = workdir / "joms"
+            state.mkdir()
+            cmd += ["--state-dir", str(state)]
     else:
         exe = shutil.which("coilmq") or str(Path(sys.executable).parent / "coilmq")
         cmd = [exe, "-b", "127.0.0.1", "-p", str(port)]
@@ -238,8 +242,8 @@ def main() -> int:
             running = start(kind, Path(tmp))
             try:
                 for mode in modes:
-                    if kind == "coilmq" and mode == "persistent":
-                        continue  # no durable subscriptions
+                    if kind in ("coilmq", "joms-memory") and mode == "persistent":
+                        continue  # no durable subscriptions / nothing is persistent
                     results[kind, mode] = measure(
                         running.port, mode, args.count, args.latency, args.size, args.window
                     )
