@@ -836,3 +836,20 @@ def test_queue_browser_sees_without_consuming(target: Target, client: Client) ->
     assert _browse(client, q, selector="kind = 'b'") == [b"two"]
     client.subscribe(q, sid="r")  # still all there to consume
     assert [client.message().body, client.message().body] == [b"one", b"two"]
+
+
+def test_stomp_10_headers_are_not_escaped(target: Target) -> None:
+    """A STOMP 1.0 client (no header escaping in 1.0) sends a backslash and a colon raw
+    and gets them back raw."""
+    topic = uniq("/topic/v10")
+    with socket.create_connection(("127.0.0.1", target.port), timeout=10) as s:
+        s.sendall(b"CONNECT\naccept-version:1.0\nhost:h\n\n\x00")
+        s.sendall(f"SUBSCRIBE\ndestination:{topic}\nid:1\nreceipt:s\n\n\x00".encode())
+        s.sendall(f"SEND\ndestination:{topic}\npath:C:\\dir\\x\nreceipt:p\n\nbody\x00".encode())
+        data = b""
+        while b"MESSAGE" not in data or not data.rstrip(b"\n").endswith(b"\x00"):
+            chunk = s.recv(65536)
+            assert chunk, f"closed: {data!r}"
+            data += chunk
+            assert b"ERROR" not in data, data
+    assert b"\npath:C:\\dir\\x\n" in data[data.index(b"MESSAGE") :]

@@ -150,6 +150,8 @@ class StompConnection(asyncio.Protocol):
         self._expect_every = 0.0
         self._wrote = False
         self._out: list[bytes] = []
+        self.version = "1.2"
+        """STOMP version agreed at CONNECT (header escaping follows it)."""
 
     # ------------------------------------------------------------------ asyncio
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -198,7 +200,10 @@ class StompConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ output
     def send_frame(self, frame: Frame) -> None:
         """Queue a frame; :meth:`flush` writes the queued frames in one go."""
-        self._out.append(encode(frame))
+        try:
+            self._out.append(encode(frame, version=self.version))
+        except ValueError:  # a header a STOMP 1.0 peer cannot read: send it escaped (1.1)
+            self._out.append(encode(frame, version="1.1"))
 
     def flush(self) -> None:
         if not self._out:
@@ -282,6 +287,8 @@ class StompConnection(asyncio.Protocol):
             frame.get("login") != self.gw.login or frame.get("passcode") != self.gw.passcode
         ):
             raise StompError("login refused: bad login or passcode")
+        self.version = version
+        self.parser.version = version
         client_id = frame.get("client-id") or None
         self.conn_id = self.service.open_connection(self.now(), client_id)
         self.gw.connections[self.conn_id] = self
