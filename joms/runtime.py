@@ -49,8 +49,8 @@ class HostConfig:
     service: ServiceConfig = field(default_factory=ServiceConfig)
     login: str | None = None
     passcode: str | None = None
-    heartbeat_ms: int = 10_000
-    """STOMP heart-beat period offered and accepted."""
+    heartbeat_ms: int = 1_000
+    """Shortest STOMP heart-beat period the gateway agrees to (ms)."""
 
 
 def _node_store(path: Path) -> Any:

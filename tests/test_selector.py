@@ -236,7 +236,10 @@ RESERVED = ["NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN"
 
 @pytest.mark.parametrize("word", RESERVED + [w.lower() for w in RESERVED] + ["Escape", "Null"])
 def test_reserved_words_are_not_identifiers(word: str) -> None:
-    for text in (f"{word} = 'x'", f"{word} IS NULL", f"a = 1 AND {word} = 2"):
+    forms = [f"{word} IS NULL", f"{word} LIKE 'x'", f"a = 1 AND {word} IN ('x')"]
+    if word.upper() not in ("TRUE", "FALSE"):  # TRUE = 'x' is a valid (false) comparison
+        forms += [f"{word} = 'x'", f"a = 1 AND {word} = 2"]
+    for text in forms:
         exc = rejects(text)
         assert exc.position is not None
 
@@ -326,20 +329,28 @@ def test_strings_and_booleans_compare_with_equality_only() -> None:
     ("a", "b"),
     [(1, "1"), ("1", 1), (True, 1), (1, True), ("true", True), (1.0, "1.0"), (0, False)],
 )
-def test_comparing_different_types_is_unknown(a: object, b: object) -> None:
-    assert truth("a = b", a=a, b=b) is U
-    assert truth("a <> b", a=a, b=b) is U
+def test_comparing_different_types_is_false(a: object, b: object) -> None:
+    # JMS 1.1 §3.8.1.2: "comparison of values of different types is false"
+    assert truth("a = b", a=a, b=b) is F
+    assert truth("a <> b", a=a, b=b) is F
+    assert truth("NOT a = b", a=a, b=b) is T
 
 
-def test_int_property_against_string_literal_is_unknown() -> None:
-    assert truth("NumberOfOrders > 1", NumberOfOrders="2") is U
-    assert truth("n = '1'", n=1) is U
-    assert truth("s = 1", s="1") is U
+def test_int_property_against_string_literal_is_false() -> None:
+    assert truth("NumberOfOrders > 1", NumberOfOrders="2") is F
+    assert truth("n = '1'", n=1) is F
+    assert truth("s = 1", s="1") is F
 
 
-@pytest.mark.parametrize("text", ["1 = 'a'", "'a' <> 1", "TRUE = 1", "'x' = FALSE", "(a = 1) = 2"])
-def test_comparing_literals_of_different_types_is_rejected(text: str) -> None:
-    assert "cannot compare" in str(rejects(text))
+def test_mismatched_types_under_not_select_the_message() -> None:
+    # the case: string properties A and B
+    assert matches("NOT A = 17 OR B = 5.6", A="x", B="y")
+
+
+@pytest.mark.parametrize("text", ["1 = 'a'", "'a' <> 1", "TRUE = 1", "'x' = FALSE", "(a = 1) = 2",
+                                  "'hello' = 19.0"])  # fmt: skip
+def test_comparing_literals_of_different_types_is_valid_and_false(text: str) -> None:
+    assert truth(text, a=1) is F
 
 
 def test_comparison_with_null_is_unknown() -> None:
@@ -447,7 +458,7 @@ def test_between_with_null() -> None:
     assert truth("50 BETWEEN x AND 10") is F  # unknown AND false
     assert truth("50 NOT BETWEEN x AND 10") is T  # 50 < NULL OR 50 > 10
     assert truth("5 NOT BETWEEN x AND 10") is U
-    assert truth("x BETWEEN 1 AND 5", x="3") is U  # not a number
+    assert truth("x BETWEEN 1 AND 5", x="3") is F  # not a number: both comparisons false
 
 
 @pytest.mark.parametrize(
@@ -469,7 +480,8 @@ def test_in(country: str, inside: bool) -> None:
 def test_in_with_null_or_non_string() -> None:
     assert truth("Country IN ('UK')") is U
     assert truth("Country NOT IN ('UK')") is U
-    assert truth("Country IN ('1')", Country=1) is U
+    assert truth("Country IN ('1')", Country=1) is F  # different types: false
+    assert truth("Country NOT IN ('1')", Country=1) is T
     assert matches("c IN ('a', 'a', 'it''s')", c="it's")
 
 
@@ -544,10 +556,10 @@ def test_like(text: str, value: str, expected: bool) -> None:
     assert truth(text, **dict.fromkeys(names, value)) is expected
 
 
-def test_like_with_null_or_non_string_is_unknown() -> None:
+def test_like_with_null_is_unknown_and_with_non_string_false() -> None:
     assert truth("s LIKE '%'") is U
     assert truth("s NOT LIKE 'a%'") is U
-    assert truth("s LIKE '1%'", s=1) is U
+    assert truth("s LIKE '1%'", s=1) is F
 
 
 @pytest.mark.parametrize(

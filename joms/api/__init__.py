@@ -8,6 +8,7 @@ from .jms import (
     Connection,
     MessageConsumer,
     MessageProducer,
+    QueueBrowser,
     Session,
     connect,
 )
@@ -21,6 +22,7 @@ from .messages import (
     Queue,
     StreamMessage,
     TemporaryQueue,
+    TemporaryTopic,
     TextMessage,
     Topic,
 )
@@ -40,9 +42,11 @@ __all__ = [
     "MessageConsumer",
     "MessageProducer",
     "Queue",
+    "QueueBrowser",
     "Session",
     "StreamMessage",
     "TemporaryQueue",
+    "TemporaryTopic",
     "TextMessage",
     "Topic",
     "connect",

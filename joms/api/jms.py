@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import selector as selector_lang
@@ -32,6 +32,7 @@ from .messages import (
     Queue,
     StreamMessage,
     TemporaryQueue,
+    TemporaryTopic,
     TextMessage,
     Topic,
     from_frame,
@@ -219,7 +220,13 @@ class Session:
         # subscribing creates it; the subscription is the connection's own receiver
         return tq
 
-    def _delete_temp(self, tq: TemporaryQueue) -> None:
+    def create_temporary_topic(self) -> TemporaryTopic:
+        """A topic of this connection (JMS TemporaryTopic): others may publish to it (e.g. as
+        JMSReplyTo), only this connection may subscribe; gone with the connection."""
+        self._check()
+        return TemporaryTopic(self.connection._next_id(f"tmpt-{id(self):x}-"), self._delete_temp)
+
+    def _delete_temp(self, tq: TemporaryQueue | TemporaryTopic) -> None:
         for c in list(self._consumers):
             if c.destination == tq:
                 c.close()
@@ -264,6 +271,16 @@ class Session:
         if not self.connection.client_id:
             raise IllegalStateException("durable subscriptions need a connection client_id")
         return self._consumer(topic, selector, no_local, name)
+
+    def create_browser(self, queue_: Queue, selector: str | None = None) -> QueueBrowser:
+        """A JMS QueueBrowser: look at the messages waiting in a queue without consuming
+        them (the connected host must be the queue's manager)."""
+        self._check()
+        if not isinstance(queue_, Queue):
+            raise InvalidDestinationException("a browser is for queues")
+        if selector:
+            selector_lang.parse(selector)  # raises InvalidSelectorException locally
+        return QueueBrowser(self, queue_, selector)
 
     def unsubscribe(self, name: str) -> None:
         """Delete durable subscription ``name`` of this client id."""
@@ -425,6 +442,51 @@ class MessageProducer:
         pass
 
 
+class QueueBrowser:
+    """JMS QueueBrowser: ``messages()`` is a snapshot of what waits in the queue, in the
+    order it would be handed out (STOMP ``browser:true``); nothing is consumed."""
+
+    def __init__(self, session: Session, queue_: Queue, selector: str | None) -> None:
+        self.session = session
+        self.queue = queue_
+        self.message_selector = selector
+
+    def messages(self, timeout: float = 10.0) -> list[Message]:
+        conn = self.session.connection
+        self.session._check()
+        sid = conn._next_id("browse")
+        box: queue.Queue[Frame] = queue.Queue()
+
+        class _Collect:
+            def _arrived(self, f: Frame) -> None:
+                box.put(f)
+
+        conn._subs[sid] = _Collect()  # type: ignore[assignment]
+        h = {"id": sid, "destination": str(self.queue), "browser": "true"}
+        if self.message_selector:
+            h["selector"] = self.message_selector
+        out: list[Message] = []
+        try:
+            self.session._request(Frame("SUBSCRIBE", h))
+            while True:
+                f = box.get(timeout=timeout)
+                if f.headers.get("browser") == "end":
+                    break
+                out.append(from_frame(f))
+            conn._transport.send(Frame("UNSUBSCRIBE", {"id": sid}))
+        except queue.Empty:
+            raise JMSException("the queue browser got no end-of-browse frame") from None
+        finally:
+            conn._subs.pop(sid, None)
+        return out
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages())
+
+    def close(self) -> None:
+        pass
+
+
 class MessageConsumer:
     """Receives messages (JMS MessageConsumer): ``receive``, or a ``message_listener``."""
 
@@ -544,6 +606,17 @@ class MessageConsumer:
         conn._subs.pop(self._sid, None)
         if self in self.session._consumers:
             self.session._consumers.remove(self)
+        # messages the gateway sent that the application never received: given back as
+        # never delivered (no JMSRedelivered, no redelivery counted; JOMS extension header)
+        unconsumed = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self._inbox.get_nowait()
+                if item is not _CLOSED and item.headers.get("ack"):
+                    unconsumed.append(item.headers["ack"])
+        headers = {"id": self._sid}
+        if unconsumed:
+            headers["joms-unconsumed"] = ",".join(unconsumed)
         if conn._transport.failed is None and not conn._closed:
             with contextlib.suppress(JMSException):
-                conn._transport.request(Frame("UNSUBSCRIBE", {"id": self._sid}))
+                conn._transport.request(Frame("UNSUBSCRIBE", headers))

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import MessageFormatException
+from ..errors import MessageFormatException, MessageNotWriteableException
 from ..service import model as mdl
 from ..stomp.frame import Frame
 
@@ -82,10 +82,25 @@ class TemporaryQueue(Queue):
             self._deleter(self)
 
 
+class TemporaryTopic(Topic):
+    """A topic that lives as long as the connection that created it; only that connection
+    may subscribe to it (anyone may publish to it)."""
+
+    prefix = "/temp-topic/"
+
+    def __init__(self, name: str, deleter: Callable[[TemporaryTopic], None] | None = None) -> None:
+        super().__init__(name)
+        self._deleter = deleter
+
+    def delete(self) -> None:
+        if self._deleter is not None:
+            self._deleter(self)
+
+
 def destination_from(text: str | None) -> Destination | None:
     if not text:
         return None
-    for cls in (Topic, TemporaryQueue, Queue):
+    for cls in (Topic, TemporaryTopic, TemporaryQueue, Queue):
         if text.startswith(cls.prefix):
             return cls(text[len(cls.prefix) :])
     return None
@@ -139,11 +154,39 @@ class Message:
         self._props: dict[str, Any] = {}
         self._types: dict[str, str] = {}
         self._ack: Callable[[], None] | None = None
+        self._props_read_only = False
+        self._body_read_only = False
         for k, v in (properties or {}).items():
             self.set_property(k, v)
 
+    # read-only state of a received message (JMS 1.1 §3.9, §3.10)
+    def _check_props_writable(self) -> None:
+        if self._props_read_only:
+            raise MessageNotWriteableException(
+                "the properties of a received message are read-only: clear_properties() first"
+            )
+
+    def _check_body_writable(self) -> None:
+        if self._body_read_only:
+            raise MessageNotWriteableException(
+                "the body of a received message is read-only: clear_body() first"
+            )
+
+    def _set_read_only(self) -> None:
+        self._props_read_only = True
+        self._body_read_only = True
+
+    def clear_body(self) -> None:
+        """Empty the body and make it writable (also on a received message)."""
+        self._body_read_only = False
+        self._clear_body()
+
+    def _clear_body(self) -> None:
+        raise NotImplementedError
+
     # properties
     def set_property(self, name: str, value: Any, jms_type: str | None = None) -> None:
+        self._check_props_writable()
         mdl.check_property_name(name)
         t = jms_type or mdl.property_type_of(value)
         mdl.encode_property(value, t)
@@ -182,8 +225,10 @@ class Message:
         return list(self._props)
 
     def clear_properties(self) -> None:
+        """Remove every property and make them writable (also on a received message)."""
         self._props.clear()
         self._types.clear()
+        self._props_read_only = False
 
     def acknowledge(self) -> None:
         """CLIENT_ACKNOWLEDGE: acknowledge every message the session consumed so far."""
@@ -206,13 +251,25 @@ class TextMessage(Message):
 
     def __init__(self, text: str | None = None, properties: dict[str, Any] | None = None) -> None:
         super().__init__(properties)
-        self.text = text
+        self._text = text
+
+    @property
+    def text(self) -> str | None:
+        return self._text
+
+    @text.setter
+    def text(self, value: str | None) -> None:
+        self._check_body_writable()
+        self._text = value
+
+    def _clear_body(self) -> None:
+        self._text = None
 
     def _encode_body(self) -> bytes:
-        return (self.text or "").encode("utf-8")
+        return (self._text or "").encode("utf-8")
 
     def _decode_body(self, data: bytes) -> None:
-        self.text = data.decode("utf-8", "replace")
+        self._text = data.decode("utf-8", "replace")
 
 
 class BytesMessage(Message):
@@ -220,16 +277,29 @@ class BytesMessage(Message):
 
     def __init__(self, data: bytes = b"", properties: dict[str, Any] | None = None) -> None:
         super().__init__(properties)
-        self.data = bytes(data)
+        self._data = bytes(data)
+
+    @property
+    def data(self) -> bytes:
+        return self._data
+
+    @data.setter
+    def data(self, value: bytes) -> None:
+        self._check_body_writable()
+        self._data = bytes(value)
 
     def write_bytes(self, data: bytes) -> None:
-        self.data += bytes(data)
+        self._check_body_writable()
+        self._data += bytes(data)
+
+    def _clear_body(self) -> None:
+        self._data = b""
 
     def _encode_body(self) -> bytes:
-        return self.data
+        return self._data
 
     def _decode_body(self, data: bytes) -> None:
-        self.data = data
+        self._data = data
 
 
 class MapMessage(Message):
@@ -246,6 +316,7 @@ class MapMessage(Message):
             self.set(k, v)
 
     def set(self, name: str, value: Any, jms_type: str | None = None) -> None:
+        self._check_body_writable()
         enc = _encode_value(value, jms_type)
         self._map[name] = (value, enc["t"])
 
@@ -268,6 +339,9 @@ class MapMessage(Message):
     def item_type(self, name: str) -> str | None:
         item = self._map.get(name)
         return None if item is None else item[1]
+
+    def _clear_body(self) -> None:
+        self._map = {}
 
     @property
     def map(self) -> dict[str, Any]:
@@ -301,6 +375,7 @@ class StreamMessage(Message):
             self.write(v)
 
     def write(self, value: Any, jms_type: str | None = None) -> None:
+        self._check_body_writable()
         enc = _encode_value(value, jms_type)
         self._items.append((value, enc["t"]))
 
@@ -314,6 +389,9 @@ class StreamMessage(Message):
 
     def reset(self) -> None:
         self._pos = 0
+
+    def _clear_body(self) -> None:
+        self._items, self._pos = [], 0
 
     @property
     def items(self) -> list[Any]:
@@ -426,4 +504,5 @@ def from_frame(f: Frame) -> Message:
         except ValueError:
             msg._props[name] = value
             msg._types[name] = "string"
+    msg._set_read_only()  # JMS: a received message's body and properties are read-only
     return msg

@@ -173,8 +173,22 @@ class StompTransport:
             self._connected.set()
         elif f.command == "ERROR":
             text = f.headers.get("message") or f.body.decode("utf-8", "replace")
+            named = _exception_class(f.headers.get("joms-exception", ""))
+            if named is not None:
+                self._fail(named(text))
+                return
             cls = JMSSecurityException if "login" in text else JMSException
             self._fail(_classify(text, cls))
+
+
+def _exception_class(name: str) -> type[JMSException] | None:
+    """The JMS exception class a server's ``joms-exception`` header names (None: unknown)."""
+    from .. import errors
+
+    cls = getattr(errors, name, None) if name in errors.__all__ else None
+    if isinstance(cls, type) and issubclass(cls, JMSException):
+        return cls
+    return None
 
 
 def _classify(text: str, default: type[JMSException]) -> JMSException:

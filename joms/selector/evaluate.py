@@ -10,7 +10,8 @@ on it is UNKNOWN.
 Choices where Java would throw or the spec is silent:
 
 * division by zero (long or double) is UNKNOWN, not an exception nor an infinity;
-* comparing values of different types (other than long with double) is UNKNOWN;
+* comparing values of different types (other than long with double) is FALSE, as JMS 1.1
+  §3.8.1.2 says (so ``NOT s = 1`` is TRUE for a string ``s``), and ``'a' = 1.0`` is valid;
 * long arithmetic wraps around at 64 bits and ``/`` truncates toward zero, as in Java;
   long with double promotes the long to double first, as in Java (also for comparisons).
 """
@@ -200,7 +201,8 @@ _ORDERINGS: dict[str, Callable[[Any, Any], bool]] = {
 
 def compare(op: str, a: Any, b: Any) -> bool | None:
     """``a op b`` in JMS terms: numbers compare after promotion, strings and booleans with
-    = and <> only, NULL or a type mismatch gives UNKNOWN."""
+    = and <> only; NULL (or an unsupported value) gives UNKNOWN; values of different types
+    compare as false (JMS 1.1 §3.8.1.2)."""
     ta, tb = type(a), type(b)
     if ta in _NUMBERS and tb in _NUMBERS:
         if ta is not tb:  # long vs double: Java promotes the long to double
@@ -208,6 +210,10 @@ def compare(op: str, a: Any, b: Any) -> bool | None:
         return bool(_ORDERINGS[op](a, b))
     if ta is tb and (ta is str or ta is bool) and op in ("=", "<>"):
         return bool(a == b) == (op == "=")
+    if a is None or b is None or a is UNSUPPORTED or b is UNSUPPORTED:
+        return None
+    if ta is not tb and not (ta in _NUMBERS and tb in _NUMBERS):
+        return False
     return None
 
 
@@ -240,7 +246,9 @@ def _string_test(identifier: Identifier, test: Callable[[str], bool], negated: b
     def string_test(props: Properties) -> bool | None:
         value = load(props)
         if type(value) is not str:
-            return None  # NULL or not a string
+            if value is None or value is UNSUPPORTED:
+                return None
+            return negated  # another type: the test is false (JMS 1.1 §3.8.1.2)
         return test(value) != negated
 
     return string_test

@@ -224,8 +224,7 @@ class _Parser:
                         "(strings and booleans only support = and <>)",
                         pos,
                     )
-        elif Type.ANY not in types and types[0] is not types[1]:
-            raise error(f"cannot compare {types[0].value} with {types[1].value}", pos)
+        # '=' and '<>' between known different types are valid and FALSE (JMS 1.1 §3.8.1.2)
         return Compare(op, left, right)
 
     def identifier(self, node: Node, pos: int, operator: str) -> Identifier:

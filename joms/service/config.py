@@ -17,9 +17,17 @@ class ServiceConfig:
     """Lifetime of a message sent with JMSExpiration 0 (its DoDWAN deadline is now + this)."""
 
     nondurable: str = "durable"
-    """Non-durable topic subscriptions: ``durable`` (accepted, and like a durable one they
-    also receive older messages still travelling in the network) or ``refuse`` (refused
-    with an error telling the client to use a durable subscription)."""
+    """Non-durable topic subscriptions: ``durable`` (treated as durable, as in the JOMS
+    paper: for a connection with a client id the subscription is kept, and its messages
+    stored, while the consumer is away — for ``nondurable_keep`` — and the same client id
+    subscribing again to the same topic with the same selector and noLocal finds it; like
+    every subscription they also receive older messages still travelling in the network),
+    ``accept`` (plain JMS non-durable subscriptions: gone when the consumer closes) or
+    ``refuse`` (refused with an error telling the client to use a durable subscription)."""
+
+    nondurable_keep: float = 3600.0
+    """How long a non-durable subscription kept as durable waits for its consumer to come
+    back before it is deleted with its waiting messages."""
 
     lease: float = 30.0
     """Lifetime of a queue receiver request; receivers renew it every third of it."""
@@ -43,15 +51,43 @@ class ServiceConfig:
     """Messages one durable subscription or one queue may hold waiting; beyond, the oldest
     are dropped (and counted)."""
 
+    max_redeliveries: int = 6
+    """Times a message is delivered again after a NACK, a rollback, a recover or a consumer
+    closing without acknowledging it; the next time it goes to the dead-letter queue
+    instead (ActiveMQ's default is also 6). -1 = redeliver without limit."""
+
+    dead_letter_queue: str = "DLQ"
+    """Name of the dead-letter queue: ``DLQ@H`` on the queue's manager H for a queue
+    message, on the subscriber's host for a topic message. Dead letters carry their
+    original destination and the reason (STOMP headers ``original-destination`` and
+    ``dlq-reason``)."""
+
+    order_gap_timeout: float = 2.0
+    """A topic consumer holds back a producer's message that arrives before an earlier one
+    (same producer, same topic) until the gap is filled or this long has passed; then it
+    delivers what it holds and counts a gap. 0 = no reordering (arrival order)."""
+
+    order_window_bytes: int = 1_048_576
+    """Most body bytes one consumer holds back for reordering; beyond, the oldest held
+    message is delivered at once (a gap is counted)."""
+
     def __post_init__(self) -> None:
         if self.default_ttl <= 0:
             raise ValueError("default_ttl must be positive")
-        if self.nondurable not in ("durable", "refuse"):
-            raise ValueError("nondurable must be 'durable' or 'refuse'")
+        if self.nondurable not in ("durable", "accept", "refuse"):
+            raise ValueError("nondurable must be 'durable', 'accept' or 'refuse'")
+        if self.nondurable_keep <= 0:
+            raise ValueError("nondurable_keep must be positive")
         if self.lease <= 0 or self.directory_period <= 0 or self.ack_delay < 0:
             raise ValueError("lease and directory_period must be positive, ack_delay >= 0")
         if self.max_pending < 1:
             raise ValueError("max_pending must be >= 1")
+        if self.max_redeliveries < -1:
+            raise ValueError("max_redeliveries must be >= 0, or -1 for no limit")
+        if not self.dead_letter_queue or "@" in self.dead_letter_queue:
+            raise ValueError("dead_letter_queue must be a queue name without '@'")
+        if self.order_gap_timeout < 0 or self.order_window_bytes < 0:
+            raise ValueError("order_gap_timeout and order_window_bytes must be >= 0")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ServiceConfig:

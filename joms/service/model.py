@@ -9,6 +9,7 @@ Descriptors arriving from the network are hostile: :func:`from_descriptor` raise
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -42,6 +43,10 @@ CONNECTION = "joms_conn"
 REPLY_ID = "reply_id"
 REDELIVERED = "jms_redelivered"  # only set on queue deliveries re-sent by a manager
 COPY_OF = "jms_copy_of"  # on a queue delivery: DoDWAN id of the original the manager received
+DELIVERY_COUNT = "jms_delivery_count"  # redeliveries so far (queue deliveries, stored messages)
+ORIGINAL_DESTINATION = "jms_original_destination"  # on a dead letter: where it was sent
+DLQ_REASON = "jms_dlq_reason"  # on a dead letter: why it was dead-lettered
+SEQUENCE = "joms_seq"  # "<producer>:<n>": the n-th message of a producer to a destination
 
 PERSISTENT = "PERSISTENT"
 NON_PERSISTENT = "NON_PERSISTENT"
@@ -61,6 +66,7 @@ DODWAN_SYSTEM = frozenset(
 JOMS_ATTRIBUTES = frozenset(
     {KIND, DEST_ID, DEST_TYPE, MESSAGE_ID, DELIVERY_MODE, TIMESTAMP, EXPIRATION}
     | {CORRELATION_ID, REPLY_TO, TYPE, TYPES, BODY, CONNECTION, REPLY_ID, REDELIVERED, COPY_OF}
+    | {DELIVERY_COUNT, ORIGINAL_DESTINATION, DLQ_REASON, SEQUENCE}
 )
 HEADER_IDENTIFIERS = {
     "JMSDeliveryMode": DELIVERY_MODE,
@@ -213,6 +219,22 @@ class Destination:
 
 
 def check_destination_name(name: str, *, queue: bool) -> None:
+    if type(name) is str and _valid_name(name, queue):
+        return
+    _check_destination_name(name, queue=queue)
+
+
+@functools.lru_cache(maxsize=4096)
+def _valid_name(name: str, queue: bool) -> bool:
+    """Cached: every message checks its destination several times on its way."""
+    try:
+        _check_destination_name(name, queue=queue)
+    except InvalidDestinationException:
+        return False
+    return True
+
+
+def _check_destination_name(name: str, *, queue: bool) -> None:
     if not isinstance(name, str) or not name or len(name) > 128:
         raise InvalidDestinationException("destination names have 1-128 characters")
     if not name.isprintable() or any(c.isspace() for c in name):
@@ -252,6 +274,15 @@ class JomsMessage:
     redelivered: bool = False
     connection: str = ""
     """``host/client`` of the sending connection (for noLocal)."""
+    delivery_count: int = 0
+    """Times the message was delivered again after a NACK, rollback, recover or release."""
+    original_destination: str | None = None
+    """On a dead letter: the destination it was sent to (``/queue/…`` or ``/topic/…``)."""
+    dlq_reason: str | None = None
+    """On a dead letter: why it was dead-lettered."""
+    sequence: str = ""
+    """``<producer>:<n>``: this is the n-th message its producer sent to this destination
+    (consumers use it to deliver each producer's messages in order)."""
 
     def selector_values(self) -> dict[str, Any]:
         """Identifier -> value, as JMS selectors see the message."""
@@ -310,6 +341,14 @@ def to_descriptor(msg: JomsMessage) -> dict[str, str]:
         d[TYPE] = msg.type
     if msg.connection:
         d[CONNECTION] = msg.connection
+    if msg.delivery_count:
+        d[DELIVERY_COUNT] = str(msg.delivery_count)
+    if msg.original_destination is not None:
+        d[ORIGINAL_DESTINATION] = msg.original_destination
+    if msg.dlq_reason is not None:
+        d[DLQ_REASON] = msg.dlq_reason
+    if msg.sequence:
+        d[SEQUENCE] = msg.sequence
     types: dict[str, str] = {}
     for name, value in msg.properties.items():
         t = msg.property_types.get(name) or property_type_of(value)
@@ -359,6 +398,10 @@ def from_descriptor(d: Mapping[str, str], payload: bytes) -> JomsMessage:
             type=d.get(TYPE),
             redelivered=d.get(REDELIVERED) == "true",
             connection=d.get(CONNECTION, ""),
+            delivery_count=max(0, int(d.get(DELIVERY_COUNT, "0"))),
+            original_destination=d.get(ORIGINAL_DESTINATION),
+            dlq_reason=d.get(DLQ_REASON),
+            sequence=d.get(SEQUENCE, ""),
         )
     except (KeyError, ValueError, TypeError, InvalidDestinationException) as exc:
         raise ValueError(f"not a JOMS message descriptor: {exc}") from None

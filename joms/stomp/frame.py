@@ -34,6 +34,8 @@ _RAW_HEADER_COMMANDS = frozenset({"CONNECT", "CONNECTED"})  # no escaping (STOMP
 
 _UNESCAPE = {b"r": "\r", b"n": "\n", b"c": ":", b"\\": "\\"}
 _ESCAPE_TABLE = str.maketrans({"\\": "\\\\", "\r": "\\r", "\n": "\\n", ":": "\\c"})
+_ESCAPE_TABLE_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
+"""STOMP 1.1 escapes (1.1 defines no ``\\r``); STOMP 1.0 has no escaping at all."""
 
 
 class ProtocolError(Exception):
@@ -69,11 +71,16 @@ class Frame:
         return self.headers.get(name, default)
 
 
-def encode(frame: Frame, *, content_length: bool = True) -> bytes:
-    """Serialise a frame; adds ``content-length`` for non-empty bodies unless told not to."""
+def encode(frame: Frame, *, content_length: bool = True, version: str = "1.2") -> bytes:
+    """Serialise a frame; adds ``content-length`` for non-empty bodies unless told not to.
+
+    ``version``: the STOMP version agreed with the peer — 1.2 escapes ``\\ \\r \\n :``
+    in headers, 1.1 the same but ``\\r``, 1.0 nothing (a header a 1.0 peer could not read
+    back — one with a line break, or ``:`` in its name — is a ValueError)."""
     if frame.command not in COMMANDS:
         raise ValueError(f"unknown STOMP command {frame.command!r}")
-    raw = frame.command in _RAW_HEADER_COMMANDS
+    raw = frame.command in _RAW_HEADER_COMMANDS or version == "1.0"
+    table = _ESCAPE_TABLE_11 if version == "1.1" else _ESCAPE_TABLE
     lines = [frame.command]
     headers = dict(frame.headers)
     if content_length and frame.body and "content-length" not in headers:
@@ -87,7 +94,7 @@ def encode(frame: Frame, *, content_length: bool = True) -> bytes:
                 raise ValueError(f"header {name!r} cannot be sent unescaped in {frame.command}")
             lines.append(f"{name}:{value}")
         else:
-            lines.append(f"{name.translate(_ESCAPE_TABLE)}:{value.translate(_ESCAPE_TABLE)}")
+            lines.append(f"{name.translate(table)}:{value.translate(table)}")
     head = ("\n".join(lines) + "\n\n").encode("utf-8")
     return head + bytes(frame.body) + b"\x00"
 
@@ -141,6 +148,8 @@ class FrameParser:
         self._scan = 0  # bytes before this index hold no terminator we are looking for
         self.heartbeats = 0
         """EOLs received between frames (heart-beats)."""
+        self.version = "1.2"
+        """STOMP version agreed with the peer: with 1.0, headers carry no escapes."""
 
     def feed(self, data: bytes) -> list[Frame]:
         """Consume ``data``; raise :class:`ProtocolError` on the first invalid frame."""
@@ -228,7 +237,7 @@ class FrameParser:
         if command not in COMMANDS:
             shown = command if len(command) <= 32 else command[:32] + "…"
             raise ProtocolError(f"unknown command {shown!r}")
-        raw = command in _RAW_HEADER_COMMANDS
+        raw = command in _RAW_HEADER_COMMANDS or self.version == "1.0"
         headers: dict[str, str] = {}
         count = 0
         while True:
@@ -251,6 +260,11 @@ class FrameParser:
                 value = _unescape(line[colon + 1 :], "header value")
             headers.setdefault(name, value)
         self._frame = Frame(command, headers)
+        if command in ("CONNECT", "STOMP"):
+            # the frames that follow in the same read are parsed before anyone answers
+            # this CONNECT: a client offering only STOMP 1.0 sends them unescaped
+            offered = {v.strip() for v in headers.get("accept-version", "1.0").split(",")}
+            self.version = next((v for v in ("1.2", "1.1", "1.0") if v in offered), "1.2")
         length = headers.get("content-length")
         if length is not None:
             if not (length.isascii() and length.isdigit()) or len(length) > 12:

@@ -31,13 +31,18 @@ log = logging.getLogger(__name__)
 SERVER_NAME = "joms/0.1"
 DIRECTORY_DESTINATION = "/joms/destinations"
 """Subscribing here returns one MESSAGE listing the queues and topics this host knows."""
-HEARTBEAT_MS = 10_000
+HEARTBEAT_MS = 1_000
+"""Shortest heart-beat period the gateway agrees to (ms): a client asking for more often
+gets this; a client asking for less often gets what it asked (STOMP 1.2 negotiation)."""
+VERSIONS = ("1.2", "1.1", "1.0")
+"""STOMP versions served, best first."""
+EXCEPTION_HEADER = "joms-exception"
+"""ERROR header naming the JMS exception class of a refused request (JOMS extension)."""
 CONNECT_TIMEOUT = 10.0
 """Seconds a new connection has to send CONNECT (or STOMP) before an ERROR closes it."""
 WRITE_WINDOW = 8 * 1024 * 1024
 """Bytes of output a client may leave unread in the gateway (beyond the kernel's socket
 buffer) before it is disconnected: a consumer that stops reading cannot grow the daemon."""
-"""Heart-beat period the gateway offers and accepts (ms)."""
 
 DURABLE_HEADERS = (
     "durable-subscription-name",
@@ -66,6 +71,8 @@ _SEND_RESERVED = frozenset(
         "redelivered",
         "subscription",
         "ack",
+        "original-destination",
+        "dlq-reason",
     }
 )
 _CONTENT_TYPES = {
@@ -154,6 +161,8 @@ class StompConnection(asyncio.Protocol):
         self._wrote = False
         self._out: list[bytes] = []
         self._connect_timer: asyncio.TimerHandle | None = None
+        self.version = "1.2"
+        """STOMP version agreed at CONNECT (header escaping follows it)."""
 
     # ------------------------------------------------------------------ asyncio
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -182,7 +191,9 @@ class StompConnection(asyncio.Protocol):
                 return
             try:
                 self.handle(frame)
-            except (StompError, JMSException) as exc:
+            except JMSException as exc:
+                self.error(str(exc), frame, exception=type(exc).__name__)
+            except StompError as exc:
                 self.error(str(exc), frame)
             except Exception as exc:  # never let one client take the gateway down
                 log.exception("STOMP gateway failed on a %s frame", frame.command)
@@ -207,7 +218,10 @@ class StompConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ output
     def send_frame(self, frame: Frame) -> None:
         """Queue a frame; :meth:`flush` writes the queued frames in one go."""
-        self._out.append(encode(frame))
+        try:
+            self._out.append(encode(frame, version=self.version))
+        except ValueError:  # a header a STOMP 1.0 peer cannot read: send it escaped (1.1)
+            self._out.append(encode(frame, version="1.1"))
 
     def flush(self) -> None:
         if not self._out:
@@ -232,10 +246,22 @@ class StompConnection(asyncio.Protocol):
                 self.closing = True
                 self.transport.abort()
 
-    def error(self, message: str, frame: Frame | None = None) -> None:
+    def error(
+        self,
+        message: str,
+        frame: Frame | None = None,
+        *,
+        exception: str | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        """Send an ERROR (with ``joms-exception`` naming the JMS exception class when the
+        service refused the request) and close the connection, as STOMP requires."""
         if self.closing:
             return
         headers = {"message": message.replace("\n", " ")[:500], "content-type": "text/plain"}
+        if exception is not None:
+            headers[EXCEPTION_HEADER] = exception
+        headers.update(extra or {})
         if frame is not None and frame.get("receipt"):
             headers["receipt-id"] = frame.headers["receipt"]
         self.send_frame(Frame("ERROR", headers, message.encode()))
@@ -279,29 +305,39 @@ class StompConnection(asyncio.Protocol):
         return self.gw.host.now()
 
     def on_connect(self, frame: Frame) -> None:
-        versions = (frame.get("accept-version") or "1.0").split(",")
-        if "1.2" not in versions and "1.1" not in versions and "1.0" not in versions:
-            raise StompError("supported STOMP versions: 1.2 (1.1 and 1.0 clients accepted)")
+        offered = {v.strip() for v in (frame.get("accept-version") or "1.0").split(",")}
+        version = next((v for v in VERSIONS if v in offered), None)
+        if version is None:  # STOMP 1.2: no common version -> ERROR with ours, then close
+            self.error(
+                f"unsupported STOMP version(s) {', '.join(sorted(offered))}: "
+                f"this server supports {', '.join(VERSIONS)}",
+                frame,
+                extra={"version": ",".join(VERSIONS)},
+            )
+            return
         if self.gw.login is not None and (
             frame.get("login") != self.gw.login or frame.get("passcode") != self.gw.passcode
         ):
             raise StompError("login refused: bad login or passcode")
+        self.version = version
+        self.parser.version = version
         client_id = frame.get("client-id") or None
         self.conn_id = self.service.open_connection(self.now(), client_id)
         self.gw.connections[self.conn_id] = self
         cx, cy = _heartbeat(frame.get("heart-beat") or "0,0")
-        # we send every max(cy, ours) ms, and expect the client every max(cx, ours) ms
-        hb = self.gw.heartbeat_ms
-        self._send_every = max(cy, hb) / 1000.0 if cy else 0.0
-        self._expect_every = max(cx, hb) / 1000.0 if cx else 0.0
+        # STOMP 1.2: we answer sx,sy; we send every max(sx, cy) and expect the client every
+        # max(cx, sy). We offer what the client asked, no more often than our floor.
+        sx, sy = negotiate_heartbeat(cx, cy, self.gw.heartbeat_ms)
+        self._send_every = sx / 1000.0
+        self._expect_every = sy / 1000.0
         self.send_frame(
             Frame(
                 "CONNECTED",
                 {
-                    "version": "1.2",
+                    "version": version,
                     "server": SERVER_NAME,
                     "session": self.conn_id,
-                    "heart-beat": f"{hb if cy else 0},{hb if cx else 0}",
+                    "heart-beat": f"{sx},{sy}",
                 },
             )
         )
@@ -346,7 +382,14 @@ class StompConnection(asyncio.Protocol):
                 self.temp[text] = dest
             return dest
         if text.startswith("/temp-topic/"):
-            raise StompError("temporary topics are not supported; use /temp-queue/")
+            dest = self.temp.get(text)
+            if dest is None:
+                if not create_temp:
+                    raise StompError(f"unknown temporary topic {text}")
+                assert self.conn_id is not None
+                dest = self.service.create_temporary_topic(self.conn_id, self.now())
+                self.temp[text] = dest
+            return dest
         if text.startswith("/queue/") and text.endswith("@*"):
             name = text[len("/queue/") : -2]
             known = self.service.lookup_queue(name)
@@ -354,6 +397,18 @@ class StompConnection(asyncio.Protocol):
                 raise StompError(f"queue {name!r} is not known here yet (directory lookup)")
             return Destination("queue", known[0])
         return Destination.parse(text, self.service.host_id)
+
+    def consumer_queue(self, dest: Destination) -> Destination:
+        """A consumer of ``/queue/NAME`` (no ``@``) on a host that does not manage NAME
+        consumes the queue NAME the directory knows elsewhere, rather than creating a
+        second, empty NAME here (send keeps NAME = NAME@this host)."""
+        name, _, manager = dest.name.partition("@")
+        if dest.kind != "queue" or manager != self.service.host_id:
+            return dest
+        if self.service.manages(dest.name):
+            return dest
+        known = self.service.lookup_queue(name)
+        return Destination("queue", known[0]) if known else dest
 
     def on_send(self, frame: Frame) -> str:
         assert self.conn_id is not None
@@ -443,7 +498,14 @@ class StompConnection(asyncio.Protocol):
         if frame.get("destination") == DIRECTORY_DESTINATION:
             self.send_directory(sub_id)
             return
+        if (frame.get("browser") or "").lower() == "true":
+            self.send_browse(sub_id, frame)
+            return
         dest = self.destination(frame.get("destination"))
+        if (frame.get("destination") or "").startswith("/queue/") and "@" not in frame.headers[
+            "destination"
+        ]:
+            dest = self.consumer_queue(dest)
         ack = frame.get("ack", "auto")
         if ack not in ("auto", "client", "client-individual"):
             raise StompError(f"ack must be auto, client or client-individual, not {ack!r}")
@@ -473,6 +535,21 @@ class StompConnection(asyncio.Protocol):
         if durable:
             self.sub_durable[sub_id] = durable
         self.gw.pump()
+
+    def send_browse(self, sub_id: str, frame: Frame) -> None:
+        """``browser:true`` (as ActiveMQ): one MESSAGE per waiting queue message, not
+        consumed, then an empty MESSAGE with ``browser:end``."""
+        assert self.conn_id is not None
+        dest = self.destination(frame.get("destination"))
+        if dest.kind != "queue":
+            raise StompError("browser:true is for queues")
+        msgs = self.service.browse(dest, self.now(), frame.get("selector"))
+        self.subs[sub_id] = ""
+        for i, m in enumerate(msgs):
+            ev = MessageDispatched(self.conn_id, "", f"browse-{sub_id}-{i}", m)
+            self.send_frame(message_frame(ev, sub_id, ack=False))
+        end = {"subscription": sub_id, "destination": str(dest), "message-id": "0"}
+        self.send_frame(Frame("MESSAGE", {**end, "browser": "end"}))
 
     def send_directory(self, sub_id: str) -> None:
         """One MESSAGE with what this host knows: {"queues": [...], "topics": [...]}."""
@@ -506,7 +583,8 @@ class StompConnection(asyncio.Protocol):
             self.sub_of.pop(consumer, None)
             self.auto.discard(consumer)
             self.sub_durable.pop(sub_id or "", None)
-            self.service.close_consumer(consumer, self.now())
+            unconsumed = [t for t in (frame.get("joms-unconsumed") or "").split(",") if t]
+            self.service.close_consumer(consumer, self.now(), unconsumed=unconsumed)
         if durable is not None:
             self.service.unsubscribe_durable(self.conn_id, durable, self.now())
 
@@ -566,6 +644,12 @@ _HANDLERS: dict[str, Callable[[StompConnection, Frame], object]] = {
 }
 
 
+def negotiate_heartbeat(cx: int, cy: int, floor_ms: int) -> tuple[int, int]:
+    """The CONNECTED ``heart-beat`` (sx, sy) for a client's (cx, cy): 0 where the client
+    cannot send / does not want them, else what it asked, at least ``floor_ms``."""
+    return (max(cy, floor_ms) if cy else 0, max(cx, floor_ms) if cx else 0)
+
+
 def _heartbeat(value: str) -> tuple[int, int]:
     try:
         a, b = value.split(",")
@@ -606,6 +690,10 @@ def message_frame(ev: MessageDispatched, subscription: str, *, ack: bool = True)
         h["reply-to"] = m.reply_to
     if m.type is not None:
         h["type"] = m.type
+    if m.original_destination is not None:  # a dead letter (ActiveMQ's header name)
+        h["original-destination"] = m.original_destination
+    if m.dlq_reason is not None:
+        h["dlq-reason"] = m.dlq_reason
     types = {}
     for name, value in m.properties.items():
         t = m.property_types.get(name) or mdl.property_type_of(value)
@@ -632,7 +720,7 @@ async def serve(
 ) -> asyncio.Server:
     """Start the STOMP gateway; returns the listening :class:`asyncio.Server`.
 
-    ``heartbeat_ms`` is the heart-beat period offered and accepted (a client silent for
+    ``heartbeat_ms`` is the shortest heart-beat period agreed to (a client silent for
     twice the agreed period is disconnected). ``service_host`` is a
     :class:`~joms.stomp.host.GatewayHost` or the daemon's
     ``ServiceHost`` (adapted by :func:`~joms.stomp.host.from_daemon_host`). Only loopback

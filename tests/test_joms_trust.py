@@ -1,0 +1,273 @@
+"""What a JMS user trusts a provider with, through real ``dodwan daemon --stomp`` processes
+and the Python API (a real STOMP client): per-producer order across hosts, exactly-once on
+the queue manager's host, poison messages, exception types over STOMP."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+from activemq import free_port
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import daemons as daemons
+
+import joms
+
+
+def _stomp_daemons(daemons: Callable[..., DaemonProc], *names: str) -> list[int]:
+    group = random_group()
+    ports = []
+    for name in names:
+        port = free_port()
+        daemons(name, "--host-id", name, "--group", group, "--stomp", f"127.0.0.1:{port}",
+                "--announce-period", "0.2")  # fmt: skip
+        ports.append(port)
+
+    for port in ports:
+
+        def up(port: int = port) -> bool:
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                return True
+
+        wait_for(up, what="STOMP port")
+    return ports
+
+
+def test_one_producers_messages_keep_their_order_across_daemons(daemons) -> None:
+    """Defect 2: 50 messages of one session to a topic, subscriber on another host."""
+    p1, p2 = _stomp_daemons(daemons, "o1", "o2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+    ):
+        s2 = c2.create_session()
+        sub = s2.create_consumer(s2.create_topic("ticks"))
+        s1 = c1.create_session()
+        prod = s1.create_producer(s1.create_topic("ticks"))
+        prod.sync = False
+        for i in range(50):
+            prod.send(s1.create_text_message(str(i), properties={"n": str(i)}))
+        got = []
+        while len(got) < 50:
+            m = sub.receive(20)
+            assert m is not None, f"only {len(got)} of 50 arrived: {got}"
+            got.append(int(m.text))
+    inversions = sum(1 for i in range(50) for j in range(i + 1, 50) if got[i] > got[j])
+    assert inversions == 0, f"{inversions} inversions: {got}"
+
+
+def test_second_unsubscribe_raises_invalid_destination(daemons) -> None:
+    """Defect 8: the JMS exception type survives the trip over STOMP."""
+    (port,) = _stomp_daemons(daemons, "u1")
+    with joms.connect(f"stomp://127.0.0.1:{port}", client_id="unsub") as c:
+        s = c.create_session()
+        sub = s.create_durable_subscriber(s.create_topic("t"), "name")
+        sub.close()
+        s.unsubscribe("name")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{port}", client_id="unsub") as c,
+        pytest.raises(joms.InvalidDestinationException),
+    ):
+        c.create_session().unsubscribe("name")
+
+
+def test_auto_ack_then_close_does_not_redeliver_to_the_next_receiver(daemons) -> None:
+    """Defect 1 through the Python API: AUTO receive, close, another receiver takes over
+    within a few ms (console: ``receive -q MailBox1; receive -q MailBox1``)."""
+    (port,) = _stomp_daemons(daemons, "e1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session()
+        q = s.create_queue("MailBox1")
+        s.create_producer(q).send(s.create_text_message("m1"))
+        first = s.create_consumer(q)
+        m = first.receive(10)
+        assert m is not None and m.text == "m1" and not m.redelivered
+        second = s.create_consumer(q)  # attached before the first goes away
+        first.close()
+        s.create_producer(q).send(s.create_text_message("m2"))
+        m2 = second.receive(10)
+        assert m2 is not None and m2.text == "m2", f"got {m2 and m2.text} redelivered"
+
+
+def test_poison_message_goes_to_the_dead_letter_queue(daemons) -> None:
+    """Defect 3: a message rolled back again and again is dead-lettered after
+    max_redeliveries (6) redeliveries, with its original destination and the reason."""
+    (port,) = _stomp_daemons(daemons, "p1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session(transacted=True)
+        q = s.create_queue("Orders")
+        s.create_producer(q).send(s.create_text_message("poison", properties={"k": "v"}))
+        s.commit()
+        cons = s.create_consumer(q)
+        deliveries = 0
+        deadline = time.monotonic() + 30
+        while (m := cons.receive(2)) is not None:
+            assert m.text == "poison"
+            assert m.redelivered == (deliveries > 0)
+            deliveries += 1
+            s.rollback()
+            assert time.monotonic() < deadline and deliveries <= 10, "redelivered forever"
+        assert deliveries == 7  # the first delivery and 6 redeliveries
+        d = c.create_session()
+        dead = d.create_consumer(d.create_queue("DLQ")).receive(10)
+        assert dead is not None and dead.text == "poison"
+        assert dead.get_property("k") == "v"
+        assert dead.get_property("original-destination") == "/queue/Orders@p1"
+        assert "max_redeliveries" in dead.get_property("dlq-reason")
+        assert not dead.redelivered
+
+
+def test_received_messages_are_read_only_until_cleared(daemons) -> None:
+    """JMS 1.1 §3.9/§3.10: MessageNotWriteableException on a received message."""
+    (port,) = _stomp_daemons(daemons, "r1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session()
+        t = s.create_topic("ro")
+        cons = s.create_consumer(t)
+        s.create_producer(t).send(s.create_text_message("body", properties={"p": "1"}))
+        m = cons.receive(10)
+        assert m is not None and m.text == "body"
+        with pytest.raises(joms.MessageNotWriteableException):
+            m.set_property("p", "2")
+        with pytest.raises(joms.MessageNotWriteableException):
+            m.text = "changed"
+        assert m.get_property("p") == "1" and m.text == "body"
+        m.clear_properties()
+        m.set_property("q", "3")
+        m.clear_body()
+        m.text = "new"
+        s.create_producer(t).send(m)  # a received message can be sent on, once rewritten
+        again = cons.receive(10)
+        assert again is not None and again.text == "new" and again.get_property("q") == "3"
+
+
+def test_plain_queue_name_on_a_non_manager_host_joins_the_existing_queue(daemons) -> None:
+    """Defect 7: ``receive -q Jobs`` on h2 while Jobs is managed by h1 must not create an
+    empty Jobs@h2; a remote worker takes its share of the jobs."""
+    p1, p2 = _stomp_daemons(daemons, "j1", "j2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+    ):
+        s1 = c1.create_session()
+        jobs = s1.create_queue("Jobs")  # Jobs@j1
+        local = s1.create_consumer(jobs)  # creates the queue on j1, which advertises it
+        wait_for(lambda: "Jobs@j1" in c2.destinations()["queues"], what="Jobs@j1 known on j2")
+        s2 = c2.create_session()
+        remote = s2.create_consumer(s2.create_queue("Jobs"))  # plain name, on j2
+        got: dict[str, list[str]] = {"local": [], "remote": []}
+        local.message_listener = lambda m: got["local"].append(m.text)
+        remote.message_listener = lambda m: got["remote"].append(m.text)
+        prod = s1.create_producer(jobs)
+        sent = 0
+        # the remote receiver's request reaches j1 through the network: keep producing
+        # (bounded) until the remote worker has had jobs too
+        while sent < 300 and (sent < 20 or not got["remote"]):
+            prod.send(s1.create_text_message(f"job{sent}"))
+            sent += 1
+        wait_for(lambda: len(got["local"]) + len(got["remote"]) >= sent, what="all jobs")
+        assert sorted(got["local"] + got["remote"], key=lambda t: int(t[3:])) == [
+            f"job{i}" for i in range(sent)
+        ]  # each job exactly once
+        assert got["remote"], f"the remote worker got none of {sent}"
+        assert "Jobs@j2" not in c2.destinations()["queues"]
+
+
+def test_temporary_topic_through_the_python_api(daemons) -> None:
+    p1, p2 = _stomp_daemons(daemons, "tt1", "tt2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+    ):
+        s1 = c1.create_session()
+        answers = s1.create_temporary_topic()
+        replies = s1.create_consumer(answers)
+        requests = s1.create_producer(s1.create_topic("svc"))
+        s2 = c2.create_session()
+        svc = s2.create_consumer(s2.create_topic("svc"))
+        msg = s1.create_text_message("2+2")
+        msg.reply_to = answers
+        requests.send(msg)
+        req = svc.receive(20)
+        assert req is not None and req.reply_to is not None
+        assert str(req.reply_to).startswith("/topic/tmp.tt1.")
+        s2.create_producer(req.reply_to).send(s2.create_text_message("4"))
+        ans = replies.receive(20)
+        assert ans is not None and ans.text == "4"
+        with pytest.raises(joms.InvalidDestinationException):
+            s2.create_consumer(req.reply_to)  # not the creating connection
+
+
+def test_nondurable_subscription_is_kept_while_the_consumer_is_away(daemons) -> None:
+    """nondurable = durable (the default, the JOMS paper's setting): a client id's plain
+    topic subscription keeps its place while the consumer is away: what it consumed does
+    not come again, what came meanwhile waits for it."""
+    (port,) = _stomp_daemons(daemons, "n1")
+    url = f"stomp://127.0.0.1:{port}"
+    with joms.connect(url, client_id="phone") as c:
+        s = c.create_session()
+        sub = s.create_consumer(s.create_topic("alerts"), selector="level = 'high'")
+        s.create_producer(s.create_topic("alerts")).send(
+            s.create_text_message("m1", properties={"level": "high"})
+        )
+        m1 = sub.receive(10)
+        assert m1 is not None and m1.text == "m1"
+    with joms.connect(url) as other:
+        so = other.create_session()
+        so.create_producer(so.create_topic("alerts")).send(
+            so.create_text_message("m2", properties={"level": "high"})
+        )
+    with joms.connect(url, client_id="phone") as c:
+        s = c.create_session()
+        sub = s.create_consumer(s.create_topic("alerts"), selector="level = 'high'")
+        got = sub.receive(10)
+        assert got is not None and got.text == "m2", f"got {got and got.text}"
+        assert sub.receive(0.5) is None  # m1, consumed before, does not come again
+
+
+def test_messages_buffered_but_never_received_are_not_marked_redelivered(daemons) -> None:
+    """Defect 6 (second half): a one-shot receive (the console's ``receive -q``) takes one
+    message and closes; the others the client had buffered come to the next receiver
+    without JMSRedelivered — they were never delivered to anyone."""
+    (port,) = _stomp_daemons(daemons, "b1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session()
+        q = s.create_queue("RQ")
+        prod = s.create_producer(q)
+        for i in range(5):
+            prod.send(s.create_text_message(f"m{i}"))
+        first = s.create_consumer(q)
+        m0 = first.receive(10)
+        assert m0 is not None and not m0.redelivered
+        # the gateway has pushed the rest into the client's buffer (no event to await there)
+        wait_for(lambda: first._inbox.qsize() >= 4, what="the other 4 buffered")
+        first.close()
+        second = s.create_consumer(q)
+        rest = [second.receive(10) for _ in range(4)]
+        assert all(m is not None for m in rest)
+        assert sorted(m.text for m in rest if m) == ["m1", "m2", "m3", "m4"]
+        assert [m.text for m in rest if m and m.redelivered] == []
+        assert second.receive(0.5) is None  # m0 was consumed: exactly once
+
+
+def test_queue_browser_through_the_python_api(daemons) -> None:
+    (port,) = _stomp_daemons(daemons, "qb1")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session()
+        q = s.create_queue("Browse")
+        prod = s.create_producer(q)
+        prod.send(s.create_text_message("low", properties={"k": "x"}), priority=1)
+        prod.send(s.create_text_message("high", properties={"k": "y"}), priority=8)
+        browser = s.create_browser(q)
+        # a sent message reaches its manager through DoDWAN's local delivery, just after
+        # the send's receipt: wait until both are there
+        wait_for(lambda: len(browser.messages()) == 2, what="both messages at the manager")
+        assert [m.text for m in browser.messages()] == ["high", "low"]  # hand-out order
+        assert [m.text for m in s.create_browser(q, selector="k = 'x'")] == ["low"]
+        cons = s.create_consumer(q)
+        got = [cons.receive(10), cons.receive(10)]
+        assert [m.text for m in got if m] == ["high", "low"]  # browsing consumed nothing
+        # acknowledgements reach the manager after ack_delay: the queue empties then
+        wait_for(lambda: s.create_browser(q).messages() == [], what="an empty queue")
