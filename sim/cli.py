@@ -228,9 +228,21 @@ def validate(scenario: str) -> None:
     if sc.uses_joms:
         traffic += f", {len(sc.joms_topics)} JOMS topic(s), {len(sc.joms_queues)} JOMS queue(s)"
     moves = f"trace {sc.contacts.path}" if sc.contacts else "mobility"
+    sweep_text = ""
+    if "[sweep" in Path(scenario).read_text(encoding="utf-8"):
+        from sim.sweep import SweepError, make_plan
+
+        try:
+            plan = make_plan(scenario)
+        except SweepError as e:
+            raise click.ClickException(str(e)) from None
+        sweep_text = (
+            f"; sweep: {len(plan.settings)} setting(s) × {len(plan.seeds)} seed(s) over "
+            + ", ".join(plan.keys)
+        )
     click.echo(
         f"OK: {sc.name}: {hosts} hosts in {len(sc.groups)} group(s), "
-        f"{_fmt_time(sc.duration)} simulated, {moves}, {traffic}"
+        f"{_fmt_time(sc.duration)} simulated, {moves}, {traffic}{sweep_text}"
     )
 
 

@@ -225,21 +225,30 @@ def test_sweep_command(tmp_path: Path) -> None:
     assert "must be <= 1.0" in invalid.output and "Traceback" not in invalid.output
 
 
-def test_spark_sweep_gives_the_same_runs_as_local_processes(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def spark_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A 2 settings × 3 seeds sweep run through a real local Spark session (local[2]), and
+    the same sweep run by local processes."""
     from spark_fixtures import shared_spark
 
     shared_spark()  # the sweep reuses the test session (local[2]) as its cluster
-    path = small_scenario(tmp_path)
+    base = tmp_path_factory.mktemp("spark-sweep")
+    path = small_scenario(base)
     plan = make_plan(path, [("protocol.horizon", [1, 2])], seeds=3)
-    local = tmp_path / "local"
+    local = base / "local"
     run_sweep(plan, str(local), jobs=2)
-    spark_out = tmp_path / "spark"
+    spark_out = base / "spark"
     done: list[int] = []
     outcomes = run_sweep(
         plan, f"file://{spark_out}", master="local[2]", report=lambda o, k, n: done.append(k)
     )
-    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
-    assert sorted(done) == list(range(1, 7))
+    return {"plan": plan, "local": local, "spark": spark_out, "outcomes": outcomes, "done": done}
+
+
+def test_spark_sweep_gives_the_same_runs_as_local_processes(spark_sweep: dict[str, Any]) -> None:
+    plan, local, spark_out = spark_sweep["plan"], spark_sweep["local"], spark_sweep["spark"]
+    assert all(o.ok for o in spark_sweep["outcomes"]), [o.error for o in spark_sweep["outcomes"]]
+    assert sorted(spark_sweep["done"]) == list(range(1, 7))
     for r in plan.runs():
         assert (spark_out / r.rel / MARKER).is_file()
         assert tables_of(spark_out / r.rel) == tables_of(local / r.rel)
@@ -247,3 +256,71 @@ def test_spark_sweep_gives_the_same_runs_as_local_processes(tmp_path: Path) -> N
     again = run_sweep(plan, f"file://{spark_out}", master="local[2]")
     assert all(o.skipped for o in again)
     assert os.path.isfile(spark_out / "sweep.json")
+
+
+T_975_2 = 4.302652729911275
+"""Student t quantile for a two-sided 95 % interval with 2 degrees of freedom (tables)."""
+
+
+def test_analyze_sweep_aggregates_mean_and_ci_over_seeds(
+    spark_sweep: dict[str, Any], tmp_path: Path
+) -> None:
+    import csv
+    import math
+
+    from sim.analysis.cli import analyze
+
+    report = tmp_path / "report"
+    res = CliRunner().invoke(analyze, [str(spark_sweep["spark"]), "--out", str(report)])
+    assert res.exit_code == 0, res.output
+    assert "6 finished run(s)" in res.output and "mean ± 95 % CI" in res.output
+    per_run = json.loads((report / "metrics.json").read_text())
+    agg = json.loads((report / "aggregate.json").read_text())
+    assert agg["keys"] == ["protocol.horizon"] and agg["seeds"] == [1, 2, 3]
+    assert [s["setting"] for s in agg["settings"]] == [
+        {"protocol.horizon": 1},
+        {"protocol.horizon": 2},
+    ]
+    checked = 0
+    for s in agg["settings"]:
+        assert len(s["runs"]) == 3 and s["seeds"] == [1, 2, 3]
+        for metric in ("delivery_ratio", "latency_avg", "oracle_delivery_ratio"):
+            xs = [per_run[name][metric] for name in s["runs"]]
+            mean = sum(xs) / 3
+            std = math.sqrt(sum((x - mean) ** 2 for x in xs) / 2)
+            got = s["metrics"][metric]
+            assert got["n"] == 3
+            assert got["mean"] == pytest.approx(mean)
+            assert got["std"] == pytest.approx(std)
+            assert got["ci95"] == pytest.approx(T_975_2 * std / math.sqrt(3))
+            assert got["ci95_low"] == pytest.approx(mean - T_975_2 * std / math.sqrt(3))
+            checked += std > 0
+    assert checked >= 2  # the seeds really differ: the intervals are not all empty
+    # nested metrics too, and every row of the CSV
+    s0 = agg["settings"][0]
+    xs = [per_run[name]["overhead"]["bytes_sent"] for name in s0["runs"]]
+    assert s0["metrics"]["overhead.bytes_sent"]["mean"] == pytest.approx(sum(xs) / 3)
+    with (report / "sweep_summary.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    row = next(r for r in rows if r["metric"] == "delivery_ratio" and r["protocol.horizon"] == "2")
+    assert float(row["mean"]) == pytest.approx(
+        agg["settings"][1]["metrics"]["delivery_ratio"]["mean"]
+    )
+    html = (report / "report.html").read_text()
+    assert "Sweep: quickstart" in html and " ± " in html
+    assert (report / "sweep_protocol.horizon.png").stat().st_size > 1000
+    assert (report / "sweep_protocol.horizon.svg").is_file()
+    assert 'src="sweep_protocol.horizon.png"' in html
+    one = sorted(report.glob("*.MessageStatsReport.txt"))
+    assert len(one) == 6
+
+
+def test_t_quantile_matches_tables() -> None:
+    from sim.analysis.aggregate import summarise, t_quantile
+
+    table = {1: 12.7062, 2: 4.3027, 4: 2.7764, 9: 2.2622, 29: 2.0452, 120: 1.9799}
+    for df, t in table.items():
+        assert t_quantile(0.95, df) == pytest.approx(t, abs=1e-4)
+    assert t_quantile(0.99, 4) == pytest.approx(4.6041, abs=1e-4)
+    one = summarise([0.5])
+    assert one.mean == 0.5 and one.std is None and one.ci is None
