@@ -17,7 +17,7 @@ from sim.analysis import delivery, oracle, overhead
 from sim.analysis.errors import AnalysisError
 from sim.analysis.load import load_run, read_contact_trace, run_name
 from sim.analysis.one_summary import one_summary
-from sim.analysis.stats import cumulative_by_time, describe_many, quantile_curve
+from sim.analysis.stats import cumulative_by_time, describe_many
 
 HEADLINE = (
     "delivery_ratio",
@@ -78,10 +78,11 @@ def _oracle_figures(
             "reach": F.count("oracle_arrival"),
             "beyond": F.sum(F.when(beyond, 1).otherwise(0)),
         },
+        curves=["oracle_delay"],
     )
     reach = int(row["reach"])
     oracle_ratio = _ratio(reach, d_metrics["target_pairs"])
-    d_series["oracle_delay_cdf"] = quantile_curve(pairs, "oracle_delay")
+    d_series["oracle_delay_cdf"] = row["oracle_delay_cdf"]
     d_series["oracle_over_time"] = cumulative_by_time(pairs, "oracle_arrival", until)
     return pairs, {
         "oracle_delivered_pairs": reach,
@@ -131,8 +132,7 @@ def analyze_run(
         cache_summary, tables["cache_occupancy"] = overhead.cache_occupancy(
             run.cache, until, period_f
         )
-    for key in ("topic", "group", "host"):
-        tables[f"delivery_by_{key}"] = delivery.breakdown(pairs, key)
+    tables.update(delivery.breakdowns(pairs, ("topic", "group", "host")))
     tables["hop_histogram"] = d_series.pop("hop_histogram")
     tables["degree_over_time"] = c_series["degree_over_time"]
     metrics: dict[str, Any] = {
@@ -149,6 +149,8 @@ def analyze_run(
         "contacts": c_metrics,
         "run": {k: run.run.get(k) for k in ("scenario", "seed", "until", "version")},
     }
+    if isinstance(run.run.get("sweep"), dict):  # a run of a sweep: its setting
+        metrics["sweep"] = run.run["sweep"]
     series = {**d_series, **c_series, "until": until}
     frames = {"pairs": pairs, "contact_pairs": contact_pairs}
     return RunResult(run.name, run_dir, "run", metrics, tables, series, frames)
