@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -238,41 +237,24 @@ _PARSED = T.StructType(
 
 
 def _line_parser(fmt: str, layout: cf.Layout, header: list[str] | None) -> Any:
-    """A mapInArrow function parsing text lines with ``sim.contact_format`` (the simulator's
+    """A partition function parsing text lines with ``sim.contact_format`` (the simulator's
     own definition of the formats); bad lines come out with ``_error`` set."""
 
-    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
+    def parse(rows: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
         from sim import contact_format as cf
 
-        schema = pa.schema(
-            [
-                ("time", pa.float64()),
-                ("a", pa.string()),
-                ("b", pa.string()),
-                ("up", pa.bool_()),
-                ("_error", pa.string()),
-                ("_line", pa.string()),
-            ]
-        )
-        for batch in batches:
-            cols: dict[str, list[Any]] = {name: [] for name in schema.names}
-            for line in batch.column(0).to_pylist():
-                error = None
-                try:
-                    if fmt == "one":
-                        ev = cf.parse_one_line(line)
-                    else:
-                        ev = cf.parse_csv_fields(cf.split_csv(line), layout, header)
-                except cf.FormatError as e:
-                    ev, error = None, str(e)
-                if ev is None and error is None:
-                    continue
-                t, a, b, up = ev if ev is not None else (None, None, None, None)
-                for name, v in zip(schema.names, (t, a, b, up, error, line), strict=True):
-                    cols[name].append(v)
-            yield pa.RecordBatch.from_pydict(cols, schema=schema)
+        for row in rows:
+            line = row[0]
+            try:
+                if fmt == "one":
+                    ev = cf.parse_one_line(line)
+                else:
+                    ev = cf.parse_csv_fields(cf.split_csv(line), layout, header)
+            except cf.FormatError as e:
+                yield (None, None, None, None, str(e), line)
+                continue
+            if ev is not None:
+                yield (*ev, None, line)
 
     return parse
 
@@ -290,7 +272,9 @@ def _read_lines(spark: SparkSession, path: str, fmt: str) -> DataFrame:
             raise AnalysisError(f"{path}: {e}") from None
         if found is not None and first is not None:
             layout, header = found, first
-    parsed = lines.mapInArrow(_line_parser(fmt, layout, header), _PARSED).cache()
+    parsed = spark.createDataFrame(
+        lines.rdd.mapPartitions(_line_parser(fmt, layout, header)), _PARSED
+    ).cache()
     what = (
         "'<time> CONN <a> <b> up|down'"
         if fmt == "one"
@@ -319,7 +303,7 @@ def _guess_format(path: str) -> str:
 def read_contact_trace(spark: SparkSession, path: str, fmt: str = "auto") -> DataFrame:
     """Read an external contact trace into the ``contacts`` schema (time, a, b, up).
 
-    Lines are parsed in Spark tasks by ``sim.contact_format`` — the very functions the
+    Lines are parsed in Spark (Python) tasks by ``sim.contact_format`` — the very functions the
     simulator replays traces with; only a count of malformed lines and one example reach the
     driver (and, for CSV, the first lines, where a header may be).
     """
