@@ -17,6 +17,7 @@ from sim.analysis import delivery, oracle, overhead
 from sim.analysis.errors import AnalysisError
 from sim.analysis.load import load_run, read_contact_trace, run_name
 from sim.analysis.one_summary import one_summary
+from sim.analysis.session import tuned_for
 from sim.analysis.stats import cumulative_by_time, describe_many
 
 HEADLINE = (
@@ -104,6 +105,17 @@ def analyze_run(
     max_oracle_iterations: int = oracle.DEFAULT_MAX_ITERATIONS,
 ) -> RunResult:
     """Analyse one simulation run directory (log schema v1)."""
+    with tuned_for(spark, run_dir):
+        return _analyze_run(spark, run_dir, name, with_oracle, max_oracle_iterations)
+
+
+def _analyze_run(
+    spark: SparkSession,
+    run_dir: str,
+    name: str | None,
+    with_oracle: bool,
+    max_oracle_iterations: int,
+) -> RunResult:
     run = load_run(spark, run_dir, name)
     until = run.until
     c_metrics, c_series, intervals, contact_pairs = contacts_mod.contact_metrics(
@@ -166,6 +178,13 @@ def analyze_contact_trace(
 ) -> RunResult:
     """Contact statistics of an external trace; contacts still up end at ``until`` (default:
     the last event time of the trace)."""
+    with tuned_for(spark, path):
+        return _analyze_contact_trace(spark, path, fmt, until, name)
+
+
+def _analyze_contact_trace(
+    spark: SparkSession, path: str, fmt: str, until: float | None, name: str | None
+) -> RunResult:
     contacts = read_contact_trace(spark, path, fmt).cache()
     row = contacts.agg(F.count("*").alias("n"), F.max("time").alias("last")).first()
     if row is None or not row["n"]:
