@@ -185,9 +185,12 @@ def sweep(
             f"{runs} run(s) into {out}" + (f" on Spark ({master})" if master else "")
         )
     started = time.monotonic()
-    report = None if quiet else _sweep_reporter(started)
     try:
-        outcomes = run_sweep(plan, out, master=master, jobs=jobs, report=report)
+        if quiet or not sys.stderr.isatty():
+            report = None if quiet else _sweep_reporter(started, click.echo)
+            outcomes = run_sweep(plan, out, master=master, jobs=jobs, report=report)
+        else:
+            outcomes = _sweep_with_bar(plan, out, master, jobs, started)
     except SweepError as e:
         raise click.ClickException(str(e)) from None
     failed = [o for o in outcomes if not o.ok]
@@ -204,7 +207,40 @@ def sweep(
         raise click.ClickException(f"{len(failed)} run(s) failed (re-run the command to retry)")
 
 
-def _sweep_reporter(started: float) -> Callable[[Any, int, int], None]:
+def _sweep_with_bar(
+    plan: Any, out: str, master: str | None, jobs: int | None, started: float
+) -> list[Any]:
+    """A progress bar on a terminal (runs finished / to do, ETA), one line per run above it."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from sim.sweep import run_sweep
+
+    with Progress(
+        TextColumn("[bold]sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    ) as bar:
+        task = bar.add_task("sweep", total=None)
+        line = _sweep_reporter(
+            started, lambda text: bar.console.print(text, markup=False, highlight=False)
+        )
+
+        def report(o: Any, k: int, n: int) -> None:
+            bar.update(task, completed=k, total=n)
+            line(o, k, n)
+
+        return run_sweep(plan, out, master=master, jobs=jobs, report=report)
+
+
+def _sweep_reporter(started: float, echo: Callable[[str], None]) -> Callable[[Any, int, int], None]:
     def report(o: Any, k: int, n: int) -> None:
         eta = (time.monotonic() - started) / k * (n - k) if k else 0.0
         if o.skipped:
@@ -213,7 +249,7 @@ def _sweep_reporter(started: float) -> Callable[[Any, int, int], None]:
             what = f"{o.wall:.1f} s, {o.published} published, {o.deliveries} deliveries"
         else:
             what = f"FAILED: {o.error}"
-        click.echo(f"[{k}/{n}] {o.label} seed {o.seed}: {what}  (ETA {_fmt_time(eta)})")
+        echo(f"[{k}/{n}] {o.label} seed {o.seed}: {what}  (ETA {_fmt_time(eta)})")
 
     return report
 
