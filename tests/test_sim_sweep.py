@@ -324,3 +324,21 @@ def test_t_quantile_matches_tables() -> None:
     assert t_quantile(0.99, 4) == pytest.approx(4.6041, abs=1e-4)
     one = summarise([0.5])
     assert one.mean == 0.5 and one.std is None and one.ci is None
+
+
+def test_a_failing_run_is_reported_and_the_others_finish(tmp_path: Path) -> None:
+    """A setting that validates but cannot run (a trace naming host 3 with only 2 hosts)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("0,0,1,up\n5,0,3,up\n")
+    path = small_scenario(tmp_path, f'\n[contacts]\ntrace = "{trace}"\n')
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--set", "groups.walker.count=4,2", "--out", str(out)]
+    res = CliRunner().invoke(main, [*args, "--jobs", "1"])
+    assert res.exit_code == 1, res.output
+    assert "1 run(s) done, 0 already done, 1 failed" in res.output
+    assert "FAILED groups.walker.count=2 seed 1: TraceError" in res.output
+    assert "not a scenario host" in res.output and "Traceback" not in res.output
+    ok, bad = (out / "runs" / f"groups.walker.count={n}" / "seed-1" for n in (4, 2))
+    assert (ok / MARKER).is_file() and not (bad / MARKER).exists()
+    again = CliRunner().invoke(main, args)  # the failed run is retried, the good one skipped
+    assert again.exit_code == 1 and "0 run(s) done, 1 already done, 1 failed" in again.output
