@@ -526,3 +526,16 @@ def test_censored_contacts_are_marked(saved_figures: dict[str, Any], tmp_path: P
     html = (tmp_path / "report.html").read_text()
     row = html[html.index("contacts still open at the end") :].split("</tr>", 1)[0]
     assert "<td>2</td>" in row and "censored" in row
+
+
+def test_small_input_settings_are_restored_after_the_analysis(report: dict[str, Any]) -> None:
+    """Small local runs are analysed without adaptive execution; the session gets its own
+    settings back afterwards."""
+    from sim.analysis.session import SMALL_SETTINGS, local_size
+
+    spark = report["spark"]
+    assert SMALL_SETTINGS["spark.sql.adaptive.enabled"] == "false"
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"  # the test session's own
+    size = local_size(str(report["out"].parent / "runA"))
+    assert size is not None and 0 < size < 1 << 20

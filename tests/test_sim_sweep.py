@@ -310,7 +310,7 @@ def test_analyze_sweep_aggregates_mean_and_ci_over_seeds(
     assert "Sweep: quickstart" in html and " ± " in html
     assert (report / "sweep_protocol.horizon.png").stat().st_size > 1000
     assert (report / "sweep_protocol.horizon.svg").is_file()
-    assert 'src="sweep_protocol.horizon.png"' in html
+    assert '<figure class=\'wide\'><img src="sweep_protocol.horizon.png" width="1280"' in html
     one = sorted(report.glob("*.MessageStatsReport.txt"))
     assert len(one) == 6
 

@@ -583,7 +583,7 @@ def write_html(
         w, h = _png_size(out / p)
         name = p[:-4]
         caption = e(titles.get(name, name))
-        wide = " class='wide'" if name in WIDE_PLOTS else ""
+        wide = " class='wide'" if name in WIDE_PLOTS or name.startswith("sweep_") else ""
         figs.append(
             f'<figure{wide}><img src="{e(p)}" width="{w}" height="{h}" alt="{caption}">'
             f'<figcaption>{caption} (<a href="{e(name)}.svg">SVG</a>)</figcaption></figure>'

@@ -167,6 +167,8 @@ def plot_key(key: str, keys: Sequence[str], settings: Sequence[SettingResult], p
         ax.grid(True, alpha=0.3)
         if not numeric:
             ax.set_xticks(range(len(xs_all)), xs_all)
+        elif len(raw) <= 12:  # the swept values themselves, not 1.25, 1.5, ...
+            ax.set_xticks(sorted(float(v) for v in raw.values()), sorted(raw, key=float))
     for ax in list(axes.flat)[len(metrics) :]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
