@@ -528,14 +528,25 @@ def test_censored_contacts_are_marked(saved_figures: dict[str, Any], tmp_path: P
     assert "<td>2</td>" in row and "censored" in row
 
 
-def test_small_input_settings_are_restored_after_the_analysis(report: dict[str, Any]) -> None:
-    """Small local runs are analysed without adaptive execution; the session gets its own
-    settings back afterwards."""
-    from sim.analysis.session import SMALL_SETTINGS, local_size
+def test_small_inputs_get_small_settings_and_the_session_gets_its_own_back(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Small local runs are analysed without adaptive execution and with 2 shuffle
+    partitions; afterwards the session has its own settings again. Remote inputs (size
+    unknown) are left alone."""
+    from sim.analysis.session import SMALL_SETTINGS, local_size, tuned_for
 
-    spark = report["spark"]
-    assert SMALL_SETTINGS["spark.sql.adaptive.enabled"] == "false"
-    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
-    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"  # the test session's own
-    size = local_size(str(report["out"].parent / "runA"))
+    run = write_hand_run(tmp_path / "run")
+    size = local_size(str(run))
     assert size is not None and 0 < size < 1 << 20
+    spark.conf.set("spark.sql.shuffle.partitions", "5")
+    before = spark.conf.get("spark.sql.adaptive.enabled")
+    assert before == "true"
+    with tuned_for(spark, str(run)):
+        for k, v in SMALL_SETTINGS.items():
+            assert spark.conf.get(k) == v
+    assert spark.conf.get("spark.sql.adaptive.enabled") == before
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "5"
+    with tuned_for(spark, "hdfs://nowhere/run"):
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "5"
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
