@@ -9,7 +9,9 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -159,6 +161,135 @@ def _run_with_progress(
     return result
 
 
+def _parse_set(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> list[tuple[str, list[Any]]]:
+    from sim.sweep import SweepError, parse_values
+
+    out = []
+    for item in value:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=v1,v2,...", ctx, param)
+        try:
+            out.append((key.strip(), parse_values(values)))
+        except SweepError as e:
+            raise click.BadParameter(f"{key}: {e}", ctx, param) from None
+    return out
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY=V1,V2", callback=_parse_set,
+              help="Sweep a scenario key over values (repeatable; any dotted key, e.g. "
+              "protocol.horizon=1,2,3 or groups[0].mobility.speed=[1,2],[2,4]).")  # fmt: skip
+@click.option("--seeds", type=click.IntRange(min=1),
+              help="Seeds per setting: the scenario's seed, +1, ... (default: [sweep].seeds "
+              "or 1).")  # fmt: skip
+@click.option("--out", "out", required=True, metavar="DIR",
+              help="Sweep folder (a local path, or any URI pyarrow opens with --master).")  # fmt: skip
+@click.option("--master", metavar="URL",
+              help="Run on Spark: each simulation is one Spark task (e.g. local[4], "
+              "spark://host:7077). Default: local processes.")  # fmt: skip
+@click.option("--jobs", type=click.IntRange(min=1),
+              help="Runs at once (default: CPU count, or Spark's default parallelism).")  # fmt: skip
+@click.option("--quiet", is_flag=True, help="No progress output.")
+def sweep(
+    scenario: str,
+    sets: list[tuple[str, list[Any]]],
+    seeds: int | None,
+    out: str,
+    master: str | None,
+    jobs: int | None,
+    quiet: bool,
+) -> None:
+    """Run SCENARIO for every combination of --set values × seeds into --out.
+
+    Finished runs are skipped, so an interrupted sweep resumes where it stopped. Analyse the
+    folder with `dodwan-sim analyze DIR --out REPORT`.
+    """
+    from sim.sweep import SweepError, make_plan, run_sweep
+
+    try:
+        plan = make_plan(scenario, sets, seeds)
+    except SweepError as e:
+        raise click.ClickException(str(e)) from None
+    runs = len(plan.settings) * len(plan.seeds)
+    if not quiet:
+        click.echo(
+            f"{plan.name}: {len(plan.settings)} setting(s) × {len(plan.seeds)} seed(s) = "
+            f"{runs} run(s) into {out}" + (f" on Spark ({master})" if master else "")
+        )
+    started = time.monotonic()
+    try:
+        if quiet or not sys.stderr.isatty():
+            report = None if quiet else _sweep_reporter(started, click.echo)
+            outcomes = run_sweep(plan, out, master=master, jobs=jobs, report=report)
+        else:
+            outcomes = _sweep_with_bar(plan, out, master, jobs, started)
+    except SweepError as e:
+        raise click.ClickException(str(e)) from None
+    failed = [o for o in outcomes if not o.ok]
+    skipped = sum(o.skipped for o in outcomes)
+    if not quiet:
+        click.echo(
+            f"{len(outcomes) - len(failed) - skipped} run(s) done, {skipped} already done, "
+            f"{len(failed)} failed in {time.monotonic() - started:.1f} s; "
+            f"analyse with: dodwan-sim analyze {out} --out REPORT"
+        )
+    if failed:
+        for o in failed:
+            click.echo(f"FAILED {o.label} seed {o.seed}: {o.error}", err=True)
+        raise click.ClickException(f"{len(failed)} run(s) failed (re-run the command to retry)")
+
+
+def _sweep_with_bar(
+    plan: Any, out: str, master: str | None, jobs: int | None, started: float
+) -> list[Any]:
+    """A progress bar on a terminal (runs finished / to do, ETA), one line per run above it."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from sim.sweep import run_sweep
+
+    with Progress(
+        TextColumn("[bold]sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    ) as bar:
+        task = bar.add_task("sweep", total=None)
+        line = _sweep_reporter(
+            started, lambda text: bar.console.print(text, markup=False, highlight=False)
+        )
+
+        def report(o: Any, k: int, n: int) -> None:
+            bar.update(task, completed=k, total=n)
+            line(o, k, n)
+
+        return run_sweep(plan, out, master=master, jobs=jobs, report=report)
+
+
+def _sweep_reporter(started: float, echo: Callable[[str], None]) -> Callable[[Any, int, int], None]:
+    def report(o: Any, k: int, n: int) -> None:
+        eta = (time.monotonic() - started) / k * (n - k) if k else 0.0
+        if o.skipped:
+            what = "already done"
+        elif o.ok:
+            what = f"{o.wall:.1f} s, {o.published} published, {o.deliveries} deliveries"
+        else:
+            what = f"FAILED: {o.error}"
+        echo(f"[{k}/{n}] {o.label} seed {o.seed}: {what}  (ETA {_fmt_time(eta)})")
+
+    return report
+
+
 @main.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
@@ -193,9 +324,21 @@ def validate(scenario: str) -> None:
     if sc.uses_joms:
         traffic += f", {len(sc.joms_topics)} JOMS topic(s), {len(sc.joms_queues)} JOMS queue(s)"
     moves = f"trace {sc.contacts.path}" if sc.contacts else "mobility"
+    sweep_text = ""
+    if "[sweep" in Path(scenario).read_text(encoding="utf-8"):
+        from sim.sweep import SweepError, make_plan
+
+        try:
+            plan = make_plan(scenario)
+        except SweepError as e:
+            raise click.ClickException(str(e)) from None
+        sweep_text = (
+            f"; sweep: {len(plan.settings)} setting(s) × {len(plan.seeds)} seed(s) over "
+            + ", ".join(plan.keys)
+        )
     click.echo(
         f"OK: {sc.name}: {hosts} hosts in {len(sc.groups)} group(s), "
-        f"{_fmt_time(sc.duration)} simulated, {moves}, {traffic}"
+        f"{_fmt_time(sc.duration)} simulated, {moves}, {traffic}{sweep_text}"
     )
 
 

@@ -308,6 +308,16 @@ def loads(text: str, source: Path | None = None) -> Scenario:
         m = re.search(r"line (\d+)", str(e))
         line = int(m.group(1)) if m else None
         raise ScenarioError(name, [Problem("(syntax)", line, f"not valid TOML: {e}")]) from e
+    return from_data(data, text, source)
+
+
+def from_data(data: dict[str, Any], text: str = "", source: Path | None = None) -> Scenario:
+    """Validate an already parsed scenario (``text`` is only used to find line numbers).
+
+    A ``[sweep]`` table is the sweep's business (``sim.sweep``); a single run ignores it.
+    """
+    name = str(source) if source else "<scenario>"
+    data = {k: v for k, v in data.items() if k != "sweep"}
     v = _Validator(text, source)
     scenario = v.scenario(data)
     if v.problems or scenario is None:

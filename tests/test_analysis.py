@@ -291,7 +291,7 @@ def test_folder_dataset_is_accepted(spark: Any, tmp_path: Path) -> None:
 def test_help_names_the_inputs_and_options() -> None:
     result = CliRunner().invoke(analyze, ["--help"])
     assert result.exit_code == 0
-    for word in ("[RUN_DIR]...", "--out", "--contacts", "--master", "--no-oracle"):
+    for word in ("[RUN_DIR | SWEEP_DIR]...", "--out", "--contacts", "--master", "--no-oracle"):
         assert word in result.output
 
 
@@ -312,3 +312,241 @@ def test_missing_inputs_fail_before_spark_starts(tmp_path: Path) -> None:
     _assert_clean_error(_invoke([str(empty), "--out", str(tmp_path / "r")]), "missing run.json")
     result = _invoke(["--contacts", str(tmp_path / "none.txt"), "--out", str(tmp_path / "r")])
     _assert_clean_error(result, "no such contact trace")
+
+
+# --- the report as a researcher publishes it -------------------------------------------------
+
+
+def _img_tags(html: str) -> list[dict[str, str]]:
+    import re
+
+    return [dict(re.findall(r'(\w+)="([^"]*)"', tag)) for tag in re.findall(r"<img [^>]*>", html)]
+
+
+def _css_rule(html: str, selector: str) -> str:
+    import re
+
+    m = re.search(r"(?:^|[}\s])" + re.escape(selector) + r"\s*\{([^}]*)\}", html)
+    return m.group(1) if m else ""
+
+
+def test_report_figures_are_shown_at_their_own_size(report: dict[str, Any]) -> None:
+    """Every PNG is displayed at its native width (no image squeezed by a CSS cap)."""
+    import re
+
+    from PIL import Image
+
+    out: Path = report["out"]
+    html = (out / "report.html").read_text()
+    cap = re.search(r"max-width:\s*(\d+)px", _css_rule(html, "img"))
+    imgs = _img_tags(html)
+    assert imgs
+    for img in imgs:
+        with Image.open(out / img["src"]) as im:
+            width = im.size[0]
+        if cap:
+            assert width <= int(cap.group(1)), f"{img['src']}: {width} px shown at {cap.group(1)}"
+        assert img.get("width") == str(width), f"{img['src']}: {width} px, shown at {img}"
+
+
+def test_report_lays_figures_out_in_a_grid(report: dict[str, Any]) -> None:
+    html = (report["out"] / "report.html").read_text()
+    assert "display: grid" in _css_rule(html, ".plots")
+    start = html.index('<div class="plots">')
+    assert html.count("<figure", start) == html.count("<figure")
+
+
+def test_report_writes_svg_next_to_every_png(report: dict[str, Any]) -> None:
+    out: Path = report["out"]
+    pngs = sorted(out.glob("*.png"))
+    assert pngs
+    for png in pngs:
+        svg = png.with_suffix(".svg")
+        assert svg.is_file() and svg.read_text().lstrip().startswith("<?xml"), svg
+
+
+def test_report_names_scenario_seed_and_links_metrics_doc(report: dict[str, Any]) -> None:
+    out: Path = report["out"]
+    html = (out / "report.html").read_text()
+    assert "scenario <b>runA</b>" in html and "seed 1" in html
+    assert '<a href="metrics.md">' in html
+    assert (out / "metrics.md").read_text().startswith("#")
+
+
+def test_report_explains_efficiency_and_one_overhead(report: dict[str, Any]) -> None:
+    html = (report["out"] / "report.html").read_text()
+    row = html[html.index("efficiency (ratio ÷ oracle)") :].split("</tr>", 1)[0]
+    assert "1 = as good as any protocol could be on these contacts" in row
+    row = html[html.index("ONE overhead ratio") :].split("</tr>", 1)[0]
+    assert "(relayed − delivered) / delivered" in row
+
+
+def test_report_shows_per_topic_and_per_group_tables(report: dict[str, Any]) -> None:
+    html = (report["out"] / "report.html").read_text()
+    for key, values in (("topic", ("t1", "t2")), ("group", ("g1", "g2"))):
+        section = html[html.index(f"<h3>Delivery by {key}</h3>") :].split("</table>", 1)[0]
+        for v in values:
+            assert f"<th>{v}</th>" in section
+    section = html[html.index("<h3>Delivery by topic</h3>") :].split("</table>", 1)[0]
+    assert "<td>0.6</td>" in section  # runA: t1 3 of 5 pairs delivered
+
+
+def test_degree_over_time_keeps_open_contacts_at_the_last_sample(report: dict[str, Any]) -> None:
+    rows = [r for r in _csv(report["out"] / "degree_over_time.csv") if r["run"] == "runA"]
+    last = rows[-1]
+    assert float(last["time"]) == 100.0
+    assert float(last["links_up"]) == 1  # A-E is still up when the run ends
+
+
+def test_delivery_over_time_divides_by_pairs_published_so_far(report: dict[str, Any]) -> None:
+    rows = [r for r in _csv(report["out"] / "delivery_over_time.csv") if r["run"] == "runA"]
+    at = {float(r["time"]): r for r in rows}
+    # at 40 s: m1 (2 pairs, t=0) and m3 (3 pairs, t=12) published, m2 not yet (t=50);
+    # delivered on time by then: m3->A (15), m1->C (35), m3->C (38)
+    assert float(at[40.0]["delivered_fraction"]) == pytest.approx(3 / 5)
+    assert float(at[40.0]["published_pairs"]) == 5
+    assert float(at[100.0]["delivered_fraction"]) == pytest.approx(3 / 6)
+
+
+def test_one_message_stats_report_per_run(report: dict[str, Any]) -> None:
+    text = (report["out"] / "runA.MessageStatsReport.txt").read_text().splitlines()
+    assert text[0] == "Message stats for scenario runA"
+    fields = dict(line.split(": ", 1) for line in text[1:])
+    assert list(fields)[:8] == [
+        "sim_time", "created", "started", "relayed", "aborted", "dropped", "removed", "delivered",
+    ]  # fmt: skip
+    assert fields["sim_time"] == "100.0000"
+    assert fields["created"] == "6" and fields["delivered"] == "3"
+    assert fields["delivery_prob"] == "0.5000"
+    assert fields["latency_avg"] == f"{(3 + 35 + 26) / 3:.4f}"
+
+
+def _fake_run(name: str, until: float, durations: list[float]) -> Any:
+    """A RunResult built by hand: the plots only read its figures, series and tables."""
+    from sim.analysis.pipeline import RunResult
+
+    n = len(durations)
+    cdf = [(d, (i + 1) / n) for i, d in enumerate(sorted(durations))]
+    degree = [
+        {"time": k * until / 200, "links_up": 1.0, "mean_degree": 0.5, "mean_bytes": 9.0}
+        for k in range(201)
+    ]
+    metrics = {
+        "target_pairs": 4,
+        "delivered_pairs": 2,
+        "delivery_ratio": 0.5,
+        "contacts": {"contacts": n, "contacts_open_at_end": 2},
+        "run": {"scenario": "long", "seed": 3},
+    }
+    series = {
+        "until": until,
+        "delivered_over_time": [min(k // 50, 2) for k in range(201)],
+        "published_over_time": [4.0] * 201,
+        "delay_cdf": [(10.0, 0.5), (20.0, 1.0)],
+        "contact_duration_cdf": cdf,
+        "ict_cdf": cdf,
+        "degree_over_time": degree,
+    }
+    tables = {"degree_over_time": degree, "cache_occupancy": degree}
+    return RunResult(name, "/nowhere", "run", metrics, tables, series, {})
+
+
+@pytest.fixture()
+def saved_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Figures as they are saved, by file name (drawn, so tick labels are laid out)."""
+    from matplotlib.figure import Figure
+
+    seen: dict[str, Any] = {}
+    original = Figure.savefig
+
+    def spy(self: Any, fname: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, fname, *args, **kwargs)
+        seen[Path(str(fname)).name] = self
+        return result
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return seen
+
+
+def _overlapping_tick_labels(fig: Any) -> list[tuple[str, str]]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)  # a closed figure lost its canvas
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    bad = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            boxes = [
+                (t.label1.get_text(), t.label1.get_window_extent(renderer))
+                for t in axis.get_major_ticks() + axis.get_minor_ticks()
+                if t.label1.get_visible()
+                and t.label1.get_text()
+                and lo * 0.999 <= t.get_loc() <= hi * 1.001
+            ]
+            for i, (ta, ba) in enumerate(boxes):
+                bad += [(ta, tb) for tb, bb in boxes[i + 1 :] if ba.overlaps(bb)]
+    return bad
+
+
+def test_log_axes_have_no_overlapping_tick_labels(
+    saved_figures: dict[str, Any], tmp_path: Path
+) -> None:
+    from sim.analysis.report import write_report
+
+    write_report([_fake_run("r", 600.0, [3.0, 4.0, 6.0, 9.0, 20.0, 35.0, 60.0])], tmp_path)
+    for name in ("contact_duration_cdf.png", "ict_ccdf.png"):
+        fig = saved_figures[name]
+        assert any(ax.get_xscale() == "log" for ax in fig.axes), name
+        assert _overlapping_tick_labels(fig) == [], name
+
+
+def test_long_runs_have_hours_on_the_time_axis(
+    saved_figures: dict[str, Any], tmp_path: Path
+) -> None:
+    from sim.analysis.report import write_report
+
+    write_report([_fake_run("r", 12 * 3600.0, [30.0, 60.0, 90.0])], tmp_path)
+    for name in ("delivery_over_time.png", "degree_over_time.png", "cache_occupancy.png"):
+        ax = saved_figures[name].axes[0]
+        assert "(h)" in ax.get_xlabel(), (name, ax.get_xlabel())
+        assert ax.get_xlim()[1] == pytest.approx(12, rel=0.1)
+    write_report([_fake_run("r", 300.0, [30.0, 60.0, 90.0])], tmp_path)
+    assert "(s)" in saved_figures["delivery_over_time.png"].axes[0].get_xlabel()
+
+
+def test_censored_contacts_are_marked(saved_figures: dict[str, Any], tmp_path: Path) -> None:
+    from sim.analysis.report import write_report
+
+    write_report([_fake_run("r", 600.0, [30.0, 60.0, 90.0])], tmp_path)
+    ax = saved_figures["contact_duration_cdf.png"].axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()] + [t.get_text() for t in ax.texts]
+    assert any("2 censored" in t for t in labels), labels
+    html = (tmp_path / "report.html").read_text()
+    row = html[html.index("contacts still open at the end") :].split("</tr>", 1)[0]
+    assert "<td>2</td>" in row and "censored" in row
+
+
+def test_small_inputs_get_small_settings_and_the_session_gets_its_own_back(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Small local runs are analysed without adaptive execution and with 2 shuffle
+    partitions; afterwards the session has its own settings again. Remote inputs (size
+    unknown) are left alone."""
+    from sim.analysis.session import SMALL_SETTINGS, local_size, tuned_for
+
+    run = write_hand_run(tmp_path / "run")
+    size = local_size(str(run))
+    assert size is not None and 0 < size < 1 << 20
+    spark.conf.set("spark.sql.shuffle.partitions", "5")
+    before = spark.conf.get("spark.sql.adaptive.enabled")
+    assert before == "true"
+    with tuned_for(spark, str(run)):
+        for k, v in SMALL_SETTINGS.items():
+            assert spark.conf.get(k) == v
+    assert spark.conf.get("spark.sql.adaptive.enabled") == before
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "5"
+    with tuned_for(spark, "hdfs://nowhere/run"):
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "5"
+    spark.conf.set("spark.sql.shuffle.partitions", "2")

@@ -127,3 +127,55 @@ def test_cli_contacts_only(spark: Any, tmp_path: Path) -> None:
     assert not (out / "delay_cdf.png").exists()
     missing = CliRunner().invoke(analyze, ["--contacts", str(tmp_path / "no"), "--out", str(out)])
     assert missing.exit_code == 1 and "no such contact trace" in missing.output
+
+
+# --- one format, two readers: the simulator's replay and the Spark analysis -----------------
+
+_EVENTS = [(0.0, "1", "2", True), (5.0, "1", "2", False)]
+
+TRACE_CORPUS: list[tuple[str, str, str, list[tuple[float, str, str, bool]] | str]] = [
+    ("comment-after-a-line", "one", "0 CONN 1 2 up # first\n5 CONN 1 2 down#gone\n", _EVENTS),
+    ("comment-lines-and-blanks", "one", "# hosts\n\n0 CONN 1 2 up\n  \n5 CONN 1 2 down\n", _EVENTS),
+    ("lower-case-conn", "one", "0 conn 1 2 UP\n5 Conn 1 2 Down\n", _EVENTS),
+    ("crlf-line-ends", "one", "0 CONN 1 2 up\r\n5 CONN 1 2 down\r\n", _EVENTS),
+    ("headerless-csv", "csv", "0,1,2,true\n5,1,2,false\n", _EVENTS),
+    ("csv-header", "csv", "time,a,b,up\n0,1,2,up\n5,1,2,0\n", _EVENTS),
+    ("csv-header-any-order", "csv", "A,b,Time,up,note\n1,2,0,1,x\n1,2,5,0,y\n", _EVENTS),
+    ("csv-comments", "csv", "# export\ntime,a,b,up\n0,1,2,up # first\n\n5,1,2,down\n", _EVENTS),
+    ("self-contact", "one", "0 CONN 1 2 up\n3 CONN 4 4 up\n", "itself"),
+    ("self-contact-csv", "csv", "0,3,3,up\n", "itself"),
+    ("negative-time", "one", "-1 CONN 1 2 up\n", "finite number >= 0"),
+    ("negative-time-csv", "csv", "time,a,b,up\n-2,1,2,up\n", "finite number >= 0"),
+    ("nan-time", "one", "nan CONN 1 2 up\n", "finite number >= 0"),
+    ("bad-state", "one", "0 CONN 1 2 sideways\n", "not up or down"),
+    ("bad-keyword", "one", "0 LINK 1 2 up\n", "expected '<time> CONN"),
+    ("csv-header-missing-up", "csv", "time,a,b\n0,1,2\n", "missing up"),
+    ("csv-short-row", "csv", "0,1,2\n", "expected 4 columns"),
+]
+"""Edge cases of the contact-trace formats: the events both readers must give, or a piece of
+the error both must raise."""
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "expected"),
+    [c[1:] for c in TRACE_CORPUS],
+    ids=[c[0] for c in TRACE_CORPUS],
+)
+def test_both_trace_readers_agree_on_the_corpus(
+    spark: Any, tmp_path: Path, fmt: str, text: str, expected: Any
+) -> None:
+    from sim.mobility.trace import TraceError
+
+    path = tmp_path / f"trace.{fmt}"
+    path.write_bytes(text.encode())
+    if isinstance(expected, str):
+        with pytest.raises(TraceError, match=re.escape(expected)):
+            load_trace(path, fmt)
+        with pytest.raises(AnalysisError, match=re.escape(expected)):
+            read_contact_trace(spark, str(path), fmt=fmt).collect()
+        return
+    sim_events = [(e.time, e.a, e.b, e.up) for e in load_trace(path, fmt)]
+    rows = read_contact_trace(spark, str(path), fmt=fmt).collect()
+    spark_events = sorted((r["time"], r["a"], r["b"], r["up"]) for r in rows)
+    assert sim_events == expected
+    assert spark_events == expected

@@ -16,12 +16,20 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from sim.analysis.aggregate import SettingResult
 from sim.analysis.errors import SPARK_ERRORS, AnalysisError, brief
 from sim.analysis.load import TRACE_FORMATS, precheck_run_dir, precheck_trace, run_name
 from sim.analysis.oracle import DEFAULT_MAX_ITERATIONS, OracleNotConverged
 from sim.analysis.pipeline import RunResult, analyze_contact_trace, analyze_run
-from sim.analysis.report import summary_rows, write_report
+from sim.analysis.report import summary_rows, write_frames, write_report
 from sim.analysis.session import DEFAULT_MASTER, create_session
+from sim.analysis.sweep_report import (
+    SWEEP_METRICS,
+    aggregate_results,
+    is_sweep,
+    mean_ci,
+    read_sweep,
+)
 
 
 def unique_names(paths: Sequence[str]) -> list[str]:
@@ -46,8 +54,26 @@ def summary_table(results: Sequence[RunResult]) -> Table:
     return table
 
 
+def sweep_table(keys: Sequence[str], settings: Sequence[SettingResult]) -> Table:
+    """The terminal summary of a sweep: one row per setting, mean ± 95 % CI over seeds."""
+    table = Table(title="DoDWAN sweep (mean ± 95 % CI over seeds)")
+    for k in keys:
+        table.add_column(k)
+    table.add_column("seeds", justify="right")
+    shown = [(p, label) for p, label in SWEEP_METRICS[:4]]
+    for _, label in shown:
+        table.add_column(label, justify="right")
+    for s in settings:
+        table.add_row(
+            *[str(s.setting.get(k)) for k in keys],
+            str(len(s.seeds)),
+            *[mean_ci(s, p) for p, _ in shown],
+        )
+    return table
+
+
 @click.command("analyze")
-@click.argument("run_dirs", nargs=-1, metavar="[RUN_DIR]...")
+@click.argument("run_dirs", nargs=-1, metavar="[RUN_DIR | SWEEP_DIR]...")
 @click.option(
     "--out",
     "out_dir",
@@ -105,6 +131,9 @@ def analyze(
 ) -> None:
     """Analyse simulation runs (RUN_DIR...) and/or contact traces with Spark.
 
+    A SWEEP_DIR (written by `dodwan-sim sweep`) is analysed alone: every finished run, then
+    per setting the mean, standard deviation and 95 % confidence interval over seeds.
+
     Computes delivery ratios, delays, overheads, contact statistics and the oracle bound,
     then writes metrics.json, CSV tables, PNG plots and report.html into --out.
     """
@@ -115,6 +144,20 @@ def analyze(
     started = time.monotonic()
     results: list[RunResult] = []
     logging.getLogger("py4j").setLevel(logging.ERROR)
+    sweep = None
+    if any(is_sweep(p) for p in run_dirs):
+        if len(run_dirs) != 1 or traces:
+            raise click.UsageError("a sweep folder is analysed alone (no other inputs)")
+        try:
+            sweep = read_sweep(run_dirs[0])
+        except AnalysisError as exc:
+            raise click.ClickException(str(exc)) from exc
+        console.print(
+            f"sweep [bold]{sweep.manifest.get('scenario')}[/]: {len(sweep.runs)} finished run(s)"
+            + (f", {len(sweep.missing)} not finished (left out)" if sweep.missing else "")
+        )
+        run_dirs = tuple(r.path for r in sweep.runs)
+        names = [r.name for r in sweep.runs]
     try:
         for path in run_dirs:
             precheck_run_dir(path)
@@ -136,16 +179,29 @@ def analyze(
                 )
             for w in caught:
                 console.print(f"[yellow]warning[/] {name}: {w.message}")
+            if sweep is not None:  # many runs: write per-pair tables now, free the cache
+                write_frames(results[-1:], tables_out or str(Path(out_dir).resolve() / "tables"))
+                results[-1].frames = {}
+                spark.catalog.clearCache()
         for path, name in zip(traces, names[len(run_dirs) :], strict=True):
             console.print(f"analysing contact trace [bold]{name}[/] ({path})")
             results.append(analyze_contact_trace(spark, path, fmt=trace_format, name=name))
-        report = write_report(results, out_dir, tables_out=tables_out)
+        settings = aggregate_results(sweep, results) if sweep is not None else None
+        report = write_report(
+            results,
+            out_dir,
+            tables_out=tables_out,
+            sweep=(sweep, settings) if sweep is not None else None,
+        )
     except AnalysisError as exc:
         raise click.ClickException(str(exc)) from exc
     except SPARK_ERRORS as exc:  # e.g. a corrupt file found mid-job
         raise click.ClickException(f"Spark job failed: {brief(exc)}") from exc
     except OSError as exc:
         raise click.ClickException(f"cannot write the report: {exc}") from exc
-    console.print(summary_table(results))
+    if sweep is not None and settings is not None:
+        console.print(sweep_table(list(sweep.manifest.get("keys") or []), settings))
+    else:
+        console.print(summary_table(results))
     elapsed = time.monotonic() - started
     console.print(f"report: {Path(report).resolve()}  ({elapsed:.1f} s)")

@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from sim.analysis.stats import describe, describe_many, quantile_curve, time_bins
+from sim.analysis.stats import describe_many, time_bins
 
 
 def contact_intervals(contacts: DataFrame, until: float) -> DataFrame:
@@ -73,11 +73,14 @@ def degree_over_time(
 ) -> list[dict[str, float]]:
     """Links up and mean degree (2 * links / hosts) at times k*w, k = 0..bins (w = until/bins).
 
-    A link counts at time T when start <= T < end; one groupBy of +1/-1 steps per bin.
+    A link counts at time T when start <= T < end, and through the end of the run when it is
+    still open then (its end is only the run's end, not a link going down: without this the
+    last sample would drop to 0). One groupBy of +1/-1 steps per bin.
     """
     w = time_bins(until, bins)
     starts = intervals.select(F.ceil(F.col("start") / w).alias("k"), F.lit(1).alias("d"))
-    ends = intervals.select(F.ceil(F.col("end") / w).alias("k"), F.lit(-1).alias("d"))
+    end_bin = F.when(F.col("open"), F.lit(bins + 1)).otherwise(F.ceil(F.col("end") / w))
+    ends = intervals.select(end_bin.alias("k"), F.lit(-1).alias("d"))
     steps = {
         int(r["k"]): int(r["d"])
         for r in starts.unionByName(ends).groupBy("k").agg(F.sum("d").alias("d")).collect()
@@ -113,10 +116,14 @@ def contact_metrics(
         all_hosts = ends.select("h")
     n_hosts = all_hosts.distinct().count()
     stats, extra = describe_many(
-        intervals, ["duration"], {"open": F.sum(F.when(F.col("open"), 1).otherwise(0))}
+        intervals,
+        ["duration"],
+        {"open": F.sum(F.when(F.col("open"), 1).otherwise(0))},
+        curves=["duration"],
     )
     duration = stats["duration"]
-    ict = describe(icts, "ict")
+    ict_stats, ict_extra = describe_many(icts, ["ict"], curves=["ict"])
+    ict = ict_stats["ict"]
     nb_stats, nb_extra = describe_many(neighbours, ["neighbours"], {"sum": F.sum("neighbours")})
     nb = nb_stats["neighbours"]
     degree = degree_over_time(intervals, until, n_hosts)
@@ -134,8 +141,8 @@ def contact_metrics(
         "until": until,
     }
     series: dict[str, Any] = {
-        "contact_duration_cdf": quantile_curve(intervals, "duration"),
-        "ict_cdf": quantile_curve(icts, "ict"),
+        "contact_duration_cdf": extra["duration_cdf"],
+        "ict_cdf": ict_extra["ict_cdf"],
         "degree_over_time": degree,
     }
     return metrics, series, intervals, pair_table(intervals, icts)

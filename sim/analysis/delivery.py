@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sim.analysis.stats import cumulative_by_time, describe_many, quantile_curve
+from sim.analysis.stats import cumulative_by_time_many, describe_many
 
 STATUSES = ("delivered", "late", "undelivered")
 
@@ -106,6 +106,7 @@ def delivery_metrics(pairs: DataFrame, until: float) -> tuple[dict[str, Any], di
             "duplicates": F.sum(F.greatest(F.col("deliveries") - 1, F.lit(0))),
             "messages": F.countDistinct("msg_id"),
         },
+        curves=["delay"],
     )
     n, delivered = int(row["pairs"]), int(row["delivered"] or 0)
     delay, hops = stats["delay"], stats["hops"]
@@ -129,18 +130,25 @@ def delivery_metrics(pairs: DataFrame, until: float) -> tuple[dict[str, Any], di
         "hops": hops,
     }
     series = {
-        "delay_cdf": quantile_curve(pairs, "delay"),
-        "delivered_over_time": cumulative_by_time(
-            pairs.where(F.col("status") == "delivered"), "delivered_at", until
+        "delay_cdf": row["delay_cdf"],
+        **cumulative_by_time_many(
+            pairs,
+            {
+                "delivered_over_time": F.when(is_delivered, F.col("delivered_at")),
+                # the denominator at time t: pairs of the messages published by t
+                "published_over_time": F.col("created"),
+            },
+            until,
         ),
         "hop_histogram": hop_hist,
     }
     return metrics, series
 
 
-def breakdown(pairs: DataFrame, key: str) -> list[dict[str, Any]]:
-    """Per value of ``key`` (topic, group or host): pairs, delivered, late, ratio, median delay,
-    and the oracle ratio when the pairs carry ``oracle_arrival``."""
+def breakdowns(pairs: DataFrame, keys: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+    """``delivery_by_<key>`` tables for every key (topic, group, host), in one job: per value,
+    pairs, delivered, late, ratio, median delay, and the oracle ratio when the pairs carry
+    ``oracle_arrival``."""
     aggs = [
         F.count("*").alias("pairs"),
         F.sum(F.when(F.col("status") == "delivered", 1).otherwise(0)).alias("delivered"),
@@ -150,11 +158,23 @@ def breakdown(pairs: DataFrame, key: str) -> list[dict[str, Any]]:
     has_oracle = "oracle_arrival" in pairs.columns
     if has_oracle:
         aggs.append(F.count("oracle_arrival").alias("oracle_delivered"))
-    rows = pairs.groupBy(key).agg(*aggs).orderBy(key).collect()
-    out = []
+    parts = [
+        pairs.groupBy(F.lit(key).alias("_key"), F.col(key).cast("string").alias("_value")).agg(
+            *aggs
+        )
+        for key in keys
+    ]
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    out: dict[str, list[dict[str, Any]]] = {f"delivery_by_{key}": [] for key in keys}
+    rows = sorted(
+        union.collect(), key=lambda r: (r["_key"], r["_value"] is not None, r["_value"] or "")
+    )
     for r in rows:
+        key = r["_key"]
         d: dict[str, Any] = {
-            key: r[key],
+            key: r["_value"],
             "pairs": int(r["pairs"]),
             "delivered": int(r["delivered"]),
             "late": int(r["late"]),
@@ -164,5 +184,5 @@ def breakdown(pairs: DataFrame, key: str) -> list[dict[str, Any]]:
         if has_oracle:
             d["oracle_delivery_ratio"] = _ratio(r["oracle_delivered"], r["pairs"])
             d["efficiency"] = _ratio(d["delivery_ratio"], d["oracle_delivery_ratio"])
-        out.append(d)
+        out[f"delivery_by_{key}"].append(d)
     return out

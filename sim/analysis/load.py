@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from sim import contact_format as cf
 from sim.analysis.errors import SPARK_ERRORS, AnalysisError, brief
 
 SCHEMA_VERSION = 1
@@ -222,75 +224,71 @@ def load_run(spark: SparkSession, run_dir: str, name: str | None = None) -> RunT
 TRACE_FORMATS = ("auto", "one", "csv", "parquet")
 """Accepted contact trace formats: The ONE connectivity text, CSV ``time,a,b,up``, Parquet."""
 
-_TRUE = ("true", "1", "up")
-_FALSE = ("false", "0", "down")
+_PARSED = T.StructType(
+    [
+        T.StructField("time", T.DoubleType()),
+        T.StructField("a", T.StringType()),
+        T.StructField("b", T.StringType()),
+        T.StructField("up", T.BooleanType()),
+        T.StructField("_error", T.StringType()),
+        T.StructField("_line", T.StringType()),
+    ]
+)
 
 
-def _up_flag(col: Column) -> Column:
-    v = F.lower(F.trim(col))
-    return F.when(v.isin(*_TRUE), F.lit(True)).when(v.isin(*_FALSE), F.lit(False))
+def _line_parser(fmt: str, layout: cf.Layout, header: list[str] | None) -> Any:
+    """A partition function parsing text lines with ``sim.contact_format`` (the simulator's
+    own definition of the formats); bad lines come out with ``_error`` set."""
+
+    def parse(rows: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
+        from sim import contact_format as cf
+
+        for row in rows:
+            line = row[0]
+            try:
+                if fmt == "one":
+                    ev = cf.parse_one_line(line)
+                else:
+                    ev = cf.parse_csv_fields(cf.split_csv(line), layout, header)
+            except cf.FormatError as e:
+                yield (None, None, None, None, str(e), line)
+                continue
+            if ev is not None:
+                yield (*ev, None, line)
+
+    return parse
 
 
-def _reject_bad(bad: DataFrame, path: str, what: str) -> None:
-    """Raise a clear error naming one bad line if ``bad`` is not empty (one aggregate + one row)."""
-    n = bad.count()
-    if n:
-        example = bad.select(F.col("_line")).first()
-        shown = example[0] if example else "?"
-        raise AnalysisError(f"{path}: {n} malformed line(s), expected {what}; e.g. {shown!r}")
-
-
-def _read_one(spark: SparkSession, path: str) -> DataFrame:
-    lines = spark.read.text(path).select(F.trim("value").alias("_line"))
-    lines = lines.where((F.col("_line") != "") & ~F.col("_line").startswith("#"))
-    parts = F.split("_line", r"\s+")
-
-    def part(i: int) -> Column:  # null, not an error, when the line is too short
-        return F.try_element_at(parts, F.lit(i + 1))
-
-    df = lines.select(
-        "_line",
-        part(0).try_cast("double").alias("time"),
-        F.upper(part(1)).alias("_kind"),
-        part(2).alias("a"),
-        part(3).alias("b"),
-        _up_flag(part(4)).alias("up"),
-        F.size(parts).alias("_n"),
+def _read_lines(spark: SparkSession, path: str, fmt: str) -> DataFrame:
+    """Parse a ONE or CSV trace in Spark (Python tasks running the shared line parser)."""
+    lines = spark.read.text(path)
+    layout, header = cf.PLAIN, None
+    if fmt == "csv":
+        head = [r[0] for r in lines.limit(64).collect()]  # where a header would be
+        first = cf.first_data_line(head)
+        try:
+            found = cf.csv_layout(first) if first else None
+        except cf.FormatError as e:
+            raise AnalysisError(f"{path}: {e}") from None
+        if found is not None and first is not None:
+            layout, header = found, first
+    parsed = spark.createDataFrame(
+        lines.rdd.mapPartitions(_line_parser(fmt, layout, header)), _PARSED
+    ).cache()
+    what = (
+        "'<time> CONN <a> <b> up|down'"
+        if fmt == "one"
+        else "'time,a,b,up' with a number and up in true/false/1/0"
     )
-    ok = (
-        (F.col("_kind") == "CONN")
-        & (F.col("_n") == 5)
-        & F.col("time").isNotNull()
-        & F.col("up").isNotNull()
-    )
-    _reject_bad(df.where(~ok | ok.isNull()), path, "'<time> CONN <a> <b> up|down'")
-    return df.where(ok).select("time", "a", "b", "up")
-
-
-def _read_csv(spark: SparkSession, path: str) -> DataFrame:
-    raw = spark.read.option("header", True).csv(path)
-    cols = [c.strip().lower() for c in raw.columns]
-    missing = [c for c in ("time", "a", "b", "up") if c not in cols]
-    if missing:
+    bad = parsed.where(F.col("_error").isNotNull())
+    row = bad.agg(
+        F.count("*").alias("n"), F.first("_line").alias("l"), F.first("_error").alias("e")
+    ).first()
+    if row is not None and row["n"]:
         raise AnalysisError(
-            f"{path}: CSV header must contain time,a,b,up (missing {', '.join(missing)})"
+            f"{path}: {row['n']} malformed line(s), expected {what}; e.g. {row['l']!r}: {row['e']}"
         )
-    raw = raw.toDF(*cols)
-    df = raw.select(
-        F.concat_ws(",", *[F.coalesce(F.col(c), F.lit("")) for c in cols]).alias("_line"),
-        F.trim("time").try_cast("double").alias("time"),
-        F.trim("a").alias("a"),
-        F.trim("b").alias("b"),
-        _up_flag(F.col("up")).alias("up"),
-    )
-    ok = (
-        F.col("time").isNotNull()
-        & F.col("up").isNotNull()
-        & (F.coalesce(F.col("a"), F.lit("")) != "")
-        & (F.coalesce(F.col("b"), F.lit("")) != "")
-    )
-    _reject_bad(df.where(~ok), path, "'time,a,b,up' with a number and up in true/false/1/0")
-    return df.where(ok).select("time", "a", "b", "up")
+    return parsed.where(F.col("_error").isNull()).select("time", "a", "b", "up")
 
 
 def _guess_format(path: str) -> str:
@@ -305,8 +303,9 @@ def _guess_format(path: str) -> str:
 def read_contact_trace(spark: SparkSession, path: str, fmt: str = "auto") -> DataFrame:
     """Read an external contact trace into the ``contacts`` schema (time, a, b, up).
 
-    Parsing happens in Spark (``spark.read.text`` / ``csv``); only a count of malformed lines
-    and one example reach the driver.
+    Lines are parsed in Spark (Python) tasks by ``sim.contact_format`` — the very functions the
+    simulator replays traces with; only a count of malformed lines and one example reach the
+    driver (and, for CSV, the first lines, where a header may be).
     """
     if fmt not in TRACE_FORMATS:
         raise AnalysisError(f"unknown trace format {fmt!r} (one of {', '.join(TRACE_FORMATS)})")
@@ -316,7 +315,7 @@ def read_contact_trace(spark: SparkSession, path: str, fmt: str = "auto") -> Dat
     try:
         if fmt == "parquet":
             return read_table(spark, path, "contacts")
-        df = _read_one(spark, path) if fmt == "one" else _read_csv(spark, path)
+        df = _read_lines(spark, path, fmt)
     except SPARK_ERRORS as exc:
         raise AnalysisError(f"{path}: cannot read contact trace ({brief(exc)})") from exc
     return df

@@ -12,17 +12,25 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 
-def relayed_copies(messages: DataFrame) -> int:
-    """Complete copies received by a host other than the message's origin (ONE "relayed")."""
+def relayed_and_created(messages: DataFrame) -> tuple[int, int]:
+    """(complete copies received by a host other than the message's origin — ONE "relayed",
+    messages created), in one job."""
     origins = (
         messages.where(F.col("event") == "created")
         .groupBy("msg_id")
         .agg(F.min("host").alias("origin"))
     )
-    complete = messages.where(F.col("event") == "complete").select("msg_id", "host")
-    joined = complete.join(origins, "msg_id", "left")
+    joined = messages.where(F.col("event").isin("created", "complete")).join(
+        origins, "msg_id", "left"
+    )
     not_origin = F.col("origin").isNull() | (F.col("host") != F.col("origin"))
-    return joined.where(not_origin).count()
+    row = joined.agg(
+        F.sum(F.when((F.col("event") == "complete") & not_origin, 1).otherwise(0)).alias("r"),
+        F.sum(F.when(F.col("event") == "created", 1).otherwise(0)).alias("c"),
+    ).first()
+    if row is None:
+        return 0, 0
+    return int(row["r"] or 0), int(row["c"] or 0)
 
 
 def one_summary(delivery: dict[str, Any], messages: DataFrame) -> dict[str, Any]:
@@ -30,7 +38,7 @@ def one_summary(delivery: dict[str, Any], messages: DataFrame) -> dict[str, Any]
     hopcount_avg; ``delivery`` is the output of :func:`delivery.delivery_metrics`."""
     created = int(delivery["target_pairs"])
     delivered = int(delivery["delivered_pairs"])
-    relayed = relayed_copies(messages)
+    relayed, messages_created = relayed_and_created(messages)
     return {
         "created": created,
         "delivered": delivered,
@@ -40,5 +48,5 @@ def one_summary(delivery: dict[str, Any], messages: DataFrame) -> dict[str, Any]
         "latency_avg": delivery["delay"]["mean"],
         "latency_med": delivery["delay"]["median"],
         "hopcount_avg": delivery["hops"]["mean"],
-        "messages_created": messages.where(F.col("event") == "created").count(),
+        "messages_created": messages_created,
     }

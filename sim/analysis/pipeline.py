@@ -17,7 +17,8 @@ from sim.analysis import delivery, oracle, overhead
 from sim.analysis.errors import AnalysisError
 from sim.analysis.load import load_run, read_contact_trace, run_name
 from sim.analysis.one_summary import one_summary
-from sim.analysis.stats import cumulative_by_time, describe_many, quantile_curve
+from sim.analysis.session import tuned_for
+from sim.analysis.stats import cumulative_by_time, describe_many
 
 HEADLINE = (
     "delivery_ratio",
@@ -78,10 +79,11 @@ def _oracle_figures(
             "reach": F.count("oracle_arrival"),
             "beyond": F.sum(F.when(beyond, 1).otherwise(0)),
         },
+        curves=["oracle_delay"],
     )
     reach = int(row["reach"])
     oracle_ratio = _ratio(reach, d_metrics["target_pairs"])
-    d_series["oracle_delay_cdf"] = quantile_curve(pairs, "oracle_delay")
+    d_series["oracle_delay_cdf"] = row["oracle_delay_cdf"]
     d_series["oracle_over_time"] = cumulative_by_time(pairs, "oracle_arrival", until)
     return pairs, {
         "oracle_delivered_pairs": reach,
@@ -103,6 +105,17 @@ def analyze_run(
     max_oracle_iterations: int = oracle.DEFAULT_MAX_ITERATIONS,
 ) -> RunResult:
     """Analyse one simulation run directory (log schema v1)."""
+    with tuned_for(spark, run_dir):
+        return _analyze_run(spark, run_dir, name, with_oracle, max_oracle_iterations)
+
+
+def _analyze_run(
+    spark: SparkSession,
+    run_dir: str,
+    name: str | None,
+    with_oracle: bool,
+    max_oracle_iterations: int,
+) -> RunResult:
     run = load_run(spark, run_dir, name)
     until = run.until
     c_metrics, c_series, intervals, contact_pairs = contacts_mod.contact_metrics(
@@ -131,8 +144,7 @@ def analyze_run(
         cache_summary, tables["cache_occupancy"] = overhead.cache_occupancy(
             run.cache, until, period_f
         )
-    for key in ("topic", "group", "host"):
-        tables[f"delivery_by_{key}"] = delivery.breakdown(pairs, key)
+    tables.update(delivery.breakdowns(pairs, ("topic", "group", "host")))
     tables["hop_histogram"] = d_series.pop("hop_histogram")
     tables["degree_over_time"] = c_series["degree_over_time"]
     metrics: dict[str, Any] = {
@@ -149,6 +161,8 @@ def analyze_run(
         "contacts": c_metrics,
         "run": {k: run.run.get(k) for k in ("scenario", "seed", "until", "version")},
     }
+    if isinstance(run.run.get("sweep"), dict):  # a run of a sweep: its setting
+        metrics["sweep"] = run.run["sweep"]
     series = {**d_series, **c_series, "until": until}
     frames = {"pairs": pairs, "contact_pairs": contact_pairs}
     return RunResult(run.name, run_dir, "run", metrics, tables, series, frames)
@@ -164,6 +178,13 @@ def analyze_contact_trace(
 ) -> RunResult:
     """Contact statistics of an external trace; contacts still up end at ``until`` (default:
     the last event time of the trace)."""
+    with tuned_for(spark, path):
+        return _analyze_contact_trace(spark, path, fmt, until, name)
+
+
+def _analyze_contact_trace(
+    spark: SparkSession, path: str, fmt: str, until: float | None, name: str | None
+) -> RunResult:
     contacts = read_contact_trace(spark, path, fmt).cache()
     row = contacts.agg(F.count("*").alias("n"), F.max("time").alias("last")).first()
     if row is None or not row["n"]:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.logger import PySparkLogger
@@ -71,6 +74,8 @@ def create_session(
     )
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python tasks (the sweep's simulations) run in this interpreter's environment.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = (
             builder.config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
@@ -90,3 +95,52 @@ def create_session(
     for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
     return spark
+
+
+SMALL_INPUT_BYTES = 64 << 20
+"""Inputs up to this size (Parquet bytes on a local disk) are analysed with SMALL_SETTINGS."""
+
+SMALL_SETTINGS = {
+    # Adaptive execution re-plans every shuffle stage as a job of its own: on a small run it
+    # more than doubles the jobs (121 -> 45 for quickstart) for nothing to adapt to.
+    "spark.sql.adaptive.enabled": "false",
+    # A few MB need no more partitions than cores; fewer tasks per stage.
+    "spark.sql.shuffle.partitions": "2",
+}
+"""Runtime SQL settings for small inputs on a local master (measured: docs/performance.md)."""
+
+
+def local_size(path: str) -> int | None:
+    """Bytes under a local run directory or file; None for remote paths."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    root = Path(path.removeprefix("file://"))
+    if root.is_file():
+        return root.stat().st_size
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            total += (Path(dirpath) / f).stat().st_size
+    return total
+
+
+@contextmanager
+def tuned_for(spark: SparkSession, path: str) -> Iterator[None]:
+    """Apply SMALL_SETTINGS while analysing ``path`` if it is a small local input on a local
+    master; restore the session's settings afterwards."""
+    size = local_size(path)
+    local = spark.sparkContext.master.startswith("local")
+    if not local or size is None or size > SMALL_INPUT_BYTES:
+        yield
+        return
+    old = {k: spark.conf.get(k, None) for k in SMALL_SETTINGS}
+    for k, v in SMALL_SETTINGS.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)

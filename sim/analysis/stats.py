@@ -23,9 +23,17 @@ def _num(v: Any) -> float | None:
 
 
 def describe_many(
-    df: DataFrame, cols: Sequence[str], extra: Mapping[str, Column] | None = None
+    df: DataFrame,
+    cols: Sequence[str],
+    extra: Mapping[str, Column] | None = None,
+    curves: Sequence[str] = (),
 ) -> tuple[dict[str, dict[str, float | int | None]], dict[str, Any]]:
-    """:func:`describe` for several columns plus ``extra`` named aggregates, in one job."""
+    """:func:`describe` for several columns plus ``extra`` named aggregates, in one job.
+
+    For each column in ``curves`` (one of ``cols``) the extra dict also holds
+    ``"<col>_cdf"``: the :func:`quantile_curve` of that column, from the same job.
+    """
+    probs = curve_probs()
     aggs: list[Column] = []
     for i, col in enumerate(cols):
         c = F.col(col)
@@ -38,6 +46,9 @@ def describe_many(
         ]
     extra = dict(extra or {})
     aggs += [agg.alias(f"x_{name}") for name, agg in extra.items()]
+    aggs += [
+        F.percentile_approx(F.col(c), probs, ACCURACY).alias(f"c{cols.index(c)}") for c in curves
+    ]
     row = df.agg(*aggs).first()
     assert row is not None
     out: dict[str, dict[str, float | int | None]] = {}
@@ -52,7 +63,11 @@ def describe_many(
             "p90": _num(q[1]),
             "p99": _num(q[2]),
         }
-    return out, {name: row[f"x_{name}"] for name in extra}
+    more = {name: row[f"x_{name}"] for name in extra}
+    for c in curves:
+        i = cols.index(c)
+        more[f"{c}_cdf"] = _curve(row[f"c{i}"], int(row[f"n{i}"]), probs)
+    return out, more
 
 
 def describe(df: DataFrame, col: str) -> dict[str, float | int | None]:
@@ -83,13 +98,16 @@ def quantile_curve(df: DataFrame, col: str, points: int = 100) -> list[tuple[flo
         .agg(F.percentile_approx(col, probs, ACCURACY).alias("q"), F.count("*").alias("n"))
         .first()
     )
-    if row is None or not row["q"]:
+    if row is None:
         return []
-    n = int(row["n"])
+    return _curve(row["q"], int(row["n"]), probs)
+
+
+def _curve(q: Sequence[Any] | None, n: int, probs: Sequence[float]) -> list[tuple[float, float]]:
+    if not q:
+        return []
     return [
-        (float(v), p)
-        for v, p in zip(row["q"], probs, strict=True)
-        if p == 1.0 or (1 - p) * n >= 1 - 1e-9
+        (float(v), p) for v, p in zip(q, probs, strict=True) if p == 1.0 or (1 - p) * n >= 1 - 1e-9
     ]
 
 
@@ -113,4 +131,29 @@ def cumulative_by_time(df: DataFrame, col: str, until: float, bins: int = 200) -
     for k in range(bins + 1):
         total += counts.get(k, 0)
         out.append(float(total))
+    return out
+
+
+def cumulative_by_time_many(
+    df: DataFrame, curves: Mapping[str, Column], until: float, bins: int = 200
+) -> dict[str, list[float]]:
+    """:func:`cumulative_by_time` of several time columns (null = not counted) in one job."""
+    w = time_bins(until, bins)
+    parts = []
+    for name, col in curves.items():
+        idx = F.greatest(F.lit(0), F.least(F.lit(bins + 1), F.ceil(col / w))).cast("int")
+        parts.append(df.where(col.isNotNull()).select(F.lit(name).alias("s"), idx.alias("k")))
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    counts: dict[str, dict[int, int]] = {name: {} for name in curves}
+    for r in union.groupBy("s", "k").agg(F.count("*").alias("n")).collect():
+        counts[r["s"]][int(r["k"])] = int(r["n"])
+    out = {}
+    for name, per_bin in counts.items():
+        total, curve = 0, []
+        for k in range(bins + 1):
+            total += per_bin.get(k, 0)
+            curve.append(float(total))
+        out[name] = curve
     return out

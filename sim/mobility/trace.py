@@ -1,21 +1,18 @@
-"""Contact traces: The ONE's connectivity format and a simple CSV, parsed into link events.
+"""Contact traces replayed by the simulator: The ONE's connectivity format and a simple CSV.
 
-The ONE: one event per line, ``<time> CONN <a> <b> up|down`` (blank lines and ``#``
-comments are skipped). CSV: ``time,a,b,up`` with an optional header line; ``up`` is one of
-``up/down``, ``1/0``, ``true/false``. Host ids in a trace name scenario hosts: either a
-host's name or a 0-based index into the scenario's host list (The ONE numbers its hosts).
+The formats are defined once in ``sim.contact_format`` (the Spark analysis reads traces with
+the same functions). Host ids in a trace name scenario hosts: either a host's name or a
+0-based index into the scenario's host list (The ONE numbers its hosts).
 """
 
 from __future__ import annotations
 
-import csv
 import gzip
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-_UP = {"up": True, "1": True, "true": True, "down": False, "0": False, "false": False}
+from sim import contact_format as cf
 
 
 class TraceError(Exception):
@@ -32,21 +29,6 @@ class LinkEvent:
     up: bool
 
 
-def _event(path: Path, lineno: int, t: str, a: str, b: str, state: str) -> LinkEvent:
-    try:
-        time = float(t)
-    except ValueError:
-        raise TraceError(f"{path}:{lineno}: time {t!r} is not a number") from None
-    if not math.isfinite(time) or time < 0:
-        raise TraceError(f"{path}:{lineno}: time {t!r} must be a finite number >= 0")
-    up = _UP.get(state.strip().lower())
-    if up is None:
-        raise TraceError(f"{path}:{lineno}: state {state!r} is not up or down")
-    if a == b:
-        raise TraceError(f"{path}:{lineno}: a host cannot be in contact with itself ({a!r})")
-    return LinkEvent(time, a.strip(), b.strip(), up)
-
-
 def _open(path: Path, newline: str | None = None) -> TextIO:
     """A trace file as text; ``*.gz`` files are decompressed on the fly."""
     if path.suffix == ".gz":
@@ -59,27 +41,33 @@ def parse_one(path: Path) -> list[LinkEvent]:
     events = []
     with _open(path) as f:
         for lineno, line in enumerate(f, 1):
-            fields = line.split("#", 1)[0].split()
-            if not fields:
-                continue
-            if len(fields) != 5 or fields[1] != "CONN":
-                raise TraceError(f"{path}:{lineno}: expected '<time> CONN <a> <b> up|down'")
-            events.append(_event(path, lineno, fields[0], fields[2], fields[3], fields[4]))
+            try:
+                ev = cf.parse_one_line(line)
+            except cf.FormatError as e:
+                raise TraceError(f"{path}:{lineno}: {e}") from None
+            if ev is not None:
+                events.append(LinkEvent(*ev))
     return events
 
 
 def parse_csv(path: Path) -> list[LinkEvent]:
-    """Parse ``time,a,b,up`` lines (a header line naming the columns is allowed)."""
+    """Parse ``time,a,b,up`` rows (an optional header line may name the columns)."""
     events = []
+    layout, header = cf.PLAIN, None
     with _open(path, newline="") as f:
-        for lineno, row in enumerate(csv.reader(f), 1):
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue
-            if lineno == 1 and row[0].strip().lower() == "time":
-                continue
-            if len(row) != 4:
-                raise TraceError(f"{path}:{lineno}: expected 4 columns time,a,b,up")
-            events.append(_event(path, lineno, row[0], row[1], row[2], row[3]))
+        for lineno, line in enumerate(f, 1):
+            try:
+                fields = cf.split_csv(line)
+                if fields and header is None and not events:
+                    found = cf.csv_layout(fields)
+                    if found is not None:
+                        layout, header = found, fields
+                        continue
+                ev = cf.parse_csv_fields(fields, layout, header)
+            except cf.FormatError as e:
+                raise TraceError(f"{path}:{lineno}: {e}") from None
+            if ev is not None:
+                events.append(LinkEvent(*ev))
     return events
 
 

@@ -1,0 +1,344 @@
+"""Parameter sweeps: keys and values, the plan, local and Spark runs, resume, determinism."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from sim.runner import simulate
+from sim.sweep import (
+    MARKER,
+    Setting,
+    SweepError,
+    key_path,
+    make_plan,
+    parse_values,
+    run_sweep,
+    scenario_for,
+    set_key,
+)
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+TABLES = ("contacts", "messages", "targets", "datagrams", "cache", "hosts")
+
+
+def small_scenario(tmp_path: Path, extra: str = "") -> Path:
+    """quickstart cut to two simulated minutes (a run takes a fraction of a second)."""
+    text = (SCENARIOS / "quickstart.toml").read_text()
+    text = text.replace("duration = 600.0", "duration = 120.0").replace(
+        "interval = 60.0", "interval = 20.0"
+    )
+    path = tmp_path / "small.toml"
+    path.write_text(text + extra)
+    return path
+
+
+def tables_of(run_dir: Path) -> dict[str, Any]:
+    return {t: pq.read_table(run_dir / f"{t}.parquet") for t in TABLES}
+
+
+# --------------------------------------------------------------------------- keys, values
+
+
+def test_parse_values() -> None:
+    assert parse_values("1,2,3") == [1, 2, 3]
+    assert parse_values("true,false") == [True, False]
+    assert parse_values("0.5, 2") == [0.5, 2]
+    assert parse_values("[0.5,1.0],[1,2]") == [[0.5, 1.0], [1, 2]]
+    assert parse_values("poisson,periodic") == ["poisson", "periodic"]
+    assert parse_values('"a,b",c') == ["a,b", "c"]
+    with pytest.raises(SweepError):
+        parse_values("")
+    with pytest.raises(SweepError):
+        parse_values("1,,2")
+
+
+def test_key_paths() -> None:
+    assert key_path("protocol.horizon") == ["protocol", "horizon"]
+    assert key_path("groups[0].mobility.speed") == ["groups", 0, "mobility", "speed"]
+    assert key_path("traffic.publish[1].interval") == ["traffic", "publish", 1, "interval"]
+    for bad in ("", "[0].x", "seed", "a..b"):
+        with pytest.raises(SweepError):
+            key_path(bad)
+
+
+def test_set_key_creates_tables_and_selects_entries_by_name() -> None:
+    data: dict[str, Any] = {"groups": [{"name": "a", "count": 1}, {"name": "b", "count": 2}]}
+    set_key(data, "protocol.horizon", 3)
+    set_key(data, "groups.b.count", 5)
+    set_key(data, "groups[0].mobility.speed", [1, 2])
+    assert data["protocol"] == {"horizon": 3}
+    assert data["groups"][1]["count"] == 5
+    assert data["groups"][0]["mobility"] == {"speed": [1, 2]}
+    with pytest.raises(SweepError, match="out of range"):
+        set_key(data, "groups[5].count", 1)
+    with pytest.raises(SweepError, match="no single entry named 'zz'"):
+        set_key(data, "groups.zz.count", 1)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def test_any_key_can_be_swept(tmp_path: Path) -> None:
+    path = small_scenario(tmp_path)
+    plan = make_plan(
+        path,
+        [
+            ("groups.walker.mobility.speed", [[1.0, 1.0], [3.0, 4.0]]),
+            ("traffic.publish[0].interval", [10.0]),
+            ("radio.loss", [0.0]),
+        ],
+        seeds=2,
+    )
+    assert len(plan.settings) == 2 and plan.seeds == [1, 2]
+    sc = scenario_for(plan.text, plan.source, plan.settings[1])
+    assert sc.groups[0].mobility.speed == (3.0, 4.0)
+    assert sc.publish[0].interval == 10.0
+    assert sc.radio.loss == 0.0
+
+
+def test_bad_settings_are_all_reported_before_anything_runs(tmp_path: Path) -> None:
+    path = small_scenario(tmp_path)
+    with pytest.raises(SweepError) as info:
+        make_plan(path, [("protocol.horizon", [1, 0, 99]), ("protocol.colour", ["red"])])
+    text = str(info.value)
+    assert "protocol.horizon=0" in text and "must be >= 1" in text
+    assert "protocol.horizon=99" in text and "must be <= 8" in text
+    assert "protocol.colour: unknown key" in text
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_table_in_the_file_and_command_line_override(tmp_path: Path) -> None:
+    path = small_scenario(
+        tmp_path,
+        '\n[sweep]\nseeds = [4, 9]\n[sweep.set]\n"protocol.horizon" = [1, 2]\n'
+        "protocol.altruistic = [true, false]\n",
+    )
+    plan = make_plan(path)
+    assert plan.keys == ["protocol.horizon", "protocol.altruistic"]
+    assert plan.seeds == [4, 9] and len(plan.runs()) == 8
+    plan = make_plan(path, [("protocol.horizon", [3])], seeds=1)
+    assert [s.as_dict() for s in plan.settings] == [
+        {"protocol.horizon": 3, "protocol.altruistic": True},
+        {"protocol.horizon": 3, "protocol.altruistic": False},
+    ]
+    assert plan.seeds == [1]
+    # a single run of that file ignores [sweep]
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 0, res.output
+
+
+def test_setting_folder_names_are_stable_and_safe() -> None:
+    s = Setting((("groups[0].mobility.speed", [1, 2]), ("protocol.altruistic", True)))
+    assert s.slug() == Setting(s.values).slug()
+    assert "/" not in s.slug() and " " not in s.slug()
+    assert s.label() == "groups[0].mobility.speed=[1,2], protocol.altruistic=true"
+
+
+# --------------------------------------------------------------------------- running
+
+
+def test_local_sweep_runs_every_setting_and_seed_deterministically(tmp_path: Path) -> None:
+    path = small_scenario(tmp_path)
+    out = tmp_path / "sweep"
+    plan = make_plan(path, [("protocol.horizon", [1, 2])], seeds=3)
+    seen: list[tuple[int, int]] = []
+    outcomes = run_sweep(plan, str(out), jobs=2, report=lambda o, k, n: seen.append((k, n)))
+    assert all(o.ok and not o.skipped for o in outcomes), outcomes
+    assert sorted(seen) == [(k, 6) for k in range(1, 7)]
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert manifest["keys"] == ["protocol.horizon"] and manifest["seeds"] == [1, 2, 3]
+    assert len(manifest["runs"]) == 6
+    for r in manifest["runs"]:
+        run_dir = out / r["dir"]
+        assert (run_dir / MARKER).is_file()
+        info = json.loads((run_dir / "run.json").read_text())
+        assert info["seed"] == r["seed"]
+        assert info["sweep"]["setting"] == r["setting"]
+    # the same (setting, seed) run by hand gives the same tables
+    first = manifest["runs"][4]
+    sc = scenario_for(plan.text, plan.source, Setting(tuple(first["setting"].items())))
+    assert sc.groups[0].protocol.horizon == first["setting"]["protocol.horizon"]
+    simulate(sc, tmp_path / "by-hand", seed=first["seed"])
+    assert tables_of(out / first["dir"]) == tables_of(tmp_path / "by-hand")
+    # different seeds give different runs
+    a, b = (tables_of(out / manifest["runs"][k]["dir"]) for k in (0, 1))
+    assert a["contacts"] != b["contacts"]
+
+
+def test_resume_skips_finished_runs_and_redoes_interrupted_ones(tmp_path: Path) -> None:
+    path = small_scenario(tmp_path)
+    out = tmp_path / "sweep"
+    plan = make_plan(path, [("protocol.altruistic", [True, False])], seeds=2)
+    run_sweep(plan, str(out), jobs=1)
+    runs = [out / r.rel for r in plan.runs()]
+    stamps = {r: (r / "messages.parquet").stat().st_mtime_ns for r in runs}
+    # an interrupted run: logs half written, no marker
+    (runs[2] / MARKER).unlink()
+    (runs[2] / "messages.parquet").write_bytes(b"truncated")
+    (runs[2] / "leftover.tmp").write_text("x")
+    outcomes = run_sweep(plan, str(out), jobs=1)
+    assert sorted(o.skipped for o in outcomes) == [False, True, True, True]
+    redone = [o for o in outcomes if not o.skipped]
+    assert redone[0].rel == plan.runs()[2].rel and redone[0].ok
+    for r in runs:
+        if r != runs[2]:
+            assert (r / "messages.parquet").stat().st_mtime_ns == stamps[r]
+    assert not (runs[2] / "leftover.tmp").exists()
+    assert pq.read_table(runs[2] / "messages.parquet").num_rows > 0
+    assert (runs[2] / MARKER).is_file()
+
+
+def test_sweep_folder_of_another_scenario_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    run_sweep(make_plan(small_scenario(tmp_path), seeds=1), str(out), jobs=1)
+    (tmp_path / "o").mkdir()
+    other = small_scenario(tmp_path / "o")
+    other.write_text(other.read_text().replace("loss = 0.05", "loss = 0.1"))
+    with pytest.raises(SweepError, match="another scenario"):
+        run_sweep(make_plan(other, seeds=1), str(out), jobs=1)
+
+
+def test_sweep_command(tmp_path: Path) -> None:
+    path = small_scenario(tmp_path)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--set", "protocol.horizon=1,2", "--seeds", "2", "--out", str(out)]
+    res = CliRunner().invoke(main, [*args, "--jobs", "2"])
+    assert res.exit_code == 0, res.output
+    assert "2 setting(s) × 2 seed(s) = 4 run(s)" in res.output
+    assert "[4/4]" in res.output and "4 run(s) done, 0 already done, 0 failed" in res.output
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "0 run(s) done, 4 already done" in again.output
+    bad = CliRunner().invoke(main, [*args[:3], "protocol.horizon"])
+    assert bad.exit_code == 2 and "expected KEY=v1,v2" in bad.output
+    invalid = CliRunner().invoke(
+        main, ["sweep", str(path), "--set", "radio.loss=2", "--out", str(out)]
+    )
+    assert invalid.exit_code == 1 and "radio.loss=2" in invalid.output
+    assert "must be <= 1.0" in invalid.output and "Traceback" not in invalid.output
+
+
+@pytest.fixture(scope="module")
+def spark_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A 2 settings × 3 seeds sweep run through a real local Spark session (local[2]), and
+    the same sweep run by local processes."""
+    from spark_fixtures import shared_spark
+
+    shared_spark()  # the sweep reuses the test session (local[2]) as its cluster
+    base = tmp_path_factory.mktemp("spark-sweep")
+    path = small_scenario(base)
+    plan = make_plan(path, [("protocol.horizon", [1, 2])], seeds=3)
+    local = base / "local"
+    run_sweep(plan, str(local), jobs=2)
+    spark_out = base / "spark"
+    done: list[int] = []
+    outcomes = run_sweep(
+        plan, f"file://{spark_out}", master="local[2]", report=lambda o, k, n: done.append(k)
+    )
+    return {"plan": plan, "local": local, "spark": spark_out, "outcomes": outcomes, "done": done}
+
+
+def test_spark_sweep_gives_the_same_runs_as_local_processes(spark_sweep: dict[str, Any]) -> None:
+    plan, local, spark_out = spark_sweep["plan"], spark_sweep["local"], spark_sweep["spark"]
+    assert all(o.ok for o in spark_sweep["outcomes"]), [o.error for o in spark_sweep["outcomes"]]
+    assert sorted(spark_sweep["done"]) == list(range(1, 7))
+    for r in plan.runs():
+        assert (spark_out / r.rel / MARKER).is_file()
+        assert tables_of(spark_out / r.rel) == tables_of(local / r.rel)
+    # resumable on Spark too
+    again = run_sweep(plan, f"file://{spark_out}", master="local[2]")
+    assert all(o.skipped for o in again)
+    assert os.path.isfile(spark_out / "sweep.json")
+
+
+T_975_2 = 4.302652729911275
+"""Student t quantile for a two-sided 95 % interval with 2 degrees of freedom (tables)."""
+
+
+def test_analyze_sweep_aggregates_mean_and_ci_over_seeds(
+    spark_sweep: dict[str, Any], tmp_path: Path
+) -> None:
+    import csv
+    import math
+
+    from sim.analysis.cli import analyze
+
+    report = tmp_path / "report"
+    res = CliRunner().invoke(analyze, [str(spark_sweep["spark"]), "--out", str(report)])
+    assert res.exit_code == 0, res.output
+    assert "6 finished run(s)" in res.output and "mean ± 95 % CI" in res.output
+    per_run = json.loads((report / "metrics.json").read_text())
+    agg = json.loads((report / "aggregate.json").read_text())
+    assert agg["keys"] == ["protocol.horizon"] and agg["seeds"] == [1, 2, 3]
+    assert [s["setting"] for s in agg["settings"]] == [
+        {"protocol.horizon": 1},
+        {"protocol.horizon": 2},
+    ]
+    checked = 0
+    for s in agg["settings"]:
+        assert len(s["runs"]) == 3 and s["seeds"] == [1, 2, 3]
+        for metric in ("delivery_ratio", "latency_avg", "oracle_delivery_ratio"):
+            xs = [per_run[name][metric] for name in s["runs"]]
+            mean = sum(xs) / 3
+            std = math.sqrt(sum((x - mean) ** 2 for x in xs) / 2)
+            got = s["metrics"][metric]
+            assert got["n"] == 3
+            assert got["mean"] == pytest.approx(mean)
+            assert got["std"] == pytest.approx(std)
+            assert got["ci95"] == pytest.approx(T_975_2 * std / math.sqrt(3))
+            assert got["ci95_low"] == pytest.approx(mean - T_975_2 * std / math.sqrt(3))
+            checked += std > 0
+    assert checked >= 2  # the seeds really differ: the intervals are not all empty
+    # nested metrics too, and every row of the CSV
+    s0 = agg["settings"][0]
+    xs = [per_run[name]["overhead"]["bytes_sent"] for name in s0["runs"]]
+    assert s0["metrics"]["overhead.bytes_sent"]["mean"] == pytest.approx(sum(xs) / 3)
+    with (report / "sweep_summary.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    row = next(r for r in rows if r["metric"] == "delivery_ratio" and r["protocol.horizon"] == "2")
+    assert float(row["mean"]) == pytest.approx(
+        agg["settings"][1]["metrics"]["delivery_ratio"]["mean"]
+    )
+    html = (report / "report.html").read_text()
+    assert "Sweep: quickstart" in html and " ± " in html
+    assert (report / "sweep_protocol.horizon.png").stat().st_size > 1000
+    assert (report / "sweep_protocol.horizon.svg").is_file()
+    assert '<figure class=\'wide\'><img src="sweep_protocol.horizon.png" width="1280"' in html
+    one = sorted(report.glob("*.MessageStatsReport.txt"))
+    assert len(one) == 6
+
+
+def test_t_quantile_matches_tables() -> None:
+    from sim.analysis.aggregate import summarise, t_quantile
+
+    table = {1: 12.7062, 2: 4.3027, 4: 2.7764, 9: 2.2622, 29: 2.0452, 120: 1.9799}
+    for df, t in table.items():
+        assert t_quantile(0.95, df) == pytest.approx(t, abs=1e-4)
+    assert t_quantile(0.99, 4) == pytest.approx(4.6041, abs=1e-4)
+    one = summarise([0.5])
+    assert one.mean == 0.5 and one.std is None and one.ci is None
+
+
+def test_a_failing_run_is_reported_and_the_others_finish(tmp_path: Path) -> None:
+    """A setting that validates but cannot run (a trace naming host 3 with only 2 hosts)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("0,0,1,up\n5,0,3,up\n")
+    path = small_scenario(tmp_path, f'\n[contacts]\ntrace = "{trace}"\n')
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--set", "groups.walker.count=4,2", "--out", str(out)]
+    res = CliRunner().invoke(main, [*args, "--jobs", "1"])
+    assert res.exit_code == 1, res.output
+    assert "1 run(s) done, 0 already done, 1 failed" in res.output
+    assert "FAILED groups.walker.count=2 seed 1: TraceError" in res.output
+    assert "not a scenario host" in res.output and "Traceback" not in res.output
+    ok, bad = (out / "runs" / f"groups.walker.count={n}" / "seed-1" for n in (4, 2))
+    assert (ok / MARKER).is_file() and not (bad / MARKER).exists()
+    again = CliRunner().invoke(main, args)  # the failed run is retried, the good one skipped
+    assert again.exit_code == 1 and "0 run(s) done, 1 already done, 1 failed" in again.output
