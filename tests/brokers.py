@@ -52,14 +52,15 @@ def ensure_package(name: str) -> str:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         pytest.skip(f"{package} is not installed and we are not root to apt-get it")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    rc = subprocess.run(
+    for cmd in (
+        ["apt-get", "update"],
         ["apt-get", "install", "-y", "--no-install-recommends", package],
-        env=env,
-        capture_output=True,
-        timeout=600,
-    )
-    if rc.returncode != 0 or not os.path.exists(path):
-        pytest.skip(f"apt-get install {package} failed: {rc.stderr.decode()[-300:]}")
+    ):
+        rc = subprocess.run(cmd, env=env, capture_output=True, timeout=900)
+        if rc.returncode != 0:
+            pytest.skip(f"{' '.join(cmd)} failed: {rc.stderr.decode()[-300:]}")
+    if not os.path.exists(path):
+        pytest.skip(f"the {package} package did not provide {path}")
     return path
 
 

@@ -230,6 +230,7 @@ class Node:
 
         self._seq = 0
         self._offers = Offers(config.announce_period)
+        self._offers_left = False  # the last catalog could not carry every due offer
         self._relay_rotation = 0
         self._ref_cache: dict[str, tuple[int, int, bytes]] = {}  # host -> (dist, version, ref)
         self._relays_sent = b""  # the relayed references of the last full list
@@ -611,11 +612,15 @@ class Node:
         if self._next_housekeeping is not None and self._next_housekeeping <= now:
             self._next_housekeeping = self._housekeeping(now)
         if self._next_announce is not None and self._next_announce <= now:
+            self._offers_left = False
             self._announce(now)
             j = self.config.announce_jitter
             self._next_announce = now + self.config.announce_period * self._rng.uniform(
                 1 - j, 1 + j
             )
+            if self._offers_left:  # more offers are due than one round carries: go on soon
+                soon = now + _PROMPT_GAP + self._rng.uniform(0, _PROMPT_ANNOUNCE)
+                self._next_announce = min(self._next_announce, soon)
         self._store.commit()
 
     def next_event(self) -> Event | None:
@@ -1105,7 +1110,8 @@ class Node:
             entry = self._catalog_entry(c)
             if len(entry) > room:
                 if len(groups) >= self.config.max_catalog_datagrams:
-                    offers.add(msg_id, c.offer_rank())  # next round
+                    offers.unpop()  # next round, which comes promptly
+                    self._offers_left = True
                     break
                 groups.append([])
                 room = budget - wire.catalog_overhead(self.host_id)

@@ -26,7 +26,7 @@ MAX_DOUBLINGS = 5
 class Offers:
     """Due offers (a heap by rank) and offers waiting for their next repeat (a heap by time)."""
 
-    __slots__ = ("_due", "_filled", "_heap", "_later", "_offered", "epoch", "period")
+    __slots__ = ("_due", "_filled", "_heap", "_later", "_offered", "_popped", "epoch", "period")
 
     def __init__(self, period: float) -> None:
         self.period = period
@@ -38,6 +38,7 @@ class Offers:
         self._heap: list[tuple[tuple[int, Rank], str]] = []
         self._later: list[tuple[float, str]] = []
         self._offered: dict[str, tuple[int, float, int]] = {}  # id -> (epoch, next, count)
+        self._popped: tuple[str, tuple[int, Rank]] = ("", (0, (0, 0, 0.0)))
 
     def changed(self) -> None:
         """An altruistic neighbour arrived: everything eligible is worth offering again."""
@@ -90,8 +91,15 @@ class Offers:
             key, msg_id = heapq.heappop(heap)
             if self._due.get(msg_id) == key:
                 del self._due[msg_id]
+                self._popped = (msg_id, key)
                 return msg_id
         return None
+
+    def unpop(self) -> None:
+        """Put the offer :meth:`pop` just returned back, as it was (it did not fit)."""
+        msg_id, key = self._popped
+        self._due[msg_id] = key
+        heapq.heappush(self._heap, (key, msg_id))
 
     def offered(self, msg_id: str, now: float) -> None:
         """``msg_id`` was offered now (or found held by every neighbour): repeat later."""
