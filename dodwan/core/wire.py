@@ -347,10 +347,7 @@ def encode_profile_request(
     for owner, version, ranges in entries:
         parts.append(_str(owner))
         parts.append(version.to_bytes(4, "big"))
-        parts.append(_varint(len(ranges)))
-        for first, count in ranges:
-            parts.append(_varint(first))
-            parts.append(_varint(count))
+        parts.append(_ranges(ranges))
     return b"".join(parts)
 
 
@@ -369,10 +366,7 @@ def encode_request(
     parts = [_header(REQUEST, sender), _str(target), _varint(len(entries))]
     for msg_id, ranges in entries:
         parts.append(_str(msg_id))
-        parts.append(_varint(len(ranges)))
-        for first, count in ranges:
-            parts.append(_varint(first))
-            parts.append(_varint(count))
+        parts.append(_ranges(ranges))
     return b"".join(parts)
 
 
@@ -431,6 +425,15 @@ def _decode_patterns(r: _Reader, limits: Limits) -> PatternSpecs:
             items.append((name, regex))
         out.append(tuple(sorted(items)))
     return tuple(out)
+
+
+def _decode_ranges(r: _Reader, bound: int) -> tuple[tuple[int, int], ...]:
+    """``varint count`` then that many (``varint first``, ``varint count``), each <= bound."""
+    return tuple((r.varint(bound), r.varint(bound)) for _ in range(r.varint(bound)))
+
+
+def _ranges(ranges: Sequence[tuple[int, int]]) -> bytes:
+    return b"".join([_varint(len(ranges)), *(_varint(f) + _varint(c) for f, c in ranges)])
 
 
 def _decode_entries(r: _Reader, limits: Limits) -> tuple[CatalogEntry, ...]:
@@ -582,13 +585,7 @@ def decode(data: bytes, limits: Limits) -> Datagram:
         for _ in range(n):
             owner = r.text(MAX_HOST_ID)
             version = r.u32()
-            k = r.varint(limits.max_profile_pieces)
-            ranges = []
-            for _ in range(k):
-                first = r.varint(limits.max_profile_pieces)
-                count = r.varint(limits.max_profile_pieces)
-                ranges.append((first, count))
-            preq.append((owner, version, tuple(ranges)))
+            preq.append((owner, version, _decode_ranges(r, limits.max_profile_pieces)))
         r.end()
         return ProfileRequest(sender, target, tuple(preq))
     if kind == CATALOG:
@@ -602,13 +599,7 @@ def decode(data: bytes, limits: Limits) -> Datagram:
         req = []
         for _ in range(n):
             msg_id = r.text(MAX_MSG_ID)
-            k = r.varint(limits.max_fragments)
-            ranges = []
-            for _ in range(k):
-                first = r.varint(limits.max_fragments)
-                count = r.varint(limits.max_fragments)
-                ranges.append((first, count))
-            req.append((msg_id, tuple(ranges)))
+            req.append((msg_id, _decode_ranges(r, limits.max_fragments)))
         r.end()
         return Request(sender, target, tuple(req))
     if kind == FRAGMENT:
