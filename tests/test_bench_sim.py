@@ -88,3 +88,22 @@ def test_pons_runs_five_minutes_of_the_workload() -> None:
     assert res["until"] == 300
     assert res["stats"]["created"] == len(schedule(sc, sc.host_names(), 300.0))
     assert res["net"]["tx"] > 0 and res["wall"] > 0
+
+
+def test_bundled_trace_is_what_one_default_mobility_makes(tmp_path: Path) -> None:
+    """The bundled trace stays in step with one_default.toml (its first ten minutes are
+    regenerated here; regenerate the whole file as docs/scenarios.md says if this fails)."""
+    from sim.mobility.contacts import write_one_trace
+
+    sc = load(ROOT / "scenarios" / "one_default.toml")
+    fresh = tmp_path / "fresh.one.txt"
+    write_one_trace(sc, 1, 600.0, fresh)
+
+    def before(lines: list[str], until: float) -> list[str]:
+        return [ln for ln in lines if ln.strip() and float(ln.split()[0]) < until]
+
+    with gzip.open(ROOT / "scenarios" / "traces" / "one_default.one.txt.gz", "rt") as f:
+        bundled = f.read()
+    want = before(fresh.read_text().splitlines(), 600.0)
+    assert len(want) > 50
+    assert before(bundled.splitlines(), 600.0) == want
