@@ -18,7 +18,7 @@ figures still are.
 
     .venv/bin/python bench/bench_sim.py                    # full 12-hour campus run
     .venv/bin/python bench/bench_sim.py --until 3600 --profile-until 600
-    .venv/bin/python bench/bench_sim.py --workload one --until 10800 --profile-until 600
+    .venv/bin/python bench/bench_sim.py --workload one --until 10800
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def main() -> None:
     ap.add_argument("--until", type=float, help="simulated seconds (default: whole scenario)")
     ap.add_argument("--profile-until", type=float,
                     help="simulated seconds of the profiled run (0: no profile; default 1800, "
-                         "600 for the one workload)")  # fmt: skip
+                         "3600 for the one workload, whose first minutes carry few messages)")  # fmt: skip
     ap.add_argument("--top", type=int, default=25, help="profile entries to print")
     ap.add_argument("--pons-until", type=float,
                     help="campus: simulated seconds of the PONS run (default: same as ours; 0: skip)")  # fmt: skip
@@ -148,7 +148,7 @@ def main() -> None:
         import bench_one
 
         bench_one.main(args.until, args.with_1k, args.skip_pons, args.progress)
-        profile_until = 600.0 if args.profile_until is None else args.profile_until
+        profile_until = 3600.0 if args.profile_until is None else args.profile_until
         if profile_until > 0:
             sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb")
             print(
