@@ -107,3 +107,18 @@ def test_bundled_trace_is_what_one_default_mobility_makes(tmp_path: Path) -> Non
     want = before(fresh.read_text().splitlines(), 600.0)
     assert len(want) > 50
     assert before(bundled.splitlines(), 600.0) == want
+
+
+def test_goal_lines_judge_a_whole_run_in_wall_and_cpu_time(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run = {"until": 43200.0, "wall": 300.0, "cpu": 100.0, "rss_mb": 1000.0}
+    bench_one._print_goal(run)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].endswith("NOT met in wall time (300 s, 1,000 MB)")
+    assert lines[1].endswith("met in cpu time (100 s, 1,000 MB)") and "NOT" not in lines[1]
+    bench_one._print_goal({**run, "rss_mb": 2000.0})
+    assert capsys.readouterr().out.count("NOT met") == 2
+    bench_one._print_goal({**run, "until": 3600.0})
+    assert "not judged, this run covers 1.00 h" in capsys.readouterr().out
