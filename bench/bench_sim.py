@@ -1,13 +1,24 @@
-"""Benchmark dodwan-sim on a scenario (default: campus) and compare with PONS.
+"""Benchmark dodwan-sim on a scenario (default: campus) or the ONE-default workload, and compare with PONS.
 
-Prints simulated host-seconds per wall second, simulation events per second, peak memory,
-a cProfile of a shorter run (where time goes), and the speed of PONS (``pons-dtn``, a
-SimPy DTN simulator with abstract routers) on an equivalent random-waypoint epidemic
-configuration, with our speed as a ratio to it. PONS runs in a child process; when it is
-missing or fails, the reason is printed and our figures still are.
+``--workload campus`` (default): prints simulated host-seconds per wall second, simulation
+events per second, peak memory, a cProfile of a shorter run (where time goes), and the
+speed of PONS (``pons-dtn``, a SimPy DTN simulator with abstract routers) on an equivalent
+random-waypoint epidemic configuration, with our speed as a ratio to it.
+
+``--workload one``: The ONE's default workload (126 hosts, 12 h, one 0.5-1 MB message every
+25-35 s to a random host, TTL 5 h, 5 MB caches, 250 kB/s links) replayed from the bundled
+contact trace ``scenarios/traces/one_default.one.txt.gz`` (``scenarios/one_default_trace.toml``),
+altruistic and not (and with ``--with-1k`` the 1 kB variant), each run in its own child
+process so its peak RSS is its own; then PONS (epidemic router, 5 MB buffers) on the SAME
+contact trace (as a CORE contact plan at 250 kB/s) and the SAME generated messages (same
+times, sources, destinations, sizes, TTL), with the ratio. See ``bench_one.py``.
+
+PONS runs in a child process; when it is missing or fails, the reason is printed and our
+figures still are.
 
     .venv/bin/python bench/bench_sim.py                    # full 12-hour campus run
     .venv/bin/python bench/bench_sim.py --until 3600 --profile-until 600
+    .venv/bin/python bench/bench_sim.py --workload one --until 10800
 """
 
 from __future__ import annotations
@@ -27,7 +38,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.runner import Simulation, simulate  # noqa: E402
 from sim.scenario import Scenario, load  # noqa: E402
 
 PONS_SCRIPT = r"""
@@ -96,6 +106,8 @@ def run_pons(sc: Scenario, until: float) -> dict[str, object] | str:
 
 
 def profile(sc: Scenario, until: float, top: int) -> str:
+    from sim.runner import Simulation
+
     sim = Simulation(sc, until=until)
     prof = cProfile.Profile()
     prof.enable()
@@ -110,14 +122,46 @@ def profile(sc: Scenario, until: float, top: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default=str(ROOT / "scenarios" / "campus.toml"))
+    ap.add_argument("--workload", choices=["campus", "one"], default="campus",
+                    help="campus: --scenario vs PONS on an equivalent random-waypoint setup; "
+                         "one: the ONE-default workload on its bundled contact trace, "
+                         "altruistic and not, vs PONS on the same trace and messages")  # fmt: skip
+    ap.add_argument("--scenario", default=str(ROOT / "scenarios" / "campus.toml"),
+                    help="scenario of the campus workload")  # fmt: skip
     ap.add_argument("--until", type=float, help="simulated seconds (default: whole scenario)")
-    ap.add_argument("--profile-until", type=float, default=1800.0,
-                    help="simulated seconds of the profiled run (0: no profile)")  # fmt: skip
+    ap.add_argument("--profile-until", type=float,
+                    help="simulated seconds of the profiled run (0: no profile; default 1800, "
+                         "3600 for the one workload, whose first minutes carry few messages)")  # fmt: skip
     ap.add_argument("--top", type=int, default=25, help="profile entries to print")
     ap.add_argument("--pons-until", type=float,
-                    help="simulated seconds of the PONS run (default: same as ours; 0: skip)")  # fmt: skip
+                    help="campus: simulated seconds of the PONS run (default: same as ours; 0: skip)")  # fmt: skip
+    ap.add_argument("--skip-pons", action="store_true", help="do not run PONS")
+    ap.add_argument("--with-1k", action="store_true",
+                    help="one: also the 1 kB message variants (ours and PONS)")  # fmt: skip
+    ap.add_argument("--progress", type=float, metavar="SECONDS",
+                    help="one: each of our runs prints a progress line every SECONDS on stderr")  # fmt: skip
     args = ap.parse_args()
+    if args.until is not None and args.until <= 0:
+        ap.error("--until must be > 0")
+
+    if args.workload == "one":
+        import bench_one
+
+        bench_one.main(args.until, args.with_1k, args.skip_pons, args.progress)
+        profile_until = 3600.0 if args.profile_until is None else args.profile_until
+        if profile_until > 0:
+            sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb")
+            print(
+                f"\n== profile of a {profile_until:.0f} s run, altruistic, 0.5-1 MB (top {args.top})"
+            )
+            print(profile(sc, profile_until, args.top))
+        return
+    if args.skip_pons:
+        args.pons_until = 0.0
+    if args.profile_until is None:
+        args.profile_until = 1800.0
+
+    from sim.runner import simulate
 
     sc = load(args.scenario)
     hosts = len(sc.host_names())

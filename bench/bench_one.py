@@ -1,0 +1,317 @@
+"""The ONE-default workload for ``bench_sim.py --workload one``: our runs and PONS on the
+same contact trace and the same messages.
+
+Every run happens in a child process (this file run with ``--child SPEC``, or PONS'
+script), so each peak RSS is that run's own (``ru_maxrss`` of the child itself) and one
+run's heap does not slow the next. The parent prints one block per run and the ratios.
+
+* Ours: ``scenarios/one_default_trace.toml`` (126 hosts replaying the bundled 12-hour
+  trace ``scenarios/traces/one_default.one.txt.gz``), altruistic or not (every group's
+  ``altruistic`` replaced), 0.5-1 MB or 1 kB messages (the generator's ``size`` replaced).
+* PONS: the same trace as a CORE contact plan (one contact per up/down pair, integer
+  seconds: start rounded down, end up; 250 kB/s, no loss, no delay), one shared plan for
+  all nodes; the messages our generator draws for that run (``sim.traffic.schedule`` ->
+  ``as_events``: same times, sources, destinations, sizes; same TTL), created by a SimPy
+  process at their exact times the way PONS' own generator creates its messages
+  (``router.add``); epidemic routers with 5 MB buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sim.scenario import Scenario, load  # noqa: E402
+from sim.traffic import as_events, schedule  # noqa: E402
+
+TRACE_SCENARIO = ROOT / "scenarios" / "one_default_trace.toml"
+GOAL_WALL = 120.0
+GOAL_RSS_MB = 1536.0
+LINK_RATE = 250_000  # bytes per second (2 Mbit/s), PONS' contact-plan bandwidth unit
+
+# (label, altruistic, size) of every run; the 1 kB ones only with --with-1k.
+VARIANTS = [
+    ("altruistic, 0.5-1 MB", True, "mb"),
+    ("not altruistic, 0.5-1 MB", False, "mb"),
+]
+VARIANTS_1K = [
+    ("altruistic, 1 kB", True, "1k"),
+    ("not altruistic, 1 kB", False, "1k"),
+]
+
+
+def variant(sc: Scenario, altruistic: bool, size: str) -> Scenario:
+    """``sc`` with every group's ``altruistic`` set, and 1 kB messages when ``size`` is 1k."""
+    groups = tuple(
+        dataclasses.replace(
+            g,
+            protocol=dataclasses.replace(
+                g.protocol, settings={**g.protocol.settings, "altruistic": altruistic}
+            ),
+        )
+        for g in sc.groups
+    )
+    gens = sc.generate
+    if size == "1k":
+        gens = tuple(dataclasses.replace(g, size=(1000, 1000)) for g in gens)
+    return dataclasses.replace(sc, groups=groups, generate=gens)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child(spec: dict[str, Any]) -> None:
+    """Run one variant of ours (in this process) and print its figures as one JSON line."""
+    from sim.cli import ProgressLines
+    from sim.runner import simulate
+
+    sc = variant(load(spec["scenario"]), spec["altruistic"], spec["size"])
+    until = spec["until"]
+    progress = ProgressLines(spec["label"], until, spec["progress"]) if spec["progress"] else None
+    with tempfile.TemporaryDirectory() as tmp:
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = simulate(sc, Path(tmp), until=until, progress=progress)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = {
+        "wall": wall,
+        "cpu": cpu,
+        "rss_mb": _peak_rss_mb(),
+        "hosts": res.hosts,
+        "until": res.until,
+        "events": res.events,
+        "counters": res.counters,
+    }
+    print(json.dumps(out), flush=True)
+
+
+def _run_child(cmd: list[str], timeout: float) -> dict[str, Any] | str:
+    """Run a child that prints one JSON line last; its figures, or why there are none."""
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"did not finish within {timeout:.0f} s"
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0:
+        return f"failed with exit status {proc.returncode} (its error output is above)"
+    try:
+        out: dict[str, Any] = json.loads(lines[-1])
+    except (ValueError, IndexError):
+        return f"printed no result: {proc.stdout[-200:]!r}"
+    return out
+
+
+# ------------------------------------------------------------------------------ PONS
+
+PONS_SCRIPT = r"""
+import copy, json, logging, resource, sys, time
+logging.disable(logging.CRITICAL)
+import pons, pons.routing
+from pons.net.plans.core import CoreContact, CoreContactPlan
+
+class SharedPlan(CoreContactPlan):
+    # PONS deep-copies each node's network settings; one read-only plan serves all nodes.
+    def __deepcopy__(self, memo):
+        return self
+
+with open(sys.argv[1]) as f:
+    cfg = json.load(f)
+n, until = cfg["hosts"], cfg["until"]
+plan = SharedPlan(contacts=[
+    CoreContact((s, e), (a, b), cfg["rate"], 0.0, 0.0, 0.0) for s, e, a, b in cfg["contacts"]])
+net = pons.NetworkSettings("contactplan", range=0, contactplan=plan)
+nodes = pons.generate_nodes(
+    n, net=[net], router=pons.routing.EpidemicRouter(capacity=cfg["cache"]))
+
+def creations(netsim):
+    env = netsim.env
+    for t, mid, src, dst, size in cfg["messages"]:
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        netsim.routing_stats["created"] += 1
+        netsim.nodes[src].router.add(pons.Message(mid, src, dst, size, env.now, ttl=cfg["ttl"]))
+
+sim = pons.NetSim(until, nodes, world_size=(1, 1), config={"movement_logger": False,
+                  "peers_logger": False})
+sim.setup()
+sim.env.process(creations(sim))
+t, c = time.perf_counter(), time.process_time()
+sim.run()
+wall, cpu = time.perf_counter() - t, time.process_time() - c
+print()
+print(json.dumps({"wall": wall, "cpu": cpu, "host_seconds": n * until, "until": until,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "net": sim.net_stats, "stats": sim.routing_stats}))
+"""
+
+
+def one_contacts(path: Path, until: float) -> list[tuple[int, int, int, int]]:
+    """The up/down pairs of a ONE connectivity trace (0-based host numbers) as
+    ``(start, end, a, b)`` in integer seconds (start rounded down, end up), cut at
+    ``until``; links still up at the end of the file close at ``until``."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    up: dict[tuple[int, int], float] = {}
+    out: list[tuple[int, int, int, int]] = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split("#", 1)[0].split()
+            if len(fields) != 5 or fields[1] != "CONN":
+                continue
+            t, a, b, state = float(fields[0]), int(fields[2]), int(fields[3]), fields[4]
+            key = (min(a, b), max(a, b))
+            if t >= until:
+                break
+            if state == "up":
+                up.setdefault(key, t)
+            elif key in up:
+                start = up.pop(key)
+                out.append((math.floor(start), math.ceil(t), key[0], key[1]))
+    out.extend((math.floor(s), math.ceil(until), a, b) for (a, b), s in up.items())
+    out.sort()
+    return out
+
+
+def pons_config(sc: Scenario, until: float) -> dict[str, Any]:
+    """PONS' inputs: the scenario's contact trace and the messages it generates."""
+    if sc.contacts is None or sc.contacts.format != "one":
+        raise ValueError(f"{sc.name}: needs a ONE contact trace in [contacts]")
+    names = sc.host_names()
+    pubs = schedule(sc, names, until)
+    ttls = {p.ttl for p in pubs}
+    if len(ttls) > 1:
+        raise ValueError(f"{sc.name}: messages with different TTLs ({sorted(ttls)[:3]} ...)")
+    caches = {g.protocol.cache_capacity for g in sc.groups}
+    return {
+        "hosts": len(names),
+        "until": int(until),
+        "rate": LINK_RATE,
+        "cache": max(caches),
+        "ttl": int(ttls.pop()) if ttls else 3600,
+        "contacts": one_contacts(sc.contacts.path, until),
+        "messages": as_events(sc, pubs),
+    }
+
+
+def run_pons(sc: Scenario, until: float, timeout: float) -> dict[str, Any] | str:
+    try:
+        import pons  # noqa: F401
+    except ImportError:
+        return "PONS is not installed; install it with: pip install '.[bench]' (pons-dtn)"
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(pons_config(sc, until), f)
+    try:
+        return _run_child([sys.executable, "-c", PONS_SCRIPT, f.name], timeout)
+    finally:
+        Path(f.name).unlink()
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def _print_ours(label: str, r: dict[str, Any]) -> None:
+    c = r["counters"]
+    hs = r["hosts"] * r["until"]
+    print(f"== dodwan-sim, {label}: {r['hosts']} hosts, {r['until']:.0f} simulated s")
+    print(f"wall time            {r['wall']:10.1f} s (set-up, run and Parquet logs)")
+    print(f"cpu time             {r['cpu']:10.1f} s")
+    print(f"host-seconds / s     {hs / r['wall']:10,.0f}  ({hs / r['cpu']:,.0f} per CPU second)")
+    print(f"events / s           {r['events'] / r['wall']:10,.0f}  ({r['events']:,} events)")
+    print(f"peak RSS             {r['rss_mb']:10.0f} MB (this run's own process)")
+    print(
+        f"datagrams sent       {c.get('medium_sent', 0):10,}  "
+        f"({c.get('bytes_sent', 0) / 1e6:,.1f} MB; {c.get('medium_delivered', 0):,} received)"
+    )
+    print(
+        f"messages             {c.get('sim_published', 0):10,} published, "
+        f"{c.get('sim_deliveries', 0):,} delivered to their destination"
+    )
+
+
+def _print_goal(r: dict[str, Any]) -> None:
+    if r["until"] < 43200:
+        print(
+            f"goal (whole 12 h run < {GOAL_WALL:.0f} s, < {GOAL_RSS_MB / 1024:.1f} GB peak RSS): "
+            f"not judged, this run covers {r['until'] / 3600:.2f} h (use the default --until)"
+        )
+        return
+    rss_ok = r["rss_mb"] < GOAL_RSS_MB
+    for what in ("wall", "cpu"):
+        ok = r[what] < GOAL_WALL and rss_ok
+        print(
+            f"goal (< {GOAL_WALL:.0f} s and < {GOAL_RSS_MB / 1024:.1f} GB peak RSS) "
+            f"{'met' if ok else 'NOT met'} in {what} time "
+            f"({r[what]:.0f} s, {r['rss_mb']:,.0f} MB)"
+        )
+
+
+def _print_pons(label: str, r: dict[str, Any], ours: dict[str, Any] | None) -> None:
+    st, net = r["stats"], r["net"]
+    hs = float(r["host_seconds"])
+    print(f"== PONS, same trace and messages ({label}), epidemic, {r['until']:.0f} simulated s")
+    print(f"wall time            {r['wall']:10.1f} s (run only, set-up excluded)")
+    print(f"cpu time             {r['cpu']:10.1f} s")
+    print(f"host-seconds / s     {hs / r['wall']:10,.0f}  ({hs / r['cpu']:,.0f} per CPU second)")
+    print(f"peak RSS             {r['rss_mb']:10.0f} MB")
+    print(f"transmissions        {net['tx']:10,}  (whole messages, {net['rx']:,} received)")
+    print(f"messages             {st['created']:10,} created, {st['delivered']:,} delivered")
+    if ours is not None:
+        o_hs = ours["hosts"] * ours["until"]
+        print(
+            f"ratio ours / PONS    {o_hs / ours['wall'] / (hs / r['wall']):10.2f} wall, "
+            f"{o_hs / ours['cpu'] / (hs / r['cpu']):.2f} per CPU second "
+            f"(host-seconds per second; > 1: we are faster)"
+        )
+
+
+def main(until: float | None, with_1k: bool, skip_pons: bool, progress: float | None) -> None:
+    sc = load(TRACE_SCENARIO)
+    horizon = float(sc.duration if until is None else until)
+    print(
+        f"ONE-default workload: {TRACE_SCENARIO.relative_to(ROOT)} on "
+        f"{sc.contacts.path.relative_to(ROOT) if sc.contacts else '?'}, {horizon:.0f} simulated s"
+    )
+    ours: dict[str, dict[str, Any]] = {}
+    for label, altruistic, size in VARIANTS + (VARIANTS_1K if with_1k else []):
+        spec = {
+            "scenario": str(TRACE_SCENARIO), "label": label, "altruistic": altruistic,
+            "size": size, "until": horizon, "progress": progress,
+        }  # fmt: skip
+        res = _run_child([sys.executable, __file__, "--child", json.dumps(spec)], 6 * 3600)
+        if isinstance(res, str):
+            print(f"== dodwan-sim, {label}: {res}")
+            continue
+        _print_ours(label, res)
+        if altruistic and size == "mb":
+            _print_goal(res)
+        ours[f"{altruistic}/{size}"] = res
+        sys.stdout.flush()
+    if skip_pons:
+        return
+    for size, label in (("mb", "0.5-1 MB"), ("1k", "1 kB")):
+        if size == "1k" and not with_1k:
+            continue
+        pres = run_pons(variant(sc, True, size), horizon, 6 * 3600)
+        if isinstance(pres, str):
+            print(f"== PONS ({label}): {pres}")
+            continue
+        _print_pons(label, pres, ours.get(f"True/{size}"))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child(json.loads(sys.argv[2]))
+    else:
+        sys.exit("run bench/bench_sim.py --workload one (this file is its helper)")
