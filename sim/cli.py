@@ -34,6 +34,16 @@ def _fmt_time(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+seed_option = click.option(
+    "--seed", type=click.IntRange(min=0), help="Override the scenario's seed."
+)
+until_option = click.option(
+    "--until",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Simulated seconds to run (default: the scenario's duration).",
+)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dodwan")
 def main() -> None:
@@ -44,9 +54,8 @@ def main() -> None:
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Folder for the Parquet tables and run.json.")  # fmt: skip
-@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed.")
-@click.option("--until", type=click.FloatRange(min=0, min_open=True),
-              help="Simulated seconds to run (default: the scenario's duration).")  # fmt: skip
+@seed_option
+@until_option
 @click.option("--contacts", type=click.Path(exists=True, dir_okay=False),
               help="Replay this contact trace instead of the scenario's mobility.")  # fmt: skip
 @click.option("--contacts-format", type=click.Choice(["one", "csv"]),
@@ -294,9 +303,8 @@ def _sweep_reporter(started: float, echo: Callable[[str], None]) -> Callable[[An
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
               help="Trace file to write (The ONE's connectivity format; gzip if it ends in .gz).")  # fmt: skip
-@click.option("--seed", type=click.IntRange(min=0), help="Override the scenario's seed.")
-@click.option("--until", type=click.FloatRange(min=0, min_open=True),
-              help="Simulated seconds (default: the scenario's duration).")  # fmt: skip
+@seed_option
+@until_option
 def contacts(scenario: str, out: str, seed: int | None, until: float | None) -> None:
     """Write the contacts SCENARIO's own mobility makes as a ONE contact trace (host i =
     the i-th host of the scenario), to replay the same contacts with other settings or
