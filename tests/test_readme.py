@@ -93,7 +93,8 @@ class Shell:
     console: Pane | None = None
 
     def adapt(self, line: str) -> str:
-        line = line.replace(".venv/bin/", f"{BIN}/").replace("/tmp/", f"{self.tmp}/")
+        # /tmp/ first: the checkout (and so BIN) may itself live under /tmp (a CI clone)
+        line = line.replace("/tmp/", f"{self.tmp}/").replace(".venv/bin/", f"{BIN}/")
         line = line.replace("127.0.0.1:61613", self.stomp)
         return re.sub(r"(dodwan daemon)", rf"\1 --group {self.group}", line)
 
