@@ -18,6 +18,9 @@ from typing import Any
 from .core import Event, MessageDelivered, Node, NodeConfig
 from .core.store import Store
 
+LOOKAHEAD = 0.05
+"""Seconds of air time a host's radio is given ahead when the network has a bit rate."""
+
 
 @dataclass
 class _Host:
@@ -114,7 +117,11 @@ class VirtualNetwork:
 
     def _after_input(self, host_id: str) -> None:
         h = self._hosts[host_id]
-        for data, _dest in h.node.datagrams_to_send(self.now):
+        budget = None
+        if self.bitrate:  # fragments as the radio can take them, a little ahead (LOOKAHEAD)
+            backlog = max(0.0, h.busy_until - self.now)
+            budget = int(max(0.0, LOOKAHEAD - backlog) * self.bitrate / 8)
+        for data, _dest in h.node.datagrams_to_send(self.now, budget):
             self.transmissions[host_id] = self.transmissions.get(host_id, 0) + 1
             start = max(self.now, h.busy_until)
             air = len(data) * 8 / self.bitrate if self.bitrate else 0.0
@@ -128,6 +135,9 @@ class VirtualNetwork:
                 )
         while (ev := h.node.next_event()) is not None:
             h.events.append(ev)
+        if budget is not None and h.node.fragments_queued:  # pull more when the radio is idle
+            idle = max(self.now, h.busy_until)
+            heapq.heappush(self._queue, (idle, next(self._seq), "idle", host_id, None))
         self._reschedule(host_id)
 
     def run_until(self, t: float, stop: Callable[[], bool] | None = None) -> bool:
@@ -143,6 +153,9 @@ class VirtualNetwork:
                     continue
                 h.timer = None
                 h.node.handle_timer(self.now)
+            elif kind == "idle":
+                if h.busy_until > self.now:
+                    continue  # something else was sent meanwhile; its own idle event follows
             else:
                 data, sender = arg
                 if sender not in self._links[host_id]:

@@ -78,7 +78,7 @@ class SimHost:
         joms = self.joms
         if joms is not None:
             self._service_joms(joms, now)
-        out = node.datagrams_to_send(now=now)
+        out = node.datagrams_to_send(now, self.medium.ready_bytes(self.index))
         if out:
             send, me, bcast = self.medium.send, self.index, self.broadcast
             for data, dest in out:

@@ -18,6 +18,10 @@ from collections.abc import Callable
 import simpy
 from simpy.core import NORMAL
 
+LOOKAHEAD = 0.05
+"""Seconds of air time a host is asked to fill ahead (:meth:`Medium.ready_bytes`): the
+node keeps the rest of its requested fragments and decides their order itself."""
+
 Deliver = Callable[[int, int, bytes], None]
 """``deliver(receiver, sender, data)``."""
 
@@ -46,10 +50,17 @@ class Medium:
         ]
         """Per sender: ((arrival time, priority, event id), data, dest) of what its radio is sending, in order."""
         self.arrivals = [_Arrival(self, i) for i in range(n)]
+        self.on_idle: Callable[[int], None] | None = None
+        """Called with a sender's index when its radio has sent everything queued."""
         self.sent = 0
         self.delivered = 0
         self.lost = 0
         self.unreachable = 0
+
+    def ready_bytes(self, sender: int) -> int:
+        """Bytes ``sender`` may queue now: what keeps its radio busy ``LOOKAHEAD`` ahead."""
+        backlog = max(0.0, self.free_at[sender] - self.env.now)
+        return int(max(0.0, LOOKAHEAD - backlog) / self.seconds_per_byte)
 
     def link_up(self, i: int, j: int) -> None:
         self.neighbours[i].add(j)
@@ -106,6 +117,8 @@ class Medium:
             env._now = key[0]  # SimPy internals: nothing is due before this arrival
             _key, data, dest = queue.popleft()
             self.arrive(sender, data, dest)
+        if self.on_idle is not None:
+            self.on_idle(sender)
 
     def arrive(self, sender: int, data: bytes, dest: int | None) -> None:
         nbrs = self.neighbours[sender]

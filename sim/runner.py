@@ -99,6 +99,7 @@ class Simulation:
                     lambda addr: index.get(str(addr)),
                 )  # fmt: skip
                 self.hosts.append(host)
+        self.medium.on_idle = self._idle
         self.targets = Targets(scenario)
         self.joms_targets = joms_traffic.JomsTargets(scenario)
         self.joms_publications = joms_traffic.schedule(scenario, self.names, self.until, self.seed)
@@ -134,6 +135,12 @@ class Simulation:
 
     def _now(self) -> float:
         return float(self.env.now)
+
+    def _idle(self, sender: int) -> None:
+        """A radio went idle: its node may have more requested fragments to send."""
+        host = self.hosts[sender]
+        if host.node.fragments_queued:
+            host.service()
 
     def _deliver(self, receiver: int, sender: int, data: bytes) -> None:
         self.hosts[receiver].receive(self.names[sender], data)

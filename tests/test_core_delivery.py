@@ -61,3 +61,85 @@ def test_partial_sets_do_not_crowd_out_a_complete_message() -> None:
             h.receive_datagram(d, f"o{k + 2}", now=20.0)
     assert h.cache_usage()["complete"] == 1  # the complete message stayed
     assert h.counters.get("messages_evicted", 0) > 0  # older partial sets made room instead
+
+
+# --- short contacts: discovery, transfer scheduling, offer order --------------------------
+
+KB = 1000
+
+
+def _apart(net: VirtualNetwork, seconds: float = 30.0) -> None:
+    """Let the hosts run unlinked, so a contact starts at any phase of their timers."""
+    net.run(seconds)
+
+
+def test_a_two_second_contact_carries_a_whole_500_kb_message() -> None:
+    # 4 Mbit/s: 500 kB is ~1 s of air time; the rest of the contact is for noticing each
+    # other. With announcements every 5 s and nothing in between, most 2 s contacts were
+    # over before either host knew the other was there.
+    for seed in range(6):
+        net = VirtualNetwork(seed=seed, bitrate=4e6)
+        net.add("a", cache_capacity=8 * MB)
+        net.add("b", cache_capacity=8 * MB)
+        net.subscribe("b", {"topic": "maps"})
+        mid = net.publish("a", {"topic": "maps"}, random.Random(seed).randbytes(500 * KB), 1e5)
+        _apart(net, 30.0 + seed * 0.37)
+        net.link("a", "b")
+        net.run(2.0)
+        net.unlink("a", "b")
+        assert [d.descriptor["id"] for d in net.deliveries("b")] == [mid], f"seed {seed}"
+
+
+def test_a_short_contact_finishes_one_message_rather_than_parts_of_two() -> None:
+    # 3 Mbit/s: one 500 kB message takes 1.3 s of air, two take 2.7 s; the contact lasts
+    # 2.2 s. The carrier asks for both at once; served first-come first-served in request
+    # windows, both were left partial. The sender now finishes one before it starts another.
+    for seed in range(4):
+        net = VirtualNetwork(seed=seed, bitrate=3e6)
+        net.add("a", cache_capacity=8 * MB)
+        b = net.add("b", cache_capacity=8 * MB, altruistic=True)
+        for k in range(2):
+            net.publish("a", {"topic": f"t{k}"}, random.Random(k).randbytes(500 * KB), 1e5)
+        _apart(net, 30.0 + seed * 0.41)
+        net.link("a", "b")
+        net.run(2.2)
+        net.unlink("a", "b")
+        assert b.cache_usage()["complete"] >= 1, f"seed {seed}: {b.cache_usage()}"
+
+
+def test_offers_put_first_what_the_neighbour_itself_subscribed_to() -> None:
+    # a carries 40 messages; b (an altruistic carrier) subscribed to the oldest, which a
+    # offered last (newest first), one small catalog at a time.
+    for seed in range(3):
+        net = VirtualNetwork(seed=seed, bitrate=2e6)
+        net.add("a", cache_capacity=8 * MB, max_datagram=600, max_catalog_datagrams=1)
+        net.add("b", cache_capacity=8 * MB, altruistic=True)
+        net.subscribe("b", {"topic": "wanted"})
+        wanted = net.publish("a", {"topic": "wanted"}, b"x" * 300, 1e5)
+        for k in range(40):
+            net.run(0.01)
+            net.publish("a", {"topic": f"other{k}"}, b"y" * 300, 1e5)
+        _apart(net, 30.0 + seed * 0.29)
+        net.link("a", "b")
+        net.run(1.5)
+        net.unlink("a", "b")
+        assert [d.descriptor["id"] for d in net.deliveries("b")] == [wanted], f"seed {seed}"
+
+
+def test_fragments_for_a_neighbour_that_left_are_not_sent() -> None:
+    net = VirtualNetwork(seed=3, bitrate=2e6)
+    a = net.add("a", cache_capacity=8 * MB)
+    net.add("b", cache_capacity=8 * MB)
+    net.subscribe("b", {"topic": "maps"})
+    net.publish("a", {"topic": "maps"}, random.Random(3).randbytes(2 * MB), 1e5)
+    _apart(net)
+    net.link("a", "b")
+    net.run(3.0, stop=lambda: a.fragments_queued > 0)
+    assert a.fragments_queued > 0  # b asked for a window; a hands it to the radio gradually
+    net.unlink("a", "b")
+    sent = net.transmissions["a"]
+    net.run(a.config.effective_neighbour_timeout + 1.0)
+    assert a.fragments_queued == 0
+    # after the contact, at most one request window (and the radio's look-ahead) went out
+    assert net.transmissions["a"] - sent <= a.config.request_window + 64
+    assert not net.deliveries("b")

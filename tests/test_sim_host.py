@@ -40,9 +40,11 @@ class FakeNode:
         if data == b"reply":
             self.outbox.append((b"to-you", source))
 
-    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Any]]:
+    def datagrams_to_send(self, now: float, budget: int | None = None) -> list[tuple[bytes, Any]]:
         out, self.outbox = self.outbox, []
         return out
+
+    fragments_queued = 0
 
     def next_event(self) -> None:
         return None

@@ -31,8 +31,14 @@ class NodeConfig:
     announce_jitter: float = 0.25
     """Each period is drawn uniformly in ``period * (1 ± jitter)`` to avoid synchronised peers."""
 
+    beacon_period: float = 1.0
+    """Most time without sending anything before a node sends a beacon (a bare announcement,
+    ~30 bytes): neighbours notice each other within about this long, which matters when
+    contacts last seconds. Catalogs still go every ``announce_period``. 0 turns beacons off."""
+
     neighbour_timeout: float = 0.0
-    """Silence after which a neighbour is considered gone; 0 means ``3 × announce_period``."""
+    """Silence after which a neighbour is considered gone; 0 means 3 × ``beacon_period`` (or
+    3 × ``announce_period`` without beacons)."""
 
     max_datagram: int = 1400
     """Largest datagram this node sends (UDP payload); fragments are cut to fit it."""
@@ -47,9 +53,11 @@ class NodeConfig:
     request_timeout: float = 2.0
     """Fragments requested and not received after this long may be requested again."""
 
-    request_window: int = 256
+    request_window: int = 64
     """Most fragments of one message requested from one neighbour and not yet received; more
-    are asked as soon as half of them have arrived (a sliding window)."""
+    are asked as soon as half of them have arrived (a sliding window). It bounds what a
+    sender still puts on the air after the requester has left (64 × 1400 B ≈ 0.36 s at
+    2 Mbit/s)."""
 
     partial_timeout: float = 1800.0
     """An incomplete message that made no progress for this long is dropped."""
@@ -88,6 +96,8 @@ class NodeConfig:
             raise ValueError("announce_period must be positive")
         if not 0 <= self.announce_jitter < 1:
             raise ValueError("announce_jitter must be in [0, 1)")
+        if not 0 <= self.beacon_period <= 3600:
+            raise ValueError("beacon_period must be between 0 (off) and 3600 s")
         if self.neighbour_timeout < 0:
             raise ValueError("neighbour_timeout must be >= 0")
         if not 256 <= self.max_datagram <= 65507:
@@ -110,7 +120,11 @@ class NodeConfig:
     @property
     def effective_neighbour_timeout(self) -> float:
         """The neighbour timeout actually applied."""
-        return self.neighbour_timeout or 3.0 * self.announce_period
+        if self.neighbour_timeout:
+            return self.neighbour_timeout
+        if self.beacon_period:
+            return 3.0 * min(self.beacon_period, self.announce_period)
+        return 3.0 * self.announce_period
 
 
 def attribute_docs(cls: type) -> dict[str, str]:

@@ -81,10 +81,11 @@ class Cached:
     def complete(self) -> bool:
         return self.count == self.header.frags
 
-    def offer_rank(self) -> Rank:
-        """Offer order, lowest first: persistent, then higher priority, then newest."""
+    def offer_rank(self, wanted_here: bool = False) -> Rank:
+        """Offer order, lowest first: what a neighbour itself subscribed to
+        (``wanted_here``), then persistent, then higher priority, then newest."""
         h = self.header
-        return (0 if h.persistent else 1, -h.priority, -h.date)
+        return (0 if wanted_here else 1, 0 if h.persistent else 1, -h.priority, -h.date)
 
     def rank(self) -> tuple[int, int, int, float]:
         """Eviction order, lowest first. Tiers: partial sets carried for others, complete
@@ -190,7 +191,12 @@ class Node:
         self._trace_sink: TraceSink | None = trace_sink
         self._tracing = config.trace or trace_sink is not None
         self._outbox: list[bytes] = []
-        self._send_queue: dict[tuple[str, int], int] = {}  # (msg, index) -> hops to send with
+        self._send_queue: dict[str, dict[int, int]] = {}
+        """Fragments requested from us, per message (in request order): index -> hops."""
+        self._send_for: dict[str, set[str]] = {}
+        """Per queued message, the neighbours that asked for it (gone ones are forgotten)."""
+        self._sending: str | None = None
+        """The message being sent: served until its queue is empty before another starts."""
         self.counters: dict[str, int] = {}
 
         self._cache: dict[str, Cached] = {}
@@ -237,6 +243,9 @@ class Node:
         self._relays_due = True  # send the full list next time (a neighbour arrived)
         self._next_announce: float | None = None
         self._last_announce = float("-inf")
+        self._next_beacon: float | None = None
+        self._last_sent = float("-inf")
+        self._beacon_bytes = b""
         self._next_housekeeping: float | None = None
 
         self._load()
@@ -267,6 +276,8 @@ class Node:
             self._next_announce = now + self._rng.uniform(0, self.config.announce_period * 0.5)
         if self._next_housekeeping is None:
             self._next_housekeeping = now + self.config.effective_neighbour_timeout
+        if self._next_beacon is None and self.config.beacon_period:
+            self._next_beacon = now + self._rng.uniform(0, self.config.beacon_period)
 
     # ------------------------------------------------------------------ restart
 
@@ -537,31 +548,25 @@ class Node:
             self._tr(now, "datagram_dropped", size=size, detail="internal error")
         self._store.commit()
 
-    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Hashable]]:
-        """Drain the datagrams produced so far (all broadcast on the shared medium)."""
+    def datagrams_to_send(
+        self, now: float, budget: int | None = None
+    ) -> list[tuple[bytes, Hashable]]:
+        """Drain the datagrams produced so far (all broadcast on the shared medium).
+
+        Control datagrams always all go; requested fragments go up to ``budget`` bytes (all
+        of them when None). A runner that knows its link rate passes what the link can send
+        before it would be idle (a few hundredths of a second of air time) and calls again
+        when it is: fragments then wait here, where :meth:`_next_to_send` decides their
+        order and those for neighbours that have left are dropped, rather than in a radio
+        queue that sends them first-in, first-out, to nobody when the contact is over."""
         out = self._outbox
         self._outbox = []
-        if self._send_queue:
-            queue = self._send_queue
-            self._send_queue = {}
-            parts: dict[str, tuple[bytes, bytes]] = {}
-            get = self._store.get_fragment
+        if self._send_queue and (budget is None or budget > 0):
             head = len(out)
-            for (msg_id, index), hops in queue.items():
-                c = self._cache.get(msg_id)
-                if c is None or not c.have >> index & 1:
-                    continue
-                if c.meta.local and not c.handed:
-                    self._sent_own(c, index)
-                chunk = get(msg_id, index)
-                if chunk is None:
-                    continue
-                pre = parts.get(msg_id)
-                if pre is None:
-                    pre = parts[msg_id] = wire.fragment_encoder(self.host_id, msg_id, c.meta.zdesc)
-                out.append(wire.encode_fragment_fast(pre[0], pre[1], hops, index, chunk))
+            self._fill_fragments(out, budget)
             self._count("fragments_sent", len(out) - head)
         if out:
+            self._last_sent = now
             counters = self.counters
             counters["datagrams_sent"] = counters.get("datagrams_sent", 0) + len(out)
             counters["bytes_sent"] = counters.get("bytes_sent", 0) + sum(map(len, out))
@@ -570,6 +575,69 @@ class Node:
                     kind = wire.KIND_NAMES.get(dg[3], "?")
                     self._tr(now, "datagram_sent", size=len(dg), detail=kind)
         return [(dg, BROADCAST) for dg in out]
+
+    @property
+    def fragments_queued(self) -> int:
+        """Requested fragments not handed to the runner yet (see ``budget`` above)."""
+        return sum(map(len, self._send_queue.values()))
+
+    def _next_to_send(self) -> str:
+        """The message to send fragments of next: the one being sent until it is done (a
+        short contact carries one whole message rather than parts of several); then one a
+        requester itself subscribed to (it is the destination), then the one with the fewest
+        fragments left to send, then the one asked first."""
+        cur = self._sending
+        if cur is not None and cur in self._send_queue:
+            return cur
+        best, best_key = "", (2, 0, 0)
+        for order, (msg_id, q) in enumerate(self._send_queue.items()):
+            direct = any(
+                msg_id in self._matcher.matching(h) for h in self._send_for.get(msg_id, ())
+            )
+            key = (0 if direct else 1, len(q), order)
+            if not best or key < best_key:
+                best, best_key = msg_id, key
+        self._sending = best
+        return best
+
+    def _fill_fragments(self, out: list[bytes], budget: int | None) -> None:
+        get = self._store.get_fragment
+        used = 0
+        while self._send_queue and (budget is None or used < budget):
+            msg_id = self._next_to_send()
+            q = self._send_queue[msg_id]
+            c = self._cache.get(msg_id)
+            items = list(q.items())
+            taken = 0
+            if c is not None:
+                pre = wire.fragment_encoder(self.host_id, msg_id, c.meta.zdesc)
+                own = c.meta.local and not c.handed
+                for index, hops in items:
+                    if budget is not None and used >= budget:
+                        break
+                    taken += 1
+                    if not c.have >> index & 1:
+                        continue
+                    chunk = get(msg_id, index)
+                    if chunk is None:
+                        continue
+                    if own:
+                        self._sent_own(c, index)
+                    dg = wire.encode_fragment_fast(pre[0], pre[1], hops, index, chunk)
+                    out.append(dg)
+                    used += len(dg)
+            else:
+                taken = len(items)
+            if taken < len(items):
+                self._send_queue[msg_id] = dict(items[taken:])
+            else:
+                self._unqueue(msg_id)
+
+    def _unqueue(self, msg_id: str) -> None:
+        self._send_queue.pop(msg_id, None)
+        self._send_for.pop(msg_id, None)
+        if self._sending == msg_id:
+            self._sending = None
 
     def _sent_own(self, c: Cached, index: int) -> None:
         """A fragment of a publication of this host went out; once all of them have, the
@@ -590,6 +658,8 @@ class Node:
         t = self._next_announce
         if self._next_housekeeping is not None and self._next_housekeeping < t:
             t = self._next_housekeeping
+        if self._next_beacon is not None and self._next_beacon < t:
+            t = self._next_beacon
         if self._pending_at:
             t = min(t, min(self._pending_at.values()))
         if self._deadlines and self._deadlines[0][0] < t:
@@ -621,6 +691,8 @@ class Node:
             if self._offers_left:  # more offers are due than one round carries: go on soon
                 soon = now + _PROMPT_GAP + self._rng.uniform(0, _PROMPT_ANNOUNCE)
                 self._next_announce = min(self._next_announce, soon)
+        if self._next_beacon is not None and self._next_beacon <= now:
+            self._beacon(now)
         self._store.commit()
 
     def next_event(self) -> Event | None:
@@ -733,7 +805,7 @@ class Node:
             self._reserve(msg_id, c.header.zsize, c.progress, force=True)
         heapq.heappush(self._deadlines, (c.header.deadline, msg_id))
         heapq.heappush(self._evict_heap, (c.rank(), msg_id))
-        self._offers.add(msg_id, c.offer_rank())
+        self._offers.add(msg_id, self._offer_rank(c))
         if len(self._evict_heap) > 2 * len(self._cache) + 64:
             self._rebuild_heaps()
         self._matcher.add_message(msg_id, c.descriptor)
@@ -751,6 +823,7 @@ class Node:
         if c is None:
             return
         self._cache_bytes -= c.nbytes
+        self._unqueue(msg_id)
         left = self._origin_bytes.get(c.header.origin, 0) - c.nbytes
         if left > 0:
             self._origin_bytes[c.header.origin] = left
@@ -906,6 +979,7 @@ class Node:
                 c.own = own
                 heapq.heappush(self._evict_heap, (c.rank(), c.header.msg_id))
         self._interest_epoch += 1
+        self._beacon_bytes = b""  # it names the profile version
 
     def _pieces_of(self, host: str, version: int) -> Pieces | None:
         """The pieces of a profile this node can serve (its own, or one it assembled)."""
@@ -982,12 +1056,17 @@ class Node:
         if self._matcher.fresh:  # a neighbour now wants something held here: offer it soon
             self._prompt(now)
 
+    def _offer_rank(self, c: Cached) -> Rank:
+        msg_id = c.header.msg_id
+        matching = self._matcher.matching
+        return c.offer_rank(any(msg_id in matching(h) for h in self._neighbours))
+
     def _offer_matches(self, host: str) -> None:
         """Offer (as a first offer) every cached message ``host``'s profile matches."""
         for msg_id in self._matcher.matching(host):
             c = self._cache.get(msg_id)
             if c is not None:
-                self._offers.add(msg_id, c.offer_rank())
+                self._offers.add(msg_id, self._offer_rank(c))
 
     def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> bool:
         """Should this host fetch and carry the message?"""
@@ -1031,6 +1110,10 @@ class Node:
         for h in lost:
             del self._neighbours[h]
             self._pending.pop(h, None)
+            for msg_id, asked in list(self._send_for.items()):
+                asked.discard(h)
+                if not asked:  # nobody left to send it to
+                    self._unqueue(msg_id)
             self._profiles.forget_target(h)
             self._pending_at.pop(h, None)
             self._events.append(NeighbourLost(h))
@@ -1085,18 +1168,20 @@ class Node:
 
         def pool() -> list[tuple[str, Rank]]:
             ids = cache if altruists else eligible
-            return [(k, cache[k].offer_rank()) for k in ids if k in cache]
+            return [(k, self._offer_rank(cache[k])) for k in ids if k in cache]
 
         def rank_of(msg_id: str) -> Rank | None:
             c = cache.get(msg_id)
-            return c.offer_rank() if c is not None and (altruists or msg_id in eligible) else None
+            if c is None or not (altruists or msg_id in eligible):
+                return None
+            return self._offer_rank(c)
 
         offers.refill(pool)
         offers.wake(now, rank_of)
         for fresh in self._matcher.take_fresh():
             c = cache.get(fresh)
             if c is not None:
-                offers.add(fresh, c.offer_rank())
+                offers.add(fresh, self._offer_rank(c))
         neighbours = list(self._neighbours.values())
         while (msg_id := offers.pop()) is not None:
             c = cache.get(msg_id)
@@ -1170,9 +1255,28 @@ class Node:
             return
         self._prompt(now)
 
+    def _beacon(self, now: float) -> None:
+        """Send a beacon if nothing else went out lately, and plan the next one a jittered
+        ``beacon_period`` after the last datagram sent (any datagram tells neighbours we are
+        here, so a busy node sends no beacons)."""
+        period, j = self.config.beacon_period, self.config.announce_jitter
+        if self._outbox or self._last_sent + period * (1 - j) > now:
+            last = now if self._outbox else self._last_sent
+            self._next_beacon = last + period * self._rng.uniform(1 - j, 1 + j)
+            return
+        version, pieces = self._own_profile.version, len(self._own_pieces)
+        if not self._beacon_bytes:  # a bare announcement, same bytes until the next round
+            self._beacon_bytes = wire.encode_announce(
+                self.host_id, self._seq, self.config.altruistic, version, pieces, (), (), True
+            )
+        self._outbox.append(self._beacon_bytes)
+        self._count("beacons_sent")
+        self._next_beacon = now + period * self._rng.uniform(1 - j, 1 + j)
+
     def _announce(self, now: float) -> None:
         self._seq += 1
         self._last_announce = now
+        self._beacon_bytes = b""
         version, pieces = self._own_profile.version, len(self._own_pieces)
         bare = wire.encode_announce(
             self.host_id, self._seq, self.config.altruistic, version, pieces, (), ()
@@ -1316,6 +1420,7 @@ class Node:
     ) -> None:
         started: list[tuple[str, int]] = []
         new: list[tuple[str, int, int, str]] = []
+        mine: set[str] = set()
         for e in entries:
             offered = (1 << e.frags) - 1 if e.have is None else e.have
             n.offers[e.msg_id] = offered
@@ -1332,6 +1437,10 @@ class Node:
             if self._wants(e.msg_id, decoded[0]):
                 zsize = decoded[1].zsize if e.frags > 1 else 0
                 new.append((e.msg_id, offered, zsize, decoded[1].origin))
+                if self.config.altruistic and self._own_profile.matches(decoded[0]):
+                    mine.add(e.msg_id)
+        if mine:  # what this host itself subscribed to before what it would only carry
+            new.sort(key=lambda t: t[0] not in mine)
         # messages already being reassembled first; a new one only when the reassembly
         # budget can hold all of it, so partial sets never starve each other, and only when
         # it can fit in the cache and in its origin's share beside the transfers under way
@@ -1455,16 +1564,23 @@ class Node:
             c = self._cache.get(msg_id)
             if c is None:
                 continue
+            q = self._send_queue.setdefault(msg_id, {})
+            self._send_for.setdefault(msg_id, set()).add(dg.sender)
+            hops = c.meta.hops + 1
             for first, count in ranges:
                 end = min(first + count, c.header.frags)
                 for i in range(first, end):
-                    if not c.have >> i & 1 or (msg_id, i) in self._send_queue:
+                    if not c.have >> i & 1 or i in q:
                         continue
                     if n.tokens < 1:
                         self._count("requests_rate_limited")
+                        if not q:
+                            self._unqueue(msg_id)
                         return
                     n.tokens -= 1
-                    self._send_queue[(msg_id, i)] = c.meta.hops + 1
+                    q[i] = hops
+            if not q:
+                self._unqueue(msg_id)
 
     def _on_fragment(self, dg: wire.Fragment, now: float) -> None:
         c = self._cache.get(dg.msg_id)
@@ -1574,7 +1690,7 @@ class Node:
         self._count("messages_completed")
         self._tr(now, "message_completed", msg_id, c.header.size, c.meta.hops)
         self._add_history(msg_id, "", c.header.deadline)
-        self._offers.add(msg_id, c.offer_rank())
+        self._offers.add(msg_id, self._offer_rank(c))
         self._prompt_announce(msg_id, now)
         self._deliver(c, now, zpayload=z)
 

@@ -7,7 +7,8 @@ offering — new in the cache, completed, or matching the profile of a host that
 arrived, changed its profile, or came back in range — and then repeated with exponential
 backoff (2, 4, 8, … up to 32 announcement periods) only to cover a lost catalog; the node
 also skips offers every current neighbour already holds. Offering to an altruistic
-carrier, which wants everything, starts a new *epoch*: the whole cache is due once. Due offers go first-offers before repeats, then the best first: persistent before
+carrier, which wants everything, starts a new *epoch*: the whole cache is due once. Due offers go first-offers before repeats, then the best first: what a host in range
+itself subscribed to before what it would only carry, persistent before
 non-persistent, higher priority first, newest first (the send queues per priority of FJM2).
 Pure bookkeeping: the node decides what is eligible.
 """
@@ -17,8 +18,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 
-Rank = tuple[int, int, float]
-"""Offer order, lowest first: (0 persistent / 1 not, -priority, -date)."""
+Rank = tuple[int, int, int, float]
+"""Offer order, lowest first: (0 wanted by a host in range / 1 not, 0 persistent / 1 not,
+-priority, -date)."""
 
 MAX_DOUBLINGS = 5
 
@@ -38,7 +40,7 @@ class Offers:
         self._heap: list[tuple[tuple[int, Rank], str]] = []
         self._later: list[tuple[float, str]] = []
         self._offered: dict[str, tuple[int, float, int]] = {}  # id -> (epoch, next, count)
-        self._popped: tuple[str, tuple[int, Rank]] = ("", (0, (0, 0, 0.0)))
+        self._popped: tuple[str, tuple[int, Rank]] = ("", (0, (0, 0, 0, 0.0)))
 
     def changed(self) -> None:
         """An altruistic neighbour arrived: everything eligible is worth offering again."""

@@ -230,6 +230,7 @@ NODE_RANGES: dict[str, tuple[float, float]] = {
     "horizon": (1, 8),
     "announce_period": (0.01, DAY),
     "announce_jitter": (0, 0.99),
+    "beacon_period": (0, 3600),
     "neighbour_timeout": (0, 7 * DAY),
     "max_datagram": (256, 65507),
     "cache_capacity": (64 * 1024, 1024 * GiB),
@@ -416,10 +417,12 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     _check_ranges("", values, RANGES)
     _check_ranges("node.", node, NODE_RANGES)
     _check_ranges("node.limits.", {**LIMIT_DEFAULTS, **limits}, LIMIT_RANGES)
-    if node["neighbour_timeout"] and node["neighbour_timeout"] <= node["announce_period"]:
+    heard_every = min(node["beacon_period"] or DAY, node["announce_period"])
+    if node["neighbour_timeout"] and node["neighbour_timeout"] <= heard_every:
         raise ConfigError(
             f"node.neighbour_timeout ({node['neighbour_timeout']:g} s) must be 0 (3 × "
-            f"announce_period) or longer than node.announce_period ({node['announce_period']:g} s)"
+            f"beacon_period) or longer than the time between two announcements or beacons "
+            f"({heard_every:g} s)"
         )
     if node["request_timeout"] <= node["request_delay"]:
         raise ConfigError("node.request_timeout must be longer than node.request_delay")

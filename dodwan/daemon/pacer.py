@@ -71,6 +71,20 @@ class Pacer:
     def queued(self) -> int:
         return len(self._queue)
 
+    @property
+    def paced(self) -> bool:
+        """Whether a bit rate is respected (datagrams wait here for their turn)."""
+        return self._bucket is not None
+
+    def ready_bytes(self, lookahead: float) -> int | None:
+        """Bytes worth queueing now to keep the link busy ``lookahead`` seconds ahead (at
+        least one full datagram's worth when idle); None when unpaced (anything goes)."""
+        bucket = self._bucket
+        if bucket is None:
+            return None
+        queued = sum(len(d) + self._overhead for d in self._queue)
+        return max(0, int(bucket.rate * lookahead) + 1500 - queued)
+
     def push(self, data: bytes) -> None:
         if len(self._queue) >= self.max_queue:
             self._queue.popleft()

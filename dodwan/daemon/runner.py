@@ -56,6 +56,10 @@ from .transport import Medium, UdpTransport, medium_for, parse_address
 
 log = logging.getLogger("dodwan.daemon")
 
+_LOOKAHEAD = 0.05
+"""Seconds of air time of requested fragments handed to a paced link at a time; the node
+keeps the rest and decides their order (see ``Node.datagrams_to_send``)."""
+
 ADMIN_FILE = "admin.json"
 LOCK_FILE = "daemon.lock"
 DB_FILE = "dodwan.db"
@@ -145,7 +149,7 @@ class Daemon:
         self.bridges: BridgeManager | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._pump_handle: asyncio.TimerHandle | None = None
+        self._pump_handle: asyncio.Handle | None = None
         self._stopping = asyncio.Event()
         self._lock_fd: int | None = None
         self._trace_file: TextIO | None = None
@@ -557,7 +561,7 @@ class Daemon:
             return
         dropped = self._undo_store_failures()
         now = time.time()
-        out = node.datagrams_to_send(now)
+        out = node.datagrams_to_send(now, pacer.ready_bytes(_LOOKAHEAD))
         pacer.push_many([data for data, _dest in out])
         if out and self._pump_handle is None:
             self._pump()
@@ -570,10 +574,18 @@ class Daemon:
                 self._trace_file.write(json.dumps(dataclasses.asdict(rec)) + "\n")
         self._arm_timer(now)
 
+    def _refill(self) -> None:
+        self._pump_handle = None
+        self._after_input()
+
     def _pump(self) -> None:
         self._pump_handle = None
         assert self.pacer is not None
         delay = self.pacer.pump(time.time())
+        if delay is None and self.node is not None and self.node.fragments_queued:
+            # the link is idle and the node has more to send: pull it (not recursively)
+            self._pump_handle = asyncio.get_running_loop().call_soon(self._refill)
+            return
         if delay is not None:
             self._pump_handle = asyncio.get_running_loop().call_later(
                 max(delay, 0.0005), self._pump
