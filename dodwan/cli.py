@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -440,8 +441,8 @@ def publish(
             raise click.ClickException(f"file {file_} does not exist") from None
         except OSError as exc:
             raise click.ClickException(f"cannot read {file_}: {exc.strerror}") from None
-    if not ttl > 0:
-        raise click.ClickException("--ttl must be positive")
+    if not ttl > 0 or not math.isfinite(ttl):
+        raise click.ClickException("--ttl must be a positive, finite number of seconds")
     if not _pairs(attributes, "attribute"):
         # Subscriptions select messages by their attributes: without any, the message would
         # be carried until its deadline and reach no one.

@@ -11,6 +11,7 @@ import zstandard
 from dodwan import MemoryStore, Node, NodeConfig
 from dodwan.core import message as m
 from dodwan.core import wire
+from dodwan.core.events import MessageDelivered
 from dodwan.core.signing import public_key_of
 from dodwan.virtual import VirtualNetwork
 
@@ -135,3 +136,66 @@ def test_a_flooding_origin_cannot_evict_own_or_subscribed_persistent_messages() 
     evicted = [e.msg_id for e in net.events("victim") if isinstance(e, MessageEvicted)]
     assert len(evicted) >= 20
     assert own not in evicted and wanted not in evicted
+
+
+# --- bounded lifetimes and bounded work per datagram (issue: a hostile neighbour) ----------
+
+
+def _unsigned_fragment(deadline: str) -> tuple[str, bytes]:
+    """Fragment 0 of a one-fragment message whose descriptor says ``deadline``."""
+    n = Node(NodeConfig(host_id="evil"), rng=random.Random(0))
+    mid = n.publish({"t": "news"}, b"forever", deadline=1000, now=0)
+    c = n._cache[mid]
+    desc = dict(c.descriptor)
+    desc[m.DEADLINE] = deadline
+    zdesc = zstandard.ZstdCompressor().compress(wire.encode_attributes(desc))
+    chunk = n._store.get_fragment(mid, 0)
+    assert chunk is not None
+    return mid, wire.encode_fragment("evil", mid, 1, 0, zdesc, chunk)
+
+
+@pytest.mark.parametrize("deadline", ["inf", "1e300", "1e999", "nan", "9999999999"])
+def test_a_descriptor_living_for_ever_is_refused(deadline: str) -> None:
+    # inf and 1e300 used to be cached and delivered; `cache ls` then crashed on every host
+    # carrying them (OverflowError) and GET /cache emitted non-JSON Infinity.
+    b = Node(NodeConfig(host_id="b", altruistic=True), rng=random.Random(1))
+    b.subscribe({"t": "news"}, now=0)
+    mid, frag = _unsigned_fragment(deadline)
+    b.receive_datagram(frag, "evil", now=1)
+    assert b.cache_entry(mid) is None
+    assert not [e for e in iter(b.next_event, None) if isinstance(e, MessageDelivered)]
+    assert b.counters.get("bad_descriptors", 0) + b.counters.get("dropped_ttl_too_long", 0) == 1
+    # one within the limit is still fine
+    mid, frag = _unsigned_fragment(str(1 + 6 * 86400))
+    b.receive_datagram(frag, "evil", now=1)
+    assert b.cache_entry(mid) is not None
+
+
+@pytest.mark.parametrize("deadline", [float("inf"), 1e300, float("nan"), 10 * 86400.0])
+def test_a_local_publication_cannot_live_for_ever(deadline: float) -> None:
+    n = Node(NodeConfig(host_id="a"), rng=random.Random(0))
+    with pytest.raises(ValueError, match=r"finite|max_ttl|later than now"):
+        n.publish({"t": "x"}, b"p", deadline=deadline, now=0)
+    assert n.cache_listing() == []
+
+
+def test_a_request_repeating_one_range_costs_what_it_asks_for_once() -> None:
+    # One 60 KB request naming the same range 20,000 times stalled a daemon 2-3 s per
+    # datagram, and the rate limiter counted nothing.
+    a = Node(NodeConfig(host_id="a", max_datagram=1400), rng=random.Random(0))
+    mid = a.publish({"t": "x"}, os.urandom(40_000), deadline=1000, now=0)
+    frags = a._cache[mid].header.frags
+    a.handle_timer(0)
+    a.receive_datagram(wire.encode_announce("evil", 1, False, 0, 0, (), ()), "evil", now=0.5)
+    a.datagrams_to_send(0.5)
+    ranges = [(0, 65535)] * 15_000
+    request = wire.encode_request("evil", "a", [(mid, ranges)])
+    assert len(request) < 65_000
+    a.receive_datagram(request, "evil", now=1.0)
+    assert a.fragments_queued == frags
+    tokens_left = a._neighbours["evil"].tokens
+    assert tokens_left <= a._limits.max_requests_per_second - frags  # charged
+    # asked again at once: charged again, so a flood of such requests runs into the limit
+    for _ in range(100):
+        a.receive_datagram(request, "evil", now=1.0)
+    assert a.counters["requests_rate_limited"] >= 1

@@ -193,3 +193,58 @@ def test_a_flooding_origin_gets_at_most_its_share_of_the_cache(victim: Victim) -
     assert own in {e["id"] for e in cache}  # the host's own message was not evicted
     assert victim.proc.status()["cache"]["bytes"] <= CAPACITY
     assert victim.counters().get("internal_errors", 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("deadline", "counter"), [("inf", "bad_descriptors"), ("1e300", "dropped_ttl_too_long")]
+)
+def test_a_message_living_for_ever_is_refused_and_listings_stay_valid(
+    victim: Victim, deadline: str, counter: str
+) -> None:
+    # Such a descriptor used to be cached and delivered; afterwards `dodwan cache ls` and
+    # `cache show` crashed with OverflowError and GET /cache emitted non-JSON Infinity.
+    msg_id, _, desc, frags = forge("evil4", b"for ever", {"topic": "eternal"}, seed=7)
+    forever = m.compress_descriptor({**desc, "deadline": deadline})
+    victim.provoke(
+        [announce("evil4"), wire.encode_fragment("evil4", msg_id, 1, 0, forever, frags[0])],
+        counter,
+    )
+    client = victim.proc.client()
+    assert msg_id not in {e["id"] for e in client.get("/cache")}  # valid JSON, not cached
+    # a legitimate message still goes through, and a local publication for ever is refused
+    ok = client.publish_bytes(b"fine", attributes={"topic": "fine"}, ttl=600)["id"]
+    assert ok in {e["id"] for e in client.get("/cache")}
+    from dodwan.daemon.client import ClientError
+
+    with pytest.raises(ClientError, match="finite"):
+        client.publish_bytes(b"x", attributes={"topic": "fine"}, ttl=float("inf"))
+    with pytest.raises(ClientError, match="max_ttl"):
+        client.publish_bytes(b"x", attributes={"topic": "fine"}, ttl=30 * 86400.0)
+
+
+def test_a_request_repeating_one_range_does_not_stall_the_daemon(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # One ~60 KB request naming the same range 15,000 times, for a 1 MB message held by a
+    # daemon with default limits: each range was walked fragment by fragment (2-3 s of
+    # event-loop stall per datagram) and fragments already queued cost no token.
+    group = random_group()
+    proc = DaemonProc(tmp_path / "d", ["--group", group, "--host-id", "v2"])
+    proc.start()
+    try:
+        v = Victim(proc, group)
+        client = proc.client()
+        mid = client.publish_bytes(
+            random.Random(5).randbytes(1_000_000), attributes={"topic": "big"}, ttl=600
+        )["id"]
+        request = wire.encode_request("evil5", "v2", [(mid, [(0, 65535)] * 15_000)])
+        v.sock.sendto(announce("evil5"), v.dest)
+        for _ in range(4):
+            v.sock.sendto(request, v.dest)
+        started = time.monotonic()
+        proc.status()
+        assert time.monotonic() - started < 1.0  # the admin API answers at once
+        wait_for(lambda: v.counters().get("requests_rate_limited", 0) >= 1,
+                 what="repeated requests charged to the rate limit")  # fmt: skip
+        v.sock.close()
+    finally:
+        proc.kill()
+    assert "Traceback" not in proc.log.read_text()

@@ -61,6 +61,12 @@ class Limits:
     max_partial_bytes: int = 32 * 1024 * 1024
     """Bytes held in incomplete messages (reassembly memory) before new partial sets are refused."""
 
+    max_ttl: float = 7 * 86400.0
+    """Longest lifetime of a message, in seconds: a local publication may not ask for more,
+    and a peer's descriptor whose deadline lies further ahead than this (plus an hour for
+    clock skew) is refused, so nothing a peer sends is carried, retried or remembered for
+    ever."""
+
     max_origin_share: float = 0.5
     """Fraction of the cache capacity the messages of one remote origin may occupy, so a
     flooding peer cannot take the whole cache (messages published here are exempt)."""

@@ -10,6 +10,7 @@ inflating anything: a decompression bomb is refused before it allocates.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -142,7 +143,7 @@ class Header:
             raise WireError("fragment geometry inconsistent")
         if not 0 <= h.priority <= 9:
             raise WireError("priority out of bounds")
-        if h.deadline != h.deadline or h.date != h.date:  # NaN
+        if not (math.isfinite(h.deadline) and math.isfinite(h.date)):  # NaN, inf, 1e999
             raise WireError("bad time")
         return h
 

@@ -10,6 +10,7 @@ the injected :class:`~dodwan.core.store.Store`. Nothing here reads a clock or do
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -36,7 +37,9 @@ from .profiles import (
     PROFILE_CACHE_HOSTS,
     Pieces,
     ProfileBook,
+    bounded_mask,
     mask_of,
+    merge_ranges,
     ranges_of,
     split,
 )
@@ -52,6 +55,7 @@ TraceSink = Callable[[float, str, str, int, int, str], None]
 _PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbour
 _PROMPT_GAP = 0.25  # prompt announcements (profile change, new offer) at most this often
 _ASSEMBLY_STALL = 30.0  # a profile assembly that made no progress for this long is dropped
+_CLOCK_SKEW = 3600.0  # how far a peer's clock may be ahead when its deadlines are checked
 _HOUSEKEEPING_MIN = 1e-3  # housekeeping never re-runs sooner than this
 
 
@@ -416,8 +420,15 @@ class Node:
             raise ValueError(f"payload larger than {self._limits.max_message_size} bytes")
         if not isinstance(deadline, int | float) or not isinstance(now, int | float):
             raise TypeError("deadline and now must be numbers")
+        if not math.isfinite(deadline) or not math.isfinite(now):
+            raise ValueError("deadline and now must be finite times")
         if not deadline > now:
             raise ValueError("deadline must be later than now")
+        if deadline - now > self._limits.max_ttl:
+            raise ValueError(
+                f"time to live {deadline - now:g} s is longer than the maximum, "
+                f"{self._limits.max_ttl:g} s (limits.max_ttl)"
+            )
         if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
             raise ValueError("priority must be an int between 0 and 9")
         if not isinstance(persistent, bool):
@@ -1403,6 +1414,14 @@ class Node:
             self._zdesc_cache[msg_id] = (zdesc, d, h)
         return d, h
 
+    def _too_long_lived(self, header: m.Header, now: float) -> bool:
+        """A peer's message whose deadline is further ahead than ``max_ttl`` (+ an hour of
+        clock skew) is refused: it would be carried and remembered for ever."""
+        if header.deadline - now <= self._limits.max_ttl + _CLOCK_SKEW:
+            return False
+        self._count("dropped_ttl_too_long")
+        return True
+
     def _missing(self, msg_id: str, offered: int, now: float) -> int:
         """Offered fragments we neither hold nor recently requested."""
         c = self._cache.get(msg_id)
@@ -1433,6 +1452,8 @@ class Node:
                 continue
             decoded = self._descriptor_of(e.msg_id, e.zdesc)
             if decoded is None or decoded[1].frags != e.frags or decoded[1].deadline <= now:
+                continue
+            if self._too_long_lived(decoded[1], now):
                 continue
             if self._wants(e.msg_id, decoded[0]):
                 zsize = decoded[1].zsize if e.frags > 1 else 0
@@ -1538,12 +1559,15 @@ class Node:
             self._count("requests_sent")
 
     def _on_request(self, dg: wire.Request, now: float) -> None:
+        # Repeated or overlapping ranges count once (merged first), and every fragment asked
+        # costs a token of the asker's rate limit: the work a request causes is bounded by
+        # its size and by that limit, whatever its ranges say.
         if dg.target != self.host_id:
             # Overheard: the answer will be broadcast, so drop the same fragments from ours.
             for msg_id, ranges in dg.entries:
-                mask = 0
-                for first, count in ranges:
-                    mask |= ((1 << count) - 1) << first
+                if not any(msg_id in pending for pending in self._pending.values()):
+                    continue
+                mask = bounded_mask(ranges, self._limits.max_fragments)
                 suppressed = False
                 for pending in self._pending.values():
                     if msg_id in pending and pending[msg_id] & mask:
@@ -1566,19 +1590,17 @@ class Node:
                 continue
             q = self._send_queue.setdefault(msg_id, {})
             self._send_for.setdefault(msg_id, set()).add(dg.sender)
-            hops = c.meta.hops + 1
-            for first, count in ranges:
-                end = min(first + count, c.header.frags)
-                for i in range(first, end):
-                    if not c.have >> i & 1 or i in q:
-                        continue
+            hops, have = c.meta.hops + 1, c.have
+            for first, count in merge_ranges(ranges, c.header.frags):
+                for i in range(first, first + count):
                     if n.tokens < 1:
                         self._count("requests_rate_limited")
                         if not q:
                             self._unqueue(msg_id)
                         return
                     n.tokens -= 1
-                    q[i] = hops
+                    if have >> i & 1 and i not in q:
+                        q[i] = hops
             if not q:
                 self._unqueue(msg_id)
 
@@ -1602,6 +1624,8 @@ class Node:
             descriptor, header = decoded
             if header.deadline <= now:
                 self._count("fragments_expired")
+                return
+            if self._too_long_lived(header, now):
                 return
             if not self._wants(dg.msg_id, descriptor):
                 self._count("fragments_unwanted")

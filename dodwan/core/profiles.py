@@ -101,6 +101,32 @@ def ranges_of(mask: int) -> Ranges:
     return out
 
 
+def merge_ranges(ranges: Sequence[tuple[int, int]], bound: int) -> Ranges:
+    """Sorted, disjoint ranges covering what ``ranges`` cover below ``bound``: repeated or
+    overlapping ranges count once, so the work they cause is O(len(ranges) log + bound)."""
+    spans = sorted((f, min(f + c, bound)) for f, c in ranges if c > 0 and f < bound)
+    out: list[list[int]] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1][1] = end
+        else:
+            out.append([start, end])
+    return [(s, e - s) for s, e in out]
+
+
+def bounded_mask(ranges: Sequence[tuple[int, int]], bound: int) -> int:
+    """The bitmask of ``ranges`` below ``bound``, in time linear in their number and bound."""
+    merged = merge_ranges(ranges, bound)
+    if len(merged) <= 64:
+        return mask_of(merged)
+    bits = bytearray((bound + 7) // 8)
+    for first, count in merged:
+        for i in range(first, first + count):
+            bits[i >> 3] |= 1 << (i & 7)
+    return int.from_bytes(bits, "little")
+
+
 def mask_of(ranges: Sequence[tuple[int, int]]) -> int:
     """[(first, count), ...] -> bitmask."""
     mask = 0

@@ -260,6 +260,7 @@ LIMIT_RANGES: dict[str, tuple[float, float]] = {
     "max_requests_per_second": (1, 1e9),
     "max_partial_bytes": (1024, 1024 * GiB),
     "max_origin_share": (0.01, 1.0),
+    "max_ttl": (60, 3650 * DAY),
 }
 """Inclusive bounds of the ``[node.limits]`` settings."""
 

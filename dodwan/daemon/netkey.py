@@ -138,7 +138,12 @@ class _Replay:
     def mark(self, counter: int) -> None:
         if counter > self.top:
             shift = counter - self.top
-            self.bitmap = ((self.bitmap << shift) | 1) & ((1 << WINDOW) - 1)
+            # a jump past the window forgets it whole: O(1) whatever the jump (a sealed
+            # datagram whose counter leapt to 2**62 used to shift the bitmap that far)
+            if shift >= WINDOW:
+                self.bitmap = 1
+            else:
+                self.bitmap = ((self.bitmap << shift) | 1) & ((1 << WINDOW) - 1)
             self.top = counter
         else:
             self.bitmap |= 1 << (self.top - counter)

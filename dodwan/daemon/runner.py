@@ -18,6 +18,7 @@ import inspect
 import ipaddress
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -811,8 +812,8 @@ class Daemon:
             ttl = float(body.get("ttl", DEFAULT_TTL))
             priority = body.get("priority", 4)
             persistent = body.get("persistent", True)
-            if not ttl > 0:
-                raise ValueError("ttl must be positive")
+            if not ttl > 0 or not math.isfinite(ttl):
+                raise ValueError("ttl must be a positive, finite number of seconds")
             msg_id = node.publish(
                 attributes,
                 payload,
