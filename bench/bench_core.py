@@ -39,7 +39,7 @@ def bench_catalog(messages: int, patterns: int, rounds: int) -> None:
                 "kind": rng.choice("abcde"),
             },
             rng.randbytes(64),
-            deadline=1e9,
+            deadline=5e5,
             now=t,
         )
     node.handle_timer(t)
@@ -120,7 +120,7 @@ def _through_nodes(payloads: list[bytes]) -> float:
     counters = net.node("b").counters
     start = time.perf_counter()
     for i, p in enumerate(payloads):
-        net.publish("a", {"t": "bulk"}, p, ttl=1e6)
+        net.publish("a", {"t": "bulk"}, p, ttl=5e5)
         net.run(1e5, stop=lambda i=i: counters.get("messages_delivered", 0) > i)
     elapsed = time.perf_counter() - start
     assert [x.payload for x in net.deliveries("b")] == payloads

@@ -27,6 +27,8 @@ MOBILITY_MODELS = ("static", "island", "random_waypoint", "random_walk", "carrie
 TRACE_FORMATS = ("one", "csv")
 ARRIVAL_PROCESSES = ("periodic", "poisson")
 GENERATOR_MODES = ("one", "all")
+MAX_TTL: float = LIMIT_DEFAULTS["max_ttl"]
+"""Longest message lifetime a scenario may ask for (the core's ``limits.max_ttl``)."""
 INDEX_RANGE = re.compile(r"(\d+)\.\.(\d+)")
 """A host selector ``"<first>..<last>"``: host indices first to last, both included."""
 
@@ -844,7 +846,7 @@ class _Validator:
             interval=interval or 1.0,
             process=self.string(t, path, "process", "poisson", choices=ARRIVAL_PROCESSES),
             size=self.num(t, path, "size", 1000, minimum=0, integer=True),
-            ttl=self.num(t, path, "ttl", 3600.0, positive=True),
+            ttl=self.num(t, path, "ttl", 3600.0, positive=True, maximum=MAX_TTL),
             start=start,
             stop=stop,
             priority=self.num(t, path, "priority", 4, minimum=0, maximum=9, integer=True),
@@ -929,6 +931,8 @@ class _Validator:
         ttl = self.range_of(t, path, "ttl", (3600.0, 3600.0), integer=False)
         if ttl[0] <= 0:
             self.err((*path, "ttl"), f"must be > 0, got {t['ttl']!r}")
+        elif ttl[1] > MAX_TTL:
+            self.err((*path, "ttl"), f"must be <= {MAX_TTL:g} (limits.max_ttl), got {t['ttl']!r}")
         start = self.num(t, path, "start", 0.0, minimum=0.0)
         stop = self.num(t, path, "stop", duration or 0.0, minimum=0.0)
         if stop is not None and start is not None and stop < start:
@@ -965,7 +969,7 @@ class _Validator:
         if t is None:
             return None
         file = self.string(t, path, "file")
-        ttl = self.num(t, path, "ttl", 3600.0, positive=True)
+        ttl = self.num(t, path, "ttl", 3600.0, positive=True, maximum=MAX_TTL)
         attribute, attrs = self.address(t, path)
         if attribute == EVENT_ID:
             self.err((*path, "attribute"), f"{EVENT_ID!r} holds the file's message id")
@@ -1012,7 +1016,7 @@ class _Validator:
                 selector=self.string(tt, p, "selector", ""),
                 interval=self.num(tt, p, "interval", 60.0, positive=True),
                 size=self.num(tt, p, "size", 1000, minimum=0, integer=True),
-                ttl=self.num(tt, p, "ttl", 3600.0, positive=True),
+                ttl=self.num(tt, p, "ttl", 3600.0, positive=True, maximum=MAX_TTL),
                 properties=self.jms_properties(tt.get("properties", {}), (*p, "properties")),
                 durable=self.boolean(tt, p, "durable", False),
                 process=self.string(tt, p, "process", "poisson", choices=ARRIVAL_PROCESSES),
@@ -1039,7 +1043,7 @@ class _Validator:
                 receivers=self.names(tt, p, "receivers"),
                 interval=self.num(tt, p, "interval", 60.0, positive=True),
                 size=self.num(tt, p, "size", 1000, minimum=0, integer=True),
-                ttl=self.num(tt, p, "ttl", 3600.0, positive=True),
+                ttl=self.num(tt, p, "ttl", 3600.0, positive=True, maximum=MAX_TTL),
             )
             if q.manager and q.manager not in hosts:
                 self.err((*p, "manager"), f"{q.manager!r} is not a host")

@@ -16,7 +16,7 @@ MB = 1 << 20
 def forge(host: str, topic: str, size: int, seed: int, now: float) -> list[bytes]:
     """The fragment datagrams of a fresh incompressible message published by ``host``."""
     node = Node(NodeConfig(host_id=host, cache_capacity=8 * MB), rng=random.Random(seed))
-    msg_id = node.publish({"topic": topic}, random.Random(seed).randbytes(size), 1e6, now)
+    msg_id = node.publish({"topic": topic}, random.Random(seed).randbytes(size), 1e5, now)
     c = node._cache[msg_id]
     return [
         wire.encode_fragment(host, msg_id, 1, i, c.meta.zdesc, node._store.get_fragment(msg_id, i))

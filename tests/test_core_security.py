@@ -12,6 +12,7 @@ from dodwan import MemoryStore, Node, NodeConfig
 from dodwan.core import message as m
 from dodwan.core import wire
 from dodwan.core.events import MessageDelivered
+from dodwan.core.limits import Limits
 from dodwan.core.signing import public_key_of
 from dodwan.virtual import VirtualNetwork
 
@@ -199,3 +200,42 @@ def test_a_request_repeating_one_range_costs_what_it_asks_for_once() -> None:
     for _ in range(100):
         a.receive_datagram(request, "evil", now=1.0)
     assert a.counters["requests_rate_limited"] >= 1
+
+
+# --- what compiled patterns cost ------------------------------------------------------------
+
+
+def test_an_expression_that_compiles_to_a_huge_program_is_refused() -> None:
+    # `.{999}` repeated is short text but a huge RE2 program: 16 x 64 of them in one profile
+    # took +460 MB in a victim daemon, never released.
+    from dodwan.core.patterns import PatternError, Profile
+
+    for regex in (".{999}", ".{999}" * 7, "[^/]{1,255}[^/]{1,255}"):
+        with pytest.raises(PatternError, match=r"too complex|too large"):
+            Profile.from_patterns([{"topic": regex}])
+    ok = Profile.from_patterns([{"topic": "[0-9a-f]{64}"}, {"topic": "news|sport"}])
+    assert 0 < ok.cost < 200
+    # many acceptable expressions together exceed the profile's budget
+    lim = Limits(max_profile_program=2000)
+    with pytest.raises(PatternError, match="max_profile_program"):
+        Profile.from_patterns([{"topic": f"[0-9a-f]{{64}}-{i}"} for i in range(20)], lim)
+    # a local subscription gets the same clear error
+    n = Node(NodeConfig(host_id="a"), rng=random.Random(0))
+    with pytest.raises(ValueError, match=r"too complex|too large"):
+        n.subscribe({"topic": ".{999}"}, now=0)
+
+
+def test_the_profiles_of_other_hosts_share_one_budget() -> None:
+    net = VirtualNetwork(seed=2)
+    v = net.add("v", limits=Limits(max_remote_program=5000))
+    costs = []
+    for k in range(12):
+        net.add(f"h{k}")
+        net.subscribe(f"h{k}", [{"topic": f"[0-9a-f]{{64}}{k}-{i}"} for i in range(4)])
+        net.link("v", f"h{k}")
+        net.run(8)
+        net.unlink("v", f"h{k}")
+        costs.append(v._profiles.cost)
+    assert v.counters["profiles_assembled"] >= 12
+    assert max(costs) <= 5000 and v._profiles.evicted > 0
+    assert v._profiles.versions() < 12  # the least recently used went

@@ -7,6 +7,7 @@ import random
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import zstandard
@@ -46,6 +47,7 @@ def piece(patterns, index=0, count=1) -> bytes:  # type: ignore[no-untyped-def]
 class Victim:
     def __init__(self, proc: DaemonProc, group: str) -> None:
         self.proc = proc
+        self.group = group
         host, port = group.rsplit(":", 1)
         self.dest = (host, int(port))
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -248,3 +250,43 @@ def test_a_request_repeating_one_range_does_not_stall_the_daemon(tmp_path) -> No
     finally:
         proc.kill()
     assert "Traceback" not in proc.log.read_text()
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_profile_of_huge_expressions_costs_the_victim_nothing(
+    victim: Victim, tmp_path: Path
+) -> None:
+    # 16 pieces of 64 patterns like `.{999}` x 7 (each under the 256-character limit): the
+    # victim compiled them all, +460 MB RSS never released, admin API blocked for seconds.
+    assert victim.proc.proc is not None
+    pid = victim.proc.proc.pid
+    before = _rss_mb(pid)
+    pieces = [
+        wire.encode_profile_piece(
+            "evil6", "evil6", 1, 16, k,
+            tuple(((("topic", ".{999}" * 7 + f"{k}-{i}"),)) for i in range(64)),
+        )
+        for k in range(16)
+    ]  # fmt: skip
+    for _ in range(3):  # three versions, as a flood would
+        victim.provoke([announce("evil6", pieces=16), *pieces], "dropped_bad_pattern")
+        started = time.monotonic()
+        victim.proc.status()
+        assert time.monotonic() - started < 1.0
+    assert _rss_mb(pid) - before < 32
+    # a legitimate publication still reaches the (subscribed) victim within 5 s
+    pub = DaemonProc(tmp_path / "pub", ["--group", victim.group, "--host-id", "pub6",
+                                        "--announce-period", "0.5"])  # fmt: skip
+    pub.start()
+    try:
+        mid = pub.client().publish_bytes(b"legit", attributes={"topic": "after"}, ttl=600)["id"]
+        wait_for(lambda: mid in {e["id"] for e in victim.proc.client().get("/cache")},
+                 timeout=5.0, what="legitimate message at the victim")  # fmt: skip
+    finally:
+        pub.kill()

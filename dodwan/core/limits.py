@@ -46,6 +46,19 @@ class Limits:
     max_regex_length: int = 256
     """Characters in one regular expression."""
 
+    max_regex_program: int = 4096
+    """RE2 instructions one compiled expression may take (what it costs in memory and
+    matching). Typical expressions take 5-150 (``[0-9a-f]{64}``: 132); counted repetitions
+    are what grows them: ``.{999}`` takes ~8,000 and is refused."""
+
+    max_profile_program: int = 65536
+    """RE2 instructions all the expressions of one profile (own or a peer's) may take."""
+
+    max_remote_program: int = 1 << 20
+    """RE2 instructions the compiled profiles of other hosts may take all together (the
+    budget of the profile book): past it the least recently used go first, and are fetched
+    again if named later."""
+
     max_relayed_profiles: int = 64
     """Profiles of other hosts kept per neighbour (horizon relay)."""
 

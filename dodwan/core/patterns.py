@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -22,7 +22,7 @@ from .limits import Limits
 _OPTIONS: Any = re2.Options()
 _OPTIONS.log_errors = False
 _OPTIONS.never_capture = True
-_OPTIONS.max_mem = 1 << 20  # bytes of compiled program per expression
+_OPTIONS.max_mem = 1 << 18  # bytes of compiled program (and matching cache) per expression
 
 PatternSpec = Mapping[str, str]
 
@@ -40,7 +40,7 @@ class RegexError(PatternError):
         self.reason = reason
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def compile_regex(regex: str) -> Any:
     """``regex`` compiled by RE2 as every pattern here is: linear-time matching, no capture
     groups, at most 1 MiB of program; :class:`RegexError` when RE2 refuses it."""
@@ -59,6 +59,8 @@ class Pattern:
 
     items: tuple[tuple[str, str], ...]
     _compiled: tuple[tuple[str, Any], ...]
+    cost: int = field(default=0, compare=False)
+    """RE2 instructions of its compiled expressions (what it costs to hold and match)."""
 
     @classmethod
     def from_spec(cls, spec: PatternSpec, limits: Limits | None = None) -> Pattern:
@@ -87,7 +89,16 @@ class Pattern:
             items.append((name, regex))
         items.sort()
         compiled = tuple((name, compile_regex(regex)) for name, regex in items)
-        return cls(tuple(items), compiled)
+        cost = 0
+        for name, rx in compiled:
+            size = rx.programsize
+            if size > lim.max_regex_program:
+                raise PatternError(
+                    f"expression for {name!r} is too complex: {size} RE2 instructions, more "
+                    f"than limits.max_regex_program ({lim.max_regex_program})"
+                )
+            cost += size
+        return cls(tuple(items), compiled, cost)
 
     def matches(self, descriptor: Mapping[str, str]) -> bool:
         """True when every constrained attribute is present and fully matches."""
@@ -122,7 +133,22 @@ class Profile:
         spec_list = [specs] if isinstance(specs, Mapping) else list(specs)
         if len(spec_list) > lim.max_patterns:
             raise PatternError(f"a profile holds at most {lim.max_patterns} patterns")
-        return cls(Pattern.from_spec(s, lim) for s in spec_list)
+        patterns, cost = [], 0
+        for spec in spec_list:  # stop compiling as soon as the profile is too costly
+            p = Pattern.from_spec(spec, lim)
+            cost += p.cost
+            if cost > lim.max_profile_program:
+                raise PatternError(
+                    f"the profile's expressions are too complex: more than "
+                    f"limits.max_profile_program ({lim.max_profile_program}) RE2 instructions"
+                )
+            patterns.append(p)
+        return cls(patterns)
+
+    @property
+    def cost(self) -> int:
+        """RE2 instructions of all its expressions (see :attr:`Pattern.cost`)."""
+        return sum(p.cost for p in self.patterns)
 
     def matches(self, descriptor: Mapping[str, str]) -> bool:
         """True when some pattern matches."""

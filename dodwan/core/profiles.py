@@ -144,27 +144,56 @@ class ProfileBook:
         self._limits = limits
         self._timeout = request_timeout
         self._cache: dict[str, dict[int, tuple[Profile, Pieces]]] = {}
+        self._cost = 0
+        self.evicted = 0
+        """Hosts whose compiled profiles were dropped to stay within the budget."""
         self.assemblies: dict[tuple[str, int], Assembly] = {}
         self._pending: dict[str, dict[tuple[str, int], int]] = {}  # target -> key -> pieces
         self._requested: dict[tuple[str, int], tuple[int, float]] = {}
 
     def get(self, host: str, version: int) -> tuple[Profile, Pieces] | None:
         versions = self._cache.get(host)
-        return None if versions is None else versions.get(version)
+        if versions is None:
+            return None
+        hit = versions.get(version)
+        if hit is not None and next(reversed(self._cache)) != host:
+            self._cache[host] = self._cache.pop(host)  # most recently used last
+        return hit
 
     def versions(self) -> int:
         """Compiled versions held, all hosts together."""
         return sum(len(v) for v in self._cache.values())
+
+    @property
+    def cost(self) -> int:
+        """RE2 instructions of the compiled profiles held (bounded by max_remote_program)."""
+        return self._cost
 
     def remember(self, host: str, version: int, profile: Profile, pieces: Pieces) -> None:
         versions = self._cache.get(host)
         if versions is None:
             if len(self._cache) >= PROFILE_CACHE_HOSTS:
                 self._cache.clear()
+                self._cost = 0
             versions = self._cache[host] = {}
+        else:
+            self._cache[host] = self._cache.pop(host)
+        old = versions.pop(version, None)
+        if old is not None:
+            self._cost -= old[0].cost
         versions[version] = (profile, pieces)
+        self._cost += profile.cost
         while len(versions) > PROFILE_CACHE_VERSIONS:  # the oldest compiled goes first
-            del versions[next(iter(versions))]
+            self._cost -= versions.pop(next(iter(versions)))[0].cost
+        # One budget for all hosts' compiled profiles: the least recently used go first.
+        budget = self._limits.max_remote_program
+        while self._cost > budget and len(self._cache) > 1:
+            lru = next(iter(self._cache))
+            if lru == host:
+                break
+            for p, _ in self._cache.pop(lru).values():
+                self._cost -= p.cost
+            self.evicted += 1
 
     def want(self, target: str, owner: str, version: int, count: int, now: float) -> bool:
         """Note the pieces of ``(owner, version)`` still missing, to ask ``target`` for;
