@@ -79,7 +79,10 @@ def test_kill_9_keeps_cache_and_subscriptions_and_never_redelivers(daemons, tmp_
         "/subscribe", {"patterns": [{"topic": "t.*"}], "sink": _exec_sink(log), "key": "mine"}
     )
     wait_for(lambda: log.exists() and mid in log.read_text(), what="first delivery via --exec")
-
+    # The command ran; killed before the daemon recorded that, b would run it again after
+    # the restart (at-least-once, by design). Kill it once the delivery is recorded.
+    wait_for(lambda: b.status()["counters"].get("daemon_sink_deliveries_finished", 0) >= 1,
+             what="the exec delivery recorded as finished")  # fmt: skip
     b.kill(signal.SIGKILL)
     b.start()
     assert [s["key"] for s in b.client().get("/subscriptions")] == ["mine"]

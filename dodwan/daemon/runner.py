@@ -363,9 +363,10 @@ class Daemon:
             deadline = 0.0
         self.store.sink_done(str(ev.descriptor.get("id", "")), ev.subscription, deadline)
         self._sinks_done += 1
+        self._count("sink_deliveries_finished")
         if self._sinks_done % 256 == 0:  # rows of expired messages go with their history
             self.store.purge_sink_done(time.time())
-        self.store.commit()
+        self.store.commit()  # recorded: a restart will not run this sink again
 
     def _redo_deliveries(self) -> None:
         """Deliveries the core made before a crash that their dir/exec sink did not finish."""
