@@ -239,3 +239,27 @@ def test_the_profiles_of_other_hosts_share_one_budget() -> None:
     assert v.counters["profiles_assembled"] >= 12
     assert max(costs) <= 5000 and v._profiles.evicted > 0
     assert v._profiles.versions() < 12  # the least recently used went
+
+
+def test_a_crowd_of_fake_neighbours_cannot_hold_a_host_and_a_real_one_still_gets_in() -> None:
+    # 3,000 sender names with offers each used to be tracked until they expired (+330 MB).
+    v = Node(NodeConfig(host_id="v", limits=Limits(max_neighbours=32)), rng=random.Random(0))
+    v.subscribe({"topic": "x"}, now=0.0)
+    for i in range(3000):
+        v.receive_datagram(wire.encode_announce(f"fake{i}", 1, False, 0, 0, (), ()), i, 0.001 * i)
+    assert len(v.neighbours()) == 32
+    assert v.counters["neighbours_displaced"] == 3000 - 32
+    real = Node(NodeConfig(host_id="real"), rng=random.Random(1))
+    mid = real.publish({"topic": "x"}, b"hello", deadline=100, now=3.0)
+    real.receive_datagram(wire.encode_announce("v", 1, False, 0, 0, (), ()), "v", now=3.0)
+    for t in (3.0, 3.5, 4.0, 5.0, 6.0):  # real and v talk: v lets it in and gets the message
+        real.handle_timer(t)
+        for data, _ in real.datagrams_to_send(t):
+            v.receive_datagram(data, "real", now=t)
+        v.handle_timer(t + 0.1)
+        for data, _ in v.datagrams_to_send(t + 0.1):
+            real.receive_datagram(data, "v", now=t + 0.1)
+    assert "real" in v.neighbours()
+    assert [
+        e.descriptor["id"] for e in iter(v.next_event, None) if isinstance(e, MessageDelivered)
+    ] == [mid]

@@ -46,6 +46,10 @@ class Limits:
     max_regex_length: int = 256
     """Characters in one regular expression."""
 
+    max_neighbours: int = 256
+    """Neighbours tracked at once; a newcomer past that displaces the one heard least
+    recently (each neighbour holds offers, profiles and queued requests)."""
+
     max_regex_program: int = 4096
     """RE2 instructions one compiled expression may take (what it costs in memory and
     matching). Typical expressions take 5-150 (``[0-9a-f]{64}``: 132); counted repetitions

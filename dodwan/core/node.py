@@ -1098,6 +1098,13 @@ class Node:
     def _heard(self, sender: str, source: Hashable, now: float) -> None:
         n = self._neighbours.get(sender)
         if n is None:
+            if len(self._neighbours) >= self._limits.max_neighbours:
+                # Full: the one heard least recently goes (a host that stays in range is
+                # heard every beacon period, so a crowd of names must keep talking to stay).
+                stale = min(self._neighbours.values(), key=lambda x: x.last_heard)
+                self._lose(stale.host_id)
+                self._count("neighbours_displaced")
+                self._recompute_known(now)
             n = Neighbour(
                 sender, source, now, tokens=self._limits.max_requests_per_second, tokens_at=now
             )
@@ -1113,22 +1120,26 @@ class Node:
             n.last_heard = now
             n.address = source
 
+    def _lose(self, h: str) -> None:
+        """Forget neighbour ``h`` and what was queued for it or asked of it."""
+        del self._neighbours[h]
+        self._pending.pop(h, None)
+        for msg_id, asked in list(self._send_for.items()):
+            asked.discard(h)
+            if not asked:  # nobody left to send it to
+                self._unqueue(msg_id)
+        self._profiles.forget_target(h)
+        self._pending_at.pop(h, None)
+        self._events.append(NeighbourLost(h))
+        self._count("neighbours_lost")
+
     def _housekeeping(self, now: float) -> float:
         """Drop silent neighbours, stale partial sets and unused reservations; return when
         the next of these can happen (so an idle node wakes rarely)."""
         timeout = self.config.effective_neighbour_timeout
         lost = [h for h, n in self._neighbours.items() if n.last_heard + timeout <= now]
         for h in lost:
-            del self._neighbours[h]
-            self._pending.pop(h, None)
-            for msg_id, asked in list(self._send_for.items()):
-                asked.discard(h)
-                if not asked:  # nobody left to send it to
-                    self._unqueue(msg_id)
-            self._profiles.forget_target(h)
-            self._pending_at.pop(h, None)
-            self._events.append(NeighbourLost(h))
-            self._count("neighbours_lost")
+            self._lose(h)
         if lost:
             self._recompute_known(now)
         hold = 2 * self.config.request_timeout
