@@ -263,3 +263,30 @@ def test_a_crowd_of_fake_neighbours_cannot_hold_a_host_and_a_real_one_still_gets
     assert [
         e.descriptor["id"] for e in iter(v.next_event, None) if isinstance(e, MessageDelivered)
     ] == [mid]
+
+
+def test_offered_descriptors_are_kept_decoded_within_a_budget() -> None:
+    # Catalogs of valid descriptors padded to ~8 KB (160 bytes compressed) filled a
+    # 65,536-entry cache of decoded descriptors: 10.6 MB sent -> +671 MB.
+    import tracemalloc
+
+    evil = Node(NodeConfig(host_id="evil", cache_capacity=1 << 30), rng=random.Random(0))
+    rng = random.Random(1)
+    entries = []
+    for i in range(1500):
+        pad = "".join(rng.choice("ab") for _ in range(3000))  # compresses, decodes big
+        mid = evil.publish({"t": f"junk{i}", "pad": pad}, b"x", deadline=1000, now=0)
+        c = evil._cache[mid]
+        entries.append(wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, c.meta.zdesc)))
+    budget = 1 << 20
+    v = Node(NodeConfig(host_id="v", limits=Limits(max_descriptor_cache=budget)), random.Random(2))
+    v.receive_datagram(wire.encode_announce("evil", 1, False, 0, 0, (), ()), "evil", now=1.0)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for k in range(0, len(entries), 10):
+        v.receive_datagram(wire.encode_catalog("evil", 2, entries[k : k + 10]), "evil", now=1.0)
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert v.counters.get("datagrams_dropped", 0) == 0  # all were valid catalogs
+    assert v._zdesc_total <= budget and len(v._zdesc_cache) < 1500
+    assert grown < 4 * budget, grown  # the decoded descriptors alone would be ~6 MB

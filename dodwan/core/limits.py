@@ -46,6 +46,10 @@ class Limits:
     max_regex_length: int = 256
     """Characters in one regular expression."""
 
+    max_descriptor_cache: int = 16 * 1024 * 1024
+    """Bytes of peers' offered descriptors kept decoded (so an offer repeated is not decoded
+    again); past that the oldest are forgotten (decoded again if offered again)."""
+
     max_neighbours: int = 256
     """Neighbours tracked at once; a newcomer past that displaces the one heard least
     recently (each neighbour holds offers, profiles and queued requests)."""

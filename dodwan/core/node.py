@@ -55,6 +55,7 @@ TraceSink = Callable[[float, str, str, int, int, str], None]
 _PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbour
 _PROMPT_GAP = 0.25  # prompt announcements (profile change, new offer) at most this often
 _ASSEMBLY_STALL = 30.0  # a profile assembly that made no progress for this long is dropped
+_ENTRY_COST = 400  # bytes a decoded descriptor costs beyond its text (dict, header, keys)
 _CLOCK_SKEW = 3600.0  # how far a peer's clock may be ahead when its deadlines are checked
 _HOUSEKEEPING_MIN = 1e-3  # housekeeping never re-runs sooner than this
 
@@ -220,6 +221,9 @@ class Node:
         self._history_heap: list[tuple[float, str]] = []
         self._entry_cache: dict[str, bytes] = {}
         self._zdesc_cache: dict[str, tuple[bytes, dict[str, str], m.Header]] = {}
+        """Descriptors peers offered, decoded once: id -> (compressed, decoded, header)."""
+        self._zdesc_bytes: dict[str, int] = {}  # id -> what the entry above costs (estimate)
+        self._zdesc_total = 0
         self._bad_zdesc: set[bytes] = set()
 
         self._subs: dict[str, _Subscription] = {}
@@ -917,7 +921,7 @@ class Node:
             if self._history_deadline.get(msg_id) == deadline:
                 self._history.pop(msg_id, None)
                 self._history_deadline.pop(msg_id, None)
-                self._zdesc_cache.pop(msg_id, None)
+                self._forget_descriptor(msg_id)
                 self._want_cache.pop(msg_id, None)
                 purged = True
         if purged:
@@ -1420,10 +1424,18 @@ class Node:
             self._bad_zdesc.add(zdesc)
             return None
         if cached is None:  # the first descriptor seen for an id wins
-            if len(self._zdesc_cache) > 65536:
-                self._zdesc_cache.clear()
+            cost = 2 * len(zdesc) + sum(len(k) + len(v) for k, v in d.items()) + _ENTRY_COST
+            budget = self._limits.max_descriptor_cache
+            while self._zdesc_cache and self._zdesc_total + cost > budget:
+                self._forget_descriptor(next(iter(self._zdesc_cache)))  # oldest first
             self._zdesc_cache[msg_id] = (zdesc, d, h)
+            self._zdesc_bytes[msg_id] = cost
+            self._zdesc_total += cost
         return d, h
+
+    def _forget_descriptor(self, msg_id: str) -> None:
+        if self._zdesc_cache.pop(msg_id, None) is not None:
+            self._zdesc_total -= self._zdesc_bytes.pop(msg_id)
 
     def _too_long_lived(self, header: m.Header, now: float) -> bool:
         """A peer's message whose deadline is further ahead than ``max_ttl`` (+ an hour of

@@ -262,6 +262,7 @@ LIMIT_RANGES: dict[str, tuple[float, float]] = {
     "max_origin_share": (0.01, 1.0),
     "max_regex_program": (16, 1 << 20),
     "max_neighbours": (2, 1 << 20),
+    "max_descriptor_cache": (64 * 1024, 64 * GiB),
     "max_profile_program": (16, 1 << 24),
     "max_remote_program": (1024, 1 << 30),
     "max_ttl": (60, 3650 * DAY),
