@@ -290,3 +290,32 @@ def test_offered_descriptors_are_kept_decoded_within_a_budget() -> None:
     assert v.counters.get("datagrams_dropped", 0) == 0  # all were valid catalogs
     assert v._zdesc_total <= budget and len(v._zdesc_cache) < 1500
     assert grown < 4 * budget, grown  # the decoded descriptors alone would be ~6 MB
+
+
+def test_offers_of_huge_messages_cost_what_was_sent() -> None:
+    # Catalog entries of ids declaring 65,536 fragments, from hundreds of sender names: an
+    # 8 KiB mask was kept per offered id (1.4 MB sent -> +900 MB).
+    import tracemalloc
+
+    v = Node(NodeConfig(host_id="v"), rng=random.Random(0))
+    desc = {"id": "x", "deadline": "1000", "origin": "o", "date": "0", "size": "1",
+            "zsize": str(65536 * 100), "frags": "65536", "fsize": "100", "zhash": "0" * 64,
+            "priority": "4", "persistent": "true"}  # fmt: skip
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    sent = 0
+    for s in range(50):
+        entries = []
+        for i in range(200):
+            d = {**desc, "id": f"o-{s}-{i}"}
+            zdesc = zstandard.ZstdCompressor().compress(wire.encode_attributes(d))
+            entries.append(
+                wire.encode_catalog_entry(wire.CatalogEntry(d["id"], 65536, None, zdesc))
+            )
+        dg = wire.encode_announce(f"fake{s}", 1, False, 0, 0, (), entries)
+        sent += len(dg)
+        v.receive_datagram(dg, f"fake{s}", now=1.0)
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert sum(len(n.offers) for n in v._neighbours.values()) == 50 * 200
+    assert grown < 20 * sent, (grown, sent)  # was 10,000 x 8 KiB = 80 MB for ~0.6 MB sent
