@@ -1492,8 +1492,9 @@ class Node:
                 new.append((e.msg_id, offered, zsize, decoded[1].origin))
                 if self.config.altruistic and self._own_profile.matches(decoded[0]):
                     mine.add(e.msg_id)
-        if mine:  # what this host itself subscribed to before what it would only carry
-            new.sort(key=lambda t: t[0] not in mine)
+        # what this host itself subscribed to before what it would only carry; among those,
+        # the smallest first (on a short contact, the likeliest to finish)
+        new.sort(key=lambda t: (t[0] not in mine, t[2]))
         # messages already being reassembled first; a new one only when the reassembly
         # budget can hold all of it, so partial sets never starve each other, and only when
         # it can fit in the cache and in its origin's share beside the transfers under way
@@ -1690,10 +1691,17 @@ class Node:
             if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
                 return
-            # overheard, not requested by us: start it only if all of it would fit
-            if header.frags > 1 and not self._reserve(dg.msg_id, header.zsize, now):
-                self._count("partial_memory_full")
-                return
+            if header.frags > 1 and dg.msg_id not in self._reserved:
+                # overheard, not requested by us: start it only if all of it fits in the
+                # free room (or it is for this host): a transfer that was not asked for must
+                # not evict the partial sets this host is reassembling
+                free = self.config.cache_capacity - self._cache_bytes - self._reserved_bytes
+                if not c.own and header.zsize + len(dg.zdesc) > free:
+                    self._count("overheard_no_room")
+                    return
+                if not self._reserve(dg.msg_id, header.zsize, now):
+                    self._count("partial_memory_full")
+                    return
             if not self._make_room(extra, c, now):
                 self._count("cache_full")
                 return
