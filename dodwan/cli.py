@@ -809,6 +809,12 @@ def bridge() -> None:
     metavar="NAME=REGEX",
     help="Pattern choosing outgoing messages (repeatable; all must match).",
 )
+@click.option(
+    "--selector",
+    "-s",
+    help="JMS selector choosing the messages that cross, both ways "
+    "(e.g. \"severity IN ('high','critical')\").",
+)
 @click.option("--ttl", type=float, help="Seconds incoming messages live in DoDWAN (3600).")
 @click.option("--holdoff", type=float, help="Seconds outgoing messages wait (standby gateway).")
 @click.option("--qos", type=click.IntRange(1, 2), help="MQTT quality of service (1).")
@@ -826,6 +832,7 @@ def bridge_add(
     direction: str,
     attrs: tuple[str, ...],
     filters: tuple[str, ...],
+    selector: str | None,
     ttl: float | None,
     holdoff: float | None,
     qos: int | None,
@@ -847,6 +854,7 @@ def bridge_add(
         ("holdoff", holdoff),
         ("qos", qos),
         ("joms_topic", joms_topic),
+        ("selector", selector),
     ):
         if value is not None:
             body[key] = value

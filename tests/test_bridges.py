@@ -267,6 +267,39 @@ def test_a_joms_topic_mirrored_to_the_broker_both_ways(
         jms.disconnect()
 
 
+def test_a_jms_selector_filters_both_ways(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any, tmp_path: Path
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    add_binding(gw, uri, "hq", topic, selector="severity IN ('high', 'critical')")
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+
+    low = publish(field, topic, 5, severity="low")
+    high = publish(field, topic, 5, start=5, severity="high")
+    exactly_once(hq, high)
+    # The outbox is FIFO: had a low one been queued, it would be at the broker by now.
+    assert not set(low) & set(hq.dodwan_ids())
+
+    for i in range(3):
+        hq.publish(f"low {i}".encode(), f"hq-{topic}-l{i}", {"severity": "low"})
+    for i in range(3):
+        hq.publish(f"critical {i}".encode(), f"hq-{topic}-c{i}", {"severity": "critical"})
+    wait_for(
+        lambda: len([d for d in descriptors(out) if "bridge_origin" in d]) >= 3,
+        30,
+        what="headquarters' critical messages on the field host",
+    )
+    st = wait_for(lambda: (b := binding(gw, "hq"))["filtered"] >= 8 and b, 10, what="filtered")
+    assert {d["severity"] for d in descriptors(out) if "bridge_origin" in d} == {"critical"}
+    assert st["filtered"] == 8 and st["received_total"] == 3 and st["sent_total"] == 5
+    assert st["selector"] == "severity IN ('high', 'critical')"
+
+
 # ---------------------------------------------------------------------- uplink cut
 
 

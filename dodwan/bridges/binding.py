@@ -88,6 +88,8 @@ class Binding:
         self.received = 0
         self.echoes = 0
         self.duplicates = 0
+        self.filtered = 0
+        """Messages the binding's selector kept from crossing (both ways)."""
         self.connects = 0
         self._thread = threading.Thread(target=self._run, name=f"bridge-{spec.name}", daemon=True)
 
@@ -134,6 +136,7 @@ class Binding:
             "last_error": self.last_error,
             "echoes": self.echoes,
             "duplicates": self.duplicates,
+            "filtered": self.filtered,
             "connects": self.connects,
             "paused": not self._resume.is_set(),
         }

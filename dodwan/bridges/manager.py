@@ -28,6 +28,7 @@ from ..core import CacheFullError, MessageDelivered, PatternError, Profile
 from .binding import Binding, InboundHandler, Link
 from .mapping import DEADLINE_HEADER, ORIGIN_MARK, Inbound, inbound_attributes, inbound_id
 from .outbox import Outbox
+from .selection import descriptor_values, inbound_values
 from .uri import BindingSpec, SpecError
 
 log = logging.getLogger("dodwan.bridges")
@@ -139,6 +140,8 @@ class BridgeManager:
             msg_id = descriptor.get("id", "")
             if msg_id in known or ORIGIN_MARK in descriptor or not profile.matches(descriptor):
                 continue
+            if not spec.selects(descriptor_values(descriptor)):
+                continue
             deadline = float(descriptor.get("deadline", "0") or 0)
             payload = payload_of()
             if deadline <= now or payload is None:
@@ -191,6 +194,9 @@ class BridgeManager:
         if ORIGIN_MARK in d:  # came in through some bridge: never out again
             self._loops_prevented[name] = self._loops_prevented.get(name, 0) + 1
             return
+        if not b.spec.selects(descriptor_values(d)):
+            b.filtered += 1
+            return
         now = time.time()
         try:
             deadline = float(d.get("deadline", "0"))
@@ -241,6 +247,9 @@ class BridgeManager:
                     keep = time.time() + 86400
                 self.outbox.mark_echoed(spec.name, echo, keep)
             return True
+        if not spec.selects(inbound_values(msg)):
+            binding.filtered += 1
+            return True  # acknowledged: the binding does not want it
         ep = spec.endpoint
         now = time.time()
         deadline = now + spec.ttl
