@@ -40,6 +40,9 @@ class Link(Protocol):
     def send(self, rows: list[OutRow]) -> None:
         """Send the rows and return once the broker has confirmed them all; raise on failure."""
 
+    def committed(self) -> set[str]:
+        """Ids of the last batch the broker committed, from its ledger (empty: no ledger)."""
+
     def poll(self, timeout: float, wake: threading.Event) -> None:
         """Serve the connection for up to ``timeout`` s or until ``wake``; raise when it is lost."""
 
@@ -88,6 +91,8 @@ class Binding:
         self.received = 0
         self.echoes = 0
         self.duplicates = 0
+        self.settled = 0
+        """Messages found committed in the broker's ledger after a reconnection."""
         self.filtered = 0
         """Messages the binding's selector kept from crossing (both ways)."""
         self.connects = 0
@@ -137,6 +142,7 @@ class Binding:
             "echoes": self.echoes,
             "duplicates": self.duplicates,
             "filtered": self.filtered,
+            "settled": self.settled,
             "connects": self.connects,
             "paused": not self._resume.is_set(),
         }
@@ -166,6 +172,8 @@ class Binding:
                     self.tried.set()
                     backoff = BACKOFF_MIN
                     log.info("bridge %s connected to %s", name, self.spec.endpoint.display)
+                    if self.spec.outbound:
+                        self._settle(link)
                     self._serve(link)
                 except Exception as exc:
                     if not self._stop.is_set():
@@ -184,6 +192,21 @@ class Binding:
         finally:
             link.close()
 
+    def _settle(self, link: Link) -> None:
+        """Mark sent what the broker's ledger says it committed although its answer never
+        came (the connection broke between the commit and the confirmation)."""
+        seqs = self.outbox.pending_seqs(self.spec.name, link.committed())
+        n = self.outbox.mark_sent(self.spec.name, seqs)
+        if n:
+            self.sent += n
+            self.settled += n
+            log.info(
+                "bridge %s: %d message(s) the broker had committed before the link broke are "
+                "marked sent, not sent again",
+                self.spec.name,
+                n,
+            )
+
     def _serve(self, link: Link) -> None:
         name = self.spec.name
         while not self._stop.is_set():
@@ -200,8 +223,7 @@ class Binding:
             rows = self.outbox.pending(name, now, BATCH)
             if rows:
                 link.send(rows)
-                self.outbox.mark_sent(name, [r.seq for r in rows])
-                self.sent += len(rows)
+                self.sent += self.outbox.mark_sent(name, [r.seq for r in rows])
                 link.poll(0.0, self._wake)  # serve inbound traffic between batches
                 continue
             self._idle.set()

@@ -216,6 +216,10 @@ class MqttLink:
             if c is not None:
                 c.connect()
 
+    def committed(self) -> set[str]:
+        """MQTT has no transaction to write a ledger in: paho's session resends instead."""
+        return set()
+
     def send(self, rows: list[OutRow]) -> None:
         assert self.out is not None
         topic = self.spec.endpoint.out_target

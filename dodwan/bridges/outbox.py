@@ -141,24 +141,38 @@ class Outbox:
             ).fetchone()
         return None if t is None else float(t)
 
-    def mark_sent(self, binding: str, seqs: list[int]) -> None:
-        """The broker confirmed these rows: flag them and raise the high-water mark, atomically."""
+    def mark_sent(self, binding: str, seqs: list[int]) -> int:
+        """The broker confirmed these rows: flag them and raise the high-water mark, atomically.
+
+        Returns how many were still unsent (a row marked already is not counted again)."""
         if not seqs:
-            return
+            return 0
         now = time.time()
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
-            db.executemany(
+            cur = db.executemany(
                 "UPDATE outbox SET state = 1, done_at = ? WHERE seq = ? AND state = 0",
                 [(now, s) for s in seqs],
             )
+            n = max(0, cur.rowcount)
             db.execute("INSERT OR IGNORE INTO marks(binding) VALUES (?)", (binding,))
             db.execute(
                 "UPDATE marks SET hwm = max(hwm, ?), sent = sent + ? WHERE binding = ?",
-                (max(seqs), len(seqs), binding),
+                (max(seqs), n, binding),
             )
             db.execute("COMMIT")
+        return n
+
+    def pending_seqs(self, binding: str, msg_ids: set[str]) -> list[int]:
+        """The unsent rows of these messages (e.g. named by the broker's ledger)."""
+        if not msg_ids:
+            return []
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, msg_id FROM outbox WHERE binding = ? AND state = 0", (binding,)
+            ).fetchall()
+        return [int(seq) for seq, msg_id in rows if msg_id in msg_ids]
 
     def mark_echoed(self, binding: str, msg_id: str, deadline: float) -> bool:
         """Another gateway already put this message on the broker: never send it from here.

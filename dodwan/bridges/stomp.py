@@ -2,7 +2,10 @@
 
 Outbound, a batch of messages is sent in one STOMP transaction whose COMMIT asks for a
 receipt: the rows are marked sent once the receipt arrives, so a batch is on the broker
-entirely or not at all. Messages are persistent; application attributes are headers (which
+entirely or not at all. The transaction also writes the batch's ledger message
+(:mod:`.ledger`) and acknowledges the older ones, which the link consumes; after a
+reconnection the ledger is browsed (ActiveMQ's ``browser:true``) to learn whether the
+batch whose receipt never came was committed. Messages are persistent; application attributes are headers (which
 ActiveMQ keeps as JMS string properties), with ``dodwan-id`` and the JMS headers STOMP
 names (``correlation-id``, ``type``, ``priority``, ``expires`` from the deadline).
 
@@ -23,6 +26,7 @@ from typing import Any
 
 import stomp
 
+from . import ledger
 from .binding import InboundHandler, LinkError
 from .mapping import Inbound, deadline_of, priority_of, user_properties
 from .outbox import OutRow
@@ -65,6 +69,11 @@ class StompLink:
         self._lock = threading.Lock()
         ep = spec.endpoint
         self.destination = f"/{ep.kind}/{ep.destination}"
+        self.ledger = f"/queue/{ledger.queue_name(host_id, spec.name)}"
+        self._ledger_acks: list[str] = []
+        """Ack ids of ledger messages received: acknowledged in the next transaction."""
+        self._browsed: set[str] | None = None
+        self._browse_done = threading.Event()
 
     # ------------------------------------------------------------------ listener side
 
@@ -80,6 +89,17 @@ class StompLink:
 
     def _message(self, frame: Any) -> None:
         h = {str(k): str(v) for k, v in frame.headers.items()}
+        sub = h.get("subscription")
+        if sub == "ledger-browse":
+            if h.get("browser") == "end":
+                self._browse_done.set()
+            else:
+                self._browsed = ledger.decode(bytes(frame.body or b""))
+            return
+        if sub == "ledger":
+            with self._lock:
+                self._ledger_acks.append(h.get("ack", ""))
+            return
         expires = None
         with contextlib.suppress(ValueError):
             if int(h.get("expires", "0")) > 0:
@@ -122,6 +142,14 @@ class StompLink:
                 conn.disconnect()
             raise LinkError(f"cannot connect to {ep.host}:{ep.port}: {exc}") from None
         self.conn = conn
+        with self._lock:
+            self._ledger_acks.clear()
+        if self.spec.outbound:
+            self._wait_receipt(
+                lambda rid: conn.subscribe(
+                    self.ledger, id="ledger", ack="client-individual", headers={"receipt": rid}
+                )
+            )
         if self.spec.inbound:
             # The receipt proves the subscription is in place before we report "connected".
             self._wait_receipt(
@@ -147,6 +175,24 @@ class StompLink:
             with self._lock:
                 self._receipts.pop(rid, None)
 
+    def committed(self) -> set[str]:
+        """The ids of the last batch the broker committed, from the ledger (browsed)."""
+        conn = self.conn
+        if conn is None:
+            raise LinkError(f"STOMP connection lost: {self._why}")
+        self._browsed = None
+        self._browse_done.clear()
+        conn.subscribe(self.ledger, id="ledger-browse", headers={"browser": "true"})
+        deadline = time.monotonic() + RECEIPT_TIMEOUT
+        while not self._browse_done.wait(0.05):
+            if self._lost.is_set():
+                raise LinkError(f"STOMP connection lost: {self._why}")
+            if time.monotonic() > deadline:
+                raise LinkError("STOMP broker did not finish browsing the ledger in time")
+        with contextlib.suppress(Exception):
+            conn.unsubscribe("ledger-browse")
+        return self._browsed or set()
+
     def send(self, rows: list[OutRow]) -> None:
         conn = self.conn
         if conn is None or self._lost.is_set():
@@ -166,6 +212,15 @@ class StompLink:
                 headers["type"] = d["jms_type"]
             headers["transaction"] = tx
             conn.send(self.destination, row.payload, headers=headers)
+        with self._lock:
+            acks, self._ledger_acks = self._ledger_acks, []
+        for ack in acks:  # the older ledger messages go as this one comes
+            conn.ack(ack, transaction=tx)
+        conn.send(
+            self.ledger,
+            ledger.encode([r.msg_id for r in rows]),
+            headers={"persistent": "true", ledger.HEADER: "1", "transaction": tx},
+        )
         self._wait_receipt(lambda rid: conn.commit(transaction=tx, headers={"receipt": rid}))
 
     def poll(self, timeout: float, wake: threading.Event) -> None:
