@@ -78,6 +78,10 @@ def test_binding_settings_are_checked() -> None:
         BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "ttl": 0})
     with pytest.raises(SpecError, match="qos must be 1 or 2"):
         BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "qos": 0})
+    for uri in ("stomp://h/queue/q", "amqp://h/queue/q"):
+        with pytest.raises(SpecError, match="a queue is one way"):
+            BindingSpec.from_dict({"uri": uri, "attributes": {"a": "b"}})
+        assert BindingSpec.from_dict({"uri": uri, "attributes": {"a": "b"}, "direction": "out"})
     with pytest.raises(SpecError, match="binding name"):
         BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "name": "a b"})
 

@@ -299,6 +299,12 @@ class BindingSpec:
             )
         if direction != "in":
             endpoint.check_outbound()
+        if direction == "both" and endpoint.kind == "queue":
+            raise SpecError(
+                f"binding {name}: a queue is one way: direction out (send to it) or in "
+                "(consume from it); both would consume the gateway's own messages, which "
+                "headquarters' consumers would then never get"
+            )
         numbers = {}
         for key, default in (("ttl", 3600.0), ("holdoff", 0.0)):
             v = data.get(key, default)
