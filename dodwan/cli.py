@@ -816,7 +816,13 @@ def bridge() -> None:
     "(e.g. \"severity IN ('high','critical')\").",
 )
 @click.option("--ttl", type=float, help="Seconds incoming messages live in DoDWAN (3600).")
-@click.option("--holdoff", type=float, help="Seconds outgoing messages wait (standby gateway).")
+@click.option("--holdoff", type=float, help="Seconds outgoing messages wait (standby: 30).")
+@click.option(
+    "--standby",
+    is_flag=True,
+    default=None,
+    help="A standby gateway: sends only what the primary has not sent within the hold-off.",
+)
 @click.option("--qos", type=click.IntRange(1, 2), help="MQTT quality of service (1).")
 @click.option("--joms-topic", help="Mirror this JOMS topic (its JMS clients talk with the broker).")
 @click.option(
@@ -835,6 +841,7 @@ def bridge_add(
     selector: str | None,
     ttl: float | None,
     holdoff: float | None,
+    standby: bool | None,
     qos: int | None,
     joms_topic: str | None,
     replace: bool,
@@ -852,6 +859,7 @@ def bridge_add(
     for key, value in (
         ("ttl", ttl),
         ("holdoff", holdoff),
+        ("standby", standby),
         ("qos", qos),
         ("joms_topic", joms_topic),
         ("selector", selector),

@@ -5,6 +5,9 @@ The gateway connects to the relay, which relays to the broker. Once armed with a
 client's chunk that holds it, so the broker commits, then drops whatever the broker answers
 and closes both connections: the gateway cannot tell whether the batch was committed. That
 is exactly the window a broker stopped at the wrong moment opens, made deterministic.
+
+It can also cut the uplink of one gateway only (:meth:`block`, :meth:`unblock`): existing
+connections are closed and new ones refused, while the broker keeps running for others.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class CutProxy:
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._listener.settimeout(0.2)
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._blocked = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -43,6 +47,9 @@ class CutProxy:
             try:
                 client, _ = self._listener.accept()
             except OSError:
+                continue
+            if self._blocked.is_set():
+                client.close()
                 continue
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
@@ -90,6 +97,20 @@ class CutProxy:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.close()
+
+    def block(self) -> None:
+        """The uplink is down: close every relayed connection and refuse new ones."""
+        self._blocked.set()
+        for pair in self._pairs:
+            for s in pair:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    s.close()
+        self._pairs.clear()
+
+    def unblock(self) -> None:
+        self._blocked.clear()
 
     def close(self) -> None:
         self._stop.set()

@@ -482,6 +482,72 @@ def test_two_gateways_on_one_topic_no_loop_no_duplicate(
     assert echoes >= 31
 
 
+def test_the_standby_gateway_takes_over_and_the_primary_comes_back_without_copies(
+    proto: Proto,
+    daemons: Callable[..., DaemonProc],
+    remotes: Any,
+    request: pytest.FixtureRequest,
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    group = random_group()
+    field = daemons("field", "--group", group, "--host-id", "field", *ARGS)
+    gw1 = daemons("gw1", "--group", group, "--host-id", "gw1", *ARGS)
+    gw2 = daemons("gw2", "--group", group, "--host-id", "gw2", *ARGS)
+    uplink1 = CutProxy(proto.broker.port)  # the primary's uplink, which the test cuts
+    request.addfinalizer(uplink1.close)
+    add_binding(gw1, uri.replace(f":{proto.broker.port}/", f":{uplink1.port}/"), "hq", topic)
+    st = add_binding(gw2, uri, "hq", topic, standby=True, holdoff=3.0)
+    assert st["standby"] and st["holdoff"] == 3.0
+    for gw in (gw1, gw2):
+        wait_for(lambda gw=gw: binding(gw, "hq")["connected"], 30, what="binding connected")
+
+    first = publish(field, topic, 10)
+    exactly_once(hq, first)
+    wait_for(lambda: binding(gw2, "hq")["backlog"] == 0, 30, what="standby's outbox settled")
+    assert binding(gw2, "hq")["sent_total"] == 0  # the primary sent them all
+
+    # The primary's uplink is cut: it keeps what the field publishes; after its hold-off
+    # the standby sends it. When the uplink is back, what the broker kept for the primary
+    # (the standby's messages) is taken in before it sends: it sends none of them again.
+    uplink1.block()
+    wait_for(lambda: not binding(gw1, "hq")["connected"], 30, what="primary's uplink down")
+    second = publish(field, topic, 10, start=10)
+    exactly_once(hq, first + second, timeout=60, gw=gw2)
+    wait_for(lambda: binding(gw1, "hq")["backlog"] == 10, 30, what="primary holding 10")
+    uplink1.unblock()
+    wait_for(lambda: binding(gw1, "hq")["backlog"] == 0, 60, what="primary's backlog settled")
+    sentinel = publish(field, topic, 1, start=98)
+    exactly_once(hq, first + second + sentinel, timeout=60, gw=gw1)
+    wait_for(lambda: binding(gw1, "hq")["sent_total"] == 11, 10, what="primary sent 11")
+
+    # The primary is gone: after its hold-off the standby sends what the field publishes.
+    assert gw1.kill(signal.SIGKILL) == -signal.SIGKILL
+    third = publish(field, topic, 10, start=20)
+    exactly_once(hq, first + second + sentinel + third, timeout=60, gw=gw2)
+    wait_for(
+        lambda: binding(gw2, "hq")["sent_total"] == 20,
+        10,
+        what=lambda: f"standby marked 20 sent: {binding(gw2, 'hq')}",
+    )
+
+    # The primary comes back; DoDWAN carries it what it missed (its subscription was kept).
+    # What the broker kept for it while it was away tells it the standby sent those.
+    gw1.start()
+    wait_for(lambda: binding(gw1, "hq")["connected"], 30, what="primary reconnected")
+
+    def carried() -> bool:
+        cached = {e["id"] for e in gw1.client().get("/cache")}
+        return set(third) <= cached
+
+    wait_for(carried, 60, what="the missed messages carried to the primary")
+    last = publish(field, topic, 1, start=99)
+    exactly_once(hq, first + second + sentinel + third + last, timeout=60, gw=gw1)
+    st1 = binding(gw1, "hq")
+    assert st1["backlog"] == 0 and st1["echoes"] >= 10
+
+
 # ---------------------------------------------------------------------- replace
 
 

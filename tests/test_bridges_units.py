@@ -78,6 +78,17 @@ def test_binding_settings_are_checked() -> None:
         BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "ttl": 0})
     with pytest.raises(SpecError, match="qos must be 1 or 2"):
         BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "qos": 0})
+    standby = BindingSpec.from_dict(
+        {"uri": "mqtt://h/x", "attributes": {"a": "b"}, "standby": True}
+    )
+    assert standby.holdoff == 30.0 and ok.holdoff == 0.0  # a sane default for a standby
+    assert BindingSpec.from_dict({**standby.as_dict(), "holdoff": 5}).holdoff == 5.0
+    with pytest.raises(SpecError, match="standby binding needs direction both"):
+        BindingSpec.from_dict(
+            {"uri": "mqtt://h/x", "direction": "out", "attributes": {"a": "b"}, "standby": True}
+        )
+    with pytest.raises(SpecError, match="standby must be true or false"):
+        BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "standby": "yes"})
     for uri in ("stomp://h/queue/q", "amqp://h/queue/q"):
         with pytest.raises(SpecError, match="a queue is one way"):
             BindingSpec.from_dict({"uri": uri, "attributes": {"a": "b"}})

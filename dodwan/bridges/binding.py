@@ -25,6 +25,10 @@ log = logging.getLogger("dodwan.bridges")
 BATCH = 64
 BACKOFF_MIN = 0.2
 BACKOFF_MAX = 5.0
+DRAIN_QUIET = 0.5
+"""After a (re)connection, a two-way binding takes in what the broker kept for it until
+nothing came for this long, before it sends (see :meth:`Binding._drain`)."""
+DRAIN_MAX = 15.0
 
 
 class LinkError(Exception):
@@ -96,6 +100,8 @@ class Binding:
         self.filtered = 0
         """Messages the binding's selector kept from crossing (both ways)."""
         self.connects = 0
+        self._taken = 0
+        self._never = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"bridge-{spec.name}", daemon=True)
 
     # ------------------------------------------------------------------ control (loop side)
@@ -152,6 +158,7 @@ class Binding:
     def _inbound(self, msg: Inbound) -> bool:
         if self._stop.is_set():
             return False
+        self._taken += 1
         return self._on_inbound(self, msg)
 
     def record_error(self, exc: BaseException) -> None:
@@ -174,6 +181,8 @@ class Binding:
                     log.info("bridge %s connected to %s", name, self.spec.endpoint.display)
                     if self.spec.outbound:
                         self._settle(link)
+                        if self.spec.inbound:
+                            self._drain(link)
                     self._serve(link)
                 except Exception as exc:
                     if not self._stop.is_set():
@@ -206,6 +215,17 @@ class Binding:
                 self.spec.name,
                 n,
             )
+
+    def _drain(self, link: Link) -> None:
+        """Before sending after a (re)connection, take in what the broker kept for the
+        binding while it was away (MQTT session, AMQP queue): among it, the echoes of what
+        another gateway sent meanwhile, which this one must then not send again."""
+        end = time.monotonic() + DRAIN_MAX
+        while time.monotonic() < end and not self._stop.is_set():
+            before = self._taken
+            link.poll(DRAIN_QUIET, self._never)
+            if self._taken == before:
+                return
 
     def _serve(self, link: Link) -> None:
         name = self.spec.name

@@ -318,6 +318,9 @@ class BridgeManager:
             self.host.unsubscribe(key)
 
     async def _replace(self, old: Binding, spec: BindingSpec) -> None:
+        if _exclusive(old.spec) and _exclusive(spec):
+            await self._replace_exclusive(old, spec)
+            return
         loop = asyncio.get_running_loop()
         old.retire()  # the old link must not reconnect (it could take over the new session)
         new = self._launch(spec, paused=True)
@@ -336,6 +339,28 @@ class BridgeManager:
         await loop.run_in_executor(None, old.stop)
         new.resume()
         log.info("bridge %s replaced (%s)", spec.name, spec.endpoint.display)
+
+    async def _replace_exclusive(self, old: Binding, spec: BindingSpec) -> None:
+        """Break-before-make, for links that cannot coexist (a STOMP durable topic
+        subscription: one client id, one connection). Nothing is lost in between: the
+        outbox keeps the outgoing messages, the broker the incoming ones."""
+        loop = asyncio.get_running_loop()
+        old.pause()
+        await loop.run_in_executor(None, old.wait_idle, 30.0)
+        await loop.run_in_executor(None, old.stop)
+        new = self._launch(spec, paused=True)
+        await loop.run_in_executor(None, new.tried.wait, CONNECT_WAIT)
+        if not new.ready.is_set():
+            reason = new.last_error or "no answer"
+            await loop.run_in_executor(None, new.stop)
+            self._launch(old.spec)  # back as it was
+            raise BridgeError(
+                502, f"new binding {spec.name!r} did not connect ({reason}); the old one stays"
+            )
+        self._bindings[spec.name] = new
+        self._bind(spec)
+        new.resume()
+        log.info("bridge %s replaced, break-before-make (%s)", spec.name, spec.endpoint.display)
 
     async def remove(self, name: str) -> dict[str, Any]:
         async with self._busy:
@@ -391,3 +416,9 @@ class BridgeManager:
             f"dodwan_bridge_expired_total {self._expired}",
         ]
         return lines
+
+
+def _exclusive(spec: BindingSpec) -> bool:
+    """A binding whose link cannot run beside its replacement's (same durable identity)."""
+    ep = spec.endpoint
+    return ep.scheme == "stomp" and ep.kind == "topic" and spec.inbound

@@ -151,8 +151,9 @@ class Outbox:
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
+            # state 2 too: its echo (from this very send) may come before the confirmation.
             cur = db.executemany(
-                "UPDATE outbox SET state = 1, done_at = ? WHERE seq = ? AND state = 0",
+                "UPDATE outbox SET state = 1, done_at = ? WHERE seq = ? AND state IN (0, 2)",
                 [(now, s) for s in seqs],
             )
             n = max(0, cur.rowcount)

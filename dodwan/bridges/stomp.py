@@ -11,14 +11,17 @@ names (``correlation-id``, ``type``, ``priority``, ``expires`` from the deadline
 
 Inbound, the binding subscribes with ``client-individual`` acknowledgement and acknowledges
 a message after its DoDWAN publication; the broker's ``message-id`` (the same for every
-subscriber) gives the DoDWAN id. A topic subscription is not durable: what a topic gets
-while no gateway is connected is not kept (bridge a queue, or an ActiveMQ virtual-topic
-queue, when that matters).
+subscriber) gives the DoDWAN id. A topic subscription is durable (ActiveMQ's
+``client-id`` ``dodwan-HOST-NAME`` and ``activemq.subscriptionName``): what the topic gets
+while the gateway is away waits at the broker, echoes of what another gateway sent
+included. Two connections cannot hold one client id, so replacing such a binding is
+break-before-make (see :meth:`~dodwan.bridges.manager.BridgeManager.add`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import threading
 import time
@@ -32,6 +35,10 @@ from .mapping import Inbound, deadline_of, priority_of, user_properties
 from .outbox import OutRow
 from .uri import BindingSpec
 
+# stomp.py logs a connection cut at the wrong moment as an error with a traceback; the
+# binding's own warning says what failed (as for pika in amqp.py).
+logging.getLogger("stomp.py").setLevel(logging.CRITICAL)
+
 CONNECT_TIMEOUT = 10.0
 RECEIPT_TIMEOUT = 30.0
 STANDARD = frozenset(
@@ -39,6 +46,13 @@ STANDARD = frozenset(
     | {"expires", "priority", "persistent", "timestamp", "redelivered", "receipt"}
     | {"correlation-id", "type", "reply-to"}
 )
+
+
+def durable_name(spec: BindingSpec, host_id: str) -> str | None:
+    """Client id and subscription name of a durable topic subscription (None: not one)."""
+    if not (spec.inbound and spec.endpoint.kind == "topic"):
+        return None
+    return f"dodwan-{host_id}-{spec.name}"[:200]
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
@@ -69,6 +83,7 @@ class StompLink:
         self._lock = threading.Lock()
         ep = spec.endpoint
         self.destination = f"/{ep.kind}/{ep.destination}"
+        self.durable = durable_name(spec, host_id)
         self.ledger = f"/queue/{ledger.queue_name(host_id, spec.name)}"
         self._ledger_acks: list[str] = []
         """Ack ids of ledger messages received: acknowledged in the next transaction."""
@@ -135,8 +150,9 @@ class StompLink:
             timeout=CONNECT_TIMEOUT,
         )
         conn.set_listener("dodwan", _Listener(self))
+        extra = {"client-id": self.durable} if self.durable else {}
         try:
-            conn.connect(ep.user, ep.password, wait=True)
+            conn.connect(ep.user, ep.password, wait=True, headers=extra)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 conn.disconnect()
@@ -152,9 +168,13 @@ class StompLink:
             )
         if self.spec.inbound:
             # The receipt proves the subscription is in place before we report "connected".
+            sub = {"activemq.subscriptionName": self.durable} if self.durable else {}
             self._wait_receipt(
                 lambda rid: conn.subscribe(
-                    self.destination, id="dodwan", ack="client-individual", headers={"receipt": rid}
+                    self.destination,
+                    id="dodwan",
+                    ack="client-individual",
+                    headers={"receipt": rid, **sub},
                 )
             )
 

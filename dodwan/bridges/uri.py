@@ -38,7 +38,12 @@ KEYS = {
     "qos",
     "joms_topic",
     "selector",
+    "standby",
 }
+STANDBY_HOLDOFF = 30.0
+"""Default hold-off of a standby binding: well above the primary's send-and-echo time (well
+under a second on a working uplink, a few seconds while it reconnects), short enough for
+the field's messages to reach headquarters soon when the primary is gone."""
 JOMS_KIND = ("jms_kind", "message")
 """A JOMS topic's messages: jms_kind=message, destination_type=topic, destination_id=NAME."""
 
@@ -174,6 +179,8 @@ class BindingSpec:
     """Seconds incoming messages live in the DoDWAN network (their deadline)."""
     holdoff: float = 0.0
     """Seconds an outgoing message waits before it is sent (a standby gateway)."""
+    standby: bool = False
+    """A standby gateway: hold-off :data:`STANDBY_HOLDOFF` unless given, direction both."""
     qos: int = 1
     """MQTT quality of service for both directions (1 or 2). 1 by default: across a broker
     restart QoS 1 may resend (deduplicable on ``dodwan-id``), while QoS 2 lost a message
@@ -236,6 +243,7 @@ class BindingSpec:
                 "ttl": self.ttl,
                 "holdoff": self.holdoff,
                 "qos": self.qos,
+                "standby": self.standby,
             }
             | ({"joms_topic": self.joms_topic} if self.joms_topic else {})
             | ({"selector": self.selector} if self.selector else {})
@@ -305,8 +313,17 @@ class BindingSpec:
                 "(consume from it); both would consume the gateway's own messages, which "
                 "headquarters' consumers would then never get"
             )
+        standby = data.get("standby", False)
+        if not isinstance(standby, bool):
+            raise SpecError(f"binding {name}: standby must be true or false")
+        if standby and direction != "both":
+            raise SpecError(
+                f"binding {name}: a standby binding needs direction both (it learns from what "
+                "comes back from the broker which messages the primary gateway sent)"
+            )
         numbers = {}
-        for key, default in (("ttl", 3600.0), ("holdoff", 0.0)):
+        holdoff = STANDBY_HOLDOFF if standby else 0.0
+        for key, default in (("ttl", 3600.0), ("holdoff", holdoff)):
             v = data.get(key, default)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise SpecError(f"binding {name}: {key} must be a non-negative number")
@@ -327,6 +344,7 @@ class BindingSpec:
             qos=qos,
             joms_topic=joms_topic,
             selector=selector,
+            standby=standby,
         )
 
 
