@@ -582,3 +582,37 @@ def test_binding_replaced_under_load_loses_nothing(
     exactly_once(hq, ids, timeout=60, gw=gw)
     wait_for(lambda: binding(gw, "hq")["backlog"] == 0, 30, what="backlog marked sent")
     assert binding(gw, "hq")["sent_total"] == 200
+
+
+def test_a_durable_stomp_topic_binding_is_replaced_without_loss(
+    activemq: Broker, daemons: Callable[..., DaemonProc], remotes: Any, tmp_path: Path
+) -> None:
+    """One client id holds a durable subscription: break-before-make, nothing lost."""
+    restart(activemq)
+    topic = topic_name()
+    uri, make_remote = Proto("stomp", activemq).destination(topic)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    add_binding(gw, uri, "hq", topic)
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+    ids: list[str] = []
+    t = threading.Thread(target=lambda: ids.extend(publish(field, topic, 100)))
+    t.start()
+    wait_for(lambda: len(hq.dodwan_ids()) >= 20, 30, what="load reaching the broker")
+    orders = threading.Thread(
+        target=lambda: [hq.publish(b"order", f"hq-{topic}-{i}", {}) for i in range(10)]
+    )
+    orders.start()
+    body = {"uri": uri, "name": "hq", "attributes": {"topic": topic}, "ttl": 600, "replace": True}
+    st = gw.client().post("/bridges", body)
+    assert st["ttl"] == 600.0
+    t.join(60)
+    orders.join(60)
+    exactly_once(hq, ids, timeout=60, gw=gw)
+    wait_for(
+        lambda: len([d for d in descriptors(out) if "bridge_origin" in d]) == 10,
+        30,
+        what="every order of headquarters on the field host",
+    )
