@@ -336,14 +336,18 @@ def test_uplink_cut_during_a_burst_every_message_arrives(
     wait_for(lambda: binding(gw, "hq")["backlog"] > 0, 30, what="a backlog while down")
     assert binding(gw, "hq")["errors"] >= 1
     proto.broker.start()
-    # STOMP/AMQP: exactly once (a batch committed whose answer was lost is found in the
-    # broker's ledger). MQTT QoS 1: the messages in flight at the cut may come twice.
-    exactly_once(hq, ids, timeout=90, gw=gw, in_flight=64 if proto.name == "mqtt" else 0)
+    # Exactly once: what the broker took before the cut, unconfirmed, is found in the
+    # broker's ledger (STOMP, AMQP) or came back on the binding's own subscription (MQTT).
+    exactly_once(hq, ids, timeout=90, gw=gw)
     wait_for(lambda: binding(gw, "hq")["backlog"] == 0, 30, what="backlog drained")
     assert binding(gw, "hq")["sent_total"] == 150
 
 
-COMMIT_MARKER = {"stomp": b"COMMIT\n", "amqp": b"\x00\x5a\x00\x14"}  # AMQP tx.commit
+COMMIT_MARKER = {
+    "stomp": b"COMMIT\n",
+    "amqp": b"\x00\x5a\x00\x14",  # AMQP tx.commit
+    "mqtt": b"report 5",  # MQTT has no commit: a PUBLISH whose PUBACK is lost
+}
 
 
 @pytest.mark.parametrize("name", sorted(COMMIT_MARKER))
@@ -379,7 +383,9 @@ def test_a_commit_whose_answer_is_lost_is_not_sent_again(
         sentinel = publish(field, topic, 1, start=99)
         exactly_once(hq, ids + sentinel, gw=gw)
         st = wait_for(lambda: (b := binding(gw, "hq"))["sent_total"] == 41 and b, 10, what="41")
-        assert st["settled"] >= 1 and st["connects"] >= 2
+        assert st["connects"] >= 2
+        # Found in the ledger (STOMP, AMQP), or came back on the own subscription (MQTT).
+        assert st["settled" if name != "mqtt" else "echoes"] >= 1
     finally:
         proxy.close()
 

@@ -10,7 +10,8 @@ batch sent if the ledger names it, and sends it again only if not. That makes de
 the broker exactly once across broker and gateway restarts, not just at least once.
 
 Only the newest ledger message matters: older ones are removed (STOMP: acknowledged in the
-next transaction; AMQP: a queue holding one message).
+next transaction; AMQP: a queue holding one message). MQTT has no transactions: there the
+binding's own subscription serves as the ledger (see :mod:`.mqtt`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,18 @@ HEADER = "dodwan-ledger"
 """Header (STOMP) / AMQP ``type`` marking a ledger message."""
 
 
+def _host(host_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", host_id)[:80]
+
+
 def queue_name(host_id: str, binding: str) -> str:
     """The binding's ledger queue (one per gateway host and binding name)."""
-    host = re.sub(r"[^A-Za-z0-9_-]+", "_", host_id)[:80]
-    return f"dodwan.ledger.{host}.{binding}"
+    return f"dodwan.ledger.{_host(host_id)}.{binding}"
+
+
+def topic_name(host_id: str, binding: str) -> str:
+    """MQTT: the topic of the binding's ledger probes."""
+    return f"dodwan-ledger/{_host(host_id)}/{binding}"
 
 
 def encode(ids: list[str]) -> bytes:

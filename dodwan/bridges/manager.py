@@ -26,7 +26,14 @@ from typing import Any, Protocol
 
 from ..core import CacheFullError, MessageDelivered, PatternError, Profile
 from .binding import Binding, InboundHandler, Link
-from .mapping import DEADLINE_HEADER, ORIGIN_MARK, Inbound, inbound_attributes, inbound_id
+from .mapping import (
+    DEADLINE_HEADER,
+    GATEWAY_HEADER,
+    ORIGIN_MARK,
+    Inbound,
+    inbound_attributes,
+    inbound_id,
+)
 from .outbox import Outbox
 from .selection import descriptor_values, inbound_values
 from .uri import BindingSpec, SpecError
@@ -240,7 +247,14 @@ class BridgeManager:
             # It went to the broker from a DoDWAN gateway (maybe this one): it is in the
             # field already. A binding that has not sent it yet need not.
             binding.echoes += 1
-            if spec.outbound:
+            if (
+                spec.outbound
+                and msg.headers.get(GATEWAY_HEADER) == f"{self.host.host_id}/{spec.name}"
+            ):
+                # This binding's own message, taken by the broker: sent (MQTT's ledger).
+                seqs = self.outbox.pending_seqs(spec.name, {echo})
+                binding.sent += self.outbox.mark_sent(spec.name, seqs)
+            elif spec.outbound:
                 try:
                     keep = float(msg.headers.get(DEADLINE_HEADER, ""))
                 except ValueError:

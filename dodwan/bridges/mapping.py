@@ -20,6 +20,8 @@ ORIGIN_MARK = "bridge_origin"
 ID_HEADER = "dodwan-id"
 ORIGIN_HEADER = "dodwan-origin"
 DEADLINE_HEADER = "dodwan-deadline"
+GATEWAY_HEADER = "dodwan-gateway"
+"""HOST/NAME of the binding that sent a message (MQTT: it recognises its own echoes)."""
 
 SYSTEM = frozenset(
     {"id", "deadline", "origin", "date", "size", "priority", "persistent"}

@@ -169,11 +169,14 @@ class Outbox:
         """The unsent rows of these messages (e.g. named by the broker's ledger)."""
         if not msg_ids:
             return []
+        ids = sorted(msg_ids)
+        marks = ",".join("?" * len(ids))
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, msg_id FROM outbox WHERE binding = ? AND state = 0", (binding,)
+                f"SELECT seq FROM outbox WHERE binding = ? AND state = 0 AND msg_id IN ({marks})",
+                (binding, *ids),
             ).fetchall()
-        return [int(seq) for seq, msg_id in rows if msg_id in msg_ids]
+        return [int(seq) for (seq,) in rows]
 
     def mark_echoed(self, binding: str, msg_id: str, deadline: float) -> bool:
         """Another gateway already put this message on the broker: never send it from here.
