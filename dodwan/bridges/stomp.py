@@ -160,12 +160,6 @@ class StompLink:
         self.conn = conn
         with self._lock:
             self._ledger_acks.clear()
-        if self.spec.outbound:
-            self._wait_receipt(
-                lambda rid: conn.subscribe(
-                    self.ledger, id="ledger", ack="client-individual", headers={"receipt": rid}
-                )
-            )
         if self.spec.inbound:
             # The receipt proves the subscription is in place before we report "connected".
             sub = {"activemq.subscriptionName": self.durable} if self.durable else {}
@@ -196,7 +190,9 @@ class StompLink:
                 self._receipts.pop(rid, None)
 
     def committed(self) -> set[str]:
-        """The ids of the last batch the broker committed, from the ledger (browsed)."""
+        """The ids of the last batch the broker committed, from the ledger (browsed).
+
+        Called once after every connection of an outbound binding, before any send."""
         conn = self.conn
         if conn is None:
             raise LinkError(f"STOMP connection lost: {self._why}")
@@ -211,6 +207,13 @@ class StompLink:
                 raise LinkError("STOMP broker did not finish browsing the ledger in time")
         with contextlib.suppress(Exception):
             conn.unsubscribe("ledger-browse")
+        # Only now consume the ledger (to acknowledge its older messages in the next
+        # transactions): a message dispatched to a consumer could be hidden from a browser.
+        self._wait_receipt(
+            lambda rid: conn.subscribe(
+                self.ledger, id="ledger", ack="client-individual", headers={"receipt": rid}
+            )
+        )
         return self._browsed or set()
 
     def send(self, rows: list[OutRow]) -> None:
