@@ -363,7 +363,8 @@ class BridgeManager:
         await loop.run_in_executor(None, old.wait_idle, 30.0)
         await loop.run_in_executor(None, old.stop)
         new = self._launch(spec, paused=True)
-        await loop.run_in_executor(None, new.tried.wait, CONNECT_WAIT)
+        # Retried until then: the broker may take a moment to release the client id.
+        await loop.run_in_executor(None, new.ready.wait, CONNECT_WAIT)
         if not new.ready.is_set():
             reason = new.last_error or "no answer"
             await loop.run_in_executor(None, new.stop)
