@@ -343,6 +343,52 @@ def test_uplink_cut_during_a_burst_every_message_arrives(
     assert binding(gw, "hq")["sent_total"] == 150
 
 
+def test_uplink_cut_during_an_incoming_burst_every_message_arrives_once(
+    proto: Proto,
+    daemons: Callable[..., DaemonProc],
+    remotes: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Broker -> field: the gateway's uplink is cut while it takes a burst in, and the
+    broker is restarted meanwhile; what the gateway had not acknowledged comes again and
+    is published once."""
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    uplink = CutProxy(proto.broker.port)  # an instant cut, in the middle of the burst
+    request.addfinalizer(uplink.close)
+    field, gw = pair(daemons)
+    gw_uri = uri.replace(f":{proto.broker.port}/", f":{uplink.port}/")
+    add_binding(gw, gw_uri, "hq", topic, direction="in")
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+    n = 400
+    burst = [(f"order {i}".encode(), f"hq-{topic}-{i}", {"n": str(i)}) for i in range(n)]
+    t = threading.Thread(target=hq.publish_many, args=(burst,))
+    t.start()
+    wait_for(lambda: binding(gw, "hq")["received"] >= 20, 30, what="the burst coming in")
+    uplink.block()
+    received = binding(gw, "hq")["received"]
+    t.join(60)
+    proto.broker.stop()
+    proto.broker.start()
+    uplink.unblock()
+
+    def on_field() -> list[str]:
+        return [d["n"] for d in descriptors(out) if "bridge_origin" in d]
+
+    wait_for(lambda: len(set(on_field())) == n, 120, what=lambda: f"{len(on_field())} of {n}")
+    if isinstance(hq, MqttRemote):
+        wait_for(hq.client.is_connected, 30, what="headquarters' client reconnected")
+    hq.publish_many([(b"end", f"hq-{topic}-end", {"n": "end"})])
+    wait_for(lambda: "end" in on_field(), 60, what="the sentinel on the field")
+    got = on_field()
+    assert len(got) == n + 1, f"{len(got) - n - 1} message(s) reached the field twice"
+    assert received < n, "the uplink was cut after the burst was in: nothing tested"
+
+
 COMMIT_MARKER = {
     "stomp": b"COMMIT\n",
     "amqp": b"\x00\x5a\x00\x14",  # AMQP tx.commit
