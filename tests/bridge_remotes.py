@@ -56,7 +56,8 @@ class Remote:
         raise NotImplementedError
 
     def publish_many(self, items: list[tuple[bytes, str, dict[str, str]]]) -> None:
-        """(body, message id, headers) each, persistent, over one connection, confirmed."""
+        """(body, message id, headers) each, persistent, over one connection, confirmed;
+        an empty id: none (MQTT, AMQP)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -107,7 +108,8 @@ class MqttRemote(Remote):
         infos = []
         for body, msg_id, headers in items:
             props = Properties(PacketTypes.PUBLISH)
-            props.UserProperty = [("message-id", msg_id), *headers.items()]
+            props.UserProperty = [("message-id", msg_id)] if msg_id else []
+            props.UserProperty += list(headers.items())
             infos.append(
                 self.client.publish(self.topic.rstrip("#/"), body, qos=1, properties=props)
             )
@@ -257,7 +259,9 @@ class AmqpRemote(Remote):
         ch = conn.channel()
         ch.confirm_delivery()
         for body, msg_id, headers in items:
-            props = pika.BasicProperties(message_id=msg_id, delivery_mode=2, headers=headers)
+            props = pika.BasicProperties(
+                message_id=msg_id or None, delivery_mode=2, headers=headers
+            )
             ch.basic_publish(self.exchange, self.routing_key, body, properties=props)
         conn.close()
 

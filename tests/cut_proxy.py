@@ -25,6 +25,7 @@ class CutProxy:
         self.target = target_port
         self.port = free_port()
         self._marker: bytes | None = None
+        self._forward = True
         self.cuts = 0
         self.cut_done = threading.Event()
         self._lock = threading.Lock()
@@ -36,11 +37,13 @@ class CutProxy:
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
-    def arm(self, marker: bytes) -> None:
-        """Cut the connection that next sends ``marker``, after forwarding it."""
+    def arm(self, marker: bytes, forward: bool = True) -> None:
+        """Cut the connection that next sends ``marker``, after forwarding it (or, with
+        ``forward`` false, losing it: e.g. a consumer's acknowledgement)."""
         self.cut_done.clear()
         with self._lock:
             self._marker = marker
+            self._forward = forward
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -82,7 +85,8 @@ class CutProxy:
                 if cut:
                     # The commit goes through; its answer does not.
                     cutting.set()
-                    dst.sendall(data)
+                    if self._forward:
+                        dst.sendall(data)
                     time.sleep(1.0)  # the broker commits (and answers into the void)
                     self.cuts += 1
                     for s in (src, dst):

@@ -389,6 +389,48 @@ def test_uplink_cut_during_an_incoming_burst_every_message_arrives_once(
     assert received < n, "the uplink was cut after the burst was in: nothing tested"
 
 
+ACK_MARKER = {"mqtt": b"\x40", "amqp": b"\x00\x3c\x00\x50"}  # PUBACK, basic.ack
+
+
+@pytest.mark.parametrize("name", sorted(ACK_MARKER))
+def test_a_redelivered_message_without_an_id_is_published_once(
+    name: str,
+    request: pytest.FixtureRequest,
+    daemons: Callable[..., DaemonProc],
+    remotes: Any,
+    tmp_path: Path,
+) -> None:
+    """The gateway's acknowledgement is lost (link cut): the broker delivers the message
+    again, flagged. Without a broker id to derive the DoDWAN id from, the gateway knows it
+    by its content (a persisted window) and does not publish it twice."""
+    broker: Broker = request.getfixturevalue(BROKER_OF[name])
+    restart(broker)
+    topic = topic_name()
+    uri, make_remote = Proto(name, broker).destination(topic)
+    hq = remotes(make_remote)
+    proxy = CutProxy(broker.port)
+    request.addfinalizer(proxy.close)
+    field, gw = pair(daemons)
+    add_binding(gw, uri.replace(f":{broker.port}/", f":{proxy.port}/"), "hq", topic, direction="in")
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+    proxy.arm(ACK_MARKER[name], forward=False)
+    hq.publish_many([(b"order", "", {"n": "0"})])
+    assert proxy.cut_done.wait(30), "no acknowledgement went through the relay"
+    wait_for(lambda: binding(gw, "hq")["connects"] >= 2, 30, what="binding reconnected")
+    hq.publish_many([(b"end", "", {"n": "end"})])
+
+    def on_field() -> list[str]:
+        return [d["n"] for d in descriptors(out) if "bridge_origin" in d]
+
+    wait_for(lambda: "end" in on_field(), 60, what="the last message on the field")
+    st = binding(gw, "hq")
+    assert st["received_total"] == 2, "the redelivered message was published again"
+    assert st["duplicates"] == 1
+    assert on_field().count("0") == 1
+
+
 COMMIT_MARKER = {
     "stomp": b"COMMIT\n",
     "amqp": b"\x00\x5a\x00\x14",  # AMQP tx.commit

@@ -166,8 +166,13 @@ def test_outbox_sent_flag_high_water_mark_and_echo_placeholder(tmp_path: Path) -
     assert [r.msg_id for r in box.pending("b", 1.0, 10)] == ["m4"]
     marks = box.marks("b")
     assert marks["backlog"] == 1 and marks["sent_total"] == 3 and marks["hwm"] == rows[-1].seq
+    box.remember("b", "d1", 2e9)  # an incoming message without a remote id, by its content
+    box.close()
+    box = Outbox(tmp_path)
+    assert box.seen("b", "d1") and not box.seen("b", "d2") and not box.seen("c", "d1")
     assert box.purge(3e9) == 1  # m4 expired unsent
     assert box.known("b") == set()
+    assert not box.seen("b", "d1")  # forgotten with its deadline
 
 
 def test_config_file_bridges_are_checked_at_load(tmp_path: Path) -> None:

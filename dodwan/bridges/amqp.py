@@ -104,6 +104,7 @@ class AmqpLink:
             correlation_id=props.correlation_id,
             jms_type=props.type,
             priority=props.priority,
+            redelivered=bool(method.redelivered),
         )
         if self.on_message(msg):
             ch.basic_ack(method.delivery_tag)

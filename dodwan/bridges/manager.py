@@ -31,6 +31,7 @@ from .mapping import (
     GATEWAY_HEADER,
     ORIGIN_MARK,
     Inbound,
+    content_digest,
     inbound_attributes,
     inbound_id,
 )
@@ -275,8 +276,16 @@ class BridgeManager:
         if spec.joms:  # a JMS BytesMessage for the daemon's JOMS clients
             attrs.setdefault("jms_body", "bytes")
             attrs.setdefault("jms_timestamp", str(int(now * 1000)))
+        digest = None
         if msg.remote_id:
             attrs["id"] = inbound_id(f"{ep.scheme}:{ep.path}", msg.remote_id)
+        else:
+            # No id to derive the DoDWAN id from: a redelivery of a message published
+            # already (its acknowledgement lost) is recognised by its content.
+            digest = content_digest(f"{ep.scheme}:{ep.path}", msg)
+            if msg.redelivered and self.outbox.seen(spec.name, digest):
+                binding.duplicates += 1
+                return True
         priority = 4 if msg.priority is None else min(9, max(0, msg.priority))
         try:
             try:
@@ -299,6 +308,8 @@ class BridgeManager:
             log.error("bridge %s: message refused: %s", spec.name, exc)
             return True
         binding.received += 1
+        if digest is not None:
+            self.outbox.remember(spec.name, digest, deadline)
         self.outbox.add_received(spec.name)
         return True
 

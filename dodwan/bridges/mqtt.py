@@ -220,6 +220,7 @@ class MqttLink:
             remote_id=headers.get("message-id"),
             expires=expires,
             correlation_id=correlation,
+            redelivered=bool(msg.dup),
         )
         if not self.spec.inbound and inbound.dodwan_id is None:
             client.ack(msg.mid, msg.qos)  # the ledger subscription of an outbound binding

@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS outbox(
     state INTEGER NOT NULL DEFAULT 0, done_at REAL,
     UNIQUE(binding, msg_id));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(binding, state, seq);
+CREATE TABLE IF NOT EXISTS inbound_seen(
+    binding TEXT NOT NULL, digest TEXT NOT NULL, until REAL NOT NULL,
+    PRIMARY KEY(binding, digest));
 CREATE TABLE IF NOT EXISTS marks(
     binding TEXT PRIMARY KEY, hwm INTEGER NOT NULL DEFAULT 0,
     sent INTEGER NOT NULL DEFAULT 0, received INTEGER NOT NULL DEFAULT 0);
@@ -92,6 +95,7 @@ class Outbox:
             ).fetchone()
             db.execute("DELETE FROM outbox WHERE binding = ?", (name,))
             db.execute("DELETE FROM marks WHERE binding = ?", (name,))
+            db.execute("DELETE FROM inbound_seen WHERE binding = ?", (name,))
             db.execute("DELETE FROM bindings WHERE name = ?", (name,))
             db.execute("COMMIT")
             return int(unsent)
@@ -200,6 +204,21 @@ class Outbox:
             )
             return False
 
+    def seen(self, binding: str, digest: str) -> bool:
+        """Whether an incoming message without a remote id was published already."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM inbound_seen WHERE binding = ? AND digest = ?", (binding, digest)
+            ).fetchone()
+        return row is not None
+
+    def remember(self, binding: str, digest: str, until: float) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO inbound_seen(binding, digest, until) VALUES (?, ?, ?)",
+                (binding, digest, until),
+            )
+
     def add_received(self, binding: str, n: int = 1) -> None:
         with self._lock:
             self._db.execute("INSERT OR IGNORE INTO marks(binding) VALUES (?)", (binding,))
@@ -226,4 +245,5 @@ class Outbox:
                 "SELECT count(*) FROM outbox WHERE state = 0 AND deadline < ?", (now,)
             ).fetchone()
             db.execute("DELETE FROM outbox WHERE deadline < ?", (now,))
+            db.execute("DELETE FROM inbound_seen WHERE until < ?", (now,))
             return int(expired)

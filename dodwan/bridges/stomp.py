@@ -131,6 +131,7 @@ class StompLink:
             correlation_id=h.get("correlation-id"),
             jms_type=h.get("type"),
             priority=priority,
+            redelivered=h.get("redelivered") == "true",
         )
         if self.on_message(msg) and "ack" in h and self.conn is not None:
             with contextlib.suppress(Exception):
