@@ -810,8 +810,20 @@ def bridge() -> None:
     metavar="NAME=REGEX",
     help="Pattern choosing outgoing messages (repeatable; all must match).",
 )
+@click.option(
+    "--selector",
+    "-s",
+    help="JMS selector choosing the messages that cross, both ways "
+    "(e.g. \"severity IN ('high','critical')\").",
+)
 @click.option("--ttl", type=float, help="Seconds incoming messages live in DoDWAN (3600).")
-@click.option("--holdoff", type=float, help="Seconds outgoing messages wait (standby gateway).")
+@click.option("--holdoff", type=float, help="Seconds outgoing messages wait (standby: 30).")
+@click.option(
+    "--standby",
+    is_flag=True,
+    default=None,
+    help="A standby gateway: sends only what the primary has not sent within the hold-off.",
+)
 @click.option("--qos", type=click.IntRange(1, 2), help="MQTT quality of service (1).")
 @click.option("--joms-topic", help="Mirror this JOMS topic (its JMS clients talk with the broker).")
 @click.option(
@@ -827,8 +839,10 @@ def bridge_add(
     direction: str,
     attrs: tuple[str, ...],
     filters: tuple[str, ...],
+    selector: str | None,
     ttl: float | None,
     holdoff: float | None,
+    standby: bool | None,
     qos: int | None,
     joms_topic: str | None,
     replace: bool,
@@ -846,8 +860,10 @@ def bridge_add(
     for key, value in (
         ("ttl", ttl),
         ("holdoff", holdoff),
+        ("standby", standby),
         ("qos", qos),
         ("joms_topic", joms_topic),
+        ("selector", selector),
     ):
         if value is not None:
             body[key] = value

@@ -55,6 +55,11 @@ class Remote:
     def publish(self, body: bytes, msg_id: str, headers: dict[str, str]) -> None:
         raise NotImplementedError
 
+    def publish_many(self, items: list[tuple[bytes, str, dict[str, str]]]) -> None:
+        """(body, message id, headers) each, persistent, over one connection, confirmed;
+        an empty id: none (MQTT, AMQP)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -98,6 +103,20 @@ class MqttRemote(Remote):
         props.UserProperty = [("message-id", msg_id), *headers.items()]
         info = self.client.publish(topic or self.topic.rstrip("#/"), body, qos=2, properties=props)
         info.wait_for_publish(10)
+
+    def publish_many(self, items: list[tuple[bytes, str, dict[str, str]]]) -> None:
+        infos = []
+        for body, msg_id, headers in items:
+            props = Properties(PacketTypes.PUBLISH)
+            props.UserProperty = [("message-id", msg_id)] if msg_id else []
+            props.UserProperty += list(headers.items())
+            infos.append(
+                self.client.publish(self.topic.rstrip("#/"), body, qos=1, properties=props)
+            )
+            if len(infos) >= 20:  # within mosquitto's receive maximum
+                infos.pop(0).wait_for_publish(30)
+        for info in infos:
+            info.wait_for_publish(30)
 
     def close(self) -> None:
         self.client.disconnect()
@@ -158,6 +177,14 @@ class StompRemote(Remote):
         conn = stomp.Connection12([("127.0.0.1", self.port)], auto_decode=False)
         conn.connect(wait=True)
         conn.send(self.destination, body, headers={"app-msg": msg_id, **headers})
+        conn.disconnect(receipt="bye")
+
+    def publish_many(self, items: list[tuple[bytes, str, dict[str, str]]]) -> None:
+        conn = stomp.Connection12([("127.0.0.1", self.port)], auto_decode=False)
+        conn.connect(wait=True)
+        for body, msg_id, headers in items:
+            extra = {"app-msg": msg_id, "persistent": "true", **headers}
+            conn.send(self.destination, body, headers=extra)
         conn.disconnect(receipt="bye")
 
     def close(self) -> None:
@@ -225,6 +252,17 @@ class AmqpRemote(Remote):
             body,
             properties=pika.BasicProperties(message_id=msg_id, delivery_mode=2, headers=headers),
         )
+        conn.close()
+
+    def publish_many(self, items: list[tuple[bytes, str, dict[str, str]]]) -> None:
+        conn = self._conn()
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for body, msg_id, headers in items:
+            props = pika.BasicProperties(
+                message_id=msg_id or None, delivery_mode=2, headers=headers
+            )
+            ch.basic_publish(self.exchange, self.routing_key, body, properties=props)
         conn.close()
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ from brokers import Broker, restart
 from brokers import activemq as activemq
 from brokers import mosquitto as mosquitto
 from brokers import rabbitmq as rabbitmq
+from cut_proxy import CutProxy
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
@@ -267,6 +268,39 @@ def test_a_joms_topic_mirrored_to_the_broker_both_ways(
         jms.disconnect()
 
 
+def test_a_jms_selector_filters_both_ways(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any, tmp_path: Path
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    add_binding(gw, uri, "hq", topic, selector="severity IN ('high', 'critical')")
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+
+    low = publish(field, topic, 5, severity="low")
+    high = publish(field, topic, 5, start=5, severity="high")
+    exactly_once(hq, high)
+    # The outbox is FIFO: had a low one been queued, it would be at the broker by now.
+    assert not set(low) & set(hq.dodwan_ids())
+
+    for i in range(3):
+        hq.publish(f"low {i}".encode(), f"hq-{topic}-l{i}", {"severity": "low"})
+    for i in range(3):
+        hq.publish(f"critical {i}".encode(), f"hq-{topic}-c{i}", {"severity": "critical"})
+    wait_for(
+        lambda: len([d for d in descriptors(out) if "bridge_origin" in d]) >= 3,
+        30,
+        what="headquarters' critical messages on the field host",
+    )
+    st = wait_for(lambda: (b := binding(gw, "hq"))["filtered"] >= 8 and b, 10, what="filtered")
+    assert {d["severity"] for d in descriptors(out) if "bridge_origin" in d} == {"critical"}
+    assert st["filtered"] == 8 and st["received_total"] == 3 and st["sent_total"] == 5
+    assert st["selector"] == "severity IN ('high', 'critical')"
+
+
 # ---------------------------------------------------------------------- uplink cut
 
 
@@ -302,12 +336,146 @@ def test_uplink_cut_during_a_burst_every_message_arrives(
     wait_for(lambda: binding(gw, "hq")["backlog"] > 0, 30, what="a backlog while down")
     assert binding(gw, "hq")["errors"] >= 1
     proto.broker.start()
-    # At most the batch unconfirmed at the cut may come twice (MQTT: the messages in
-    # flight, which Mosquitto does not remember across its restart; STOMP/AMQP: a
-    # transaction committed whose answer was lost). The outbox sent each row once.
-    exactly_once(hq, ids, timeout=90, gw=gw, in_flight=64)
+    # Exactly once: what the broker took before the cut, unconfirmed, is found in the
+    # broker's ledger (STOMP, AMQP) or came back on the binding's own subscription (MQTT).
+    exactly_once(hq, ids, timeout=90, gw=gw)
     wait_for(lambda: binding(gw, "hq")["backlog"] == 0, 30, what="backlog drained")
     assert binding(gw, "hq")["sent_total"] == 150
+
+
+def test_uplink_cut_during_an_incoming_burst_every_message_arrives_once(
+    proto: Proto,
+    daemons: Callable[..., DaemonProc],
+    remotes: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Broker -> field: the gateway's uplink is cut while it takes a burst in, and the
+    broker is restarted meanwhile; what the gateway had not acknowledged comes again and
+    is published once."""
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    uplink = CutProxy(proto.broker.port)  # an instant cut, in the middle of the burst
+    request.addfinalizer(uplink.close)
+    field, gw = pair(daemons)
+    gw_uri = uri.replace(f":{proto.broker.port}/", f":{uplink.port}/")
+    add_binding(gw, gw_uri, "hq", topic, direction="in")
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+    n = 400
+    burst = [(f"order {i}".encode(), f"hq-{topic}-{i}", {"n": str(i)}) for i in range(n)]
+    t = threading.Thread(target=hq.publish_many, args=(burst,))
+    t.start()
+    wait_for(lambda: binding(gw, "hq")["received"] >= 20, 30, what="the burst coming in")
+    uplink.block()
+    received = binding(gw, "hq")["received"]
+    t.join(60)
+    proto.broker.stop()
+    proto.broker.start()
+    uplink.unblock()
+
+    def on_field() -> list[str]:
+        return [d["n"] for d in descriptors(out) if "bridge_origin" in d]
+
+    wait_for(lambda: len(set(on_field())) == n, 120, what=lambda: f"{len(on_field())} of {n}")
+    if isinstance(hq, MqttRemote):
+        wait_for(hq.client.is_connected, 30, what="headquarters' client reconnected")
+    hq.publish_many([(b"end", f"hq-{topic}-end", {"n": "end"})])
+    wait_for(lambda: "end" in on_field(), 60, what="the sentinel on the field")
+    got = on_field()
+    assert len(got) == n + 1, f"{len(got) - n - 1} message(s) reached the field twice"
+    assert received < n, "the uplink was cut after the burst was in: nothing tested"
+
+
+ACK_MARKER = {"mqtt": b"\x40", "amqp": b"\x00\x3c\x00\x50"}  # PUBACK, basic.ack
+
+
+@pytest.mark.parametrize("name", sorted(ACK_MARKER))
+def test_a_redelivered_message_without_an_id_is_published_once(
+    name: str,
+    request: pytest.FixtureRequest,
+    daemons: Callable[..., DaemonProc],
+    remotes: Any,
+    tmp_path: Path,
+) -> None:
+    """The gateway's acknowledgement is lost (link cut): the broker delivers the message
+    again, flagged. Without a broker id to derive the DoDWAN id from, the gateway knows it
+    by its content (a persisted window) and does not publish it twice."""
+    broker: Broker = request.getfixturevalue(BROKER_OF[name])
+    restart(broker)
+    topic = topic_name()
+    uri, make_remote = Proto(name, broker).destination(topic)
+    hq = remotes(make_remote)
+    proxy = CutProxy(broker.port)
+    request.addfinalizer(proxy.close)
+    field, gw = pair(daemons)
+    add_binding(gw, uri.replace(f":{broker.port}/", f":{proxy.port}/"), "hq", topic, direction="in")
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+    proxy.arm(ACK_MARKER[name], forward=False)
+    hq.publish_many([(b"order", "", {"n": "0"})])
+    assert proxy.cut_done.wait(30), "no acknowledgement went through the relay"
+    wait_for(lambda: binding(gw, "hq")["connects"] >= 2, 30, what="binding reconnected")
+    hq.publish_many([(b"end", "", {"n": "end"})])
+
+    def on_field() -> list[str]:
+        return [d["n"] for d in descriptors(out) if "bridge_origin" in d]
+
+    wait_for(lambda: "end" in on_field(), 60, what="the last message on the field")
+    st = binding(gw, "hq")
+    assert st["received_total"] == 2, "the redelivered message was published again"
+    assert st["duplicates"] == 1
+    assert on_field().count("0") == 1
+
+
+COMMIT_MARKER = {
+    "stomp": b"COMMIT\n",
+    "amqp": b"\x00\x5a\x00\x14",  # AMQP tx.commit
+    "mqtt": b"report 5",  # MQTT has no commit: a PUBLISH whose PUBACK is lost
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMIT_MARKER))
+def test_a_commit_whose_answer_is_lost_is_not_sent_again(
+    name: str,
+    request: pytest.FixtureRequest,
+    daemons: Callable[..., DaemonProc],
+    remotes: Any,
+) -> None:
+    """The broker commits a batch and the link breaks before its answer arrives (what a
+    broker stopped at the wrong moment does): the ledger written in the same transaction
+    tells the gateway, after reconnecting, that the batch is there already."""
+    broker: Broker = request.getfixturevalue(BROKER_OF[name])
+    restart(broker)
+    topic = topic_name()
+    uri, make_remote = Proto(name, broker).destination(topic, queue=True)
+    hq = remotes(make_remote)
+    proxy = CutProxy(broker.port)
+    try:
+        field, gw = pair(daemons)
+        out_uri = uri.replace(f":{broker.port}/", f":{proxy.port}/")
+        add_binding(gw, out_uri, "hq", topic, direction="out")
+        wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+        proxy.arm(COMMIT_MARKER[name])
+        ids = publish(field, topic, 40)
+        assert proxy.cut_done.wait(30), "no commit went through the relay"
+        st = wait_for(
+            lambda: (b := binding(gw, "hq"))["backlog"] == 0 and b["connected"] and b,
+            60,
+            what="backlog settled after the reconnection",
+        )
+        # A sentinel behind everything the gateway sent: any copy would be there before it.
+        sentinel = publish(field, topic, 1, start=99)
+        exactly_once(hq, ids + sentinel, gw=gw)
+        st = wait_for(lambda: (b := binding(gw, "hq"))["sent_total"] == 41 and b, 10, what="41")
+        assert st["connects"] >= 2
+        # Found in the ledger (STOMP, AMQP), or came back on the own subscription (MQTT).
+        assert st["settled" if name != "mqtt" else "echoes"] >= 1
+    finally:
+        proxy.close()
 
 
 # ---------------------------------------------------------------------- kill -9
@@ -408,6 +576,74 @@ def test_two_gateways_on_one_topic_no_loop_no_duplicate(
     assert echoes >= 31
 
 
+def test_the_standby_gateway_takes_over_and_the_primary_comes_back_without_copies(
+    proto: Proto,
+    daemons: Callable[..., DaemonProc],
+    remotes: Any,
+    request: pytest.FixtureRequest,
+) -> None:
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    group = random_group()
+    field = daemons("field", "--group", group, "--host-id", "field", *ARGS)
+    gw1 = daemons("gw1", "--group", group, "--host-id", "gw1", *ARGS)
+    gw2 = daemons("gw2", "--group", group, "--host-id", "gw2", *ARGS)
+    uplink1 = CutProxy(proto.broker.port)  # the primary's uplink, which the test cuts
+    request.addfinalizer(uplink1.close)
+    add_binding(gw1, uri.replace(f":{proto.broker.port}/", f":{uplink1.port}/"), "hq", topic)
+    # A hold-off well above the primary's send-and-echo time even on a loaded machine.
+    st = add_binding(gw2, uri, "hq", topic, standby=True, holdoff=8.0)
+    assert st["standby"] and st["holdoff"] == 8.0
+    for gw in (gw1, gw2):
+        wait_for(lambda gw=gw: binding(gw, "hq")["connected"], 30, what="binding connected")
+
+    first = publish(field, topic, 10)
+    exactly_once(hq, first)
+    wait_for(lambda: binding(gw2, "hq")["backlog"] == 0, 30, what="standby's outbox settled")
+    assert binding(gw2, "hq")["sent_total"] == 0  # the primary sent them all
+
+    # The primary's uplink is cut: it keeps what the field publishes; after its hold-off
+    # the standby sends it. When the uplink is back, what the broker kept for the primary
+    # (the standby's messages) is taken in before it sends: it sends none of them again.
+    uplink1.block()
+    wait_for(lambda: not binding(gw1, "hq")["connected"], 30, what="primary's uplink down")
+    second = publish(field, topic, 10, start=10)
+    exactly_once(hq, first + second, timeout=60, gw=gw2)
+    wait_for(lambda: binding(gw1, "hq")["backlog"] == 10, 30, what="primary holding 10")
+    uplink1.unblock()
+    wait_for(lambda: binding(gw1, "hq")["backlog"] == 0, 60, what="primary's backlog settled")
+    sentinel = publish(field, topic, 1, start=98)
+    exactly_once(hq, first + second + sentinel, timeout=60, gw=gw1)
+    wait_for(lambda: binding(gw1, "hq")["sent_total"] == 11, 10, what="primary sent 11")
+
+    # The primary is gone: after its hold-off the standby sends what the field publishes.
+    assert gw1.kill(signal.SIGKILL) == -signal.SIGKILL
+    third = publish(field, topic, 10, start=20)
+    exactly_once(hq, first + second + sentinel + third, timeout=60, gw=gw2)
+    wait_for(
+        lambda: binding(gw2, "hq")["sent_total"] == 20,
+        10,
+        what=lambda: f"standby marked 20 sent: {binding(gw2, 'hq')}",
+    )
+
+    # The primary comes back; DoDWAN carries it what it missed (its subscription was kept).
+    # What the broker kept for it while it was away tells it the standby sent those.
+    gw1.start()
+    wait_for(lambda: binding(gw1, "hq")["connected"], 30, what="primary reconnected")
+
+    def carried() -> bool:
+        cached = {e["id"] for e in gw1.client().get("/cache")}
+        return set(third) <= cached
+
+    wait_for(carried, 60, what="the missed messages carried to the primary")
+    last = publish(field, topic, 1, start=99)
+    exactly_once(hq, first + second + sentinel + third + last, timeout=60, gw=gw1)
+    # (The broker's consumer may see the last one before the primary has marked it.)
+    st1 = wait_for(lambda: (b := binding(gw1, "hq"))["backlog"] == 0 and b, 10, what="marked")
+    assert st1["echoes"] >= 10
+
+
 # ---------------------------------------------------------------------- replace
 
 
@@ -442,3 +678,37 @@ def test_binding_replaced_under_load_loses_nothing(
     exactly_once(hq, ids, timeout=60, gw=gw)
     wait_for(lambda: binding(gw, "hq")["backlog"] == 0, 30, what="backlog marked sent")
     assert binding(gw, "hq")["sent_total"] == 200
+
+
+def test_a_durable_stomp_topic_binding_is_replaced_without_loss(
+    activemq: Broker, daemons: Callable[..., DaemonProc], remotes: Any, tmp_path: Path
+) -> None:
+    """One client id holds a durable subscription: break-before-make, nothing lost."""
+    restart(activemq)
+    topic = topic_name()
+    uri, make_remote = Proto("stomp", activemq).destination(topic)
+    hq = remotes(make_remote)
+    field, gw = pair(daemons)
+    add_binding(gw, uri, "hq", topic)
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "field-in"
+    field_sink(field, topic, out)
+    ids: list[str] = []
+    t = threading.Thread(target=lambda: ids.extend(publish(field, topic, 100)))
+    t.start()
+    wait_for(lambda: len(hq.dodwan_ids()) >= 20, 30, what="load reaching the broker")
+    orders = threading.Thread(
+        target=lambda: [hq.publish(b"order", f"hq-{topic}-{i}", {}) for i in range(10)]
+    )
+    orders.start()
+    body = {"uri": uri, "name": "hq", "attributes": {"topic": topic}, "ttl": 600, "replace": True}
+    st = gw.client().post("/bridges", body)
+    assert st["ttl"] == 600.0
+    t.join(60)
+    orders.join(60)
+    exactly_once(hq, ids, timeout=60, gw=gw)
+    wait_for(
+        lambda: len([d for d in descriptors(out) if "bridge_origin" in d]) == 10,
+        30,
+        what="every order of headquarters on the field host",
+    )

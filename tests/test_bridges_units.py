@@ -14,6 +14,7 @@ from test_daemon_helpers import daemons as daemons
 
 from dodwan.bridges.mapping import ORIGIN_MARK, Inbound, inbound_attributes, inbound_id
 from dodwan.bridges.outbox import Outbox
+from dodwan.bridges.selection import descriptor_values, inbound_values
 from dodwan.bridges.uri import BindingSpec, SpecError, parse_uri
 from dodwan.daemon import config as cfg
 from dodwan.daemon.client import ClientError
@@ -64,7 +65,7 @@ def test_binding_settings_are_checked() -> None:
     ok = BindingSpec.from_dict({"uri": "mqtt://h/field/#", "attributes": {"topic": "r.1"}})
     assert ok.name == "mqtt-field" and ok.direction == "both"
     assert ok.patterns() == [{"topic": r"r\.1"}]  # attributes select exactly
-    with pytest.raises(SpecError, match="needs attributes or a filter"):
+    with pytest.raises(SpecError, match="needs attributes, a filter or a selector"):
         BindingSpec.from_dict({"uri": "mqtt://h/field/#", "direction": "out"})
     assert BindingSpec.from_dict({"uri": "mqtt://h/+/x", "direction": "in"}).inbound
     with pytest.raises(SpecError, match="without wildcards"):
@@ -77,8 +78,57 @@ def test_binding_settings_are_checked() -> None:
         BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "ttl": 0})
     with pytest.raises(SpecError, match="qos must be 1 or 2"):
         BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "qos": 0})
+    standby = BindingSpec.from_dict(
+        {"uri": "mqtt://h/x", "attributes": {"a": "b"}, "standby": True}
+    )
+    assert standby.holdoff == 30.0 and ok.holdoff == 0.0  # a sane default for a standby
+    assert BindingSpec.from_dict({**standby.as_dict(), "holdoff": 5}).holdoff == 5.0
+    with pytest.raises(SpecError, match="standby binding needs direction both"):
+        BindingSpec.from_dict(
+            {"uri": "mqtt://h/x", "direction": "out", "attributes": {"a": "b"}, "standby": True}
+        )
+    with pytest.raises(SpecError, match="standby must be true or false"):
+        BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "standby": "yes"})
+    for uri in ("stomp://h/queue/q", "amqp://h/queue/q"):
+        with pytest.raises(SpecError, match="a queue is one way"):
+            BindingSpec.from_dict({"uri": uri, "attributes": {"a": "b"}})
+        assert BindingSpec.from_dict({"uri": uri, "attributes": {"a": "b"}, "direction": "out"})
     with pytest.raises(SpecError, match="binding name"):
         BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "name": "a b"})
+
+
+def test_a_jms_selector_is_a_binding_filter() -> None:
+    """The selector is JOMS's own (errors, three-valued logic, network patterns)."""
+    base = {"uri": "stomp://h/topic/reports", "name": "hq"}
+    spec = BindingSpec.from_dict(
+        {**base, "selector": "topic LIKE 'field.%' AND severity IN ('high', 'critical')"}
+    )
+    # No attributes and no filter: the subscription comes from the selector.
+    assert spec.patterns() == [{"topic": r"(?s)field\..*", "severity": "(?:critical|high)"}]
+    values = descriptor_values({"id": "m1", "topic": "field.a", "severity": "high", "date": "5"})
+    assert spec.selects(values) and values["JMSTimestamp"] == 5000
+    assert not spec.selects(descriptor_values({"topic": "field.a", "severity": "low"}))
+    assert spec.as_dict()["selector"].startswith("topic LIKE")
+    # Typed JOMS properties keep their type; JMS header fields come from the descriptor.
+    spec = BindingSpec.from_dict(
+        {**base, "attributes": {"topic": "t"}, "selector": "level > 3 AND JMSPriority >= 7"}
+    )
+    assert spec.patterns() == [{"topic": "t"}]  # the attributes still choose what to fetch
+    typed = {"topic": "t", "level": "5", "jms_types": "level:int", "priority": "8"}
+    assert spec.selects(descriptor_values(typed))
+    # A plain attribute is a string: JMS compares it with a number as UNKNOWN.
+    assert not spec.selects(descriptor_values({**typed, "jms_types": ""}))
+    assert not spec.selects(descriptor_values({**typed, "priority": "4"}))
+    # Incoming: remote headers are string properties, with the protocol's JMS fields.
+    inbound = BindingSpec.from_dict({**base, "direction": "in", "selector": "JMSType = 'order'"})
+    assert inbound.selects(inbound_values(Inbound(b"", jms_type="order")))
+    assert not inbound.selects(inbound_values(Inbound(b"", headers={"JMSType": "x"})))
+    with pytest.raises(SpecError, match=r"binding hq: invalid selector 'a = = 1'"):
+        BindingSpec.from_dict({**base, "attributes": {"topic": "t"}, "selector": "a = = 1"})
+    with pytest.raises(SpecError, match="this selector alone does not say"):
+        BindingSpec.from_dict({**base, "selector": "level > 3"})
+    with pytest.raises(SpecError, match="selector must be a string"):
+        BindingSpec.from_dict({**base, "direction": "in", "selector": 3})
 
 
 def test_inbound_mapping_marks_origin_and_keeps_system_attributes_out() -> None:
@@ -116,8 +166,13 @@ def test_outbox_sent_flag_high_water_mark_and_echo_placeholder(tmp_path: Path) -
     assert [r.msg_id for r in box.pending("b", 1.0, 10)] == ["m4"]
     marks = box.marks("b")
     assert marks["backlog"] == 1 and marks["sent_total"] == 3 and marks["hwm"] == rows[-1].seq
+    box.remember("b", "d1", 2e9)  # an incoming message without a remote id, by its content
+    box.close()
+    box = Outbox(tmp_path)
+    assert box.seen("b", "d1") and not box.seen("b", "d2") and not box.seen("c", "d1")
     assert box.purge(3e9) == 1  # m4 expired unsent
     assert box.known("b") == set()
+    assert not box.seen("b", "d1")  # forgotten with its deadline
 
 
 def test_config_file_bridges_are_checked_at_load(tmp_path: Path) -> None:

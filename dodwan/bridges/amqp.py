@@ -7,7 +7,10 @@ hold ``*`` and ``#``), so what arrives while the gateway is away waits in that q
 queue binding sends to and consumes from the durable queue NAME.
 
 Outbound batches are published in one AMQP transaction (``tx.commit`` answers once RabbitMQ
-has taken the whole batch); messages are persistent, carry ``message_id`` = the DoDWAN id,
+has taken the whole batch), together with the batch's ledger message (:mod:`.ledger`) in
+the binding's ledger queue, which holds only the newest one (``x-max-length`` 1); after a
+reconnection the ledger is read (``basic.get``, then requeued) to learn whether the batch
+whose ``tx.commit-ok`` never came was committed; messages are persistent, carry ``message_id`` = the DoDWAN id,
 the application attributes as headers, and priority, timestamp, correlation id and type in
 the AMQP properties. Inbound messages are acknowledged after their DoDWAN publication; the
 publisher's ``message_id``, when set, gives the DoDWAN id.
@@ -27,6 +30,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from . import ledger
 from .binding import InboundHandler, LinkError
 from .mapping import Inbound, priority_of, user_properties
 from .outbox import OutRow
@@ -47,6 +51,7 @@ class AmqpLink:
         self.out_ch: Any = None
         ep = spec.endpoint
         self.queue = ep.destination if ep.kind == "queue" else f"dodwan.{host_id}.{spec.name}"
+        self.ledger = ledger.queue_name(host_id, spec.name)
 
     def connect(self) -> None:
         ep = self.spec.endpoint
@@ -71,6 +76,9 @@ class AmqpLink:
                 ch.queue_declare(self.queue, durable=True)
                 ch.close()
             if self.spec.outbound:
+                ch = self.conn.channel()
+                ch.queue_declare(self.ledger, durable=True, arguments={"x-max-length": 1})
+                ch.close()
                 self.out_ch = self.conn.channel()
                 self.out_ch.tx_select()
             if self.spec.inbound:
@@ -96,9 +104,20 @@ class AmqpLink:
             correlation_id=props.correlation_id,
             jms_type=props.type,
             priority=props.priority,
+            redelivered=bool(method.redelivered),
         )
         if self.on_message(msg):
             ch.basic_ack(method.delivery_tag)
+
+    def committed(self) -> set[str]:
+        """The ids of the last batch the broker committed, from the ledger queue."""
+        try:
+            ch = self.conn.channel()
+            method, _props, body = ch.basic_get(self.ledger, auto_ack=False)
+            ch.close()  # the message, unacknowledged, goes back to the queue
+        except (pika.exceptions.AMQPError, OSError, AttributeError) as exc:
+            raise LinkError(f"AMQP ledger not readable: {type(exc).__name__} {exc}") from None
+        return set() if method is None else ledger.decode(body)
 
     def send(self, rows: list[OutRow]) -> None:
         ep = self.spec.endpoint
@@ -121,6 +140,12 @@ class AmqpLink:
                     headers=user_properties(d),
                 )
                 ch.basic_publish(exchange, key, row.payload, properties=props)
+            ch.basic_publish(
+                "",
+                self.ledger,
+                ledger.encode([r.msg_id for r in rows]),
+                properties=pika.BasicProperties(delivery_mode=2, type=ledger.HEADER),
+            )
             ch.tx_commit()
         except (pika.exceptions.AMQPError, OSError) as exc:
             raise LinkError(f"AMQP publish failed: {type(exc).__name__} {exc}") from None

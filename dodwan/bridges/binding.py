@@ -25,6 +25,10 @@ log = logging.getLogger("dodwan.bridges")
 BATCH = 64
 BACKOFF_MIN = 0.2
 BACKOFF_MAX = 5.0
+DRAIN_QUIET = 0.5
+"""After a (re)connection, a two-way binding takes in what the broker kept for it until
+nothing came for this long, before it sends (see :meth:`Binding._drain`)."""
+DRAIN_MAX = 15.0
 
 
 class LinkError(Exception):
@@ -39,6 +43,9 @@ class Link(Protocol):
 
     def send(self, rows: list[OutRow]) -> None:
         """Send the rows and return once the broker has confirmed them all; raise on failure."""
+
+    def committed(self) -> set[str]:
+        """Ids of the last batch the broker committed, from its ledger (empty: no ledger)."""
 
     def poll(self, timeout: float, wake: threading.Event) -> None:
         """Serve the connection for up to ``timeout`` s or until ``wake``; raise when it is lost."""
@@ -88,7 +95,13 @@ class Binding:
         self.received = 0
         self.echoes = 0
         self.duplicates = 0
+        self.settled = 0
+        """Messages found committed in the broker's ledger after a reconnection."""
+        self.filtered = 0
+        """Messages the binding's selector kept from crossing (both ways)."""
         self.connects = 0
+        self._taken = 0
+        self._never = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"bridge-{spec.name}", daemon=True)
 
     # ------------------------------------------------------------------ control (loop side)
@@ -134,6 +147,8 @@ class Binding:
             "last_error": self.last_error,
             "echoes": self.echoes,
             "duplicates": self.duplicates,
+            "filtered": self.filtered,
+            "settled": self.settled,
             "connects": self.connects,
             "paused": not self._resume.is_set(),
         }
@@ -143,6 +158,7 @@ class Binding:
     def _inbound(self, msg: Inbound) -> bool:
         if self._stop.is_set():
             return False
+        self._taken += 1
         return self._on_inbound(self, msg)
 
     def record_error(self, exc: BaseException) -> None:
@@ -163,6 +179,10 @@ class Binding:
                     self.tried.set()
                     backoff = BACKOFF_MIN
                     log.info("bridge %s connected to %s", name, self.spec.endpoint.display)
+                    if self.spec.outbound:
+                        self._settle(link)
+                        if self.spec.inbound:
+                            self._drain(link)
                     self._serve(link)
                 except Exception as exc:
                     if not self._stop.is_set():
@@ -181,6 +201,32 @@ class Binding:
         finally:
             link.close()
 
+    def _settle(self, link: Link) -> None:
+        """Mark sent what the broker's ledger says it committed although its answer never
+        came (the connection broke between the commit and the confirmation)."""
+        seqs = self.outbox.pending_seqs(self.spec.name, link.committed())
+        n = self.outbox.mark_sent(self.spec.name, seqs)
+        if n:
+            self.sent += n
+            self.settled += n
+            log.info(
+                "bridge %s: %d message(s) the broker had committed before the link broke are "
+                "marked sent, not sent again",
+                self.spec.name,
+                n,
+            )
+
+    def _drain(self, link: Link) -> None:
+        """Before sending after a (re)connection, take in what the broker kept for the
+        binding while it was away (MQTT session, AMQP queue): among it, the echoes of what
+        another gateway sent meanwhile, which this one must then not send again."""
+        end = time.monotonic() + DRAIN_MAX
+        while time.monotonic() < end and not self._stop.is_set():
+            before = self._taken
+            link.poll(DRAIN_QUIET, self._never)
+            if self._taken == before:
+                return
+
     def _serve(self, link: Link) -> None:
         name = self.spec.name
         while not self._stop.is_set():
@@ -197,8 +243,7 @@ class Binding:
             rows = self.outbox.pending(name, now, BATCH)
             if rows:
                 link.send(rows)
-                self.outbox.mark_sent(name, [r.seq for r in rows])
-                self.sent += len(rows)
+                self.sent += self.outbox.mark_sent(name, [r.seq for r in rows])
                 link.poll(0.0, self._wake)  # serve inbound traffic between batches
                 continue
             self._idle.set()

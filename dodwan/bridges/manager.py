@@ -26,8 +26,17 @@ from typing import Any, Protocol
 
 from ..core import CacheFullError, MessageDelivered, PatternError, Profile
 from .binding import Binding, InboundHandler, Link
-from .mapping import DEADLINE_HEADER, ORIGIN_MARK, Inbound, inbound_attributes, inbound_id
+from .mapping import (
+    DEADLINE_HEADER,
+    GATEWAY_HEADER,
+    ORIGIN_MARK,
+    Inbound,
+    content_digest,
+    inbound_attributes,
+    inbound_id,
+)
 from .outbox import Outbox
+from .selection import descriptor_values, inbound_values
 from .uri import BindingSpec, SpecError
 
 log = logging.getLogger("dodwan.bridges")
@@ -139,6 +148,8 @@ class BridgeManager:
             msg_id = descriptor.get("id", "")
             if msg_id in known or ORIGIN_MARK in descriptor or not profile.matches(descriptor):
                 continue
+            if not spec.selects(descriptor_values(descriptor)):
+                continue
             deadline = float(descriptor.get("deadline", "0") or 0)
             payload = payload_of()
             if deadline <= now or payload is None:
@@ -191,6 +202,9 @@ class BridgeManager:
         if ORIGIN_MARK in d:  # came in through some bridge: never out again
             self._loops_prevented[name] = self._loops_prevented.get(name, 0) + 1
             return
+        if not b.spec.selects(descriptor_values(d)):
+            b.filtered += 1
+            return
         now = time.time()
         try:
             deadline = float(d.get("deadline", "0"))
@@ -234,13 +248,23 @@ class BridgeManager:
             # It went to the broker from a DoDWAN gateway (maybe this one): it is in the
             # field already. A binding that has not sent it yet need not.
             binding.echoes += 1
-            if spec.outbound:
+            if (
+                spec.outbound
+                and msg.headers.get(GATEWAY_HEADER) == f"{self.host.host_id}/{spec.name}"
+            ):
+                # This binding's own message, taken by the broker: sent (MQTT's ledger).
+                seqs = self.outbox.pending_seqs(spec.name, {echo})
+                binding.sent += self.outbox.mark_sent(spec.name, seqs)
+            elif spec.outbound:
                 try:
                     keep = float(msg.headers.get(DEADLINE_HEADER, ""))
                 except ValueError:
                     keep = time.time() + 86400
                 self.outbox.mark_echoed(spec.name, echo, keep)
             return True
+        if not spec.selects(inbound_values(msg)):
+            binding.filtered += 1
+            return True  # acknowledged: the binding does not want it
         ep = spec.endpoint
         now = time.time()
         deadline = now + spec.ttl
@@ -252,8 +276,16 @@ class BridgeManager:
         if spec.joms:  # a JMS BytesMessage for the daemon's JOMS clients
             attrs.setdefault("jms_body", "bytes")
             attrs.setdefault("jms_timestamp", str(int(now * 1000)))
+        digest = None
         if msg.remote_id:
             attrs["id"] = inbound_id(f"{ep.scheme}:{ep.path}", msg.remote_id)
+        else:
+            # No id to derive the DoDWAN id from: a redelivery of a message published
+            # already (its acknowledgement lost) is recognised by its content.
+            digest = content_digest(f"{ep.scheme}:{ep.path}", msg)
+            if msg.redelivered and self.outbox.seen(spec.name, digest):
+                binding.duplicates += 1
+                return True
         priority = 4 if msg.priority is None else min(9, max(0, msg.priority))
         try:
             try:
@@ -276,6 +308,8 @@ class BridgeManager:
             log.error("bridge %s: message refused: %s", spec.name, exc)
             return True
         binding.received += 1
+        if digest is not None:
+            self.outbox.remember(spec.name, digest, deadline)
         self.outbox.add_received(spec.name)
         return True
 
@@ -309,6 +343,9 @@ class BridgeManager:
             self.host.unsubscribe(key)
 
     async def _replace(self, old: Binding, spec: BindingSpec) -> None:
+        if _exclusive(old.spec) and _exclusive(spec):
+            await self._replace_exclusive(old, spec)
+            return
         loop = asyncio.get_running_loop()
         old.retire()  # the old link must not reconnect (it could take over the new session)
         new = self._launch(spec, paused=True)
@@ -327,6 +364,29 @@ class BridgeManager:
         await loop.run_in_executor(None, old.stop)
         new.resume()
         log.info("bridge %s replaced (%s)", spec.name, spec.endpoint.display)
+
+    async def _replace_exclusive(self, old: Binding, spec: BindingSpec) -> None:
+        """Break-before-make, for links that cannot coexist (a STOMP durable topic
+        subscription: one client id, one connection). Nothing is lost in between: the
+        outbox keeps the outgoing messages, the broker the incoming ones."""
+        loop = asyncio.get_running_loop()
+        old.pause()
+        await loop.run_in_executor(None, old.wait_idle, 30.0)
+        await loop.run_in_executor(None, old.stop)
+        new = self._launch(spec, paused=True)
+        # Retried until then: the broker may take a moment to release the client id.
+        await loop.run_in_executor(None, new.ready.wait, CONNECT_WAIT)
+        if not new.ready.is_set():
+            reason = new.last_error or "no answer"
+            await loop.run_in_executor(None, new.stop)
+            self._launch(old.spec)  # back as it was
+            raise BridgeError(
+                502, f"new binding {spec.name!r} did not connect ({reason}); the old one stays"
+            )
+        self._bindings[spec.name] = new
+        self._bind(spec)
+        new.resume()
+        log.info("bridge %s replaced, break-before-make (%s)", spec.name, spec.endpoint.display)
 
     async def remove(self, name: str) -> dict[str, Any]:
         async with self._busy:
@@ -382,3 +442,9 @@ class BridgeManager:
             f"dodwan_bridge_expired_total {self._expired}",
         ]
         return lines
+
+
+def _exclusive(spec: BindingSpec) -> bool:
+    """A binding whose link cannot run beside its replacement's (same durable identity)."""
+    ep = spec.endpoint
+    return ep.scheme == "stomp" and ep.kind == "topic" and spec.inbound

@@ -20,6 +20,8 @@ ORIGIN_MARK = "bridge_origin"
 ID_HEADER = "dodwan-id"
 ORIGIN_HEADER = "dodwan-origin"
 DEADLINE_HEADER = "dodwan-deadline"
+GATEWAY_HEADER = "dodwan-gateway"
+"""HOST/NAME of the binding that sent a message (MQTT: it recognises its own echoes)."""
 
 SYSTEM = frozenset(
     {"id", "deadline", "origin", "date", "size", "priority", "persistent"}
@@ -42,6 +44,8 @@ class Inbound:
     correlation_id: str | None = None
     jms_type: str | None = None
     priority: int | None = None
+    redelivered: bool = False
+    """The broker says it delivered this message before (MQTT DUP, AMQP/STOMP redelivered)."""
 
     @property
     def dodwan_id(self) -> str | None:
@@ -70,6 +74,15 @@ def priority_of(descriptor: dict[str, str]) -> int:
         return min(9, max(0, int(descriptor.get("priority", "4"))))
     except ValueError:
         return 4
+
+
+def content_digest(destination: str, msg: Inbound) -> str:
+    """What identifies a remote message without an id: where it came from and all of it."""
+    h = hashlib.sha256(destination.encode() + b"\x00" + msg.body)
+    for k, v in sorted(msg.headers.items()):
+        h.update(f"\x00{k}={v}".encode())
+    h.update(f"\x00{msg.correlation_id}\x00{msg.jms_type}".encode())
+    return h.hexdigest()[:40]
 
 
 def inbound_id(destination: str, remote_id: str) -> str:

@@ -2,11 +2,16 @@
 
 Two client connections per binding, each with its own session:
 
-* outbound: QoS 1 by default (at least once: paho resends unconfirmed packets itself after
-  a reconnect, and the session is clean only at the first connection of the process, so
-  no packet id of a dead process is reused). QoS 2 (``qos = 2``) avoids the copies while
-  the broker keeps its state, but across a Mosquitto restart it lost a message in our
-  tests: the broker answered the resent PUBREL without having kept the message;
+* outbound: QoS 1 by default (QoS 2 with ``qos = 2``), a fresh clean session at every
+  connection. MQTT has no transaction to write a ledger in, so the binding's own
+  subscription is its ledger: the inbound connection (a persistent session) also
+  subscribes to the outbound topic, and every message this binding sends carries
+  ``dodwan-gateway`` = HOST/NAME. After a reconnection, the binding publishes a probe on
+  its private topic ``dodwan-ledger/HOST/NAME`` and waits for it to come back: the broker
+  delivers a session's messages in order, so by then every message it took before the
+  link broke has come back too, and is marked sent. Only the others are sent again (by
+  the outbox, not by paho's session, which would resend blindly). The price: the binding
+  receives what it sends;
 * inbound: a persistent session (fixed client id, clean start off, long session expiry),
   so what the broker gets for the binding's topic while the gateway is away waits there;
   messages are acknowledged manually, after their DoDWAN publication is committed. A
@@ -29,8 +34,9 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from . import ledger
 from .binding import InboundHandler, LinkError
-from .mapping import Inbound, deadline_of, user_properties
+from .mapping import GATEWAY_HEADER, Inbound, deadline_of, user_properties
 from .outbox import OutRow
 from .uri import BindingSpec
 
@@ -166,27 +172,34 @@ class MqttLink:
     def __init__(self, spec: BindingSpec, host_id: str, on_message: InboundHandler) -> None:
         self.spec = spec
         self.on_message = on_message
-        base = f"dodwan-{host_id}-{spec.name}"[:100]
+        self._base = f"dodwan-{host_id}-{spec.name}"[:100]
+        self.gateway = f"{host_id}/{spec.name}"
+        self.ledger_topic = ledger.topic_name(host_id, spec.name)
         self.out: _Client | None = None
-        self.inb: _Client | None = None
-        self._inflight: dict[int, Any] = {}
-        """Rows handed to paho, by outbox seq: paho itself resends them after a reconnect."""
-        if spec.outbound:
-            # A fresh session per process: packet ids of a killed process are never reused.
-            out_id = f"{base}-o{secrets.token_hex(3)}"
-            self.out = _Client(out_id, paho.MQTT_CLEAN_START_FIRST_ONLY, spec)
-        if spec.inbound:
-            self.inb = _Client(f"{base}-in", False, spec)
-            self.inb.client.on_message = self._on_message
-            self.inb.client.on_connect = self._on_connect_in
+        self._probe = threading.Event()
+        self._nonces: set[bytes] = set()
+        # The inbound session is also the outbound side's ledger (see above).
+        self.inb = _Client(f"{self._base}-in", False, spec)
+        self.inb.client.on_message = self._on_message
+        self.inb.client.on_connect = self._on_connect_in
 
     def _on_connect_in(self, c: Any, u: Any, flags: Any, reason: Any, props: Any) -> None:
-        assert self.inb is not None
+        ep = self.spec.endpoint
         if not reason.is_failure:
-            c.subscribe(self.spec.endpoint.destination, qos=self.spec.qos)
+            topics = [(self.ledger_topic, 1)] if self.spec.outbound else []
+            if self.spec.inbound:  # its filter covers the outbound topic
+                topics.append((ep.destination, self.spec.qos))
+            elif self.spec.outbound:
+                topics.append((ep.out_target, 1))
+            c.subscribe(topics)
         self.inb._on_connect(c, u, flags, reason, props)
 
     def _on_message(self, client: Any, _u: Any, msg: Any) -> None:
+        if msg.topic == self.ledger_topic:
+            if bytes(msg.payload) in self._nonces:
+                self._probe.set()
+            client.ack(msg.mid, msg.qos)
+            return
         headers: dict[str, str] = {}
         expires = None
         correlation = None
@@ -207,14 +220,45 @@ class MqttLink:
             remote_id=headers.get("message-id"),
             expires=expires,
             correlation_id=correlation,
+            redelivered=bool(msg.dup),
         )
+        if not self.spec.inbound and inbound.dodwan_id is None:
+            client.ack(msg.mid, msg.qos)  # the ledger subscription of an outbound binding
+            return
         if self.on_message(inbound):
             client.ack(msg.mid, msg.qos)
 
     def connect(self) -> None:
+        if self.spec.outbound:
+            if self.out is not None:
+                self.out.close()
+            # A fresh session: what the broker may not have is sent again from the outbox
+            # once the ledger has been read, never blindly by paho.
+            self.out = _Client(f"{self._base}-o{secrets.token_hex(3)}", True, self.spec)
         for c in (self.out, self.inb):
             if c is not None:
                 c.connect()
+
+    def committed(self) -> set[str]:
+        """Wait until a probe comes back through the ledger subscription: everything the
+        broker took before the link broke has come back before it (and been marked sent).
+        Returns no ids: the echoes did the marking."""
+        out = self.out
+        if out is None:
+            return set()
+        self._probe.clear()
+        self._nonces.clear()
+        deadline = time.monotonic() + CONFIRM_TIMEOUT
+        while True:
+            nonce = secrets.token_hex(8).encode()
+            self._nonces.add(nonce)
+            out.client.publish(self.ledger_topic, nonce, qos=1)
+            if self._probe.wait(1.0):
+                return set()
+            out.check()
+            self.inb.check()
+            if time.monotonic() > deadline:
+                raise LinkError("MQTT ledger probe did not come back in time")
 
     def send(self, rows: list[OutRow]) -> None:
         assert self.out is not None
@@ -223,19 +267,14 @@ class MqttLink:
         for row in rows:
             d = row.descriptor
             props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-            props.UserProperty = list(user_properties(d).items())
+            props.UserProperty = [*user_properties(d).items(), (GATEWAY_HEADER, self.gateway)]
             left = deadline_of(d, time.time() + 3600) - time.time()
             props.MessageExpiryInterval = max(1, int(left))
             if d.get("jms_correlation_id"):
                 props.CorrelationData = d["jms_correlation_id"].encode()
-            info = self._inflight.get(row.seq)
-            if info is None:
-                info = self.out.client.publish(
-                    topic, row.payload, qos=self.spec.qos, properties=props
-                )
-                if info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_NO_CONN):
-                    raise LinkError(f"MQTT publish failed: {paho.error_string(info.rc)}")
-                self._inflight[row.seq] = info
+            info = self.out.client.publish(topic, row.payload, qos=self.spec.qos, properties=props)
+            if info.rc != paho.MQTT_ERR_SUCCESS:
+                raise LinkError(f"MQTT publish failed: {paho.error_string(info.rc)}")
             infos.append(info)
         deadline = time.monotonic() + CONFIRM_TIMEOUT
         for info in infos:
@@ -243,8 +282,6 @@ class MqttLink:
                 self.out.check()
                 if time.monotonic() > deadline:
                     raise LinkError("MQTT broker did not confirm in time")
-        for row in rows:
-            self._inflight.pop(row.seq, None)
 
     def poll(self, timeout: float, wake: threading.Event) -> None:
         end = time.monotonic() + timeout

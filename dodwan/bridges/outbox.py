@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS outbox(
     state INTEGER NOT NULL DEFAULT 0, done_at REAL,
     UNIQUE(binding, msg_id));
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(binding, state, seq);
+CREATE TABLE IF NOT EXISTS inbound_seen(
+    binding TEXT NOT NULL, digest TEXT NOT NULL, until REAL NOT NULL,
+    PRIMARY KEY(binding, digest));
 CREATE TABLE IF NOT EXISTS marks(
     binding TEXT PRIMARY KEY, hwm INTEGER NOT NULL DEFAULT 0,
     sent INTEGER NOT NULL DEFAULT 0, received INTEGER NOT NULL DEFAULT 0);
@@ -92,6 +95,7 @@ class Outbox:
             ).fetchone()
             db.execute("DELETE FROM outbox WHERE binding = ?", (name,))
             db.execute("DELETE FROM marks WHERE binding = ?", (name,))
+            db.execute("DELETE FROM inbound_seen WHERE binding = ?", (name,))
             db.execute("DELETE FROM bindings WHERE name = ?", (name,))
             db.execute("COMMIT")
             return int(unsent)
@@ -141,24 +145,42 @@ class Outbox:
             ).fetchone()
         return None if t is None else float(t)
 
-    def mark_sent(self, binding: str, seqs: list[int]) -> None:
-        """The broker confirmed these rows: flag them and raise the high-water mark, atomically."""
+    def mark_sent(self, binding: str, seqs: list[int]) -> int:
+        """The broker confirmed these rows: flag them and raise the high-water mark, atomically.
+
+        Returns how many were still unsent (a row marked already is not counted again)."""
         if not seqs:
-            return
+            return 0
         now = time.time()
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
-            db.executemany(
-                "UPDATE outbox SET state = 1, done_at = ? WHERE seq = ? AND state = 0",
+            # state 2 too: its echo (from this very send) may come before the confirmation.
+            cur = db.executemany(
+                "UPDATE outbox SET state = 1, done_at = ? WHERE seq = ? AND state IN (0, 2)",
                 [(now, s) for s in seqs],
             )
+            n = max(0, cur.rowcount)
             db.execute("INSERT OR IGNORE INTO marks(binding) VALUES (?)", (binding,))
             db.execute(
                 "UPDATE marks SET hwm = max(hwm, ?), sent = sent + ? WHERE binding = ?",
-                (max(seqs), len(seqs), binding),
+                (max(seqs), n, binding),
             )
             db.execute("COMMIT")
+        return n
+
+    def pending_seqs(self, binding: str, msg_ids: set[str]) -> list[int]:
+        """The unsent rows of these messages (e.g. named by the broker's ledger)."""
+        if not msg_ids:
+            return []
+        ids = sorted(msg_ids)
+        marks = ",".join("?" * len(ids))
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT seq FROM outbox WHERE binding = ? AND state = 0 AND msg_id IN ({marks})",
+                (binding, *ids),
+            ).fetchall()
+        return [int(seq) for (seq,) in rows]
 
     def mark_echoed(self, binding: str, msg_id: str, deadline: float) -> bool:
         """Another gateway already put this message on the broker: never send it from here.
@@ -181,6 +203,21 @@ class Outbox:
                 (binding, msg_id, deadline, now, now),
             )
             return False
+
+    def seen(self, binding: str, digest: str) -> bool:
+        """Whether an incoming message without a remote id was published already."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM inbound_seen WHERE binding = ? AND digest = ?", (binding, digest)
+            ).fetchone()
+        return row is not None
+
+    def remember(self, binding: str, digest: str, until: float) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO inbound_seen(binding, digest, until) VALUES (?, ?, ?)",
+                (binding, digest, until),
+            )
 
     def add_received(self, binding: str, n: int = 1) -> None:
         with self._lock:
@@ -208,4 +245,5 @@ class Outbox:
                 "SELECT count(*) FROM outbox WHERE state = 0 AND deadline < ?", (now,)
             ).fetchone()
             db.execute("DELETE FROM outbox WHERE deadline < ?", (now,))
+            db.execute("DELETE FROM inbound_seen WHERE until < ?", (now,))
             return int(expired)

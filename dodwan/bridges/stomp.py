@@ -2,20 +2,26 @@
 
 Outbound, a batch of messages is sent in one STOMP transaction whose COMMIT asks for a
 receipt: the rows are marked sent once the receipt arrives, so a batch is on the broker
-entirely or not at all. Messages are persistent; application attributes are headers (which
+entirely or not at all. The transaction also writes the batch's ledger message
+(:mod:`.ledger`) and acknowledges the older ones, which the link consumes; after a
+reconnection the ledger is browsed (ActiveMQ's ``browser:true``) to learn whether the
+batch whose receipt never came was committed. Messages are persistent; application attributes are headers (which
 ActiveMQ keeps as JMS string properties), with ``dodwan-id`` and the JMS headers STOMP
 names (``correlation-id``, ``type``, ``priority``, ``expires`` from the deadline).
 
 Inbound, the binding subscribes with ``client-individual`` acknowledgement and acknowledges
 a message after its DoDWAN publication; the broker's ``message-id`` (the same for every
-subscriber) gives the DoDWAN id. A topic subscription is not durable: what a topic gets
-while no gateway is connected is not kept (bridge a queue, or an ActiveMQ virtual-topic
-queue, when that matters).
+subscriber) gives the DoDWAN id. A topic subscription is durable (ActiveMQ's
+``client-id`` ``dodwan-HOST-NAME`` and ``activemq.subscriptionName``): what the topic gets
+while the gateway is away waits at the broker, echoes of what another gateway sent
+included. Two connections cannot hold one client id, so replacing such a binding is
+break-before-make (see :meth:`~dodwan.bridges.manager.BridgeManager.add`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import threading
 import time
@@ -23,10 +29,15 @@ from typing import Any
 
 import stomp
 
+from . import ledger
 from .binding import InboundHandler, LinkError
 from .mapping import Inbound, deadline_of, priority_of, user_properties
 from .outbox import OutRow
 from .uri import BindingSpec
+
+# stomp.py logs a connection cut at the wrong moment as an error with a traceback; the
+# binding's own warning says what failed (as for pika in amqp.py).
+logging.getLogger("stomp.py").setLevel(logging.CRITICAL)
 
 CONNECT_TIMEOUT = 10.0
 RECEIPT_TIMEOUT = 30.0
@@ -35,6 +46,13 @@ STANDARD = frozenset(
     | {"expires", "priority", "persistent", "timestamp", "redelivered", "receipt"}
     | {"correlation-id", "type", "reply-to"}
 )
+
+
+def durable_name(spec: BindingSpec, host_id: str) -> str | None:
+    """Client id and subscription name of a durable topic subscription (None: not one)."""
+    if not (spec.inbound and spec.endpoint.kind == "topic"):
+        return None
+    return f"dodwan-{host_id}-{spec.name}"[:200]
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
@@ -65,6 +83,12 @@ class StompLink:
         self._lock = threading.Lock()
         ep = spec.endpoint
         self.destination = f"/{ep.kind}/{ep.destination}"
+        self.durable = durable_name(spec, host_id)
+        self.ledger = f"/queue/{ledger.queue_name(host_id, spec.name)}"
+        self._ledger_acks: list[str] = []
+        """Ack ids of ledger messages received: acknowledged in the next transaction."""
+        self._browsed: set[str] | None = None
+        self._browse_done = threading.Event()
 
     # ------------------------------------------------------------------ listener side
 
@@ -80,6 +104,17 @@ class StompLink:
 
     def _message(self, frame: Any) -> None:
         h = {str(k): str(v) for k, v in frame.headers.items()}
+        sub = h.get("subscription")
+        if sub == "ledger-browse":
+            if h.get("browser") == "end":
+                self._browse_done.set()
+            else:
+                self._browsed = ledger.decode(bytes(frame.body or b""))
+            return
+        if sub == "ledger":
+            with self._lock:
+                self._ledger_acks.append(h.get("ack", ""))
+            return
         expires = None
         with contextlib.suppress(ValueError):
             if int(h.get("expires", "0")) > 0:
@@ -96,6 +131,7 @@ class StompLink:
             correlation_id=h.get("correlation-id"),
             jms_type=h.get("type"),
             priority=priority,
+            redelivered=h.get("redelivered") == "true",
         )
         if self.on_message(msg) and "ack" in h and self.conn is not None:
             with contextlib.suppress(Exception):
@@ -115,18 +151,25 @@ class StompLink:
             timeout=CONNECT_TIMEOUT,
         )
         conn.set_listener("dodwan", _Listener(self))
+        extra = {"client-id": self.durable} if self.durable else {}
         try:
-            conn.connect(ep.user, ep.password, wait=True)
+            conn.connect(ep.user, ep.password, wait=True, headers=extra)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 conn.disconnect()
             raise LinkError(f"cannot connect to {ep.host}:{ep.port}: {exc}") from None
         self.conn = conn
+        with self._lock:
+            self._ledger_acks.clear()
         if self.spec.inbound:
             # The receipt proves the subscription is in place before we report "connected".
+            sub = {"activemq.subscriptionName": self.durable} if self.durable else {}
             self._wait_receipt(
                 lambda rid: conn.subscribe(
-                    self.destination, id="dodwan", ack="client-individual", headers={"receipt": rid}
+                    self.destination,
+                    id="dodwan",
+                    ack="client-individual",
+                    headers={"receipt": rid, **sub},
                 )
             )
 
@@ -147,6 +190,33 @@ class StompLink:
             with self._lock:
                 self._receipts.pop(rid, None)
 
+    def committed(self) -> set[str]:
+        """The ids of the last batch the broker committed, from the ledger (browsed).
+
+        Called once after every connection of an outbound binding, before any send."""
+        conn = self.conn
+        if conn is None:
+            raise LinkError(f"STOMP connection lost: {self._why}")
+        self._browsed = None
+        self._browse_done.clear()
+        conn.subscribe(self.ledger, id="ledger-browse", headers={"browser": "true"})
+        deadline = time.monotonic() + RECEIPT_TIMEOUT
+        while not self._browse_done.wait(0.05):
+            if self._lost.is_set():
+                raise LinkError(f"STOMP connection lost: {self._why}")
+            if time.monotonic() > deadline:
+                raise LinkError("STOMP broker did not finish browsing the ledger in time")
+        with contextlib.suppress(Exception):
+            conn.unsubscribe("ledger-browse")
+        # Only now consume the ledger (to acknowledge its older messages in the next
+        # transactions): a message dispatched to a consumer could be hidden from a browser.
+        self._wait_receipt(
+            lambda rid: conn.subscribe(
+                self.ledger, id="ledger", ack="client-individual", headers={"receipt": rid}
+            )
+        )
+        return self._browsed or set()
+
     def send(self, rows: list[OutRow]) -> None:
         conn = self.conn
         if conn is None or self._lost.is_set():
@@ -166,6 +236,15 @@ class StompLink:
                 headers["type"] = d["jms_type"]
             headers["transaction"] = tx
             conn.send(self.destination, row.payload, headers=headers)
+        with self._lock:
+            acks, self._ledger_acks = self._ledger_acks, []
+        for ack in acks:  # the older ledger messages go as this one comes
+            conn.ack(ack, transaction=tx)
+        conn.send(
+            self.ledger,
+            ledger.encode([r.msg_id for r in rows]),
+            headers={"persistent": "true", ledger.HEADER: "1", "transaction": tx},
+        )
         self._wait_receipt(lambda rid: conn.commit(transaction=tx, headers={"receipt": rid}))
 
     def poll(self, timeout: float, wake: threading.Event) -> None:

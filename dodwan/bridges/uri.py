@@ -18,7 +18,11 @@ from __future__ import annotations
 import re
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from joms.selector import Selector
 
 SCHEMES = {"stomp": 61613, "mqtt": 1883, "amqp": 5672}
 DIRECTIONS = ("out", "in", "both")
@@ -33,7 +37,13 @@ KEYS = {
     "holdoff",
     "qos",
     "joms_topic",
+    "selector",
+    "standby",
 }
+STANDBY_HOLDOFF = 30.0
+"""Default hold-off of a standby binding: well above the primary's send-and-echo time (well
+under a second on a working uplink, a few seconds while it reconnects), short enough for
+the field's messages to reach headquarters soon when the primary is gone."""
 JOMS_KIND = ("jms_kind", "message")
 """A JOMS topic's messages: jms_kind=message, destination_type=topic, destination_id=NAME."""
 
@@ -169,12 +179,16 @@ class BindingSpec:
     """Seconds incoming messages live in the DoDWAN network (their deadline)."""
     holdoff: float = 0.0
     """Seconds an outgoing message waits before it is sent (a standby gateway)."""
+    standby: bool = False
+    """A standby gateway: hold-off :data:`STANDBY_HOLDOFF` unless given, direction both."""
     qos: int = 1
     """MQTT quality of service for both directions (1 or 2). 1 by default: across a broker
     restart QoS 1 may resend (deduplicable on ``dodwan-id``), while QoS 2 lost a message
     Mosquitto had taken when its in-flight exchange was forgotten."""
     joms_topic: str | None = None
     """The JOMS topic mirrored (its attributes are part of ``attributes``)."""
+    selector: str = ""
+    """A JMS selector choosing the messages that cross, both ways ("": every message)."""
     endpoint: Endpoint = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -193,24 +207,47 @@ class BindingSpec:
     def inbound(self) -> bool:
         return self.direction in ("in", "both")
 
+    @cached_property
+    def compiled_selector(self) -> Selector | None:
+        """The parsed :attr:`selector` (None when there is none)."""
+        if not self.selector.strip():
+            return None
+        from .selection import compile_selector
+
+        return compile_selector(self.selector)
+
+    def selects(self, values: dict[str, Any]) -> bool:
+        """Whether a message (its selector values) passes the binding's selector."""
+        sel = self.compiled_selector
+        return sel is None or sel.matches(values)
+
     def patterns(self) -> list[dict[str, str]]:
         """The DoDWAN patterns of the binding's subscription (outbound selection)."""
         if self.filter:
             return [dict(p) for p in self.filter]
-        return [{k: re.escape(v) for k, v in self.attributes.items()}]
+        if self.attributes or self.compiled_selector is None:
+            return [{k: re.escape(v) for k, v in self.attributes.items()}]
+        from .selection import network_patterns
+
+        return network_patterns(self.compiled_selector) or []
 
     def as_dict(self, secrets: bool = True) -> dict[str, Any]:
         uri = self.uri if secrets else self.endpoint.display
-        return {
-            "name": self.name,
-            "uri": uri,
-            "direction": self.direction,
-            "attributes": dict(self.attributes),
-            "filter": [dict(p) for p in self.filter],
-            "ttl": self.ttl,
-            "holdoff": self.holdoff,
-            "qos": self.qos,
-        } | ({"joms_topic": self.joms_topic} if self.joms_topic else {})
+        return (
+            {
+                "name": self.name,
+                "uri": uri,
+                "direction": self.direction,
+                "attributes": dict(self.attributes),
+                "filter": [dict(p) for p in self.filter],
+                "ttl": self.ttl,
+                "holdoff": self.holdoff,
+                "qos": self.qos,
+                "standby": self.standby,
+            }
+            | ({"joms_topic": self.joms_topic} if self.joms_topic else {})
+            | ({"selector": self.selector} if self.selector else {})
+        )
 
     @classmethod
     def from_dict(cls, data: Any) -> BindingSpec:
@@ -245,15 +282,48 @@ class BindingSpec:
         if not isinstance(flt, list):
             raise SpecError(f"binding {name}: filter must be a table or a list of tables")
         patterns = [_str_map(p, f"binding {name}: each filter pattern") for p in flt]
-        if direction != "in" and not (patterns or attributes):
+        selector = data.get("selector", "")
+        if not isinstance(selector, str):
+            raise SpecError(f"binding {name}: selector must be a string (a JMS selector)")
+        compiled = None
+        if selector.strip():
+            from .selection import SelectorError, compile_selector, network_patterns
+
+            try:
+                compiled = compile_selector(selector)
+            except SelectorError as exc:
+                raise SpecError(f"binding {name}: {exc}") from None
+            alone = direction != "in" and not (patterns or attributes)
+            if alone and not network_patterns(compiled):
+                raise SpecError(
+                    f"binding {name}: this selector alone does not say which DoDWAN "
+                    "messages the gateway must fetch (it needs an attribute compared with "
+                    "=, IN or LIKE in every alternative); add attributes or a filter"
+                )
+        if direction != "in" and not (patterns or attributes or compiled):
             raise SpecError(
-                f"binding {name}: an outbound binding needs attributes or a filter to choose "
-                "which DoDWAN messages it sends"
+                f"binding {name}: an outbound binding needs attributes, a filter or a "
+                "selector to choose which DoDWAN messages it sends"
             )
         if direction != "in":
             endpoint.check_outbound()
+        if direction == "both" and endpoint.kind == "queue":
+            raise SpecError(
+                f"binding {name}: a queue is one way: direction out (send to it) or in "
+                "(consume from it); both would consume the gateway's own messages, which "
+                "headquarters' consumers would then never get"
+            )
+        standby = data.get("standby", False)
+        if not isinstance(standby, bool):
+            raise SpecError(f"binding {name}: standby must be true or false")
+        if standby and direction != "both":
+            raise SpecError(
+                f"binding {name}: a standby binding needs direction both (it learns from what "
+                "comes back from the broker which messages the primary gateway sent)"
+            )
         numbers = {}
-        for key, default in (("ttl", 3600.0), ("holdoff", 0.0)):
+        holdoff = STANDBY_HOLDOFF if standby else 0.0
+        for key, default in (("ttl", 3600.0), ("holdoff", holdoff)):
             v = data.get(key, default)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise SpecError(f"binding {name}: {key} must be a non-negative number")
@@ -273,6 +343,8 @@ class BindingSpec:
             holdoff=numbers["holdoff"],
             qos=qos,
             joms_topic=joms_topic,
+            selector=selector,
+            standby=standby,
         )
 
 

@@ -202,7 +202,7 @@ SETTINGS: tuple[Setting, ...] = (
         "bridges",
         [],
         "Bindings to STOMP, MQTT and AMQP brokers, one `[[bridges]]` table each (name, uri, "
-        "direction, attributes, filter, ttl, holdoff, qos); see docs/bridges.md.",
+        "direction, attributes, filter, selector, ttl, holdoff, standby, qos); see docs/bridges.md.",
         cli=False,
     ),
 )
