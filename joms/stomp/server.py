@@ -584,7 +584,11 @@ class StompConnection(asyncio.Protocol):
             self.auto.discard(consumer)
             self.sub_durable.pop(sub_id or "", None)
             unconsumed = [t for t in (frame.get("joms-unconsumed") or "").split(",") if t]
-            self.service.close_consumer(consumer, self.now(), unconsumed=unconsumed)
+            held = frame.get("joms-delivered")
+            delivered = None if held is None else [t for t in held.split(",") if t]
+            self.service.close_consumer(
+                consumer, self.now(), unconsumed=unconsumed, delivered=delivered
+            )
         if durable is not None:
             self.service.unsubscribe_durable(self.conn_id, durable, self.now())
 
