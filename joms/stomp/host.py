@@ -192,7 +192,7 @@ def from_daemon_host(
     if isinstance(cfg, Mapping):  # a config-file table, e.g. TOML [joms]
         cfg = ServiceConfig.from_mapping(cfg)
     service = JomsService(_DaemonPort(host), cfg, store, random.Random())
-    driver = ServiceDriver(service, host.now)
+    driver = ServiceDriver(service, host.now, batch=getattr(host, "batch", None))
 
     def on_delivery(ev: Any) -> None:
         # The daemon drains node events synchronously inside publish/subscribe, which the

@@ -191,12 +191,23 @@ class StompConnection(asyncio.Protocol):
         # One store commit for the run of frames, made before anything is written back
         # (receipts promise what they confirm is stored): output waits for the commit.
         batch = getattr(self.gw.host, "batch", None)
+        refused: tuple[str, str | None] | None = None
         self._holding = True
         try:
             with batch() if batch is not None else contextlib.nullcontext():
                 self._handle_all(frames)
+        except JMSException as exc:  # the commit failed (disk full): nothing was published
+            refused = (str(exc), type(exc).__name__)
+        except Exception as exc:
+            log.exception("STOMP gateway: storing a run of frames failed")
+            refused = (f"internal error storing the frames: {type(exc).__name__}", None)
         finally:
             self._holding = False
+        if refused is not None:
+            self._out.clear()  # confirm none of the run: no receipt may claim it was stored
+            self.closing = False  # (an ERROR of the run was not written either)
+            self.error(refused[0], exception=refused[1])
+            return
         if self.closing:
             self.flush()
             if self.transport is not None:
