@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -71,12 +71,14 @@ class ServiceDriver:
     def add_wakeup(self, callback: Callable[[], None]) -> None:
         self._wakeups.append(callback)
 
-    def batch(self) -> contextlib.AbstractContextManager[None]:
-        stack = contextlib.ExitStack()
-        stack.enter_context(self._service_hold())
-        if self._batch is not None:
-            stack.enter_context(self._batch())
-        return stack
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._service_hold():  # committed after the node's store (inner)
+            if self._batch is None:
+                yield
+            else:
+                with self._batch():
+                    yield
 
     def _service_hold(self) -> contextlib.AbstractContextManager[None]:
         """One commit of the service's store for a run of inputs (when it can group)."""
