@@ -20,7 +20,10 @@ Two modes:
   before the subscriber gets it, and deleted when it is acknowledged (``ack:auto``).
 
 Throughput: N messages sent back to back, a publisher receipt every ``--window`` sends
-(flow control), messages/s from the first send to the last reception. Latency: M messages
+(flow control), messages/s from the first send to the last reception, and the broker
+process's CPU time (user + system, all threads, from /proc) per 1000 of those messages —
+the figure to compare on a shared machine, where throughput follows the other jobs' load.
+Latency: M messages
 sent one at a time, each waiting for its reception; median and p99.
 
 Usage::
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import socket
 import statistics
@@ -69,15 +73,28 @@ def wait_port(port: int, timeout: float = 15.0) -> None:
 
 
 class Running:
-    def __init__(self, port: int, stop: Any) -> None:
+    def __init__(self, port: int, stop: Any, pid: int | None = None) -> None:
         self.port = port
         self.stop = stop
+        self.pid = pid
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of process ``pid`` (all its threads), from /proc; NaN when
+    unknown. Less sensitive than throughput to other jobs on a shared machine."""
+    if pid is None:
+        return float("nan")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(kind: str, workdir: Path) -> Running:
     if kind == "activemq":
         broker = activemq.start_broker(workdir / "activemq")
-        return Running(broker.port, broker.stop)
+        return Running(broker.port, broker.stop, broker.proc.pid)
     port = free_port()
     if kind in ("joms", "joms-memory"):
         cmd = [sys.executable, "-m", "joms.runtime", "--host-id", "bench",
@@ -96,7 +113,7 @@ def start(kind: str, workdir: Path) -> Running:
         proc.terminate()
         proc.wait(10)
 
-    return Running(port, stop)
+    return Running(port, stop, proc.pid)
 
 
 class Peer:
@@ -160,7 +177,13 @@ class Peer:
 
 
 def measure(
-    port: int, mode: str, count: int, lat_count: int, size: int, window: int
+    port: int,
+    mode: str,
+    count: int,
+    lat_count: int,
+    size: int,
+    window: int,
+    pid: int | None = None,
 ) -> dict[str, float]:
     body = b"x" * size
     topic = f"/topic/bench.{mode}"
@@ -189,12 +212,14 @@ def measure(
         assert pub.wait(lambda r=f"w{start_i}": r in pub.receipts, 30), "warm-up receipt lost"
     assert sub.wait(lambda: sub.messages >= warm, 60), "warm-up messages lost"
     base = sub.messages
+    cpu0 = cpu_seconds(pid)
     t0 = time.perf_counter()
     for start_i in range(0, count, window):
         n = min(window, count - start_i)
         pub.send([frame("t", f"p{start_i}" if k == n - 1 else None) for k in range(n)])
         assert pub.wait(lambda r=f"p{start_i}": r in pub.receipts, 60), "publisher receipt lost"
     ok = sub.wait(lambda: sub.messages - base >= count, 300)
+    cpu = cpu_seconds(pid) - cpu0
     received = sub.messages - base
     rate = received / (sub.last_message - t0) if received else 0.0
     lats = []
@@ -212,6 +237,7 @@ def measure(
         "received": received,
         "complete": float(ok),
         "msgs_per_s": rate,
+        "cpu_ms_per_1k": cpu * 1000 / received * 1000 if received else float("nan"),
         "lat_median_ms": statistics.median(lats) * 1000 if lats else float("nan"),
         "lat_p99_ms": lats[max(0, int(len(lats) * 0.99) - 1)] * 1000 if lats else float("nan"),
     }
@@ -245,20 +271,24 @@ def main() -> int:
                     if kind in ("coilmq", "joms-memory") and mode == "persistent":
                         continue  # no durable subscriptions / nothing is persistent
                     results[kind, mode] = measure(
-                        running.port, mode, args.count, args.latency, args.size, args.window
-                    )
+                        running.port, mode, args.count, args.latency, args.size, args.window,
+                        running.pid,
+                    )  # fmt: skip
             finally:
                 running.stop()
     print(
         f"{args.size}-byte messages, {args.count} for throughput (a receipt every "
         f"{args.window} sends), {args.latency} for latency\n"
     )
-    print("| broker | mode | received | msgs/s | latency median (ms) | latency p99 (ms) |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| broker | mode | received | msgs/s | broker CPU ms per 1000 msgs | "
+        "latency median (ms) | latency p99 (ms) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for (kind, mode), r in results.items():
         print(
             f"| {kind} | {mode} | {r['received']:.0f}/{r['sent']:.0f} | {r['msgs_per_s']:.0f} | "
-            f"{r['lat_median_ms']:.3f} | {r['lat_p99_ms']:.3f} |"
+            f"{r['cpu_ms_per_1k']:.0f} | {r['lat_median_ms']:.3f} | {r['lat_p99_ms']:.3f} |"
         )
     print()
     for mode in modes:
@@ -266,6 +296,7 @@ def main() -> int:
         if j and a and a["msgs_per_s"]:
             print(
                 f"JOMS / ActiveMQ, {mode}: throughput x{j['msgs_per_s'] / a['msgs_per_s']:.2f}, "
+                f"CPU per message x{j['cpu_ms_per_1k'] / a['cpu_ms_per_1k']:.2f}, "
                 f"median latency x{j['lat_median_ms'] / a['lat_median_ms']:.2f}"
             )
     return 0

@@ -122,7 +122,9 @@ class LoopbackHost:
         else:
             self.store = MemoryServiceStore()
         self.service = JomsService(NodePort(self.node, self.now), cfg.service, self.store)
-        self.driver = ServiceDriver(self.service, self.now, self._flush)
+        self.driver = ServiceDriver(
+            self.service, self.now, self._flush, batch=getattr(node_store, "hold", None)
+        )
         self.service.start(self.now())
         self.server = await serve(
             self.driver,

@@ -31,6 +31,8 @@ from pathlib import Path
 import pytest
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 
+import joms as jms
+
 ROOT = Path(__file__).resolve().parent.parent
 TMUX = shutil.which("tmux")
 needs_tmux = pytest.mark.skipif(
@@ -270,6 +272,37 @@ def test_bad_input_prints_usage_and_the_console_goes_on(
     pane.wait("example: pub -t ChatRoom1 -id firstMSG -p Hello -ssl language=English")
     pane.line("exit")
     pane.wait("[exited 0]")
+
+
+@needs_tmux
+def test_receive_from_a_queue_managed_on_another_host(
+    net: tuple[Host, Host], tmux: Callable[..., Pane], home: Path
+) -> None:
+    """``receive -q Remote@cb`` typed on ca, one message at a time: each is shown once, for
+    the first time without ``(redelivered)`` (each receiver is handed several and closes
+    after the first, before the others have all reached it), and each comes promptly (the issue saw ~11 s)."""
+    a, b = net
+    rc, out, err = run_joms(home, "--url", b.url, "create", "queue", "Remote")
+    assert rc == 0 and "managed by this host" in out, err
+    script = "; ".join(f"send -q Remote@cb -id r{i} -p job {i}" for i in range(10))
+    rc, _, err = run_joms(home, "--url", a.url, "-c", script)
+    assert rc == 0, err
+    with jms.connect(f"stomp://{b.url}") as conn:  # all ten wait at the manager
+        browser = conn.create_session().create_browser(jms.Queue("Remote@cb"))
+        wait_for(lambda: len(browser.messages()) == 10, 20, what="10 messages at the manager")
+    pane = tmux("--url", a.url)
+    shown: list[str] = []
+    for n in range(1, 4):
+        started = time.monotonic()
+        pane.line("receive -q Remote@cb --timeout 30")
+        screen = pane.wait(lambda s, n=n: len(_lines_with(s, "queue Remote@cb id")) == n, 30)
+        took = time.monotonic() - started
+        shown = _lines_with(screen, "queue Remote@cb id")
+        assert took < 8.0, f"receive took {took:.1f} s: {shown[-1]}"
+    assert not [x for x in shown if "(redelivered)" in x], shown
+    assert len(set(shown)) == 3 and all(
+        re.fullmatch(r"queue Remote@cb id r\d: job \d", x) for x in shown
+    )
 
 
 @needs_tmux

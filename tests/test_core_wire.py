@@ -7,6 +7,7 @@ import random
 import re
 from pathlib import Path
 
+import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -261,3 +262,33 @@ def test_inline_fragment_decoder_agrees_with_the_general_one(
             fast = _outcome(wire._decode_fragment, d, limits)
             general = _outcome(wire._decode_fragment_general, d, limits)
             assert fast == general
+
+
+_PLAIN = st.text(alphabet=st.sampled_from(list("ab.-_:@ é\\*+?()|[]{}^$#~&\t")), max_size=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_PLAIN, _PLAIN)
+def test_plain_string_patterns_match_exactly_as_re2_does(regex: str, value: str) -> None:
+    """Patterns without operators are matched by string comparison (a fast path): the
+    answer must be RE2's for every expression, escaped (re.escape) or not."""
+    from dodwan.core.patterns import Pattern, RegexError, compile_regex
+
+    for rx in (regex, re.escape(regex)):
+        try:
+            want = compile_regex(rx).fullmatch(value) is not None
+        except RegexError:
+            continue
+        assert Pattern.from_spec({"a": rx}).matches({"a": value}) == want, (rx, value)
+    assert Pattern.from_spec({"a": re.escape(value)}).matches({"a": value})
+
+
+def test_varints_and_strings_encode_as_before() -> None:
+    """The one-byte fast path of varints: same bytes as the general loop."""
+    assert [wire._varint(n) for n in (0, 1, 127, 128, 300, 1 << 21)] == [
+        b"\x00", b"\x01", b"\x7f", b"\x80\x01", b"\xac\x02", b"\x80\x80\x80\x01",
+    ]  # fmt: skip
+    assert wire._str("é" * 64) == b"\x80\x01" + "é".encode() * 64
+    assert wire.encode_attributes({"b": "2", "a": ""}) == b"\x02\x01a\x00\x01b\x012"
+    with pytest.raises(ValueError):
+        wire._varint(-1)

@@ -411,3 +411,27 @@ def test_every_numeric_node_setting_and_limit_has_a_validated_range() -> None:
     }
     assert numeric <= set(cfg.NODE_RANGES)
     assert {f.name for f in fields(Limits)} == set(cfg.LIMIT_RANGES)
+
+
+def test_store_hold_groups_the_commits_made_inside_into_one(tmp_path: Path) -> None:
+    """A gateway's run of SENDs: each publication's commit waits for the hold to end,
+    then all are durable in one transaction (and nothing is before)."""
+    path = tmp_path / "h.db"
+    s = SqliteStore(path, commit_delay=0.0)
+    other = sqlite3.connect(path)
+    with s.hold():
+        for i in range(5):
+            s.put_message(MessageMeta(f"m{i}", b"z", 0, True, 1.0))  # local publications
+            s.commit()
+        with s.hold():  # nested: still the outer one's transaction
+            s.put_message(MessageMeta("m5", b"z", 0, True, 1.0))
+            s.commit()
+        assert other.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+        assert s.commits == 0
+    assert other.execute("SELECT count(*) FROM messages").fetchone()[0] == 6
+    assert s.commits == 1
+    s.put_message(MessageMeta("m6", b"z", 0, True, 1.0))
+    s.commit()  # outside a hold: at once, as before
+    assert other.execute("SELECT count(*) FROM messages").fetchone()[0] == 7
+    other.close()
+    s.close()

@@ -422,3 +422,79 @@ def test_publish_of_a_file_too_large_shows_the_daemons_413(daemons, tmp_path: Pa
     assert "reset" not in r.output.lower() and "Traceback" not in r.output
     assert "largest publication" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(180)
+def test_disk_full_stomp_sends_are_confirmed_only_once_stored(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """The gateway commits each run of SENDs once, before their receipts: when the disk
+    fills, the run that could not be stored gets an ERROR and no receipt, and the daemon
+    holds exactly the messages it confirmed (also after a restart)."""
+    from joms.stomp.frame import Frame, FrameParser, encode
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    a = DaemonProc(
+        small_disk / "a",
+        ["--group", random_group(), "--host-id", "A", "--stomp", f"127.0.0.1:{port}"],
+    )
+    a.log = tmp_path / "a.log"
+    a.start()
+    confirmed: set[str] = set()
+    error: Frame | None = None
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        parser = FrameParser()
+        pending: list[Frame] = []
+
+        def next_frame() -> Frame:
+            while not pending:
+                data = sock.recv(65536)
+                assert data, "the gateway closed the connection without an ERROR"
+                pending.extend(parser.feed(data))
+            return pending.pop(0)
+
+        sock.sendall(encode(Frame("CONNECT", {"accept-version": "1.2", "host": "A"})))
+        assert next_frame().command == "CONNECTED"
+        for run in range(300):
+            sends = [
+                Frame("SEND", {"destination": "/topic/full", "receipt": f"r{run}.{k}"},
+                      os.urandom(8192))
+                for k in range(20)
+            ]  # fmt: skip
+            sock.sendall(b"".join(encode(f) for f in sends))
+            got = 0
+            while got < len(sends):
+                f = next_frame()
+                if f.command == "ERROR":
+                    error = f
+                    break
+                assert f.command == "RECEIPT", f
+                confirmed.add(f.headers["message-id"])
+                got += 1
+            if error is not None:
+                break
+        sock.close()
+        assert confirmed and error is not None, (len(confirmed), error)
+        assert "not published" in error.headers["message"], error.headers
+        assert error.headers.get("joms-exception") == "ResourceAllocationException"
+
+        def held() -> set[str]:
+            return {
+                e["descriptor"]["jms_message_id"]
+                for e in a.client().get("/cache")
+                if e["descriptor"].get("destination_id") == "full"
+            }
+
+        assert held() == confirmed
+        a.kill()  # SIGKILL; its files, copied where there is room, as after a crash
+        shutil.copytree(a.state_dir, tmp_path / "a2")
+        (tmp_path / "a2" / "admin.json").unlink(missing_ok=True)
+        a = DaemonProc(tmp_path / "a2", ["--group", random_group(), "--host-id", "A"])
+        a.start()
+        assert held() == confirmed
+    finally:
+        a.kill()
+    assert "Traceback" not in (tmp_path / "a.log").read_text()

@@ -202,6 +202,34 @@ def test_queue_lease_expiry_hands_message_to_another_receiver() -> None:
     ]
 
 
+def test_messages_handed_to_a_receiver_that_closed_before_they_came_are_not_redelivered() -> None:
+    """A receiver on another host is handed three messages and closes before any reaches
+    it (a one-shot receive that got its message elsewhere): its cancel names what it got,
+    so the manager hands them to the next receiver as never delivered. Its lease renewal,
+    due at the same instant, reaches the manager after the cancel: it must not bring the
+    closed receiver back (it held the three until its lease ran out)."""
+    w = World("m", "r")
+    q = w.svc["m"].create_queue("jobs", w.net.now)
+    c = w.svc["r"].open_connection(w.net.now)
+    first = w.svc["r"].subscribe(c, q, w.net.now, ack_mode="client-individual")
+    w.run(3)
+    w.net.isolate("r")  # the deliveries stay with the manager's node for now
+    cm = w.svc["m"].open_connection(w.net.now)
+    for i in range(3):
+        w.svc["m"].send(cm, text(q, f"j{i}"), w.net.now)
+    w.run(1)
+    assert w.svc["m"].queue_status("jobs@m")["assigned"] == 3
+    w.svc["r"].close_consumer(first, w.net.now)
+    w.net.connect_all("m", "r")
+    w.run(4)
+    assert w.svc["m"].queue_status("jobs@m")["assigned"] == 0
+    assert w.events["r"] == []  # nothing reached the closed receiver
+    w.svc["r"].subscribe(c, q, w.net.now, ack_mode="client-individual")
+    w.run(4)
+    got = [(e.message.body, e.message.redelivered) for e in w.events["r"]]
+    assert sorted(got) == [(b"j0", False), (b"j1", False), (b"j2", False)]
+
+
 class FirstOnly:
     def choose(self, queue: ManagedQueue, message: JomsMessage, candidates: list[str]) -> str:
         return sorted(candidates)[0]

@@ -134,7 +134,13 @@ Datagram = Announce | Catalog | Request | Fragment | ProfilePiece | ProfileReque
 # ---------------------------------------------------------------- primitives
 
 
+_ONE_BYTE = tuple(bytes((i,)) for i in range(0x80))
+"""The varints below 128 (one byte each): most lengths and counts."""
+
+
 def _varint(n: int) -> bytes:
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
     if n < 0:
         raise ValueError("varint must be >= 0")
     out = bytearray()
@@ -150,7 +156,8 @@ def _varint(n: int) -> bytes:
 
 def _str(s: str) -> bytes:
     raw = s.encode("utf-8")
-    return _varint(len(raw)) + raw
+    n = len(raw)
+    return (_ONE_BYTE[n] if n < 0x80 else _varint(n)) + raw
 
 
 def _blob(b: bytes) -> bytes:
@@ -225,9 +232,13 @@ class _Reader:
 def encode_attributes(d: Mapping[str, str]) -> bytes:
     """Canonical descriptor encoding: count, then sorted (name, value) pairs."""
     parts = [_varint(len(d))]
+    add = parts.append
     for name in sorted(d):
-        parts.append(_str(name))
-        parts.append(_str(d[name]))
+        for text in (name, d[name]):  # _str inlined: every publication encodes ~50 strings
+            raw = text.encode("utf-8")
+            n = len(raw)
+            add(_ONE_BYTE[n] if n < 0x80 else _varint(n))
+            add(raw)
     return b"".join(parts)
 
 

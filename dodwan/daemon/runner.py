@@ -26,7 +26,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -1057,15 +1057,53 @@ class Daemon:
         return "\n".join(lines) + "\n"
 
 
+def _store_refusal(message: str) -> Exception:
+    """What a hosted service is told when a publication could not be stored."""
+    try:
+        from joms.errors import ResourceAllocationException
+    except ImportError:  # pragma: no cover - JOMS is part of this distribution
+        return OSError(message)
+    return ResourceAllocationException(message)
+
+
 class _ServiceHost:
     """:class:`~dodwan.daemon.service_host.ServiceHost` backed by a running daemon."""
 
     def __init__(self, daemon: Daemon) -> None:
         self._d = daemon
+        self._batch: list[str] | None = None  # ids published in the open batch
 
     @property
     def host_id(self) -> str:
         return self._d.host_id
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """A run of service calls (a STOMP gateway's frames from one read) with one store
+        commit at the end; what they published is sent and delivered only after it. When
+        the commit fails, those publications are dropped and this raises
+        ResourceAllocationException: the caller must confirm none of them."""
+        store = self._d.store
+        if store is None or self._batch is not None:
+            yield
+            return
+        self._batch = []
+        try:
+            with store.hold():
+                yield
+        finally:
+            published, self._batch = self._batch, None
+            failed = [msg_id for msg_id in published if store.has_failed(msg_id)]
+            self._d._after_input()  # drops the failed ones before anything is sent
+        if failed:
+            self._d._count("publications_refused_store", len(failed))
+            raise _store_refusal(
+                f"cannot store {len(failed)} message(s) ({store.last_error}): not published"
+            )
+
+    def _after_input(self) -> None:
+        if self._batch is None:  # in a batch: once it is committed
+            self._d._after_input()
 
     @property
     def state_dir(self) -> Path:
@@ -1091,14 +1129,13 @@ class _ServiceHost:
             priority=priority,
             persistent=persistent,
         )
+        if self._batch is not None:  # stored (or refused) at the end of the batch
+            self._batch.append(msg_id)
+            return msg_id
         try:
             self._d._check_stored(msg_id)
         except ApiError as exc:
-            try:
-                from joms.errors import ResourceAllocationException
-            except ImportError:  # pragma: no cover - JOMS is part of this distribution
-                raise OSError(exc.message) from None
-            raise ResourceAllocationException(exc.message) from None
+            raise _store_refusal(exc.message) from None
         self._d._after_input()
         return msg_id
 
@@ -1106,19 +1143,19 @@ class _ServiceHost:
         if not key.startswith(SERVICE_PREFIX):
             raise ValueError(f"service subscription keys must start with {SERVICE_PREFIX!r}")
         k = self._d._node().subscribe(patterns, now=time.time(), key=key)
-        self._d._after_input()
+        self._after_input()
         return k
 
     def unsubscribe(self, key: str) -> None:
         self._d._node().unsubscribe(key, time.time())
-        self._d._after_input()
+        self._after_input()
 
     def subscriptions(self) -> dict[str, list[dict[str, str]]]:
         return self._d._node().subscriptions()
 
     def purge(self, msg_id: str) -> None:
         self._d._node().purge(msg_id, time.time())
-        self._d._after_input()
+        self._after_input()
 
     def set_delivery_handler(self, handler: Callable[[MessageDelivered], Any] | None) -> None:
         self._d._delivery_handler = handler

@@ -203,6 +203,7 @@ class SqliteStore:
         self.commit_batch = commit_batch
         self._pending = 0  # writes in the open transaction
         self._must = False  # one of them must be durable at the next commit()
+        self._held = 0  # depth of hold(): commit() waits for the outermost to end
         self._since = 0.0  # monotonic time of the first pending write
         self.commits = 0
         # Fragments written since the last commit, inserted with one ``executemany`` when the
@@ -470,9 +471,23 @@ class SqliteStore:
         self._rows += 1
         self._must = self._must or must
 
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Group commit: the ``commit()`` calls made inside are one commit when the
+        outermost ``hold`` ends (e.g. a gateway's batch of SENDs, whose receipts are written
+        after it). A crash inside loses the whole batch, none of which was confirmed."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if not self._held:
+                self.commit()
+
     def commit(self) -> None:
-        """End of a core input: commit now, unless only partial fragments are pending."""
-        if not self._pending:
+        """End of a core input: commit now, unless only partial fragments are pending (or
+        a :meth:`hold` is open: then when it ends)."""
+        if not self._pending or self._held:
             return
         if (
             self._must

@@ -507,6 +507,7 @@ class MessageConsumer:
         self._listener: Callable[[Message], None] | None = None
         self._listener_thread: threading.Thread | None = None
         self._closed = False
+        self._handing = threading.Lock()  # a message is handed over, or the consumer closes
 
     def _arrived(self, f: Frame) -> None:
         self._inbox.put(f)
@@ -549,7 +550,10 @@ class MessageConsumer:
         if taken is None:
             return None
         frame, msg = taken
-        self.session._delivered(self, frame, msg)
+        with self._handing:
+            if self._closed:
+                return None  # closed meanwhile: it goes back as never delivered
+            self.session._delivered(self, frame, msg)
         return msg
 
     def receive_no_wait(self) -> Message | None:
@@ -597,10 +601,26 @@ class MessageConsumer:
                 except JMSException:
                     return
 
+    def _delivered_unacked(self) -> list[str] | None:
+        """Ack ids of messages handed to the application and not yet acknowledged, when
+        this client knows them exactly (synchronous receive, AUTO or CLIENT mode); None
+        otherwise (a listener or a transaction may hold more)."""
+        s = self.session
+        if self._listener_thread is not None or s.transacted:
+            return None
+        if s.ack_mode == AUTO_ACKNOWLEDGE:
+            return []  # each was acknowledged as it was handed over
+        if s.ack_mode != CLIENT_ACKNOWLEDGE:
+            return None
+        with s._lock:
+            return [ack for sid, ack in s._unacked if sid == self._sid]
+
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._handing:
+            if self._closed:
+                return
+            self._closed = True
+            delivered = self._delivered_unacked()
         self._inbox.put(_CLOSED)
         conn = self.session.connection
         conn._subs.pop(self._sid, None)
@@ -617,6 +637,10 @@ class MessageConsumer:
         headers = {"id": self._sid}
         if unconsumed:
             headers["joms-unconsumed"] = ",".join(unconsumed)
+        if delivered is not None:
+            # what the application holds unacknowledged; the gateway also gives back as never
+            # delivered what it sent that has not reached this client yet
+            headers["joms-delivered"] = ",".join(delivered)
         if conn._transport.failed is None and not conn._closed:
             with contextlib.suppress(JMSException):
                 conn._transport.request(Frame("UNSUBSCRIBE", headers))

@@ -202,13 +202,15 @@ class QueueManagerMixin(ServiceBase):
         if req.get("cancel"):
             self._apply_acked(q, req.get("acked", []))
             self._apply_returned(q, req.get("returned", []), reply_id)
+            if "received" in req:
+                self._apply_never_received(q, req["received"], reply_id)
+            # remembered in every case: a renewal of the same receiver that the network
+            # delivers after its cancel must not bring it back (it would hold messages
+            # handed to it until its lease ran out)
+            self.store.put("seen", q.name + _SEP + "cancel:" + reply_id, repr(now + 3600).encode())
             if r is not None:
                 self._remove_receiver(q, reply_id, now)
                 self._assign(q, now)
-            else:
-                self.store.put(
-                    "seen", q.name + _SEP + "cancel:" + reply_id, repr(now + 3600).encode()
-                )
             return
         if self.store.get("seen", q.name + _SEP + "cancel:" + reply_id) is not None:
             return  # the receiver was already cancelled (its last renewal came late)
@@ -267,6 +269,19 @@ class QueueManagerMixin(ServiceBase):
                 self._save_pending(q, pend)
                 any_back = True
         return any_back
+
+    def _apply_never_received(self, q: ManagedQueue, received: Any, reply_id: str) -> None:
+        """A cancelled receiver named every message it got: the others handed to it were
+        still on their way when it closed and no client saw them, so they go back as never
+        delivered (no JMSRedelivered, not counted towards the dead-letter limit)."""
+        if not isinstance(received, list):
+            raise ValueError("received must be a list")
+        got = {mid for mid in received if isinstance(mid, str)}
+        for mid, pend in q.pending.items():
+            if pend.assigned == reply_id and mid not in got:
+                pend.assigned = None
+                pend.attempts = max(0, pend.attempts - 1)
+                self._save_pending(q, pend)
 
     def _on_any_ack(self, d: Mapping[str, str], p: bytes, now: float) -> None:
         """Any host: drop the cached copies of queue messages consumed somewhere."""

@@ -13,6 +13,11 @@ from .base import (
     _Consumer,
 )
 
+MAX_RECEIVED_ON_CANCEL = 1000
+"""A receiver's cancel names the messages it got from the manager when they are at most
+this many (a one-shot receiver's few): the manager then knows the others it handed out
+never reached the client. Above it the cancel says nothing and they count as redelivered."""
+
 
 class QueueReceiverMixin(ServiceBase):
     # ================================================================ queues: receiver side
@@ -28,6 +33,7 @@ class QueueReceiverMixin(ServiceBase):
         cancel: bool,
         acked: list[str] | None = None,
         returned: list[str] | None = None,
+        received: list[str] | None = None,
     ) -> None:
         req: dict[str, Any] = {
             "selector": cons.selector_text,
@@ -38,6 +44,8 @@ class QueueReceiverMixin(ServiceBase):
             req["acked"] = acked
         if returned:
             req["returned"] = returned
+        if received is not None:
+            req["received"] = received
         body = json.dumps(req).encode()
         try:
             self.port.publish(

@@ -53,7 +53,7 @@ from .events import Event
 from .model import Destination, JomsMessage
 from .port import DisseminationPort
 from .queue_manager import QueueManagerMixin
-from .queue_receiver import QueueReceiverMixin
+from .queue_receiver import MAX_RECEIVED_ON_CANCEL, QueueReceiverMixin
 from .queues import ManagedQueue, load_policy
 from .store import MemoryServiceStore, ServiceStore
 from .topics import TopicsMixin
@@ -456,17 +456,27 @@ class JomsService(
         return cid
 
     def close_consumer(
-        self, consumer_id: str, now: float, *, unconsumed: list[str] | tuple[str, ...] = ()
+        self,
+        consumer_id: str,
+        now: float,
+        *,
+        unconsumed: list[str] | tuple[str, ...] = (),
+        delivered: list[str] | tuple[str, ...] | None = None,
     ) -> None:
         """Close a consumer: unacked messages are kept for redelivery (durable, queue).
 
         ``unconsumed``: tags of dispatched messages the client application never received
         (still in the client's buffer): they go back as never delivered — no JMSRedelivered,
-        not counted towards the dead-letter limit."""
+        not counted towards the dead-letter limit. ``delivered``, when the client knows it:
+        the only unacknowledged tags its application holds; every other unacknowledged one
+        (also those still on their way to the client) goes back as never delivered."""
         cons = self._consumers.get(consumer_id)
         if cons is None:
             return
-        back = [(t, cons.unacked.pop(t)) for t in unconsumed if t in cons.unacked]
+        if delivered is not None:
+            held = set(delivered)
+            unconsumed = [*unconsumed, *(t for t in cons.unacked if t not in held)]
+        back = [(t, cons.unacked.pop(t)) for t in dict.fromkeys(unconsumed) if t in cons.unacked]
         for _, item in reversed(back):
             cons.pending.appendleft(item)
         del self._consumers[consumer_id]
@@ -499,7 +509,12 @@ class JomsService(
             if acked or released or returned:
                 self._publish_ack(cons.dest.name, cons.reply_id, now, acked, released, copies,
                                   returned)  # fmt: skip
-            self._publish_receiver(cons, now, cancel=True, acked=acked, returned=returned)
+            # every message this receiver got from the manager: those it was handed but
+            # never got (still on their way when it closed) go back as never delivered
+            received = sorted(cons.seen) if len(cons.seen) <= MAX_RECEIVED_ON_CANCEL else None
+            self._publish_receiver(
+                cons, now, cancel=True, acked=acked, returned=returned, received=received
+            )
         self.store.commit()
 
     def _implicit_name(

@@ -9,8 +9,10 @@ SQLite file in WAL mode (the daemon, e.g. ``STATE_DIR/joms.sqlite``). A store de
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -76,6 +78,19 @@ class SqliteServiceStore:
             " PRIMARY KEY (tbl, key)) WITHOUT ROWID"
         )
         self._db.commit()
+        self._held = 0
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Group commit: the ``commit()`` calls made inside are one commit when the
+        outermost ``hold`` ends (a run of inputs handled at once, before any reply)."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if not self._held:
+                self._db.commit()
 
     def put(self, table: str, key: str, value: bytes) -> None:
         self._db.execute(
@@ -109,7 +124,8 @@ class SqliteServiceStore:
         return [(k, bytes(v)) for k, v in rows]
 
     def commit(self) -> None:
-        self._db.commit()
+        if not self._held:
+            self._db.commit()
 
     def close(self) -> None:
         self._db.commit()

@@ -214,7 +214,9 @@ class FrameParser:
         # resume where the previous feed stopped looking (a terminator may straddle it)
         s0 = max(start, self._scan - 2)
         end = buf.find(b"\n\n", s0)
-        end_crlf = buf.find(b"\n\r\n", s0)
+        # a CRLF blank line counts only before the LF one: search no further (the rest of
+        # the buffer may hold many more frames)
+        end_crlf = buf.find(b"\n\r\n", s0, len(buf) if end < 0 else end + 2)
         ends = [e for e in (end, end_crlf) if e >= 0]
         if not ends:
             budget = self.limits.max_command_line + (self.limits.max_header_line + 2) * (

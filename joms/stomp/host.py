@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +41,10 @@ class GatewayHost(Protocol):
     def add_wakeup(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (in the loop thread) whenever service events may be ready."""
 
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Around a run of client frames handled at once: the host may group their store
+        commits into one at the end (before any receipt is written)."""
+
 
 class ServiceDriver:
     """A :class:`GatewayHost` driving a :class:`JomsService` on the running asyncio loop."""
@@ -50,10 +54,12 @@ class ServiceDriver:
         service: JomsService,
         now: Callable[[], float],
         flush: Callable[[], None] | None = None,
+        batch: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
     ) -> None:
         self.service = service
         self._now = now
         self._flush = flush or (lambda: None)
+        self._batch = batch
         self._wakeups: list[Callable[[], None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -65,6 +71,20 @@ class ServiceDriver:
     def add_wakeup(self, callback: Callable[[], None]) -> None:
         self._wakeups.append(callback)
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._service_hold():  # committed after the node's store (inner)
+            if self._batch is None:
+                yield
+            else:
+                with self._batch():
+                    yield
+
+    def _service_hold(self) -> contextlib.AbstractContextManager[None]:
+        """One commit of the service's store for a run of inputs (when it can group)."""
+        hold = getattr(self.service.store, "hold", None)
+        return hold() if hold is not None else contextlib.nullcontext()
+
     def deliver(self, key: str, descriptor: Mapping[str, str], payload: bytes) -> None:
         """Feed a DoDWAN delivery for a ``joms:`` key (from the runner)."""
         self.service.on_delivery(key, descriptor, payload, self._now())
@@ -75,7 +95,8 @@ class ServiceDriver:
             return
         self._busy = True
         try:
-            self._flush()
+            with self._service_hold():  # committed before the wakeups write anything
+                self._flush()
         finally:
             self._busy = False
         self._rearm()
@@ -173,7 +194,7 @@ def from_daemon_host(
     if isinstance(cfg, Mapping):  # a config-file table, e.g. TOML [joms]
         cfg = ServiceConfig.from_mapping(cfg)
     service = JomsService(_DaemonPort(host), cfg, store, random.Random())
-    driver = ServiceDriver(service, host.now)
+    driver = ServiceDriver(service, host.now, batch=getattr(host, "batch", None))
 
     def on_delivery(ev: Any) -> None:
         # The daemon drains node events synchronously inside publish/subscribe, which the

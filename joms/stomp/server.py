@@ -12,6 +12,7 @@ See docs/stomp.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import ipaddress
 import json
@@ -160,6 +161,7 @@ class StompConnection(asyncio.Protocol):
         self._expect_every = 0.0
         self._wrote = False
         self._out: list[bytes] = []
+        self._holding = False  # handling a run of frames: output waits for its commit
         self._connect_timer: asyncio.TimerHandle | None = None
         self.version = "1.2"
         """STOMP version agreed at CONNECT (header escaping follows it)."""
@@ -186,9 +188,38 @@ class StompConnection(asyncio.Protocol):
         except ProtocolError as exc:
             self.error(f"malformed frame: {exc}")
             return
+        # One store commit for the run of frames, made before anything is written back
+        # (receipts promise what they confirm is stored): output waits for the commit.
+        batch = getattr(self.gw.host, "batch", None)
+        refused: tuple[str, str | None] | None = None
+        self._holding = True
+        try:
+            with batch() if batch is not None else contextlib.nullcontext():
+                self._handle_all(frames)
+        except JMSException as exc:  # the commit failed (disk full): nothing was published
+            refused = (str(exc), type(exc).__name__)
+        except Exception as exc:
+            log.exception("STOMP gateway: storing a run of frames failed")
+            refused = (f"internal error storing the frames: {type(exc).__name__}", None)
+        finally:
+            self._holding = False
+        if refused is not None:
+            self._out.clear()  # confirm none of the run: no receipt may claim it was stored
+            self.closing = False  # (an ERROR of the run was not written either)
+            self.error(refused[0], exception=refused[1])
+            return
+        if self.closing:
+            self.flush()
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self.gw.host.poke()
+        self.flush()
+
+    def _handle_all(self, frames: list[Frame]) -> None:
         for frame in frames:
             if self.closing:
-                return
+                break
             try:
                 self.handle(frame)
             except JMSException as exc:
@@ -198,8 +229,6 @@ class StompConnection(asyncio.Protocol):
             except Exception as exc:  # never let one client take the gateway down
                 log.exception("STOMP gateway failed on a %s frame", frame.command)
                 self.error(f"internal error handling {frame.command}: {type(exc).__name__}", frame)
-        self.gw.host.poke()
-        self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -224,7 +253,7 @@ class StompConnection(asyncio.Protocol):
             self._out.append(encode(frame, version="1.1"))
 
     def flush(self) -> None:
-        if not self._out:
+        if not self._out or self._holding:
             return
         data = b"".join(self._out)
         self._out.clear()
@@ -271,7 +300,7 @@ class StompConnection(asyncio.Protocol):
     def close(self) -> None:
         self.flush()
         self.closing = True
-        if self.transport is not None:
+        if self.transport is not None and not self._holding:  # else once the batch is stored
             self.transport.close()
 
     def deliver(self, ev: MessageDispatched) -> None:
@@ -341,7 +370,11 @@ class StompConnection(asyncio.Protocol):
                 },
             )
         )
+        # at once, even in a run of frames: CONNECT is the first, nothing before it waits
+        # for a commit
+        held, self._holding = self._holding, False
         self.flush()
+        self._holding = held
         self._wrote = False
         loop = asyncio.get_running_loop()
         if self._send_every:
@@ -584,7 +617,11 @@ class StompConnection(asyncio.Protocol):
             self.auto.discard(consumer)
             self.sub_durable.pop(sub_id or "", None)
             unconsumed = [t for t in (frame.get("joms-unconsumed") or "").split(",") if t]
-            self.service.close_consumer(consumer, self.now(), unconsumed=unconsumed)
+            held = frame.get("joms-delivered")
+            delivered = None if held is None else [t for t in held.split(",") if t]
+            self.service.close_consumer(
+                consumer, self.now(), unconsumed=unconsumed, delivered=delivered
+            )
         if durable is not None:
             self.service.unsubscribe_durable(self.conn_id, durable, self.now())
 
