@@ -144,3 +144,28 @@ def test_fragments_for_a_neighbour_that_left_are_not_sent() -> None:
     # after the contact, at most one request window (and the radio's look-ahead) went out
     assert net.transmissions["a"] - sent <= a.config.request_window + 64
     assert not net.deliveries("b")
+
+
+def test_a_flood_of_fragment_zeros_does_not_hold_back_a_real_message() -> None:
+    # Fragment 0 of thousands of fake two-fragment messages matching a neighbour's
+    # subscription filled the carrier's catalog slots (newest first): a real message waited
+    # ~50 s after a 3,000-fragment burst. Complete messages are now offered before partial
+    # sets, and one origin takes at most a few entries of a round.
+    net = VirtualNetwork(seed=5, bitrate=2e6)
+    c = net.add("c", cache_capacity=64 * MB, altruistic=True)
+    net.add("p")
+    net.add("s")
+    net.subscribe("s", {"topic": "alerts"})
+    net.link("p", "c")
+    real = net.publish("p", {"topic": "alerts"}, b"the real one", ttl=3600)
+    net.run(10, stop=lambda: c.cache_entry(real) is not None)
+    net.unlink("p", "c")
+    assert c.cache_entry(real) is not None
+    for k in range(3000):  # newer than the real message, from two fake origins
+        frags = forge(f"junk{k % 2}", "alerts", 2500, seed=1000 + k, now=net.now)
+        c.receive_datagram(frags[0], f"junk{k % 2}", net.now)
+    assert c.cache_usage()["messages"] > 2000
+    _apart(net, 5.0)
+    net.link("c", "s")
+    net.run(10.0, stop=lambda: bool(net.deliveries("s")))
+    assert [d.descriptor["id"] for d in net.deliveries("s")] == [real]

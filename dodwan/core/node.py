@@ -57,6 +57,8 @@ _PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbou
 _PROMPT_GAP = 0.25  # prompt announcements (profile change, new offer) at most this often
 _ASSEMBLY_STALL = 30.0  # a profile assembly that made no progress for this long is dropped
 _ENTRY_COST = 400  # bytes a decoded descriptor costs beyond its text (dict, header, keys)
+_ORIGIN_OFFERS = 16  # catalog entries one origin may take in one announcement round
+_DEFERRED_MAX = 4096  # offers put back for the next round, at most, per round
 _CLOCK_SKEW = 3600.0  # how far a peer's clock may be ahead when its deadlines are checked
 _HOUSEKEEPING_MIN = 1e-3  # housekeeping never re-runs sooner than this
 
@@ -89,9 +91,12 @@ class Cached:
 
     def offer_rank(self, wanted_here: bool = False) -> Rank:
         """Offer order, lowest first: what a neighbour itself subscribed to
-        (``wanted_here``), then persistent, then higher priority, then newest."""
+        (``wanted_here``), complete messages before partial sets (a flood of fragment 0s
+        of messages nobody can complete waits behind them), then persistent, then higher
+        priority, then newest."""
         h = self.header
-        return (0 if wanted_here else 1, 0 if h.persistent else 1, -h.priority, -h.date)
+        tier = (0 if wanted_here else 2) + (0 if self.count == h.frags else 1)
+        return (tier, 0 if h.persistent else 1, -h.priority, -h.date)
 
     def rank(self) -> tuple[int, int, int, float]:
         """Eviction order, lowest first. Tiers: partial sets carried for others, complete
@@ -1218,9 +1223,15 @@ class Node:
             if c is not None:
                 offers.add(fresh, self._offer_rank(c))
         neighbours = list(self._neighbours.values())
+        per_origin: dict[str, int] = {}  # entries of this round per origin
+        deferred: list[str] = []
         while (msg_id := offers.pop()) is not None:
             c = cache.get(msg_id)
             if c is None or c.header.deadline <= now or c.count == 0:
+                continue
+            origin = c.header.origin
+            if per_origin.get(origin, 0) >= _ORIGIN_OFFERS and len(deferred) < _DEFERRED_MAX:
+                deferred.append(msg_id)  # one origin cannot fill a round: next one
                 continue
             if not altruists and msg_id not in eligible:
                 continue
@@ -1239,7 +1250,13 @@ class Node:
                     continue
             groups[-1].append(entry)
             room -= len(entry)
+            per_origin[origin] = per_origin.get(origin, 0) + 1
             offers.offered(msg_id, now)
+        for msg_id in deferred:
+            c = cache.get(msg_id)
+            if c is not None:
+                offers.add(msg_id, self._offer_rank(c))
+                self._offers_left = True
         return groups
 
     def _relayed_for_announce(self, room: int) -> list[bytes]:
@@ -1754,7 +1771,7 @@ class Node:
         self._count("messages_completed")
         self._tr(now, "message_completed", msg_id, c.header.size, c.meta.hops)
         self._add_history(msg_id, "", c.header.deadline)
-        self._offers.add(msg_id, self._offer_rank(c))
+        self._offers.add(msg_id, self._offer_rank(c))  # now ranked as complete
         self._prompt_announce(msg_id, now)
         self._deliver(c, now, zpayload=z)
 
