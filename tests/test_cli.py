@@ -228,7 +228,8 @@ def test_publish_from_stdin_and_chosen_id(sd: str) -> None:
         (["-a", "novalue", "--text", "x"], "expected NAME=VALUE"),
         (["-a", "id=x y", "--text", "x"], "message id"),
         (["-a", "origin=me", "--text", "x"], "set by DoDWAN"),
-        (["--ttl", "-5", "--text", "x"], "--ttl must be positive"),
+        (["--ttl", "-5", "--text", "x"], "--ttl must be a positive, finite number"),
+        (["--ttl", "inf", "--text", "x"], "--ttl must be a positive, finite number"),
     ],
 )
 def test_publish_errors(sd: str, args: list[str], needle: str) -> None:

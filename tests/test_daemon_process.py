@@ -109,11 +109,12 @@ def _send_to_group(group: str, datagrams: list[bytes]) -> None:
 
 def _real_datagrams() -> list[bytes]:
     node = Node(NodeConfig(host_id="forger", max_datagram=1400), rng=random.Random(3))
-    node.handle_timer(1.0)
-    node.subscribe({"topic": ".*"}, now=1.0)
-    node.publish({"topic": "x"}, random.Random(4).randbytes(5000), deadline=9e9, now=1.0)
-    node.handle_timer(10.0)
-    return [d for d, _ in node.datagrams_to_send(10.0)]
+    t = time.time()  # the daemon refuses deadlines past now + limits.max_ttl
+    node.handle_timer(t)
+    node.subscribe({"topic": ".*"}, now=t)
+    node.publish({"topic": "x"}, random.Random(4).randbytes(5000), deadline=t + 3600, now=t)
+    node.handle_timer(t + 10.0)
+    return [d for d, _ in node.datagrams_to_send(t + 10.0)]
 
 
 def test_garbage_and_truncated_datagrams_are_counted_and_survived(daemons, tmp_path: Path) -> None:

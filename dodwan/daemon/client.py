@@ -93,8 +93,9 @@ class AdminClient:
                 )
             except (BrokenPipeError, ConnectionResetError):
                 # The daemon may have refused the body (413) before reading all of it: its
-                # answer is what the user needs to see, not the reset.
-                if data is None:
+                # answer is what the user needs to see, not the reset. A connection already
+                # closed has no answer to read (the daemon died during the call).
+                if data is None or conn.sock is None:
                     raise
             return conn.getresponse()
         except ConnectionRefusedError:
