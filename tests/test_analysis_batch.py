@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from spark_fixtures import shared_spark
 
 from sim.analysis.batch import all_rows, gather, gather_frames, none, one_row
 from sim.analysis.load import _local_parquet_schema, read_table
-from tests.spark_fixtures import shared_spark
 
 pytestmark = pytest.mark.timeout(300)
 
