@@ -11,7 +11,8 @@ start-up, then the whole analysis + report of a quickstart run (simulated first,
 both in the same process, with the number of Spark jobs the analysis ran and the CPU time
 (the JVM's and this Python process's) of each step — wall times alone mean little on a
 shared machine. The session is started as ``dodwan-sim analyze`` starts it for that input
-(``--default-jvm``: without the small-input JVM options, for comparison).
+(``--default-jvm``: without the small-input JVM options, for comparison). ``--small --cli``
+times the whole ``dodwan-sim analyze`` command on such a run instead, start-up included.
 
 Synthetic world: 200 hosts over 30 simulated days; contacts between random pairs at uniform
 random times with exponential durations (mean 120 s); messages live 3 hours, each touching
@@ -197,6 +198,32 @@ def _jvm_cpu(spark: SparkSession) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def small_cli(args: argparse.Namespace) -> None:
+    """What the user waits for: ``dodwan-sim analyze RUN --out REPORT`` on a quickstart run,
+    run in this process (its click command), session start-up included."""
+    from pyspark.sql import SparkSession
+
+    from sim.cli import main as cli_main
+    from sim.runner import simulate
+    from sim.scenario import load
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-analysis-cli-"))
+    try:
+        scenario = load(Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.toml")
+        simulate(scenario, tmp / "run")
+        argv = ["analyze", str(tmp / "run"), "--out", str(tmp / "report")]
+        p0, t0 = time.process_time(), time.perf_counter()
+        cli_main(argv, standalone_mode=False)
+        p1, t1 = time.process_time(), time.perf_counter()
+        spark = SparkSession.getActiveSession()
+        assert spark is not None
+        jvm = _jvm_cpu(spark)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"dodwan-sim analyze (quickstart run): {t1 - t0:.1f} s wall")
+    print(f"CPU: JVM {jvm:.1f} s, Python {p1 - p0:.1f} s")
+
+
 def small(args: argparse.Namespace) -> None:
     """Session start-up vs the analysis of a small simulated run, in the same process."""
     from sim.runner import simulate
@@ -254,7 +281,15 @@ def main() -> None:
         action="store_true",
         help="with --small: start the JVM without the small-input options (A/B)",
     )
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="with --small: time the whole `dodwan-sim analyze` command instead",
+    )
     args = parser.parse_args()
+    if args.small and args.cli:
+        small_cli(args)
+        return
     if args.small:
         small(args)
         return
