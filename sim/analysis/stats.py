@@ -62,7 +62,8 @@ def describe_many_later(
     extra = dict(extra or {})
     aggs += [agg.alias(f"x_{name}") for name, agg in extra.items()]
     aggs += [
-        F.percentile_approx(F.col(c), probs, ACCURACY).alias(f"c{cols.index(c)}") for c in curves
+        F.percentile_approx(F.col(name), probs, ACCURACY).alias(f"c{cols.index(name)}")
+        for name in curves
     ]
 
     def finish(row: dict[str, Any]) -> Described:
