@@ -8,7 +8,11 @@ analysis (delivery, overhead, contacts, oracle, report) in local mode.
 
 ``--small`` measures what a researcher waits for on a small run: the Spark session's
 start-up, then the whole analysis + report of a quickstart run (simulated first, not timed),
-both in the same process, with the number of Spark jobs the analysis ran.
+both in the same process, with the number of Spark jobs the analysis ran and the CPU time
+(the JVM's and this Python process's) of each step — wall times alone mean little on a
+shared machine. The session is started as ``dodwan-sim analyze`` starts it for that input
+(``--default-jvm``: without the small-input JVM options, for comparison). ``--small --cli``
+times the whole ``dodwan-sim analyze`` command on such a run instead, start-up included.
 
 Synthetic world: 200 hosts over 30 simulated days; contacts between random pairs at uniform
 random times with exponential durations (mean 120 s); messages live 3 hours, each touching
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -28,6 +33,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sim.analysis import analyze_run, create_session, write_report
+from sim.analysis.session import small_local_inputs
 
 HOSTS = 200
 UNTIL = 30 * 86400.0
@@ -185,6 +191,39 @@ def generate(spark: SparkSession, run_dir: Path, scale: float) -> dict[str, int]
     }
 
 
+def _jvm_cpu(spark: SparkSession) -> float:
+    """CPU seconds (user + system) used so far by the JVM of a local session (Linux)."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def small_cli(args: argparse.Namespace) -> None:
+    """What the user waits for: ``dodwan-sim analyze RUN --out REPORT`` on a quickstart run,
+    run in this process (its click command), session start-up included."""
+    from pyspark.sql import SparkSession
+
+    from sim.cli import main as cli_main
+    from sim.runner import simulate
+    from sim.scenario import load
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-analysis-cli-"))
+    try:
+        scenario = load(Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.toml")
+        simulate(scenario, tmp / "run")
+        argv = ["analyze", str(tmp / "run"), "--out", str(tmp / "report")]
+        p0, t0 = time.process_time(), time.perf_counter()
+        cli_main(argv, standalone_mode=False)
+        p1, t1 = time.process_time(), time.perf_counter()
+        spark = SparkSession.getActiveSession()
+        assert spark is not None
+        jvm = _jvm_cpu(spark)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"dodwan-sim analyze (quickstart run): {t1 - t0:.1f} s wall")
+    print(f"CPU: JVM {jvm:.1f} s, Python {p1 - p0:.1f} s")
+
+
 def small(args: argparse.Namespace) -> None:
     """Session start-up vs the analysis of a small simulated run, in the same process."""
     from sim.runner import simulate
@@ -196,24 +235,32 @@ def small(args: argparse.Namespace) -> None:
         ts = time.perf_counter()
         simulate(scenario, tmp / "run")
         t_sim = time.perf_counter() - ts
-        t0 = time.perf_counter()
-        spark = create_session(args.master)
+        quick = small_local_inputs([str(tmp / "run")]) and not args.default_jvm
+        p0, t0 = time.process_time(), time.perf_counter()
+        spark = create_session(args.master, small_inputs=quick)
         spark.range(1).count()  # the JVM, the session and a first job: fixed costs
-        t1 = time.perf_counter()
+        p1, t1, j1 = time.process_time(), time.perf_counter(), _jvm_cpu(spark)
         sc = spark.sparkContext
         sc.setJobGroup("bench-small", "small-run analysis")
         result = analyze_run(spark, str(tmp / "run"), name="quickstart")
         write_report([result], tmp / "report")
-        t2 = time.perf_counter()
+        p2, t2, j2 = time.process_time(), time.perf_counter(), _jvm_cpu(spark)
         jobs = len(sc.statusTracker().getJobIdsForGroup("bench-small"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     m = result.metrics
     print(f"master: {spark.sparkContext.master}  cores: {spark.sparkContext.defaultParallelism}")
+    print(f"JVM options for small inputs: {'yes' if quick else 'no'}")
     print(f"simulation (quickstart, 600 s simulated): {t_sim:.1f} s")
-    print(f"Spark session start-up (+ first job): {t1 - t0:.1f} s")
-    print(f"small-run analysis + report: {t2 - t1:.1f} s in {jobs} Spark jobs")
-    print(f"start-up + analysis: {t2 - t0:.1f} s")
+    print(
+        f"Spark session start-up (+ first job): {t1 - t0:.1f} s  "
+        f"(CPU: JVM {j1:.1f} s, Python {p1 - p0:.1f} s)"
+    )
+    print(
+        f"small-run analysis + report: {t2 - t1:.1f} s in {jobs} Spark jobs  "
+        f"(CPU: JVM {j2 - j1:.1f} s, Python {p2 - p1:.1f} s)"
+    )
+    print(f"start-up + analysis: {t2 - t0:.1f} s  (CPU {j2 + p2 - p0:.1f} s)")
     print(
         f"figures: delivery_ratio={m['delivery_ratio']:.3f} "
         f"oracle_iterations={m['oracle_iterations']} pairs={m['target_pairs']}"
@@ -229,7 +276,20 @@ def main() -> None:
     parser.add_argument(
         "--small", action="store_true", help="session start-up vs a small run's analysis"
     )
+    parser.add_argument(
+        "--default-jvm",
+        action="store_true",
+        help="with --small: start the JVM without the small-input options (A/B)",
+    )
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="with --small: time the whole `dodwan-sim analyze` command instead",
+    )
     args = parser.parse_args()
+    if args.small and args.cli:
+        small_cli(args)
+        return
     if args.small:
         small(args)
         return

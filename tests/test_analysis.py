@@ -550,3 +550,21 @@ def test_small_inputs_get_small_settings_and_the_session_gets_its_own_back(
     with tuned_for(spark, "hdfs://nowhere/run"):
         assert spark.conf.get("spark.sql.shuffle.partitions") == "5"
     spark.conf.set("spark.sql.shuffle.partitions", "2")
+
+
+def test_only_small_local_inputs_get_a_jvm_tuned_for_a_short_life(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JVM options of small inputs (C1 only) are chosen on the inputs' total size, and
+    never for an input whose size is unknown (remote)."""
+    from sim.analysis import session
+
+    a, b = write_hand_run(tmp_path / "a"), write_hand_run(tmp_path / "b")
+    size = session.local_size(str(a))
+    assert size is not None and size > 0
+    assert session.small_local_inputs([str(a), str(b)])
+    assert not session.small_local_inputs([str(a), "hdfs://nowhere/run"])
+    monkeypatch.setattr(session, "SMALL_INPUT_BYTES", size + 1)  # a fits, a + b does not
+    assert session.small_local_inputs([str(a)])
+    assert not session.small_local_inputs([str(a), str(b)])
+    assert "TieredStopAtLevel=1" in session.QUICK_JVM_OPTIONS

@@ -22,7 +22,7 @@ from sim.analysis.load import TRACE_FORMATS, precheck_run_dir, precheck_trace, r
 from sim.analysis.oracle import DEFAULT_MAX_ITERATIONS, OracleNotConverged
 from sim.analysis.pipeline import RunResult, analyze_contact_trace, analyze_run
 from sim.analysis.report import summary_rows, write_frames, write_report
-from sim.analysis.session import DEFAULT_MASTER, create_session
+from sim.analysis.session import DEFAULT_MASTER, create_session, small_local_inputs
 from sim.analysis.sweep_report import (
     SWEEP_METRICS,
     aggregate_results,
@@ -163,7 +163,8 @@ def analyze(
             precheck_run_dir(path)
         for path in traces:
             precheck_trace(path)
-        spark = create_session(master, driver_memory=driver_memory)
+        small = small_local_inputs([*run_dirs, *traces])  # a JVM tuned for a short life
+        spark = create_session(master, driver_memory=driver_memory, small_inputs=small)
         for path, name in zip(run_dirs, names, strict=False):
             console.print(f"analysing run [bold]{name}[/] ({path})")
             with warnings.catch_warnings(record=True) as caught:

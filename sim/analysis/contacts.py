@@ -6,12 +6,14 @@ up when the log ends is closed at the run end (``until``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from sim.analysis.stats import describe_many, time_bins
+from sim.analysis.batch import Pending, all_rows, combine, one_row, run
+from sim.analysis.stats import describe_many_later, time_bins
 
 
 def contact_intervals(contacts: DataFrame, until: float) -> DataFrame:
@@ -77,25 +79,42 @@ def degree_over_time(
     still open then (its end is only the run's end, not a link going down: without this the
     last sample would drop to 0). One groupBy of +1/-1 steps per bin.
     """
+    return run(_degree_steps(intervals, until, bins))(hosts)
+
+
+def _degree_steps(
+    intervals: DataFrame, until: float, bins: int = 200
+) -> Pending[Callable[[int], list[dict[str, float]]]]:
+    """:func:`degree_over_time` not collected yet: the steps, then a function of the host
+    count."""
     w = time_bins(until, bins)
     starts = intervals.select(F.ceil(F.col("start") / w).alias("k"), F.lit(1).alias("d"))
     end_bin = F.when(F.col("open"), F.lit(bins + 1)).otherwise(F.ceil(F.col("end") / w))
     ends = intervals.select(end_bin.alias("k"), F.lit(-1).alias("d"))
-    steps = {
-        int(r["k"]): int(r["d"])
-        for r in starts.unionByName(ends).groupBy("k").agg(F.sum("d").alias("d")).collect()
-    }
-    out, active = [], 0
-    for k in range(bins + 1):
-        active += steps.get(k, 0)
-        out.append(
-            {
-                "time": k * w,
-                "links_up": float(active),
-                "mean_degree": 2.0 * active / hosts if hosts else 0.0,
-            }
-        )
-    return out
+    frame = starts.unionByName(ends).groupBy("k").agg(F.sum("d").alias("d"))
+
+    def finish(rows: list[dict[str, Any]]) -> Callable[[int], list[dict[str, float]]]:
+        steps = {int(r["k"]): int(r["d"]) for r in rows}
+
+        def curve(hosts: int) -> list[dict[str, float]]:
+            out, active = [], 0
+            for k in range(bins + 1):
+                active += steps.get(k, 0)
+                out.append(
+                    {
+                        "time": k * w,
+                        "links_up": float(active),
+                        "mean_degree": 2.0 * active / hosts if hosts else 0.0,
+                    }
+                )
+            return out
+
+        return curve
+
+    return all_rows(frame, finish)
+
+
+ContactFigures = tuple[dict[str, Any], dict[str, Any]]
 
 
 def contact_metrics(
@@ -105,6 +124,16 @@ def contact_metrics(
 
     The returned intervals are cached: the oracle reuses them.
     """
+    pending, intervals, pairs = contact_metrics_later(contacts, until, hosts)
+    metrics, series = run(pending)
+    return metrics, series, intervals, pairs
+
+
+def contact_metrics_later(
+    contacts: DataFrame, until: float, hosts: DataFrame | None = None
+) -> tuple[Pending[ContactFigures], DataFrame, DataFrame]:
+    """:func:`contact_metrics` with the figures not collected yet (see
+    :mod:`sim.analysis.batch`): (pending (metrics, series), intervals, pair table)."""
     intervals = contact_intervals(contacts, until).cache()
     icts = inter_contact_times(intervals).cache()
     ends = intervals.select(F.col("a").alias("h"), F.col("b").alias("n"))
@@ -114,35 +143,41 @@ def contact_metrics(
         all_hosts = hosts.select(F.col("host").alias("h")).unionByName(ends.select("h"))
     else:
         all_hosts = ends.select("h")
-    n_hosts = all_hosts.distinct().count()
-    stats, extra = describe_many(
-        intervals,
-        ["duration"],
-        {"open": F.sum(F.when(F.col("open"), 1).otherwise(0))},
-        curves=["duration"],
-    )
-    duration = stats["duration"]
-    ict_stats, ict_extra = describe_many(icts, ["ict"], curves=["ict"])
-    ict = ict_stats["ict"]
-    nb_stats, nb_extra = describe_many(neighbours, ["neighbours"], {"sum": F.sum("neighbours")})
-    nb = nb_stats["neighbours"]
-    degree = degree_over_time(intervals, until, n_hosts)
-    metrics: dict[str, Any] = {
-        "hosts": n_hosts,
-        "contacts": duration["count"],
-        "contact_pairs": int(nb_extra["sum"] or 0) // 2,  # each pair seen from both ends
-        "contacts_open_at_end": int(extra["open"] or 0),
-        "contact_duration": duration,
-        "inter_contact_time": ict,
-        "distinct_neighbours": nb,
-        "mean_degree_avg": (
-            sum(d["mean_degree"] for d in degree) / len(degree) if degree else None
+    parts = (
+        one_row(all_hosts.distinct().agg(F.count("*").alias("n")), lambda r: int(r["n"])),
+        describe_many_later(
+            intervals,
+            ["duration"],
+            {"open": F.sum(F.when(F.col("open"), 1).otherwise(0))},
+            curves=["duration"],
         ),
-        "until": until,
-    }
-    series: dict[str, Any] = {
-        "contact_duration_cdf": extra["duration_cdf"],
-        "ict_cdf": ict_extra["ict_cdf"],
-        "degree_over_time": degree,
-    }
-    return metrics, series, intervals, pair_table(intervals, icts)
+        describe_many_later(icts, ["ict"], curves=["ict"]),
+        describe_many_later(neighbours, ["neighbours"], {"sum": F.sum("neighbours")}),
+        _degree_steps(intervals, until),
+    )
+
+    def finish(results: list[Any]) -> ContactFigures:
+        n_hosts, (stats, extra), (ict_stats, ict_extra), (nb_stats, nb_extra), degree_of = results
+        duration, ict, nb = stats["duration"], ict_stats["ict"], nb_stats["neighbours"]
+        degree = degree_of(n_hosts)
+        metrics: dict[str, Any] = {
+            "hosts": n_hosts,
+            "contacts": duration["count"],
+            "contact_pairs": int(nb_extra["sum"] or 0) // 2,  # each pair seen from both ends
+            "contacts_open_at_end": int(extra["open"] or 0),
+            "contact_duration": duration,
+            "inter_contact_time": ict,
+            "distinct_neighbours": nb,
+            "mean_degree_avg": (
+                sum(d["mean_degree"] for d in degree) / len(degree) if degree else None
+            ),
+            "until": until,
+        }
+        series: dict[str, Any] = {
+            "contact_duration_cdf": extra["duration_cdf"],
+            "ict_cdf": ict_extra["ict_cdf"],
+            "degree_over_time": degree,
+        }
+        return metrics, series
+
+    return combine(parts, finish), intervals, pair_table(intervals, icts)

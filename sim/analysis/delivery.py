@@ -11,7 +11,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sim.analysis.stats import cumulative_by_time_many, describe_many
+from sim.analysis.batch import Pending, all_rows, combine, one_row, run
+from sim.analysis.stats import cumulative_by_time_many_later, describe_many_later
 
 STATUSES = ("delivered", "late", "undelivered")
 
@@ -67,6 +68,11 @@ def pair_outcomes(targets: DataFrame, messages: DataFrame) -> DataFrame:
 def extra_deliveries(targets: DataFrame, messages: DataFrame) -> tuple[int, int]:
     """(origin_deliveries, unexpected_deliveries): delivered (message, host) pairs that are not
     target pairs, at the message's own origin (local subscribers) and elsewhere."""
+    return run(extra_deliveries_later(targets, messages))
+
+
+def extra_deliveries_later(targets: DataFrame, messages: DataFrame) -> Pending[tuple[int, int]]:
+    """:func:`extra_deliveries`, not collected yet (see :mod:`sim.analysis.batch`)."""
     delivered = messages.where(F.col("event") == "delivered").select("msg_id", "host").distinct()
     extra = delivered.join(targets.select("msg_id", "host"), ["msg_id", "host"], "left_anti")
     origins = (
@@ -75,15 +81,11 @@ def extra_deliveries(targets: DataFrame, messages: DataFrame) -> tuple[int, int]
         .agg(F.min("host").alias("origin"))
     )
     at_origin = F.coalesce(F.col("host") == F.col("origin"), F.lit(False))
-    row = (
-        extra.join(origins, "msg_id", "left")
-        .agg(
-            F.sum(F.when(at_origin, 1).otherwise(0)).alias("own"),
-            F.sum(F.when(at_origin, 0).otherwise(1)).alias("other"),
-        )
-        .first()
+    frame = extra.join(origins, "msg_id", "left").agg(
+        F.sum(F.when(at_origin, 1).otherwise(0)).alias("own"),
+        F.sum(F.when(at_origin, 0).otherwise(1)).alias("other"),
     )
-    return (int(row["own"] or 0), int(row["other"] or 0)) if row is not None else (0, 0)
+    return one_row(frame, lambda row: (int(row["own"] or 0), int(row["other"] or 0)))
 
 
 def _ratio(num: float | int | None, den: float | int | None) -> float | None:
@@ -92,10 +94,18 @@ def _ratio(num: float | int | None, den: float | int | None) -> float | None:
     return float(num) / float(den)
 
 
-def delivery_metrics(pairs: DataFrame, until: float) -> tuple[dict[str, Any], dict[str, Any]]:
+DeliveryFigures = tuple[dict[str, Any], dict[str, Any]]
+
+
+def delivery_metrics(pairs: DataFrame, until: float) -> DeliveryFigures:
     """Overall delivery figures and plot series from the pair outcomes."""
+    return run(delivery_metrics_later(pairs, until))
+
+
+def delivery_metrics_later(pairs: DataFrame, until: float) -> Pending[DeliveryFigures]:
+    """:func:`delivery_metrics`, not collected yet (see :mod:`sim.analysis.batch`)."""
     is_delivered = F.col("status") == "delivered"
-    stats, row = describe_many(
+    described = describe_many_later(
         pairs,
         ["delay", "hops"],
         {
@@ -108,47 +118,55 @@ def delivery_metrics(pairs: DataFrame, until: float) -> tuple[dict[str, Any], di
         },
         curves=["delay"],
     )
-    n, delivered = int(row["pairs"]), int(row["delivered"] or 0)
-    delay, hops = stats["delay"], stats["hops"]
-    hop_hist = [
-        {"hops": int(r["hops"]), "pairs": int(r["n"])}
-        for r in pairs.where(F.col("hops").isNotNull())
-        .groupBy("hops")
-        .agg(F.count("*").alias("n"))
-        .orderBy("hops")
-        .collect()
-    ]
-    metrics: dict[str, Any] = {
-        "target_pairs": n,
-        "target_messages": int(row["messages"]),
-        "delivered_pairs": delivered,
-        "late_deliveries": int(row["late"] or 0),
-        "duplicate_deliveries": int(row["duplicates"] or 0),
-        "delivered_bytes": int(row["delivered_bytes"] or 0),
-        "delivery_ratio": _ratio(delivered, n),
-        "delay": delay,
-        "hops": hops,
-    }
-    series = {
-        "delay_cdf": row["delay_cdf"],
-        **cumulative_by_time_many(
-            pairs,
-            {
-                "delivered_over_time": F.when(is_delivered, F.col("delivered_at")),
-                # the denominator at time t: pairs of the messages published by t
-                "published_over_time": F.col("created"),
-            },
-            until,
-        ),
-        "hop_histogram": hop_hist,
-    }
-    return metrics, series
+    hop_hist = all_rows(
+        pairs.where(F.col("hops").isNotNull()).groupBy("hops").agg(F.count("*").alias("n")),
+        lambda rows: [
+            {"hops": int(r["hops"]), "pairs": int(r["n"])}
+            for r in sorted(rows, key=lambda r: int(r["hops"]))
+        ],
+    )
+    over_time = cumulative_by_time_many_later(
+        pairs,
+        {
+            "delivered_over_time": F.when(is_delivered, F.col("delivered_at")),
+            # the denominator at time t: pairs of the messages published by t
+            "published_over_time": F.col("created"),
+        },
+        until,
+    )
+
+    def finish(results: list[Any]) -> DeliveryFigures:
+        (stats, row), hops_histogram, curves = results
+        n, delivered = int(row["pairs"]), int(row["delivered"] or 0)
+        metrics: dict[str, Any] = {
+            "target_pairs": n,
+            "target_messages": int(row["messages"]),
+            "delivered_pairs": delivered,
+            "late_deliveries": int(row["late"] or 0),
+            "duplicate_deliveries": int(row["duplicates"] or 0),
+            "delivered_bytes": int(row["delivered_bytes"] or 0),
+            "delivery_ratio": _ratio(delivered, n),
+            "delay": stats["delay"],
+            "hops": stats["hops"],
+        }
+        series = {"delay_cdf": row["delay_cdf"], **curves, "hop_histogram": hops_histogram}
+        return metrics, series
+
+    return combine([described, hop_hist, over_time], finish)
 
 
-def breakdowns(pairs: DataFrame, keys: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+Tables = dict[str, list[dict[str, Any]]]
+
+
+def breakdowns(pairs: DataFrame, keys: tuple[str, ...]) -> Tables:
     """``delivery_by_<key>`` tables for every key (topic, group, host), in one job: per value,
     pairs, delivered, late, ratio, median delay, and the oracle ratio when the pairs carry
     ``oracle_arrival``."""
+    return run(breakdowns_later(pairs, keys))
+
+
+def breakdowns_later(pairs: DataFrame, keys: tuple[str, ...]) -> Pending[Tables]:
+    """:func:`breakdowns`, not collected yet (see :mod:`sim.analysis.batch`)."""
     aggs = [
         F.count("*").alias("pairs"),
         F.sum(F.when(F.col("status") == "delivered", 1).otherwise(0)).alias("delivered"),
@@ -167,10 +185,14 @@ def breakdowns(pairs: DataFrame, keys: tuple[str, ...]) -> dict[str, list[dict[s
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
-    out: dict[str, list[dict[str, Any]]] = {f"delivery_by_{key}": [] for key in keys}
-    rows = sorted(
-        union.collect(), key=lambda r: (r["_key"], r["_value"] is not None, r["_value"] or "")
-    )
+    return all_rows(union, lambda rows: _breakdown_tables(rows, keys, has_oracle))
+
+
+def _breakdown_tables(
+    rows: list[dict[str, Any]], keys: tuple[str, ...], has_oracle: bool
+) -> Tables:
+    out: Tables = {f"delivery_by_{key}": [] for key in keys}
+    rows = sorted(rows, key=lambda r: (r["_key"], r["_value"] is not None, r["_value"] or ""))
     for r in rows:
         key = r["_key"]
         d: dict[str, Any] = {

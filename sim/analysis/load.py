@@ -12,11 +12,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from sim import contact_format as cf
 from sim.analysis.errors import SPARK_ERRORS, AnalysisError, brief
@@ -129,12 +132,50 @@ def conform(df: DataFrame, table: str, source: str) -> DataFrame:
     return df.select([F.col(n).cast(t).alias(n) for n, t in wanted.items()])
 
 
+_ARROW_PRIMITIVES = (
+    pa.types.is_string,
+    pa.types.is_boolean,
+    pa.types.is_int8,
+    pa.types.is_int16,
+    pa.types.is_int32,
+    pa.types.is_int64,
+    pa.types.is_float32,
+    pa.types.is_float64,
+)
+
+
+def _local_parquet_schema(path: str) -> T.StructType | None:
+    """The Spark schema of a local Parquet table, from one file footer read on the driver —
+    the file Spark itself would infer the schema from (without schema merging). Spark's own
+    inference is a Spark job per table; this is a file read. None (let Spark infer) for remote
+    paths, empty folders, unreadable footers and column types outside the log schema's
+    (strings, booleans, integers, floats), whose mapping is left to Spark; folders
+    partitioned into sub-folders too."""
+    if not _is_local(path):
+        return None
+    root = _local(path)
+    if os.path.isdir(root):
+        entries = sorted(f for f in os.listdir(root) if not f.startswith(("_", ".")))
+        if not entries or any(os.path.isdir(os.path.join(root, f)) for f in entries):
+            return None  # empty, or partitioned into sub-folders: Spark's own discovery
+        root = os.path.join(root, entries[0])
+    try:
+        schema = pq.read_schema(root)
+    except (OSError, pa.ArrowException):
+        return None
+    if not all(any(ok(f.type) for ok in _ARROW_PRIMITIVES) for f in schema):
+        return None
+    return from_arrow_schema(schema)
+
+
 def read_table(spark: SparkSession, path: str, table: str) -> DataFrame:
     """Read one Parquet table (a file or a folder dataset) and conform it to the schema."""
     if _is_local(path) and not os.path.exists(_local(path)):
         raise AnalysisError(f"{path}: no such table")
     try:
-        df = spark.read.parquet(path)
+        schema = _local_parquet_schema(path)
+        reader = spark.read if schema is None else spark.read.schema(schema)
+        df = reader.parquet(path)
         return conform(df, table, path)
     except SPARK_ERRORS as exc:
         raise AnalysisError(f"{path}: cannot read Parquet table ({brief(exc)})") from exc

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from sim.analysis.batch import gather, one_row
+
 DEFAULT_MAX_ITERATIONS = 200
 """Relaxation rounds before giving up (each round extends paths by at least one hop)."""
 
@@ -48,16 +50,16 @@ class OracleResult:
 
 def _choose_bucket(messages: DataFrame, intervals: DataFrame, until: float) -> float:
     """A bucket about as wide as a typical message lifetime or a long contact."""
-    life = messages.agg(
-        F.percentile_approx(F.col("limit") - F.col("created"), 0.5, 1000).alias("l")
-    ).first()
-    dur = intervals.agg(
-        F.percentile_approx(F.col("end") - F.col("start"), 0.9, 1000).alias("d")
-    ).first()
+    life = one_row(
+        messages.agg(F.percentile_approx(F.col("limit") - F.col("created"), 0.5, 1000).alias("x")),
+        lambda row: row["x"],
+    )
+    dur = one_row(
+        intervals.agg(F.percentile_approx(F.col("end") - F.col("start"), 0.9, 1000).alias("x")),
+        lambda row: row["x"],
+    )
     candidates = [until / 100_000 if until > 0 else 1.0]
-    for row, key in ((life, "l"), (dur, "d")):
-        if row is not None and row[key] is not None:
-            candidates.append(float(row[key]))
+    candidates += [float(v) for v in gather(life, dur) if v is not None]  # one job
     return max(max(candidates), 1e-6)
 
 

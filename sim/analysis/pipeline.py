@@ -14,11 +14,12 @@ from pyspark.sql import functions as F
 
 from sim.analysis import contacts as contacts_mod
 from sim.analysis import delivery, oracle, overhead
+from sim.analysis.batch import Pending, combine, gather, none
 from sim.analysis.errors import AnalysisError
 from sim.analysis.load import load_run, read_contact_trace, run_name
-from sim.analysis.one_summary import one_summary
+from sim.analysis.one_summary import one_summary, relayed_and_created_later
 from sim.analysis.session import tuned_for
-from sim.analysis.stats import cumulative_by_time, describe_many
+from sim.analysis.stats import cumulative_by_time_many_later, describe_many_later
 
 HEADLINE = (
     "delivery_ratio",
@@ -59,20 +60,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _oracle_figures(
-    pairs: DataFrame,
-    intervals: DataFrame,
-    until: float,
-    d_metrics: dict[str, Any],
-    d_series: dict[str, Any],
-    max_iterations: int,
-) -> tuple[DataFrame, dict[str, Any]]:
-    """Run the oracle; return the pairs with oracle columns and the oracle figures (and add
-    the oracle curves to ``d_series``)."""
-    result = oracle.oracle_arrivals(pairs, intervals, until, max_iterations=max_iterations)
-    pairs = oracle.with_oracle(pairs, result).cache()
+def _oracle_later(
+    pairs: DataFrame, until: float
+) -> Pending[tuple[dict[str, Any], dict[str, Any], list[float]]]:
+    """The oracle's aggregates over the pairs with oracle columns, not collected yet:
+    (delay stats, extra row with reach/beyond/cdf, oracle_over_time curve)."""
     beyond = (F.col("status") == "delivered") & F.col("oracle_arrival").isNull()
-    stats, row = describe_many(
+    described = describe_many_later(
         pairs,
         ["oracle_delay"],
         {
@@ -81,11 +75,25 @@ def _oracle_figures(
         },
         curves=["oracle_delay"],
     )
+    curve = cumulative_by_time_many_later(
+        pairs, {"oracle_over_time": F.col("oracle_arrival")}, until
+    )
+    return combine([described, curve], lambda r: (r[0][0], r[0][1], r[1]["oracle_over_time"]))
+
+
+def _oracle_figures(
+    found: tuple[dict[str, Any], dict[str, Any], list[float]],
+    result: oracle.OracleResult,
+    d_metrics: dict[str, Any],
+    d_series: dict[str, Any],
+) -> dict[str, Any]:
+    """The oracle figures from its aggregates (and the oracle curves added to ``d_series``)."""
+    stats, row, over_time = found
     reach = int(row["reach"])
     oracle_ratio = _ratio(reach, d_metrics["target_pairs"])
     d_series["oracle_delay_cdf"] = row["oracle_delay_cdf"]
-    d_series["oracle_over_time"] = cumulative_by_time(pairs, "oracle_arrival", until)
-    return pairs, {
+    d_series["oracle_over_time"] = over_time
+    return {
         "oracle_delivered_pairs": reach,
         "oracle_delivery_ratio": oracle_ratio,
         "efficiency": _ratio(d_metrics["delivery_ratio"], oracle_ratio),
@@ -118,33 +126,49 @@ def _analyze_run(
 ) -> RunResult:
     run = load_run(spark, run_dir, name)
     until = run.until
-    c_metrics, c_series, intervals, contact_pairs = contacts_mod.contact_metrics(
+    c_pending, intervals, contact_pairs = contacts_mod.contact_metrics_later(
         run.contacts, until, run.hosts
     )
     # The events the figures use, read from the (large) messages table once.
     events = run.messages.where(F.col("event").isin("created", "complete", "delivered")).cache()
     pairs = delivery.pair_outcomes(run.targets, events).cache()
-    d_metrics, d_series = delivery.delivery_metrics(pairs, until)
-    if with_oracle:
-        pairs, o_metrics = _oracle_figures(
-            pairs, intervals, until, d_metrics, d_series, max_oracle_iterations
+    result = None
+    if with_oracle:  # the rounds are Spark jobs of their own; every other figure waits
+        result = oracle.oracle_arrivals(
+            pairs, intervals, until, max_iterations=max_oracle_iterations
         )
-    else:
-        o_metrics = {"oracle_delivery_ratio": None, "efficiency": None}
-    one = one_summary(d_metrics, events)
-    own, unexpected = delivery.extra_deliveries(run.targets, events)
-    ov_metrics, ov_table = overhead.overhead_metrics(
-        run.datagrams, d_metrics["delivered_pairs"], d_metrics["delivered_bytes"]
-    )
-    tables: dict[str, list[dict[str, Any]]] = {"overhead_by_kind": ov_table}
-    cache_summary: dict[str, Any] = {}
+        pairs = oracle.with_oracle(pairs, result).cache()
+    cache_pending = None
     if run.cache is not None:
         period = run.run.get("cache_sample_period")
         period_f = float(period) if isinstance(period, int | float) else None
-        cache_summary, tables["cache_occupancy"] = overhead.cache_occupancy(
-            run.cache, until, period_f
-        )
-    tables.update(delivery.breakdowns(pairs, ("topic", "group", "host")))
+        cache_pending = overhead.cache_occupancy_later(run.cache, until, period_f)
+    # Every other aggregate of the run, collected in one Spark job.
+    found = gather(
+        c_pending,
+        delivery.delivery_metrics_later(pairs, until),
+        _oracle_later(pairs, until) if result is not None else none(),
+        relayed_and_created_later(events),
+        delivery.extra_deliveries_later(run.targets, events),
+        overhead.sent_by_kind_later(run.datagrams),
+        cache_pending if cache_pending is not None else none(),
+        delivery.breakdowns_later(pairs, ("topic", "group", "host")),
+    )
+    (c_metrics, c_series), (d_metrics, d_series), oracle_found = found[:3]
+    relayed_created, (own, unexpected), by_kind, cache_found, breakdowns = found[3:]
+    if result is not None:
+        o_metrics = _oracle_figures(oracle_found, result, d_metrics, d_series)
+    else:
+        o_metrics = {"oracle_delivery_ratio": None, "efficiency": None}
+    one = one_summary(d_metrics, relayed_created)
+    ov_metrics, ov_table = overhead.overhead_figures(
+        by_kind, d_metrics["delivered_pairs"], d_metrics["delivered_bytes"]
+    )
+    tables: dict[str, list[dict[str, Any]]] = {"overhead_by_kind": ov_table}
+    cache_summary: dict[str, Any] = {}
+    if cache_found is not None:
+        cache_summary, tables["cache_occupancy"] = cache_found
+    tables.update(breakdowns)
     tables["hop_histogram"] = d_series.pop("hop_histogram")
     tables["degree_over_time"] = c_series["degree_over_time"]
     metrics: dict[str, Any] = {
@@ -190,7 +214,7 @@ def _analyze_contact_trace(
     if row is None or not row["n"]:
         raise AnalysisError(f"{path}: the contact trace holds no contact events")
     end = float(until) if until is not None else float(row["last"])
-    metrics, series, _, contact_pairs = contacts_mod.contact_metrics(contacts, end)
+    metrics, series, _, contact_pairs = contacts_mod.contact_metrics(contacts, end)  # one job
     metrics["events"] = int(row["n"])
     tables = {"degree_over_time": series["degree_over_time"]}
     return RunResult(

@@ -9,6 +9,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from sim.analysis.batch import Pending, all_rows, one_row, run
+
 ACCURACY = 100_000
 """percentile_approx accuracy: relative rank error at most 1/ACCURACY (exact on small data)."""
 
@@ -22,17 +24,30 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
+Described = tuple[dict[str, dict[str, float | int | None]], dict[str, Any]]
+
+
 def describe_many(
     df: DataFrame,
     cols: Sequence[str],
     extra: Mapping[str, Column] | None = None,
     curves: Sequence[str] = (),
-) -> tuple[dict[str, dict[str, float | int | None]], dict[str, Any]]:
+) -> Described:
     """:func:`describe` for several columns plus ``extra`` named aggregates, in one job.
 
     For each column in ``curves`` (one of ``cols``) the extra dict also holds
     ``"<col>_cdf"``: the :func:`quantile_curve` of that column, from the same job.
     """
+    return run(describe_many_later(df, cols, extra, curves))
+
+
+def describe_many_later(
+    df: DataFrame,
+    cols: Sequence[str],
+    extra: Mapping[str, Column] | None = None,
+    curves: Sequence[str] = (),
+) -> Pending[Described]:
+    """:func:`describe_many`, not collected yet (see :mod:`sim.analysis.batch`)."""
     probs = curve_probs()
     aggs: list[Column] = []
     for i, col in enumerate(cols):
@@ -47,27 +62,30 @@ def describe_many(
     extra = dict(extra or {})
     aggs += [agg.alias(f"x_{name}") for name, agg in extra.items()]
     aggs += [
-        F.percentile_approx(F.col(c), probs, ACCURACY).alias(f"c{cols.index(c)}") for c in curves
+        F.percentile_approx(F.col(name), probs, ACCURACY).alias(f"c{cols.index(name)}")
+        for name in curves
     ]
-    row = df.agg(*aggs).first()
-    assert row is not None
-    out: dict[str, dict[str, float | int | None]] = {}
-    for i, col in enumerate(cols):
-        q = row[f"q{i}"] or [None] * len(SUMMARY_PROBS)
-        out[col] = {
-            "count": int(row[f"n{i}"]),
-            "mean": _num(row[f"mean{i}"]),
-            "min": _num(row[f"min{i}"]),
-            "max": _num(row[f"max{i}"]),
-            "median": _num(q[0]),
-            "p90": _num(q[1]),
-            "p99": _num(q[2]),
-        }
-    more = {name: row[f"x_{name}"] for name in extra}
-    for c in curves:
-        i = cols.index(c)
-        more[f"{c}_cdf"] = _curve(row[f"c{i}"], int(row[f"n{i}"]), probs)
-    return out, more
+
+    def finish(row: dict[str, Any]) -> Described:
+        out: dict[str, dict[str, float | int | None]] = {}
+        for i, col in enumerate(cols):
+            q = row[f"q{i}"] or [None] * len(SUMMARY_PROBS)
+            out[col] = {
+                "count": int(row[f"n{i}"]),
+                "mean": _num(row[f"mean{i}"]),
+                "min": _num(row[f"min{i}"]),
+                "max": _num(row[f"max{i}"]),
+                "median": _num(q[0]),
+                "p90": _num(q[1]),
+                "p99": _num(q[2]),
+            }
+        more = {name: row[f"x_{name}"] for name in extra}
+        for c in curves:
+            i = cols.index(c)
+            more[f"{c}_cdf"] = _curve(row[f"c{i}"], int(row[f"n{i}"]), probs)
+        return out, more
+
+    return one_row(df.agg(*aggs), finish)
 
 
 def describe(df: DataFrame, col: str) -> dict[str, float | int | None]:
@@ -118,26 +136,20 @@ def time_bins(until: float, bins: int = 200) -> float:
 
 def cumulative_by_time(df: DataFrame, col: str, until: float, bins: int = 200) -> list[float]:
     """Number of rows with ``col`` <= k*w for k = 0..bins (w = until/bins), via one groupBy."""
-    w = time_bins(until, bins)
-    idx = F.greatest(F.lit(0), F.least(F.lit(bins + 1), F.ceil(F.col(col) / w))).cast("int")
-    counts = {
-        int(r["k"]): int(r["n"])
-        for r in df.where(F.col(col).isNotNull())
-        .groupBy(idx.alias("k"))
-        .agg(F.count("*").alias("n"))
-        .collect()
-    }
-    out, total = [], 0
-    for k in range(bins + 1):
-        total += counts.get(k, 0)
-        out.append(float(total))
-    return out
+    return run(cumulative_by_time_many_later(df, {col: F.col(col)}, until, bins))[col]
 
 
 def cumulative_by_time_many(
     df: DataFrame, curves: Mapping[str, Column], until: float, bins: int = 200
 ) -> dict[str, list[float]]:
     """:func:`cumulative_by_time` of several time columns (null = not counted) in one job."""
+    return run(cumulative_by_time_many_later(df, curves, until, bins))
+
+
+def cumulative_by_time_many_later(
+    df: DataFrame, curves: Mapping[str, Column], until: float, bins: int = 200
+) -> Pending[dict[str, list[float]]]:
+    """:func:`cumulative_by_time_many`, not collected yet (see :mod:`sim.analysis.batch`)."""
     w = time_bins(until, bins)
     parts = []
     for name, col in curves.items():
@@ -146,14 +158,18 @@ def cumulative_by_time_many(
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
-    counts: dict[str, dict[int, int]] = {name: {} for name in curves}
-    for r in union.groupBy("s", "k").agg(F.count("*").alias("n")).collect():
-        counts[r["s"]][int(r["k"])] = int(r["n"])
-    out = {}
-    for name, per_bin in counts.items():
-        total, curve = 0, []
-        for k in range(bins + 1):
-            total += per_bin.get(k, 0)
-            curve.append(float(total))
-        out[name] = curve
-    return out
+
+    def finish(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+        counts: dict[str, dict[int, int]] = {name: {} for name in curves}
+        for r in rows:
+            counts[r["s"]][int(r["k"])] = int(r["n"])
+        out = {}
+        for name, per_bin in counts.items():
+            total, curve = 0, []
+            for k in range(bins + 1):
+                total += per_bin.get(k, 0)
+                curve.append(float(total))
+            out[name] = curve
+        return out
+
+    return all_rows(union.groupBy("s", "k").agg(F.count("*").alias("n")), finish)
