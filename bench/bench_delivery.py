@@ -413,7 +413,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 safe = re.sub(r"[^\w.-]", "_", name)
                 logs = str(args.logs.resolve() / f"{safe}-{v.key}")
             spec = {"scenario": scenario_in(tree, v), "until": args.until, "logs": logs}
-            return run_child(tree, spec)
+            t0 = time.perf_counter()
+            r = run_child(tree, spec)
+            state = "done" if isinstance(r, dict) else "FAILED"
+            print(f"  [{name} {v.key}: {state} after {time.perf_counter() - t0:,.0f} s wall]",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return r
 
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(one, jobs))
