@@ -91,7 +91,9 @@ def variant_of(text: str) -> Variant:
 # ------------------------------------------------------------------------ figures from logs
 
 
-def _read(run_dir: Path, table: str, columns: list[str], filters: Any = None) -> dict[str, list]:
+def _read(
+    run_dir: Path, table: str, columns: list[str], filters: Any = None
+) -> dict[str, list[Any]]:
     t = pq.read_table(run_dir / f"{table}.parquet", columns=columns, filters=filters)
     return {c: t.column(c).to_pylist() for c in columns}
 
