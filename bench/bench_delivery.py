@@ -354,7 +354,7 @@ def report(v: Variant, until: float, results: list[tuple[str, dict[str, Any] | s
     per_goal = [goals(v.goal, good[c]) for c in cols]
     for i, g in enumerate(per_goal[0]):
         lines.append(
-            f"  goal: {g[0]:<26}"
+            f"  goal: {g[0]:<28}"
             + "".join(f"  {c}: {_verdict(per_goal[k][i])}" for k, c in enumerate(cols))
         )
     if per_goal[0] and (good[cols[0]]["until"] < FULL):
