@@ -40,6 +40,7 @@ import math
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -244,6 +245,8 @@ def child(spec: dict[str, Any]) -> None:
     from sim.runner import simulate
     from sim.scenario import load
 
+    # Stopped with SIGTERM: unwind, so the temporary log folder goes too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     sc = load(spec["scenario"])
     until = spec["until"] or None
     with tempfile.TemporaryDirectory(prefix="bench-delivery-") as tmp:
@@ -271,6 +274,8 @@ def run_child(tree: Path, spec: dict[str, Any]) -> dict[str, Any] | str:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
     proc = subprocess.run(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, text=True)
     lines = proc.stdout.strip().splitlines()
+    if proc.returncode < 0 or proc.returncode == 128 + signal.SIGTERM:
+        return f"stopped by signal {-proc.returncode if proc.returncode < 0 else 15}"
     if proc.returncode != 0:
         return f"failed with exit status {proc.returncode} (its error output is above)"
     try:
