@@ -307,6 +307,7 @@ ROWS: list[tuple[str, str, Fmt]] = [
     ("ONE overhead ratio", "overhead_ratio", _num(2)),
     ("publications refused", "publish_refused", _num(0)),
     ("simulation CPU (s)", "cpu", _num(1)),
+    ("peak RSS (MiB)", "rss_mb", _num(0)),
 ]
 
 
@@ -362,8 +363,9 @@ def report(v: Variant, until: float, results: list[tuple[str, dict[str, Any] | s
             f"  goal: {g[0]:<28}"
             + "".join(f"  {c}: {_verdict(per_goal[k][i])}" for k, c in enumerate(cols))
         )
-    if per_goal[0] and (good[cols[0]]["until"] < FULL):
-        lines.append(f"  (goals are for the 12 h run; this run covers {until / 3600:.2f} h)")
+    covered = float(good[cols[0]]["until"])
+    if per_goal[0] and covered < FULL:
+        lines.append(f"  (goals are for the 12 h run; this run covers {covered / 3600:.2f} h)")
     return "\n".join(lines)
 
 
