@@ -363,6 +363,12 @@ def report(v: Variant, until: float, results: list[tuple[str, dict[str, Any] | s
             f"  goal: {g[0]:<28}"
             + "".join(f"  {c}: {_verdict(per_goal[k][i])}" for k, c in enumerate(cols))
         )
+    for c in cols:
+        if good[c].get("publish_refused"):
+            lines.append(
+                f"  ({c}: {good[c]['publish_refused']:,} publications refused by a full cache "
+                "have no target pairs: the ratios leave them out)"
+            )
     covered = float(good[cols[0]]["until"])
     if per_goal[0] and covered < FULL:
         lines.append(f"  (goals are for the 12 h run; this run covers {covered / 3600:.2f} h)")
