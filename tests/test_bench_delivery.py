@@ -237,3 +237,15 @@ def test_goals_are_judged_from_the_figures() -> None:
     assert [g[1] for g in bench_delivery.goals("mb", mb)] == [False, True]
     mb = {"delivery_ratio": 0.6, "overhead_ratio": None}
     assert [g[1] for g in bench_delivery.goals("mb", mb)] == [True, None]
+
+
+def test_the_report_says_what_the_ratios_leave_out_and_which_run_failed() -> None:
+    f = {"efficiency": 0.5, "delay_median": 3.0, "oracle_delay_median": 2.0, "until": 60.0}
+    f |= {"publish_refused": 4, "target_pairs": 3, "delivered": 1}
+    text = bench_delivery.report(
+        bench_delivery.VARIANTS["1k"], 60.0, [("ours", f), ("old", "stopped by signal 15")]
+    )
+    assert "  old: stopped by signal 15\n" in text
+    assert "(ours: 4 publications refused by a full cache have no target pairs" in text
+    assert "goal: delivery >= 0.95 x oracle     ours: NOT met (0.500 x)" in text
+    assert "(goals are for the 12 h run; this run covers 0.02 h)" in text
