@@ -104,6 +104,7 @@ def test_figures_of_hand_made_logs(tmp_path: Path) -> None:
     assert f["oracle_delay_median"] == 15.0  # of 0, 15, 38
     assert f["delivered_bytes"] == 1500
     assert f["bytes_sent"] == 3500 and f["fragment_bytes_sent"] == 3000
+    assert f["fragment_share"] == pytest.approx(3000 / 3500)
     assert f["bytes_per_delivered_byte"] == pytest.approx(3500 / 1500)
     # The ONE's relayed: every completed copy away from the origin (b, c, d for m1; c, d
     # and d again for m3), final recipients included; (6 - 2) / 2.
@@ -165,10 +166,11 @@ def _recomputed(run: Path, until: float) -> dict[str, Any]:
                             best[v], changed = c, True
         if t["host"] in best and t["host"] != t["origin"]:
             oracle.append(best[t["host"]] - t["created"])
-    sent = sum(
-        r["bytes"] for r in pq.read_table(run / "datagrams.parquet").to_pylist()
-        if r["direction"] == "sent"
-    )  # fmt: skip
+    dgs = [
+        r for r in pq.read_table(run / "datagrams.parquet").to_pylist() if r["direction"] == "sent"
+    ]
+    sent = sum(r["bytes"] for r in dgs)
+    fragments = sum(r["bytes"] for r in dgs if r["kind"] == "fragment")
     relayed = sum(
         1 for m in msgs if m["event"] == "complete" and m["host"] != origin.get(m["msg_id"])
     )
@@ -182,6 +184,7 @@ def _recomputed(run: Path, until: float) -> dict[str, Any]:
         "median delay (s)": sorted(delays)[math.ceil(k / 2) - 1],
         "oracle median delay (s)": sorted(oracle)[math.ceil(len(oracle) / 2) - 1],
         "bytes sent per delivered byte": sent / got_bytes,
+        "fragment share of bytes sent": fragments / sent,
         "ONE relayed": relayed,
         "ONE overhead ratio": (relayed - k) / k,
     }
