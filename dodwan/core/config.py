@@ -33,12 +33,15 @@ class NodeConfig:
 
     beacon_period: float = 1.0
     """Most time without sending anything before a node sends a beacon (a bare announcement,
-    ~30 bytes): neighbours notice each other within about this long, which matters when
-    contacts last seconds. Catalogs still go every ``announce_period``. 0 turns beacons off."""
+    ~30 bytes): hosts meeting notice each other within about this long, which matters when
+    contacts last seconds. Among the same neighbours the period doubles after each beacon,
+    up to ``announce_period``, and is back to this when a neighbour comes or goes; catalogs
+    still go every ``announce_period``. 0 turns beacons off."""
 
     neighbour_timeout: float = 0.0
-    """Silence after which a neighbour is considered gone; 0 means 3 × ``beacon_period`` (or
-    3 × ``announce_period`` without beacons)."""
+    """Silence after which a neighbour is considered gone; 0 means 3 × ``announce_period``
+    (beacons slow down to ``announce_period`` among settled neighbours, so a shorter
+    timeout would make them flap)."""
 
     max_datagram: int = 1400
     """Largest datagram this node sends (UDP payload); fragments are cut to fit it."""
@@ -120,11 +123,7 @@ class NodeConfig:
     @property
     def effective_neighbour_timeout(self) -> float:
         """The neighbour timeout actually applied."""
-        if self.neighbour_timeout:
-            return self.neighbour_timeout
-        if self.beacon_period:
-            return 3.0 * min(self.beacon_period, self.announce_period)
-        return 3.0 * self.announce_period
+        return self.neighbour_timeout or 3.0 * self.announce_period
 
 
 def attribute_docs(cls: type) -> dict[str, str]:

@@ -266,6 +266,7 @@ class Node:
         self._next_announce: float | None = None
         self._last_announce = float("-inf")
         self._next_beacon: float | None = None
+        self._beacon_scale = 1.0  # the beacon period's multiplier (see _beacon)
         self._last_sent = float("-inf")
         self._beacon_bytes = b""
         self._next_housekeeping: float | None = None
@@ -1127,6 +1128,7 @@ class Node:
                 sender, source, now, tokens=self._limits.max_requests_per_second, tokens_at=now
             )
             self._neighbours[sender] = n
+            self._beacon_scale = 1.0
             self._events.append(NeighbourFound(sender, source))
             self._count("neighbours_found")
             self._relays_due = True
@@ -1141,6 +1143,7 @@ class Node:
     def _lose(self, h: str) -> None:
         """Forget neighbour ``h`` and what was queued for it or asked of it."""
         del self._neighbours[h]
+        self._beacon_scale = 1.0
         self._pending.pop(h, None)
         for msg_id, asked in list(self._send_for.items()):
             asked.discard(h)
@@ -1309,9 +1312,13 @@ class Node:
 
     def _beacon(self, now: float) -> None:
         """Send a beacon if nothing else went out lately, and plan the next one a jittered
-        ``beacon_period`` after the last datagram sent (any datagram tells neighbours we are
-        here, so a busy node sends no beacons)."""
-        period, j = self.config.beacon_period, self.config.announce_jitter
+        beacon period after the last datagram sent (any datagram tells neighbours we are
+        here, so a busy node sends no beacons). Among the same neighbours the period doubles
+        after each beacon, up to ``announce_period`` (a settled group learns nothing from
+        them); it is back to ``beacon_period`` when a neighbour comes or goes, and stays
+        there while the node is alone — waiting for a contact is when beacons matter."""
+        base, j = self.config.beacon_period, self.config.announce_jitter
+        period = base * self._beacon_scale
         if self._outbox or self._last_sent + period * (1 - j) > now:
             last = now if self._outbox else self._last_sent
             self._next_beacon = last + period * self._rng.uniform(1 - j, 1 + j)
@@ -1323,7 +1330,12 @@ class Node:
             )
         self._outbox.append(self._beacon_bytes)
         self._count("beacons_sent")
-        self._next_beacon = now + period * self._rng.uniform(1 - j, 1 + j)
+        if self._neighbours:
+            most = max(1.0, self.config.announce_period / base)
+            self._beacon_scale = min(self._beacon_scale * 2, most)
+        else:
+            self._beacon_scale = 1.0
+        self._next_beacon = now + base * self._beacon_scale * self._rng.uniform(1 - j, 1 + j)
 
     def _announce(self, now: float) -> None:
         self._seq += 1

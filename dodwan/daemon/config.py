@@ -423,12 +423,10 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     _check_ranges("", values, RANGES)
     _check_ranges("node.", node, NODE_RANGES)
     _check_ranges("node.limits.", {**LIMIT_DEFAULTS, **limits}, LIMIT_RANGES)
-    heard_every = min(node["beacon_period"] or DAY, node["announce_period"])
-    if node["neighbour_timeout"] and node["neighbour_timeout"] <= heard_every:
+    if node["neighbour_timeout"] and node["neighbour_timeout"] <= node["announce_period"]:
         raise ConfigError(
             f"node.neighbour_timeout ({node['neighbour_timeout']:g} s) must be 0 (3 × "
-            f"beacon_period) or longer than the time between two announcements or beacons "
-            f"({heard_every:g} s)"
+            f"announce_period) or longer than node.announce_period ({node['announce_period']:g} s)"
         )
     if node["request_timeout"] <= node["request_delay"]:
         raise ConfigError("node.request_timeout must be longer than node.request_delay")
