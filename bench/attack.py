@@ -17,12 +17,13 @@ through the attacks of the issue "a hostile neighbour cannot exhaust a host":
 * ``huge_offers``: announcements offering 200 ids that declare 65,536 fragments each, from
   400 sender names;
 * ``padded``: catalogs of 256 valid descriptors padded to ~7 KB (small once compressed);
-* ``crowd``: ever new sender names, each with 400 offers, alternating with one-pattern
+* ``crowd``: ever new sender names, each with 512 offers, alternating with one-pattern
   profile announcements;
 * ``ranges``: requests for the victim's own 1 MB message repeating one range 15,000 times;
 * ``junk``: fragment 0 of ever new 22-fragment messages matching the victim's subscription;
 * ``eternal``: descriptors whose deadline is ``inf`` or ``1e300``;
-* ``zeros``: legal 64 MiB all-zero messages (a few KB of fragments; at most 10 per run);
+* ``zeros``: legal 64 MiB all-zero messages (a few KB of fragments), one at the start and
+  then evenly spread, at most 10 per run;
 * ``jumps`` (with ``--netkey``, where every datagram is sealed with the network key the
   attacker holds): sealed datagrams whose counter jumps to 2^33 and then 2^62.
 
@@ -112,7 +113,7 @@ class Attacks:
         self.t = templates
         self.zeros = list(zeros)
         self.zero_period = zero_period
-        self.next_zero = time.monotonic() + zero_period / 2
+        self.next_zero = time.monotonic()
         self.z = zstandard.ZstdCompressor(level=3)
         """Its own compressor: ``message.compress_descriptor`` shares one, not thread-safe."""
 
@@ -153,8 +154,12 @@ class Attacks:
         for k in itertools.count():
             sender = f"{self.tag}crowd{k}"
             if k % 2:
-                start = (k * 400) % len(pool)
-                yield [announce(sender, entries=(pool + pool)[start : start + 400])]
+                start = (k * 512) % len(pool)
+                offers = (pool + pool)[start : start + 512]  # 512 offers: two datagrams
+                yield [
+                    announce(sender, entries=offers[:300]),
+                    wire.encode_catalog(sender, 1, offers[300:]),
+                ]
             else:
                 specs = ((("topic", f"crowd\\.{self.tag}{k}"),),)
                 version = Profile.from_patterns([dict(s) for s in specs]).version
@@ -209,6 +214,7 @@ class Attacks:
 
     def kinds(self, netkey: bool) -> dict[str, Iterator[Burst]]:
         out = {
+            "zeros": self.zero_bombs(),  # first: the first bomb goes at once
             "regex": self.regex(),
             "huge_offers": self.huge_offers(),
             "padded": self.padded(),
@@ -216,7 +222,6 @@ class Attacks:
             "ranges": self.ranges(),
             "junk": self.junk(),
             "eternal": self.eternal(),
-            "zeros": self.zero_bombs(),
         }
         if netkey:
             out["jumps"] = iter(lambda: [announce(f"{self.tag}jump")], None)
@@ -528,6 +533,7 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("news sink written (MB)", lambda r: f"{r['news_sink_bytes'] / 1e6:.1f}"),
     ("attack datagrams sent", lambda r: str(r["sent_datagrams"])),
     ("attack MB sent", lambda r: f"{r['sent_bytes'] / 1e6:.1f}"),
+    ("attack send errors", lambda r: str(r["send_errors"])),
     ("victim alive, tracebacks", lambda r: f"{'yes' if r['alive'] else 'NO'},{r['tracebacks']}"),
 ]
 
