@@ -31,7 +31,8 @@ Measured on the victim: RSS (``/proc/PID/status``: start, peak of samples every 
 VmHWM, and after ``--settle`` seconds without attack), latency of ``GET /status`` polled
 every 0.2 s (p50/p99/max, failures), legitimate deliveries (delivered/published, median and
 p99 latency from the publish call to the file in the victim's sink), bytes its ``news`` sink
-wrote, and its counters (every one that is non-zero in either run). ``--only`` runs some
+wrote, whether it still holds its own message and every legitimate one it delivered (their
+TTL outlives the run), and its counters (every one that is non-zero in either run). ``--only`` runs some
 attacks alone, to see which one costs what. Every flood is bounded
 in time (``--duration``) and rate, and goes to a loopback multicast group only.
 ``tests/test_bench_attack.py`` runs it briefly; figures of a full run are in
@@ -472,6 +473,8 @@ def run_once(
         rss_end = victim.rss_kb()
         hwm = victim.rss_kb("VmHWM")
         counters = vc.get("/status")["counters"]
+        cached = {e["id"] for e in vc.get("/cache")}
+        kept = big_id in cached and all(i in cached for i in published if file_name(i) in seen)
         alive = victim.proc.poll() is None
     finally:
         stop.set()
@@ -491,6 +494,7 @@ def run_once(
     return {
         "attack": attack,
         "alive": alive,
+        "kept": kept,
         "tracebacks": log.count("Traceback"),
         "rss_start_kb": rss_start,
         "rss_peak_kb": peaks.get("victim", 0),
@@ -534,6 +538,7 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("attack datagrams sent", lambda r: str(r["sent_datagrams"])),
     ("attack MB sent", lambda r: f"{r['sent_bytes'] / 1e6:.1f}"),
     ("attack send errors", lambda r: str(r["send_errors"])),
+    ("victim kept own + delivered", lambda r: "yes" if r["kept"] else "NO"),
     ("victim alive, tracebacks", lambda r: f"{'yes' if r['alive'] else 'NO'},{r['tracebacks']}"),
 ]
 

@@ -43,6 +43,7 @@ def test_attack_bench_prints_both_columns_and_legit_traffic_gets_through(
         delivered, published = (int(x) for x in cell.split("/"))
         assert published >= 8 and 0 < delivered <= published, cell
     assert _row(out, "victim alive, tracebacks") == ["yes,0", "yes,0"]
+    assert _row(out, "victim kept own + delivered") == ["yes", "yes"]
     sent = {k: int(x) for k, x in re.findall(rf"^({'|'.join(KINDS)})\s+(\d+)\s", out, re.M)}
     assert set(sent) == set(KINDS) and all(sent.values()), sent
     base, attack = (float(x) for x in _row(out, "attack MB sent"))
