@@ -463,13 +463,11 @@ def run_once(
         for t in attackers:
             t.join(30)
         # settle: no more attacks nor publications; wait for late legitimate deliveries
-        settle_end = time.monotonic() + settle
-        ids = {file_name(i): t for i, t in published.items()}
-        while time.monotonic() < settle_end:
-            time.sleep(0.2)
+        time.sleep(settle)
         stop.set()
         for t in threads:
             t.join(30)
+        ids = {file_name(i): t for i, t in published.items()}  # the publisher has finished
         rss_end = victim.rss_kb()
         hwm = victim.rss_kb("VmHWM")
         counters = vc.get("/status")["counters"]
