@@ -19,7 +19,8 @@ through the attacks of the issue "a hostile neighbour cannot exhaust a host":
 * ``padded``: catalogs of 256 valid descriptors padded to ~7 KB (small once compressed);
 * ``crowd``: ever new sender names, each with 512 offers, alternating with one-pattern
   profile announcements;
-* ``ranges``: requests for the victim's own 1 MB message repeating one range 15,000 times;
+* ``ranges``: requests for the victim's own 1 MB message repeating one range 15,000 times
+  (a different range in each request);
 * ``junk``: fragment 0 of ever new 22-fragment messages matching the victim's subscription;
 * ``eternal``: descriptors whose deadline is ``inf`` or ``1e300``;
 * ``zeros``: legal 64 MiB all-zero messages (a few KB of fragments), one at the start and
@@ -168,14 +169,13 @@ class Attacks:
                 yield [announce(sender, version, 1), piece]
 
     def ranges(self) -> Iterator[Burst]:
-        request_for = {}
         for k in itertools.count():
             sender = f"{self.tag}req{k % 8}"
-            if sender not in request_for:
-                request_for[sender] = wire.encode_request(
-                    sender, VICTIM, [(self.big_id, [(0, 65535)] * 15_000)]
-                )
-            yield [announce(sender), request_for[sender]]
+            first = k % 64  # every request a different datagram: none is a cache hit
+            request = wire.encode_request(
+                sender, VICTIM, [(self.big_id, [(first, 65535)] * 15_000)]
+            )
+            yield [announce(sender), request]
 
     def junk(self) -> Iterator[Burst]:
         desc = dict(self.t["multi"])
