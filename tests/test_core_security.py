@@ -319,3 +319,23 @@ def test_offers_of_huge_messages_cost_what_was_sent() -> None:
     tracemalloc.stop()
     assert sum(len(n.offers) for n in v._neighbours.values()) == 50 * 200
     assert grown < 20 * sent, (grown, sent)  # was 10,000 x 8 KiB = 80 MB for ~0.6 MB sent
+
+
+def test_large_hostile_requests_are_not_kept_decoded() -> None:
+    # Every distinct ~60 KB request stayed decoded in the shared decode cache (256 entries of
+    # ~1.6 MB of range tuples): 21 MB sent took a victim from 63 to 409 MB, not released.
+    import tracemalloc
+
+    from dodwan.core import wire as w
+
+    w.decode_cached.cache_clear()
+    v = Node(NodeConfig(host_id="v"), rng=random.Random(0))
+    v.receive_datagram(wire.encode_announce("evil", 1, False, 0, 0, (), ()), "evil", now=0.0)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for k in range(40):
+        ranges = [(i % 500 + k, 1) for i in range(12_000)]
+        v.receive_datagram(wire.encode_request("evil", "v", [(f"m{k}", ranges)]), "evil", 1.0)
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert grown < 4 << 20, grown  # 40 x ~1.3 MB when cached

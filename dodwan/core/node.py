@@ -57,6 +57,7 @@ _PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbou
 _PROMPT_GAP = 0.25  # prompt announcements (profile change, new offer) at most this often
 _ASSEMBLY_STALL = 30.0  # a profile assembly that made no progress for this long is dropped
 _ENTRY_COST = 400  # bytes a decoded descriptor costs beyond its text (dict, header, keys)
+_CACHED_DECODE_MAX = 2048  # larger datagrams are decoded without the shared cache
 _ORIGIN_OFFERS = 16  # catalog entries one origin may take in one announcement round
 _DEFERRED_MAX = 4096  # offers put back for the next round, at most, per round
 _CLOCK_SKEW = 3600.0  # how far a peer's clock may be ahead when its deadlines are checked
@@ -544,7 +545,9 @@ class Node:
             data = bytes(data)
             # Fragments are most of the traffic and rarely heard twice by one process: decoded
             # directly; the cache helps the other kinds, which a simulator's hosts share.
-            if size > 4 and data[3] == wire.FRAGMENT:
+            if size > _CACHED_DECODE_MAX or (size > 4 and data[3] == wire.FRAGMENT):
+                # a large datagram (only a peer with a large max_datagram sends those, or an
+                # attacker) decodes to large objects: not kept in the shared decode cache
                 dg = wire.decode(data, self._limits)
             else:
                 dg = wire.decode_cached(data, self._limits)
