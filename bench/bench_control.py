@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from sim.runner import simulate
 from sim.scenario import load
-until = float(sys.argv[2]) if sys.argv[2] != "0" else None
+until = float(sys.argv[2]) if float(sys.argv[2]) > 0 else None
 with tempfile.TemporaryDirectory() as d:
     r = simulate(load(sys.argv[1]), Path(d), until=until)
     by = collections.Counter()
