@@ -1121,8 +1121,8 @@ class Node:
         n = self._neighbours.get(sender)
         if n is None:
             if len(self._neighbours) >= self._limits.max_neighbours:
-                # Full: the one heard least recently goes (a host that stays in range is
-                # heard every beacon period, so a crowd of names must keep talking to stay).
+                # Full: the one heard least recently goes (a host in range is heard at
+                # least every announce period, so a crowd of names must keep talking to stay).
                 stale = min(self._neighbours.values(), key=lambda x: x.last_heard)
                 self._lose(stale.host_id)
                 self._count("neighbours_displaced")
