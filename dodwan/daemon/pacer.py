@@ -71,11 +71,6 @@ class Pacer:
     def queued(self) -> int:
         return len(self._queue)
 
-    @property
-    def paced(self) -> bool:
-        """Whether a bit rate is respected (datagrams wait here for their turn)."""
-        return self._bucket is not None
-
     def ready_bytes(self, lookahead: float) -> int | None:
         """Bytes worth queueing now to keep the link busy ``lookahead`` seconds ahead (at
         least one full datagram's worth when idle); None when unpaced (anything goes)."""
