@@ -20,8 +20,9 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from trees import trees as source_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,6 +97,8 @@ def islands(tree: Path, until: float) -> str:
     assert isinstance(by, dict)
     control = sum(v for k, v in by.items() if k != "fragment")
     delivered = float(r["delivered_bytes"])  # type: ignore[arg-type]
+    if not delivered:
+        return f"nothing delivered yet ({control:,} control bytes sent); use a longer --until"
     return (
         f"control/delivered {control / delivered:6.2f}  all/delivered "
         f"{sum(by.values()) / delivered:6.2f}  delivered pairs {r['pairs']}/{r['targets']}"
@@ -117,14 +120,7 @@ def main() -> None:
     ap.add_argument("--until", type=float, default=0.0, help="islands: simulated s (0: all)")
     ap.add_argument("--sizes", default="1000,10000,100000", help="cache sizes")
     args = ap.parse_args()
-    trees = [("ours", ROOT)]
-    tmp = None
-    if args.baseline:
-        tmp = tempfile.mkdtemp(prefix="dodwan-baseline-")
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", tmp,
-                        args.baseline], check=True)  # fmt: skip
-        trees.append((args.baseline, Path(tmp)))
-    try:
+    with source_trees(args.baseline) as trees:
         print(f"== islands ({args.until or 'whole'} simulated s)")
         for name, tree in trees:
             print(f"  {name:<10} {islands(tree, args.until)}")
@@ -132,9 +128,6 @@ def main() -> None:
             print(f"== cache of {n:,} messages, 60 s contact")
             for name, tree in trees:
                 print(f"  {name:<10} {cache(tree, n)}")
-    finally:
-        if tmp is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", tmp])
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from trees import trees as source_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL = 43200.0
@@ -413,14 +414,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.until < 0 or args.jobs < 1:
         ap.error("--until must be >= 0 and --jobs >= 1")
     variants: list[Variant] = args.variant or [VARIANTS["1k"], VARIANTS["mb"]]
-    trees = [("ours", ROOT)]
-    tmp = None
-    if args.baseline:
-        tmp = tempfile.mkdtemp(prefix="dodwan-baseline-")
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", tmp,
-                        args.baseline], check=True)  # fmt: skip
-        trees.append((args.baseline, Path(tmp)))
-    try:
+    with source_trees(args.baseline) as trees:
         jobs = [(v, name, tree) for v in variants for name, tree in trees]
 
         def one(job: tuple[Variant, str, Path]) -> dict[str, Any] | str:
@@ -442,9 +436,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         for v in variants:
             rows = [(n, r) for (jv, n, _), r in zip(jobs, results, strict=True) if jv is v]
             print(report(v, args.until, rows), flush=True)
-    finally:
-        if tmp is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", tmp])
 
 
 if __name__ == "__main__":
