@@ -1230,19 +1230,19 @@ class Node:
                 offers.add(fresh, self._offer_rank(c))
         neighbours = list(self._neighbours.values())
         per_origin: dict[str, int] = {}  # entries of this round per origin
-        deferred: list[str] = []
+        deferred: list[tuple[str, tuple[int, Rank]]] = []
         while (msg_id := offers.pop()) is not None:
             c = cache.get(msg_id)
             if c is None or c.header.deadline <= now or c.count == 0:
-                continue
-            origin = c.header.origin
-            if per_origin.get(origin, 0) >= _ORIGIN_OFFERS and len(deferred) < _DEFERRED_MAX:
-                deferred.append(msg_id)  # one origin cannot fill a round: next one
                 continue
             if not altruists and msg_id not in eligible:
                 continue
             if all(c.have & ~n.offers.get(msg_id, 0) == 0 for n in neighbours):
                 offers.offered(msg_id, now)  # all of them hold it; look again later
+                continue
+            origin = c.header.origin
+            if per_origin.get(origin, 0) >= _ORIGIN_OFFERS and len(deferred) < _DEFERRED_MAX:
+                deferred.append(offers.popped())  # one origin cannot fill a round: next one
                 continue
             entry = self._catalog_entry(c)
             if len(entry) > room:
@@ -1258,11 +1258,10 @@ class Node:
             room -= len(entry)
             per_origin[origin] = per_origin.get(origin, 0) + 1
             offers.offered(msg_id, now)
-        for msg_id in deferred:
-            c = cache.get(msg_id)
-            if c is not None:
-                offers.add(msg_id, self._offer_rank(c))
-                self._offers_left = True
+        for popped in deferred:
+            offers.restore(popped)
+        if deferred:
+            self._offers_left = True  # the next round comes promptly
         return groups
 
     def _relayed_for_announce(self, room: int) -> list[bytes]:

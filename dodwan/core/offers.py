@@ -8,7 +8,8 @@ arrived, changed its profile, or came back in range — and then repeated with e
 backoff (2, 4, 8, … up to 32 announcement periods) only to cover a lost catalog; the node
 also skips offers every current neighbour already holds. Offering to an altruistic
 carrier, which wants everything, starts a new *epoch*: the whole cache is due once. Due offers go first-offers before repeats, then the best first: what a host in range
-itself subscribed to before what it would only carry, persistent before
+itself subscribed to before what it would only carry, complete messages before partial
+sets, persistent before
 non-persistent, higher priority first, newest first (the send queues per priority of FJM2).
 Pure bookkeeping: the node decides what is eligible.
 """
@@ -19,8 +20,8 @@ import heapq
 from collections.abc import Callable, Iterable
 
 Rank = tuple[int, int, int, float]
-"""Offer order, lowest first: (0 wanted by a host in range / 1 not, 0 persistent / 1 not,
--priority, -date)."""
+"""Offer order, lowest first: (tier, 0 persistent / 1 not, -priority, -date), where tier is
+0 wanted by a host in range and complete, 1 wanted and partial, 2 complete, 3 partial."""
 
 MAX_DOUBLINGS = 5
 
@@ -97,11 +98,19 @@ class Offers:
                 return msg_id
         return None
 
-    def unpop(self) -> None:
-        """Put the offer :meth:`pop` just returned back, as it was (it did not fit)."""
-        msg_id, key = self._popped
+    def popped(self) -> tuple[str, tuple[int, Rank]]:
+        """The offer :meth:`pop` just returned, with its place (to :meth:`restore` later)."""
+        return self._popped
+
+    def restore(self, popped: tuple[str, tuple[int, Rank]]) -> None:
+        """Make a popped offer due again, as it was (first offer or repeat, same rank)."""
+        msg_id, key = popped
         self._due[msg_id] = key
         heapq.heappush(self._heap, (key, msg_id))
+
+    def unpop(self) -> None:
+        """Put the offer :meth:`pop` just returned back, as it was (it did not fit)."""
+        self.restore(self._popped)
 
     def offered(self, msg_id: str, now: float) -> None:
         """``msg_id`` was offered now (or found held by every neighbour): repeat later."""
