@@ -195,6 +195,20 @@ def test_pacer_unlimited_sends_at_once_and_limited_spreads() -> None:
     assert len(sent) == 5 and t == pytest.approx(1.5)
 
 
+def test_pacer_asks_the_node_for_only_what_keeps_the_link_busy() -> None:
+    # The node keeps requested fragments and orders them itself; the pacer asks for what
+    # keeps the link busy LOOKAHEAD ahead (at least one datagram), nothing when unpaced.
+    assert Pacer(lambda d: None, bitrate=0, burst=1, now=0.0).ready_bytes(0.05) is None
+    p = Pacer(lambda d: None, bitrate=8_000_000, burst=65536, now=0.0)  # 1 MB/s
+    assert p.ready_bytes(0.05) == 50_000 + 1500
+    for _ in range(30):
+        p.push(b"x" * 1400)
+    assert p.ready_bytes(0.05) == 50_000 + 1500 - 30 * 1400
+    for _ in range(10):
+        p.push(b"x" * 1400)
+    assert p.ready_bytes(0.05) == 0  # more than enough queued already
+
+
 def test_pacer_unlimited_hands_whole_batches_over_in_order() -> None:
     batches: list[list[bytes]] = []
     p = Pacer(lambda d: None, bitrate=0, burst=1, now=0.0, send_many=batches.append)
