@@ -74,6 +74,14 @@ def _apart(net: VirtualNetwork, seconds: float = 30.0) -> None:
     net.run(seconds)
 
 
+def _contact(net: VirtualNetwork, apart: float, seconds: float) -> None:
+    """``a`` and ``b`` apart for ``apart`` seconds, then in range for ``seconds``."""
+    _apart(net, apart)
+    net.link("a", "b")
+    net.run(seconds)
+    net.unlink("a", "b")
+
+
 def test_a_two_second_contact_carries_a_whole_500_kb_message() -> None:
     # 4 Mbit/s: 500 kB is ~1 s of air time; the rest of the contact is for noticing each
     # other. With announcements every 5 s and nothing in between, most 2 s contacts were
@@ -84,10 +92,7 @@ def test_a_two_second_contact_carries_a_whole_500_kb_message() -> None:
         net.add("b", cache_capacity=8 * MB)
         net.subscribe("b", {"topic": "maps"})
         mid = net.publish("a", {"topic": "maps"}, random.Random(seed).randbytes(500 * KB), 1e5)
-        _apart(net, 30.0 + seed * 0.37)
-        net.link("a", "b")
-        net.run(2.0)
-        net.unlink("a", "b")
+        _contact(net, 30.0 + seed * 0.37, 2.0)
         assert [d.descriptor["id"] for d in net.deliveries("b")] == [mid], f"seed {seed}"
 
 
@@ -101,10 +106,7 @@ def test_a_short_contact_finishes_one_message_rather_than_parts_of_two() -> None
         b = net.add("b", cache_capacity=8 * MB, altruistic=True)
         for k in range(2):
             net.publish("a", {"topic": f"t{k}"}, random.Random(k).randbytes(500 * KB), 1e5)
-        _apart(net, 30.0 + seed * 0.41)
-        net.link("a", "b")
-        net.run(2.2)
-        net.unlink("a", "b")
+        _contact(net, 30.0 + seed * 0.41, 2.2)
         assert b.cache_usage()["complete"] >= 1, f"seed {seed}: {b.cache_usage()}"
 
 
@@ -120,10 +122,7 @@ def test_offers_put_first_what_the_neighbour_itself_subscribed_to() -> None:
         for k in range(40):
             net.run(0.01)
             net.publish("a", {"topic": f"other{k}"}, b"y" * 300, 1e5)
-        _apart(net, 30.0 + seed * 0.29)
-        net.link("a", "b")
-        net.run(1.5)
-        net.unlink("a", "b")
+        _contact(net, 30.0 + seed * 0.29, 1.5)
         assert [d.descriptor["id"] for d in net.deliveries("b")] == [wanted], f"seed {seed}"
 
 
