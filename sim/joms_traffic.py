@@ -193,6 +193,7 @@ class JomsHost:
             self.consumed.setdefault(mid, self.name)
             self.recorder.message(now, self.name, mid, "delivered", size, hops)
             n += 1
+        self.service.settle(now)  # the application has them: auto-mode ones are consumed
         return n
 
     def timer(self) -> float | None:

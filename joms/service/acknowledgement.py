@@ -31,10 +31,13 @@ class AcknowledgementMixin(ServiceBase):
                 continue
             self._n += 1
             tag = f"{cons.id}-{self._n}"
-            if cons.ack_mode == "auto":
-                self._finish(cons, skey, msg, now)
-            else:
-                cons.unacked[tag] = (skey, msg)
+            # unacknowledged until the client acks, or (auto) until the transport took it
+            # and settled (JomsService.settle): a crash before that loses nothing
+            cons.unacked[tag] = (skey, msg)
+            if cons.kind == "durable" and skey and not msg.redelivered:
+                # from here it may reach the client: a copy coming back after a crash
+                # says so (JMSRedelivered)
+                self.store.put("dpending", skey, mdl.freeze(msg.copy(redelivered=True)))
             self._events.append(MessageDispatched(cons.conn, cons.id, tag, msg))
             self._count("messages_dispatched")
 

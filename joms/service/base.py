@@ -188,6 +188,7 @@ class ServiceBase:
     rng: random.Random
     counters: dict[str, int]
     _events: deque[Event]
+    _handed: list[tuple[str, str]]
     _epoch: str
     _n: int
     _connections: dict[str, _Connection]

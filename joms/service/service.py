@@ -49,7 +49,7 @@ from .base import (
 )
 from .config import ServiceConfig
 from .directory import DirectoryMixin
-from .events import Event
+from .events import Event, MessageDispatched
 from .model import Destination, JomsMessage
 from .port import DisseminationPort
 from .queue_manager import QueueManagerMixin
@@ -87,6 +87,7 @@ class JomsService(
         self.policy = load_policy(self.config.receiver_policy)
         self.counters: dict[str, int] = {}
         self._events: deque[Event] = deque()
+        self._handed: list[tuple[str, str]] = []  # (consumer, tag) taken in ack=auto mode
         self._epoch = f"{self.rng.getrandbits(32):08x}"
         self._n = 0
         self._connections: dict[str, _Connection] = {}
@@ -218,9 +219,37 @@ class JomsService(
         self.store.commit()
 
     def next_event(self) -> Event | None:
-        return self._events.popleft() if self._events else None
+        """The next event; a :class:`MessageDispatched` of an ``auto`` consumer counts as
+        handed to the client once taken here, and as consumed at the next :meth:`settle`."""
+        if not self._events:
+            return None
+        ev = self._events.popleft()
+        if isinstance(ev, MessageDispatched):
+            cons = self._consumers.get(ev.consumer)
+            if cons is not None and cons.ack_mode == "auto":
+                self._handed.append((ev.consumer, ev.tag))
+        return ev
+
+    def settle(self, now: float) -> None:
+        """Consume the ``auto``-mode messages taken since the last call, and commit.
+
+        A transport calls it once it has written what it took (the STOMP gateway after
+        writing its MESSAGE frames): a crash before that finds them still stored, so an
+        ``auto`` consumer loses nothing the transport had not written yet. Timers settle
+        too, for a transport that does not call it."""
+        if not self._handed:
+            return
+        handed, self._handed = self._handed, []
+        for consumer, tag in handed:
+            cons = self._consumers.get(consumer)
+            if cons is not None and tag in cons.unacked:
+                skey, msg = cons.unacked.pop(tag)
+                self._finish(cons, skey, msg, now)
+        self.store.commit()
 
     def get_timer(self) -> float | None:
+        if self._handed:
+            return 0.0  # taken auto-mode messages to settle: at once
         times = [t for t in (self._ack_flush_at, self._next_advert, self._next_housekeeping) if t]
         for c in self._consumers.values():
             if c.kind == "queue":
@@ -236,6 +265,7 @@ class JomsService(
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> None:
+        self.settle(now)
         if self._ack_flush_at is not None and self._ack_flush_at <= now:
             self._flush_acks(now)
         for c in list(self._consumers.values()):
@@ -473,9 +503,12 @@ class JomsService(
         cons = self._consumers.get(consumer_id)
         if cons is None:
             return
+        self.settle(now)  # what the transport took in auto mode is consumed
         if delivered is not None:
             held = set(delivered)
             unconsumed = [*unconsumed, *(t for t in cons.unacked if t not in held)]
+        if cons.ack_mode == "auto":  # dispatched, never taken by the transport
+            unconsumed = [*unconsumed, *cons.unacked]
         back = [(t, cons.unacked.pop(t)) for t in dict.fromkeys(unconsumed) if t in cons.unacked]
         for _, item in reversed(back):
             cons.pending.appendleft(item)
@@ -495,6 +528,9 @@ class JomsService(
                 for skey, msg in cons.unacked.values():
                     msg.redelivered = True
                     self.store.put("dpending", skey, mdl.freeze(msg))
+                for _, (skey, msg) in back:  # stored as "may have been delivered" at dispatch
+                    if skey:
+                        self.store.put("dpending", skey, mdl.freeze(msg))
         elif cons.kind == "topic":
             self._unsubscribe_core(cons.core_key)
         else:

@@ -232,14 +232,6 @@ class TopicsMixin(ServiceBase):
         if not self._accepts(d.selector, d.no_local, f"{self.host_id}/{d.client_id}", msg):
             self._count("filtered_on_delivery")
             return
-        if d.consumer is not None:
-            cons = self._consumers[d.consumer]
-            if cons.ack_mode == "auto" and not cons.pending:
-                # dispatched and consumed in this very call (ack=auto): storing it and
-                # deleting it again in the same transaction would only cost time
-                cons.pending.append(("", msg))
-                self._pump(cons, now)
-                return
         skey = f"{key}{_SEP}{int(now * 1e6):020d}{self._id()}"
         if self._durable_count(key) >= self.config.max_pending:
             oldest = self.store.items("dpending", key + _SEP, limit=1)

@@ -134,6 +134,9 @@ class Gateway:
                     touched[ev.connection] = conn
         for conn in touched.values():
             conn.flush()
+        # written (or buffered by the transport): auto-mode messages count as consumed now,
+        # not when dispatched, so a kill before the write loses none
+        self.service.settle(self.host.now())
 
     def protocol(self) -> StompConnection:
         return StompConnection(self)
