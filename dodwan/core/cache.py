@@ -1,0 +1,306 @@
+"""Cache policy: what a host keeps, in what order it evicts, how much room a transfer may
+count on (reassembly reservations, per-origin shares), and the local listing of the cache."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+from . import message as m
+from .errors import WireError
+from .events import MessageEvicted
+from .node_state import NodeState
+from .offers import Rank
+from .store import MessageMeta
+
+
+class CacheFullError(ValueError):
+    """A local publication does not fit in the cache even after evicting what may be evicted."""
+
+
+@dataclass(slots=True)
+class Cached:
+    """In-memory index entry of a cached (possibly incomplete) message."""
+
+    meta: MessageMeta
+    descriptor: dict[str, str]
+    header: m.Header
+    have: int = 0
+    count: int = 0
+    nbytes: int = 0
+    progress: float = 0.0
+    own: bool = False
+    """Published here or matching a local subscription (evicted after carried-only ones)."""
+    sent: int = 0
+    """Published here: the fragments sent at least once (bitmask)."""
+    handed: bool = False
+    """Published here and every fragment sent at least once: another host may hold it now."""
+
+    @property
+    def complete(self) -> bool:
+        return self.count == self.header.frags
+
+    def offer_rank(self, wanted_here: bool = False) -> Rank:
+        """Offer order, lowest first: what a neighbour itself subscribed to
+        (``wanted_here``), complete messages before partial sets (a flood of fragment 0s
+        of messages nobody can complete waits behind them), then persistent, then higher
+        priority, then newest."""
+        h = self.header
+        tier = (0 if wanted_here else 2) + (0 if self.count == h.frags else 1)
+        return (tier, 0 if h.persistent else 1, -h.priority, -h.date)
+
+    def rank(self) -> tuple[int, int, int, float]:
+        """Eviction order, lowest first. Tiers: partial sets carried for others, complete
+        messages carried for others, messages subscribed here (or published here and handed
+        on), then this host's own publications not yet handed on — which only expiry or the
+        local user removes. Within a tier: non-persistent, low priority, old first."""
+        h = self.header
+        if self.meta.local and not self.handed:
+            tier = 3
+        elif self.own:
+            tier = 2
+        else:
+            tier = 1 if self.count == h.frags else 0
+        return (tier, 1 if h.persistent else 0, h.priority, h.date)
+
+
+class CacheMixin(NodeState):
+    """The cache part of :class:`~dodwan.core.node.Node`."""
+
+    def _kept_because(self, c: Cached) -> str:
+        if c.meta.local:
+            return "published here"
+        if c.own:
+            return "subscribed"
+        hosts = self._matcher.interested_hosts(c.header.msg_id)
+        return "carried for " + ", ".join(hosts) if hosts else "carried altruistically"
+
+    def _entry(self, c: Cached) -> dict[str, Any]:
+        h = c.header
+        return {
+            "id": h.msg_id,
+            "complete": c.complete,
+            "fragments": c.count,
+            "total_fragments": h.frags,
+            "size": h.size,
+            "stored_bytes": c.nbytes,
+            "deadline": h.deadline,
+            "priority": h.priority,
+            "persistent": h.persistent,
+            "hops": c.meta.hops,
+            "reason": self._kept_because(c),
+            "descriptor": dict(c.descriptor),
+        }
+
+    def cache_listing(self) -> list[dict[str, Any]]:
+        """What the host carries: one dict per message, by id."""
+        return [self._entry(self._cache[k]) for k in sorted(self._cache)]
+
+    def cache_entry(self, msg_id: str) -> dict[str, Any] | None:
+        """One message of :meth:`cache_listing` (None when not cached)."""
+        c = self._cache.get(msg_id)
+        return None if c is None else self._entry(c)
+
+    def cache_usage(self) -> dict[str, int]:
+        return {
+            "bytes": self._cache_bytes,
+            "capacity": self.config.cache_capacity,
+            "messages": len(self._cache),
+            "complete": sum(1 for c in self._cache.values() if c.complete),
+        }
+
+    def message_payload(self, msg_id: str) -> bytes | None:
+        """The payload of a complete cached message (None when absent or incomplete)."""
+        c = self._cache.get(msg_id)
+        if c is None or not c.complete:
+            return None
+        z = self._assemble(c)
+        try:
+            return m.inflate_payload(z, c.header) if z is not None else None
+        except WireError:
+            return None
+
+    def purge(self, msg_id: str, now: float) -> None:
+        """Drop a cached message on the local user's request (KeyError if absent)."""
+        if msg_id not in self._cache:
+            raise KeyError(f"no cached message {msg_id!r}")
+        self._drop(msg_id, now, "purged")
+        self._store.commit()
+
+    def _index(self, c: Cached) -> None:
+        msg_id = c.header.msg_id
+        c.own = c.meta.local or self._own_profile.matches(c.descriptor)
+        self._cache[msg_id] = c
+        self._cache_bytes += c.nbytes
+        origin = c.header.origin
+        self._origin_bytes[origin] = self._origin_bytes.get(origin, 0) + c.nbytes
+        if not c.complete:
+            self._partial_bytes += c.nbytes
+            self._partial.add(msg_id)
+            self._reserve(msg_id, c.header.zsize, c.progress, force=True)
+        heapq.heappush(self._deadlines, (c.header.deadline, msg_id))
+        heapq.heappush(self._evict_heap, (c.rank(), msg_id))
+        self._offers.add(msg_id, self._offer_rank(c))
+        if len(self._evict_heap) > 2 * len(self._cache) + 64:
+            self._rebuild_heaps()
+        self._matcher.add_message(msg_id, c.descriptor)
+
+    def _rebuild_heaps(self) -> None:
+        """Forget heap entries of messages no longer cached (they are skipped lazily, but
+        without this a busy cache would keep one stale entry per message ever held)."""
+        self._evict_heap = [(c.rank(), k) for k, c in self._cache.items()]
+        heapq.heapify(self._evict_heap)
+        self._deadlines = [(c.header.deadline, k) for k, c in self._cache.items()]
+        heapq.heapify(self._deadlines)
+
+    def _drop(self, msg_id: str, now: float, reason: str) -> None:
+        c = self._cache.pop(msg_id, None)
+        if c is None:
+            return
+        self._cache_bytes -= c.nbytes
+        self._unqueue(msg_id)
+        left = self._origin_bytes.get(c.header.origin, 0) - c.nbytes
+        if left > 0:
+            self._origin_bytes[c.header.origin] = left
+        else:
+            self._origin_bytes.pop(c.header.origin, None)
+        if not c.complete:
+            self._partial_bytes -= c.nbytes
+            self._partial.discard(msg_id)
+        self._release(msg_id)
+        self._matcher.remove_message(msg_id)
+        self._offers.forget(msg_id)
+        self._entry_cache.pop(msg_id, None)
+        self._requested.pop(msg_id, None)
+        self._store.delete_message(msg_id)
+        self._count("messages_evicted")
+        self._tr(now, "message_evicted", msg_id, c.nbytes, c.meta.hops, reason)
+        if reason in ("capacity", "stale"):
+            self._events.append(MessageEvicted(msg_id, reason))
+
+    def _make_room(self, needed: int, incoming: Cached, now: float) -> bool:
+        """Evict messages ranked below ``incoming`` until ``needed`` more bytes fit; False if
+        impossible. The rank is only computed when the cache is actually full."""
+        cap = self.config.cache_capacity
+        if self._cache_bytes + needed <= cap:
+            return True
+        if needed > cap:
+            return False
+        rank = incoming.rank()
+        exclude = incoming.header.msg_id
+        victims: list[tuple[tuple[int, int, int, float], str]] = []
+        while self._cache_bytes + needed > cap:
+            if not self._evict_heap:
+                break
+            vrank, vid = heapq.heappop(self._evict_heap)
+            c = self._cache.get(vid)
+            if c is None or vid == exclude:
+                if vid == exclude and c is not None:
+                    victims.append((vrank, vid))
+                continue
+            if c.rank() != vrank:
+                heapq.heappush(self._evict_heap, (c.rank(), vid))
+                continue
+            if c.header.deadline > now and vrank >= rank:
+                victims.append((vrank, vid))
+                break
+            self._drop(vid, now, "expired" if c.header.deadline <= now else "capacity")
+        for v in victims:
+            heapq.heappush(self._evict_heap, v)
+        return self._cache_bytes + needed <= cap
+
+    def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool:
+        """Keep one remote origin under its share of the cache, evicting its own messages
+        ranked below ``c`` first; False when the new bytes cannot fit."""
+        quota = self._limits.max_origin_share * self.config.cache_capacity
+        origin = c.header.origin
+        if self._origin_bytes.get(origin, 0) + extra <= quota:
+            return True
+        incoming = c.rank()
+        msg_id = c.header.msg_id
+        victims = sorted(
+            (v.rank(), v.header.msg_id)
+            for v in self._cache.values()
+            if v.header.origin == origin and not v.meta.local and v.header.msg_id != msg_id
+        )
+        for rank, vid in victims:
+            if self._origin_bytes.get(origin, 0) + extra <= quota or rank >= incoming:
+                break
+            self._drop(vid, now, "capacity")
+        return self._origin_bytes.get(origin, 0) + extra <= quota
+
+    def _purge_expired(self, now: float) -> None:
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, msg_id = heapq.heappop(self._deadlines)
+            c = self._cache.get(msg_id)
+            if c is not None and c.header.deadline <= now:
+                self._drop(msg_id, now, "expired")
+        purged = False
+        while self._history_heap and self._history_heap[0][0] <= now:
+            deadline, msg_id = heapq.heappop(self._history_heap)
+            if self._history_deadline.get(msg_id) == deadline:
+                self._history.pop(msg_id, None)
+                self._history_deadline.pop(msg_id, None)
+                self._forget_descriptor(msg_id)
+                self._want_cache.pop(msg_id, None)
+                purged = True
+        if purged:
+            self._store.purge_history(now)
+
+    def _add_history(self, msg_id: str, key: str, deadline: float) -> None:
+        keys = self._history.setdefault(msg_id, set())
+        if key in keys:
+            return
+        keys.add(key)
+        if msg_id not in self._history_deadline:
+            self._history_deadline[msg_id] = deadline
+            heapq.heappush(self._history_heap, (deadline, msg_id))
+        self._store.add_history(msg_id, key, deadline)
+
+    def _assemble(self, c: Cached) -> bytes | None:
+        parts = []
+        for i in range(c.header.frags):
+            chunk = self._store.get_fragment(c.header.msg_id, i)
+            if chunk is None:
+                return None
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def _room_for(self, origin: str, zsize: int) -> bool:
+        """Whether a new transfer of ``zsize`` bytes from ``origin`` can finish beside the
+        transfers already under way: their bytes still to come and its own must fit in the
+        cache, and those of one origin in its share of it (what that origin already has
+        stored here can make room, oldest first, when the new one arrives)."""
+        cap = self.config.cache_capacity
+        quota = self._limits.max_origin_share * cap
+        coming = from_origin = 0
+        for msg_id, (size, _) in self._reserved.items():
+            c = self._cache.get(msg_id)
+            left = size - (c.nbytes if c is not None else 0)
+            coming += max(left, 0)
+            if c is not None:
+                o = c.header.origin
+            else:
+                z = self._zdesc_cache.get(msg_id)
+                o = z[2].origin if z is not None else ""
+            if o == origin:
+                from_origin += max(left, 0)
+        if origin != self.host_id and from_origin + zsize > quota:
+            return False
+        return coming + zsize <= cap
+
+    def _reserve(self, msg_id: str, zsize: int, now: float, force: bool = False) -> bool:
+        """Promise reassembly memory (the whole compressed size) to an incomplete message."""
+        if msg_id in self._reserved:
+            return True
+        if not force and self._reserved_bytes + zsize > self._limits.max_partial_bytes:
+            return False
+        self._reserved[msg_id] = (zsize, now)
+        self._reserved_bytes += zsize
+        return True
+
+    def _release(self, msg_id: str) -> None:
+        r = self._reserved.pop(msg_id, None)
+        if r is not None:
+            self._reserved_bytes -= r[0]

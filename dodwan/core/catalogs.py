@@ -1,0 +1,223 @@
+"""Catalogs: which cached messages to offer each round and in what order, and what to fetch
+of what neighbours offer (decoding their descriptors once, within a memory budget)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from . import message as m
+from . import wire
+from .bits import all_of
+from .cache import Cached
+from .errors import WireError
+from .neighbours import Neighbour
+from .node_state import NodeState
+from .offers import Rank
+from .signing import verify
+
+_ENTRY_COST = 400  # bytes a decoded descriptor costs beyond its text (dict, header, keys)
+_ORIGIN_OFFERS = 16  # catalog entries one origin may take in one announcement round
+_DEFERRED_MAX = 4096  # offers put back for the next round, at most, per round
+_CLOCK_SKEW = 3600.0  # how far a peer's clock may be ahead when its deadlines are checked
+
+
+class CatalogsMixin(NodeState):
+    """The catalog part of :class:`~dodwan.core.node.Node`."""
+
+    def _offer_rank(self, c: Cached) -> Rank:
+        msg_id = c.header.msg_id
+        matching = self._matcher.matching
+        return c.offer_rank(any(msg_id in matching(h) for h in self._neighbours))
+
+    def _offer_matches(self, host: str) -> None:
+        """Offer (as a first offer) every cached message ``host``'s profile matches."""
+        for msg_id in self._matcher.matching(host):
+            c = self._cache.get(msg_id)
+            if c is not None:
+                self._offers.add(msg_id, self._offer_rank(c))
+
+    def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> bool:
+        """Should this host fetch and carry the message?"""
+        cached = self._want_cache.get(msg_id)
+        if cached is not None and cached[0] == self._interest_epoch:
+            return cached[1]
+        want = self.config.altruistic or self._own_profile.matches(descriptor)
+        if not want:
+            limit = self.config.horizon - 1
+            want = any(d <= limit and p.matches(descriptor) for d, p in self._known.values())
+        if len(self._want_cache) > 65536:
+            self._want_cache.clear()
+        self._want_cache[msg_id] = (self._interest_epoch, want)
+        return want
+
+    def _catalog_entry(self, c: Cached) -> bytes:
+        msg_id = c.header.msg_id
+        if c.complete:
+            entry = self._entry_cache.get(msg_id)
+            if entry is None:
+                entry = wire.encode_catalog_entry(
+                    wire.CatalogEntry(msg_id, c.header.frags, None, c.meta.zdesc)
+                )
+                self._entry_cache[msg_id] = entry
+            return entry
+        return wire.encode_catalog_entry(
+            wire.CatalogEntry(msg_id, c.header.frags, c.have, c.meta.zdesc)
+        )
+
+    def _catalog(self, now: float, room: int, budget: int) -> list[list[bytes]]:
+        """Encoded catalog entries for this round, in datagram-sized groups (the first
+        group has ``room`` bytes, the others a whole catalog datagram): due offers, best
+        first, skipping what every current neighbour already holds (see ``offers``)."""
+        groups: list[list[bytes]] = [[]]
+        if not self._neighbours:
+            return groups
+        offers, cache = self._offers, self._cache
+        altruists = any(n.altruistic for n in self._neighbours.values())
+        eligible = self._matcher.eligible
+
+        def pool() -> list[tuple[str, Rank]]:
+            ids = cache if altruists else eligible
+            return [(k, self._offer_rank(cache[k])) for k in ids if k in cache]
+
+        def rank_of(msg_id: str) -> Rank | None:
+            c = cache.get(msg_id)
+            if c is None or not (altruists or msg_id in eligible):
+                return None
+            return self._offer_rank(c)
+
+        offers.refill(pool)
+        offers.wake(now, rank_of)
+        for fresh in self._matcher.take_fresh():
+            c = cache.get(fresh)
+            if c is not None:
+                offers.add(fresh, self._offer_rank(c))
+        neighbours = list(self._neighbours.values())
+        per_origin: dict[str, int] = {}  # entries of this round per origin
+        deferred: list[tuple[str, tuple[int, Rank]]] = []
+        while (msg_id := offers.pop()) is not None:
+            c = cache.get(msg_id)
+            if c is None or c.header.deadline <= now or c.count == 0:
+                continue
+            if not altruists and msg_id not in eligible:
+                continue
+            if all(c.have & ~n.offers.get(msg_id, 0) == 0 for n in neighbours):
+                offers.offered(msg_id, now)  # all of them hold it; look again later
+                continue
+            origin = c.header.origin
+            if per_origin.get(origin, 0) >= _ORIGIN_OFFERS and len(deferred) < _DEFERRED_MAX:
+                deferred.append(offers.popped())  # one origin cannot fill a round: next one
+                continue
+            entry = self._catalog_entry(c)
+            if len(entry) > room:
+                if len(groups) >= self.config.max_catalog_datagrams:
+                    offers.unpop()  # next round, which comes promptly
+                    self._offers_left = True
+                    break
+                groups.append([])
+                room = budget - wire.catalog_overhead(self.host_id)
+                if len(entry) > room:
+                    continue
+            groups[-1].append(entry)
+            room -= len(entry)
+            per_origin[origin] = per_origin.get(origin, 0) + 1
+            offers.offered(msg_id, now)
+        for popped in deferred:
+            offers.restore(popped)
+        if deferred:
+            self._offers_left = True  # the next round comes promptly
+        return groups
+
+    def _on_catalog(self, dg: wire.Catalog, now: float) -> None:
+        self._on_catalog_entries(self._neighbours[dg.sender], dg.catalog, now)
+
+    def _descriptor_of(self, msg_id: str, zdesc: bytes) -> tuple[dict[str, str], m.Header] | None:
+        """Decode (once) a descriptor offered by a peer; None when invalid."""
+        cached = self._zdesc_cache.get(msg_id)
+        if cached is not None and cached[0] == zdesc:
+            return cached[1], cached[2]
+        if zdesc in self._bad_zdesc:
+            return None
+        try:
+            d = m.decompress_descriptor(zdesc, self._limits)
+            h = m.Header.parse(d, self._limits)
+            if h.msg_id != msg_id:
+                raise WireError("descriptor id mismatch")
+            verify(d)
+        except WireError as exc:
+            self._count("bad_descriptors")
+            if exc.reason == "bad signature":
+                self._count("dropped_bad_signature")
+            if len(self._bad_zdesc) > 4096:
+                self._bad_zdesc.clear()
+            self._bad_zdesc.add(zdesc)
+            return None
+        if cached is None:  # the first descriptor seen for an id wins
+            cost = 2 * len(zdesc) + sum(len(k) + len(v) for k, v in d.items()) + _ENTRY_COST
+            budget = self._limits.max_descriptor_cache
+            while self._zdesc_cache and self._zdesc_total + cost > budget:
+                self._forget_descriptor(next(iter(self._zdesc_cache)))  # oldest first
+            self._zdesc_cache[msg_id] = (zdesc, d, h)
+            self._zdesc_bytes[msg_id] = cost
+            self._zdesc_total += cost
+        return d, h
+
+    def _forget_descriptor(self, msg_id: str) -> None:
+        if self._zdesc_cache.pop(msg_id, None) is not None:
+            self._zdesc_total -= self._zdesc_bytes.pop(msg_id)
+
+    def _too_long_lived(self, header: m.Header, now: float) -> bool:
+        """A peer's message whose deadline is further ahead than ``max_ttl`` (+ an hour of
+        clock skew) is refused: it would be carried and remembered for ever."""
+        if header.deadline - now <= self._limits.max_ttl + _CLOCK_SKEW:
+            return False
+        self._count("dropped_ttl_too_long")
+        return True
+
+    def _on_catalog_entries(
+        self, n: Neighbour, entries: Sequence[wire.CatalogEntry], now: float
+    ) -> None:
+        started: list[tuple[str, int]] = []
+        new: list[tuple[str, int, int, str]] = []
+        mine: set[str] = set()
+        for e in entries:
+            offered = all_of(e.frags) if e.have is None else e.have
+            n.offers[e.msg_id] = offered
+            c = self._cache.get(e.msg_id)
+            if c is not None:
+                if not c.complete and c.header.frags == e.frags:
+                    started.append((e.msg_id, offered))
+                continue
+            if e.msg_id in self._history:
+                continue
+            decoded = self._descriptor_of(e.msg_id, e.zdesc)
+            if decoded is None or decoded[1].frags != e.frags or decoded[1].deadline <= now:
+                continue
+            if self._too_long_lived(decoded[1], now):
+                continue
+            if self._wants(e.msg_id, decoded[0]):
+                zsize = decoded[1].zsize if e.frags > 1 else 0
+                new.append((e.msg_id, offered, zsize, decoded[1].origin))
+                if self.config.altruistic and self._own_profile.matches(decoded[0]):
+                    mine.add(e.msg_id)
+        # what this host itself subscribed to before what it would only carry; among those,
+        # the smallest first (on a short contact, the likeliest to finish)
+        new.sort(key=lambda t: (t[0] not in mine, t[2]))
+        # messages already being reassembled first; a new one only when the reassembly
+        # budget can hold all of it, so partial sets never starve each other, and only when
+        # it can fit in the cache and in its origin's share beside the transfers under way
+        # (several started at once would each get part of the room and none finish)
+        for msg_id, offered in started:
+            self._queue_request(n.host_id, msg_id, offered, now)
+        for msg_id, offered, zsize, origin in new:
+            if zsize and msg_id not in self._reserved:
+                if self._reserved_bytes + zsize > self._limits.max_partial_bytes:
+                    self._count("deferred_reassembly_budget")
+                    continue
+                if not self._room_for(origin, zsize):
+                    self._count("deferred_no_room")
+                    continue
+                self._reserve(msg_id, zsize, now)
+            self._queue_request(n.host_id, msg_id, offered, now)
+        if len(n.offers) > 4 * self._limits.max_catalog_entries:
+            for k in list(n.offers)[: len(n.offers) // 2]:
+                del n.offers[k]

@@ -1,0 +1,183 @@
+"""What the parts of a :class:`~dodwan.core.node.Node` share.
+
+A node is one object assembled from parts, a module each: the cache policy (:mod:`.cache`),
+local subscriptions and delivery (:mod:`.delivery`), neighbours and profile gossip
+(:mod:`.gossip`), catalogs (:mod:`.catalogs`), and requests and fragments
+(:mod:`.transfers`); :mod:`.node` holds the public contract (inputs, outputs, timers) and
+puts them together. :class:`NodeState` declares the state the parts share (set up by
+``Node.__init__``) and the methods one part calls in another, so that each part can be read
+and type-checked on its own.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from . import message as m
+from . import wire
+from .config import NodeConfig
+from .events import Event, TraceRecord
+from .limits import Limits
+from .matcher import Matcher
+from .neighbours import Neighbour
+from .offers import Offers, Rank
+from .patterns import Profile
+from .profiles import Pieces, ProfileBook
+from .signing import Signer
+from .store import Store
+
+if TYPE_CHECKING:
+    from .cache import Cached
+    from .delivery import Subscription
+
+TraceSink = Callable[[float, str, str, int, int, str], None]
+"""``sink(time, kind, msg_id, size, hops, detail)``: the fields of a :class:`TraceRecord`."""
+
+
+class NodeState:
+    """The state every part of a node shares, and the helpers they all use."""
+
+    config: NodeConfig
+    host_id: str
+    _limits: Limits
+    _rng: random.Random
+    _signer: Signer | None
+    _store: Store
+    _events: deque[Event]
+    _trace: list[TraceRecord]
+    _trace_sink: TraceSink | None
+    _tracing: bool
+    _outbox: list[bytes]
+    """Control datagrams produced and not yet pulled by the runner."""
+    _send_queue: dict[str, dict[int, int]]
+    """Fragments requested from us, per message (in request order): index -> hops."""
+    _send_for: dict[str, set[str]]
+    """Per queued message, the neighbours that asked for it (gone ones are forgotten)."""
+    _sending: str | None
+    """The message being sent: served until its queue is empty before another starts."""
+    counters: dict[str, int]
+    _cache: dict[str, Cached]
+    _cache_bytes: int
+    _partial_bytes: int
+    _partial: set[str]
+    """Ids of incomplete cached messages."""
+    _reserved: dict[str, tuple[int, float]]
+    """Reassembly budget promised to requested messages not stored yet: id -> (zsize, when)."""
+    _reserved_bytes: int
+    _origin_bytes: dict[str, int]
+    """Cached bytes per origin host (the per-origin quota)."""
+    _deadlines: list[tuple[float, str]]
+    _evict_heap: list[tuple[tuple[int, int, int, float], str]]
+    _history: dict[str, set[str]]
+    _history_deadline: dict[str, float]
+    _history_heap: list[tuple[float, str]]
+    _entry_cache: dict[str, bytes]
+    _zdesc_cache: dict[str, tuple[bytes, dict[str, str], m.Header]]
+    """Descriptors peers offered, decoded once: id -> (compressed, decoded, header)."""
+    _zdesc_bytes: dict[str, int]
+    """id -> what its entry in ``_zdesc_cache`` costs (estimate)"""
+    _zdesc_total: int
+    _bad_zdesc: set[bytes]
+    _subs: dict[str, Subscription]
+    _own_profile: Profile
+    _sub_counter: int
+    _neighbours: dict[str, Neighbour]
+    _known: dict[str, tuple[int, Profile]]
+    """host -> (distance, profile), within the horizon"""
+    _profiles: ProfileBook
+    _own_pieces: Pieces
+    _matcher: Matcher
+    _interest_epoch: int
+    _want_cache: dict[str, tuple[int, bool]]
+    _pending: dict[str, dict[str, int]]
+    """target -> message -> mask of fragments to request"""
+    _pending_at: dict[str, float]
+    """target -> when to send its requests"""
+    _requested: dict[str, tuple[int, float]]
+    """message -> (mask asked, when)"""
+    _seq: int
+    _offers: Offers
+    _offers_left: bool
+    """The last catalog could not carry every due offer."""
+    _relay_rotation: int
+    _ref_cache: dict[str, tuple[int, int, bytes]]
+    """host -> (distance, version, encoded reference)"""
+    _relays_sent: bytes
+    """The relayed references of the last full list."""
+    _relays_due: bool
+    """Send the full relayed list next time (a neighbour arrived)."""
+    _next_announce: float | None
+    _last_announce: float
+    _next_beacon: float | None
+    _beacon_scale: float
+    """The beacon period's multiplier (see ``GossipMixin._beacon``)."""
+    _last_sent: float
+    _beacon_bytes: bytes
+    _next_housekeeping: float | None
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def _tr(
+        self,
+        now: float,
+        kind: str,
+        msg_id: str = "",
+        size: int = 0,
+        hops: int = 0,
+        detail: str = "",
+    ) -> None:
+        if self._tracing:
+            sink = self._trace_sink
+            if sink is not None:
+                sink(now, kind, msg_id, size, hops, detail)
+            else:
+                self._trace.append(TraceRecord(now, kind, msg_id, size, hops, detail))
+
+    if TYPE_CHECKING:
+        # What one part calls in another (defined in the module named above each group).
+        # node
+        def _schedule_basics(self, now: float) -> None: ...
+        # cache
+        def _add_history(self, msg_id: str, key: str, deadline: float) -> None: ...
+        def _assemble(self, c: Cached) -> bytes | None: ...
+        def _drop(self, msg_id: str, now: float, reason: str) -> None: ...
+        def _index(self, c: Cached) -> None: ...
+        def _make_room(self, needed: int, incoming: Cached, now: float) -> bool: ...
+        def _release(self, msg_id: str) -> None: ...
+        def _reserve(self, msg_id: str, zsize: int, now: float, force: bool = False) -> bool: ...
+        def _room_for(self, origin: str, zsize: int) -> bool: ...
+        def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool: ...
+        # delivery
+        def _deliver(
+            self,
+            c: Cached,
+            now: float,
+            only: str | None = None,
+            payload: bytes | None = None,
+            zpayload: bytes | None = None,
+        ) -> None: ...
+        # gossip
+        def _piece_room(self) -> int: ...
+        def _prompt(self, now: float) -> None: ...
+        def _prompt_announce(self, msg_id: str, now: float) -> None: ...
+        def _rebuild_own_profile(self) -> None: ...
+        # catalogs
+        def _catalog(self, now: float, room: int, budget: int) -> list[list[bytes]]: ...
+        def _descriptor_of(
+            self, msg_id: str, zdesc: bytes
+        ) -> tuple[dict[str, str], m.Header] | None: ...
+        def _forget_descriptor(self, msg_id: str) -> None: ...
+        def _offer_matches(self, host: str) -> None: ...
+        def _offer_rank(self, c: Cached) -> Rank: ...
+        def _on_catalog_entries(
+            self, n: Neighbour, entries: Sequence[wire.CatalogEntry], now: float
+        ) -> None: ...
+        def _too_long_lived(self, header: m.Header, now: float) -> bool: ...
+        def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> bool: ...
+        # transfers
+        def _queue_request(self, target: str, msg_id: str, offered: int, now: float) -> None: ...
+        def _unqueue(self, msg_id: str) -> None: ...

@@ -1,0 +1,378 @@
+"""Transfers: requests for missing fragments (windowed, retried, suppressed when overheard),
+serving requests through a per-message send queue pulled at link pace, and storing and
+completing what arrives."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable
+
+from . import message as m
+from . import wire
+from .bits import first_bits
+from .cache import Cached
+from .errors import WireError
+from .node_state import NodeState
+from .profiles import bounded_mask, merge_ranges, ranges_of
+from .store import MessageMeta
+
+BROADCAST = "<broadcast>"
+"""Destination meaning: every neighbour in radio range."""
+
+
+class TransfersMixin(NodeState):
+    """The request and fragment part of :class:`~dodwan.core.node.Node`."""
+
+    def datagrams_to_send(
+        self, now: float, budget: int | None = None
+    ) -> list[tuple[bytes, Hashable]]:
+        """Drain the datagrams produced so far (all broadcast on the shared medium).
+
+        Control datagrams always all go; requested fragments go up to ``budget`` bytes (all
+        of them when None). A runner that knows its link rate passes what the link can send
+        before it would be idle (a few hundredths of a second of air time) and calls again
+        when it is: fragments then wait here, where :meth:`_next_to_send` decides their
+        order and those for neighbours that have left are dropped, rather than in a radio
+        queue that sends them first-in, first-out, to nobody when the contact is over."""
+        out = self._outbox
+        self._outbox = []
+        if self._send_queue and (budget is None or budget > 0):
+            head = len(out)
+            self._fill_fragments(out, budget)
+            self._count("fragments_sent", len(out) - head)
+        if out:
+            self._last_sent = now
+            counters = self.counters
+            counters["datagrams_sent"] = counters.get("datagrams_sent", 0) + len(out)
+            counters["bytes_sent"] = counters.get("bytes_sent", 0) + sum(map(len, out))
+            if self._tracing:
+                for dg in out:
+                    kind = wire.KIND_NAMES.get(dg[3], "?")
+                    self._tr(now, "datagram_sent", size=len(dg), detail=kind)
+        return [(dg, BROADCAST) for dg in out]
+
+    @property
+    def fragments_queued(self) -> int:
+        """Requested fragments not handed to the runner yet (see ``budget`` above)."""
+        return sum(map(len, self._send_queue.values()))
+
+    def _next_to_send(self) -> str:
+        """The message to send fragments of next: the one being sent until it is done (a
+        short contact carries one whole message rather than parts of several); then one a
+        requester itself subscribed to (it is the destination), then the one with the fewest
+        fragments left to send, then the one asked first."""
+        cur = self._sending
+        if cur is not None and cur in self._send_queue:
+            return cur
+        best, best_key = "", (2, 0, 0)
+        for order, (msg_id, q) in enumerate(self._send_queue.items()):
+            direct = any(
+                msg_id in self._matcher.matching(h) for h in self._send_for.get(msg_id, ())
+            )
+            key = (0 if direct else 1, len(q), order)
+            if not best or key < best_key:
+                best, best_key = msg_id, key
+        self._sending = best
+        return best
+
+    def _fill_fragments(self, out: list[bytes], budget: int | None) -> None:
+        get = self._store.get_fragment
+        used = 0
+        while self._send_queue and (budget is None or used < budget):
+            msg_id = self._next_to_send()
+            q = self._send_queue[msg_id]
+            c = self._cache.get(msg_id)
+            items = list(q.items())
+            taken = 0
+            if c is not None:
+                pre = wire.fragment_encoder(self.host_id, msg_id, c.meta.zdesc)
+                own = c.meta.local and not c.handed
+                for index, hops in items:
+                    if budget is not None and used >= budget:
+                        break
+                    taken += 1
+                    if not c.have >> index & 1:
+                        continue
+                    chunk = get(msg_id, index)
+                    if chunk is None:
+                        continue
+                    if own:
+                        self._sent_own(c, index)
+                    dg = wire.encode_fragment_fast(pre[0], pre[1], hops, index, chunk)
+                    out.append(dg)
+                    used += len(dg)
+            else:
+                taken = len(items)
+            if taken < len(items):
+                self._send_queue[msg_id] = dict(items[taken:])
+            else:
+                self._unqueue(msg_id)
+
+    def _unqueue(self, msg_id: str) -> None:
+        self._send_queue.pop(msg_id, None)
+        self._send_for.pop(msg_id, None)
+        if self._sending == msg_id:
+            self._sending = None
+
+    def _sent_own(self, c: Cached, index: int) -> None:
+        """A fragment of a publication of this host went out; once all of them have, the
+        publication may be evicted like any message subscribed here."""
+        c.sent |= 1 << index
+        if c.sent == (1 << c.header.frags) - 1:
+            c.handed = True
+            heapq.heappush(self._evict_heap, (c.rank(), c.header.msg_id))
+
+    def _missing(self, msg_id: str, offered: int, now: float) -> int:
+        """Offered fragments we neither hold nor recently requested."""
+        c = self._cache.get(msg_id)
+        mask = offered & ~(c.have if c is not None else 0)
+        req = self._requested.get(msg_id)
+        if req is not None:
+            if req[1] + self.config.request_timeout > now:
+                mask &= ~req[0]
+            else:
+                del self._requested[msg_id]
+        return mask
+
+    def _queue_request(self, target: str, msg_id: str, offered: int, now: float) -> None:
+        pending = self._pending.setdefault(target, {})
+        already = pending.get(msg_id, 0)
+        missing = self._missing(msg_id, offered, now) & ~already
+        window = self.config.request_window - already.bit_count()
+        req = self._requested.get(msg_id)
+        if req is not None and req[1] + self.config.request_timeout > now:
+            c = self._cache.get(msg_id)
+            window -= (req[0] & ~(c.have if c is not None else 0)).bit_count()  # in flight
+        if not missing or window <= 0:
+            return
+        pending[msg_id] = already | first_bits(missing, window)
+        if target not in self._pending_at:
+            self._pending_at[target] = now + self._rng.uniform(0, self.config.request_delay)
+
+    def _send_request(self, target: str, now: float) -> None:
+        self._pending_at.pop(target, None)
+        pending = self._pending.pop(target, {})
+        if target not in self._neighbours:
+            self._profiles.forget_target(target)
+            return
+        wanted = self._profiles.requests_for(target, now)
+        for i in range(0, len(wanted), 32):
+            self._outbox.append(
+                wire.encode_profile_request(self.host_id, target, wanted[i : i + 32])
+            )
+            self._count("profile_requests_sent")
+        entries: list[tuple[str, list[tuple[int, int]]]] = []
+        for msg_id, mask in pending.items():
+            mask = self._missing(msg_id, mask, now)
+            if mask:
+                entries.append((msg_id, ranges_of(mask)))
+                old = self._requested.get(msg_id, (0, now))[0]
+                self._requested[msg_id] = (old | mask, now)
+        for i in range(0, len(entries), 32):
+            self._outbox.append(wire.encode_request(self.host_id, target, entries[i : i + 32]))
+            self._count("requests_sent")
+
+    def _on_request(self, dg: wire.Request, now: float) -> None:
+        # Repeated or overlapping ranges count once (merged first), and every fragment asked
+        # costs a token of the asker's rate limit: the work a request causes is bounded by
+        # its size and by that limit, whatever its ranges say.
+        if dg.target != self.host_id:
+            # Overheard: the answer will be broadcast, so drop the same fragments from ours.
+            for msg_id, ranges in dg.entries:
+                if not any(msg_id in pending for pending in self._pending.values()):
+                    continue
+                mask = bounded_mask(ranges, self._limits.max_fragments)
+                suppressed = False
+                for pending in self._pending.values():
+                    if msg_id in pending and pending[msg_id] & mask:
+                        pending[msg_id] &= ~mask
+                        suppressed = True
+                        if not pending[msg_id]:
+                            del pending[msg_id]
+                if suppressed:
+                    self._count("requests_suppressed")
+                    old = self._requested.get(msg_id, (0, now))[0]
+                    self._requested[msg_id] = (old | mask, now)
+            return
+        n = self._neighbours[dg.sender]
+        rate = self._limits.max_requests_per_second
+        n.tokens = min(rate, n.tokens + (now - n.tokens_at) * rate)
+        n.tokens_at = now
+        for msg_id, ranges in dg.entries:
+            c = self._cache.get(msg_id)
+            if c is None:
+                continue
+            q = self._send_queue.setdefault(msg_id, {})
+            self._send_for.setdefault(msg_id, set()).add(dg.sender)
+            hops, have = c.meta.hops + 1, c.have
+            for first, count in merge_ranges(ranges, c.header.frags):
+                for i in range(first, first + count):
+                    if n.tokens < 1:
+                        self._count("requests_rate_limited")
+                        if not q:
+                            self._unqueue(msg_id)
+                        return
+                    n.tokens -= 1
+                    if have >> i & 1 and i not in q:
+                        q[i] = hops
+            if not q:
+                self._unqueue(msg_id)
+
+    def _on_fragment(self, dg: wire.Fragment, now: float) -> None:
+        c = self._cache.get(dg.msg_id)
+        descriptor: dict[str, str] = {}
+        if c is not None:
+            if dg.zdesc != c.meta.zdesc:
+                raise WireError("descriptor mismatch")
+            if c.complete or c.have >> dg.index & 1:
+                self._count("fragments_duplicate")
+                return
+            header = c.header
+        else:
+            if dg.msg_id in self._history:
+                self._count("fragments_duplicate")
+                return
+            decoded = self._descriptor_of(dg.msg_id, dg.zdesc)
+            if decoded is None:
+                raise WireError("bad descriptor")
+            descriptor, header = decoded
+            if header.deadline <= now:
+                self._count("fragments_expired")
+                return
+            if self._too_long_lived(header, now):
+                return
+            if not self._wants(dg.msg_id, descriptor):
+                self._count("fragments_unwanted")
+                return
+        if dg.index >= header.frags:
+            raise WireError("fragment index out of range")
+        if len(dg.chunk) != header.fragment_length(dg.index):
+            raise WireError("fragment length mismatch")
+        self._store_fragment(c, dg, header, descriptor, now)
+
+    def _store_fragment(
+        self,
+        c: Cached | None,
+        dg: wire.Fragment,
+        header: m.Header,
+        descriptor: dict[str, str],
+        now: float,
+    ) -> None:
+        """Store a validated fragment; ``descriptor`` is the decoded one when ``c`` is None."""
+        size = len(dg.chunk)
+        extra = size if c is not None else size + len(dg.zdesc)
+        if c is None:
+            c = Cached(
+                MessageMeta(dg.msg_id, dg.zdesc, dg.hops, False, now),
+                descriptor,
+                header,
+                progress=now,
+            )
+            c.own = self._own_profile.matches(c.descriptor)
+            if not self._within_origin_quota(c, extra, now):
+                self._count("origin_quota_exceeded")
+                return
+            if header.frags > 1 and dg.msg_id not in self._reserved:
+                # overheard, not requested by us: start it only if all of it fits in the
+                # free room (or it is for this host): a transfer that was not asked for must
+                # not evict the partial sets this host is reassembling
+                free = self.config.cache_capacity - self._cache_bytes - self._reserved_bytes
+                if not c.own and header.zsize + len(dg.zdesc) > free:
+                    self._count("overheard_no_room")
+                    return
+                if not self._reserve(dg.msg_id, header.zsize, now):
+                    self._count("partial_memory_full")
+                    return
+            if not self._make_room(extra, c, now):
+                self._count("cache_full")
+                return
+            self._store.put_message(c.meta)
+            c.nbytes = len(dg.zdesc)
+            self._index(c)
+        else:
+            if not self._within_origin_quota(c, extra, now):
+                self._count("origin_quota_exceeded")
+                return
+            if not self._make_room(extra, c, now):
+                self._count("cache_full")
+                return
+        self._store.put_fragment(dg.msg_id, dg.index, dg.chunk)
+        c.have |= 1 << dg.index
+        c.count += 1
+        c.nbytes += size
+        self._cache_bytes += size
+        self._partial_bytes += size
+        self._origin_bytes[header.origin] = self._origin_bytes.get(header.origin, 0) + size
+        c.progress = now
+        counters = self.counters
+        counters["fragments_stored"] = counters.get("fragments_stored", 0) + 1
+        if self._tracing:
+            self._tr(now, "fragment_stored", dg.msg_id, size, dg.hops)
+        if c.complete:
+            self._partial_bytes -= c.nbytes
+            self._partial.discard(dg.msg_id)
+            self._release(dg.msg_id)
+            heapq.heappush(self._evict_heap, (c.rank(), dg.msg_id))  # now a complete message
+            self._completed(c, now)
+        else:
+            self._continue_transfer(c, now)
+
+    def _completed(self, c: Cached, now: float) -> None:
+        msg_id = c.header.msg_id
+        self._requested.pop(msg_id, None)
+        self._entry_cache.pop(msg_id, None)
+        for pending in self._pending.values():
+            pending.pop(msg_id, None)
+        z = self._assemble(c)
+        try:
+            if z is None:
+                raise WireError("missing fragment")
+            m.verify_payload(z, c.header)
+        except WireError:
+            self._count("corrupt_messages")
+            self._drop(msg_id, now, "corrupt")
+            return
+        self._count("messages_completed")
+        self._tr(now, "message_completed", msg_id, c.header.size, c.meta.hops)
+        self._add_history(msg_id, "", c.header.deadline)
+        self._offers.add(msg_id, self._offer_rank(c))  # now ranked as complete
+        self._prompt_announce(msg_id, now)
+        self._deliver(c, now, zpayload=z)
+
+    def _retry_requests(self, now: float) -> None:
+        """Fragments asked for and not received within ``request_timeout`` are asked again
+        from a neighbour that offered them, without waiting for it to offer them again."""
+        timeout = self.config.request_timeout
+        for msg_id, (_, when) in list(self._requested.items()):
+            if when + timeout > now:
+                continue
+            del self._requested[msg_id]
+            c = self._cache.get(msg_id)
+            if c is not None and c.complete:
+                continue
+            have = c.have if c is not None else 0
+            for n in self._neighbours.values():
+                offered = n.offers.get(msg_id, 0)
+                if offered & ~have:
+                    self._count("requests_retried")
+                    self._queue_request(n.host_id, msg_id, offered, now)
+                    break
+
+    def _continue_transfer(self, c: Cached, now: float) -> None:
+        """Sliding window: once half of what was requested has arrived, ask for more, so the
+        sender has the next fragments before it runs out of the current ones."""
+        msg_id = c.header.msg_id
+        req = self._requested.get(msg_id)
+        if req is not None:
+            outstanding = (req[0] & ~c.have).bit_count()
+            if outstanding > self.config.request_window // 2:
+                return
+            if not outstanding:
+                del self._requested[msg_id]
+        for n in self._neighbours.values():
+            offered = n.offers.get(msg_id)
+            if offered is not None and offered & ~c.have:
+                pending = self._pending.get(n.host_id)
+                if pending is None or msg_id not in pending:
+                    self._queue_request(n.host_id, msg_id, offered, now)
+                return
