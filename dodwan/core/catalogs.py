@@ -177,7 +177,7 @@ class CatalogsMixin(NodeState):
         self, n: Neighbour, entries: Sequence[wire.CatalogEntry], now: float
     ) -> None:
         started: list[tuple[str, int]] = []
-        new: list[tuple[str, int, int, str]] = []
+        new: list[tuple[str, int, int, m.Header]] = []
         mine: set[str] = set()
         for e in entries:
             offered = all_of(e.frags) if e.have is None else e.have
@@ -196,19 +196,21 @@ class CatalogsMixin(NodeState):
                 continue
             if self._wants(e.msg_id, decoded[0]):
                 zsize = decoded[1].zsize if e.frags > 1 else 0
-                new.append((e.msg_id, offered, zsize, decoded[1].origin))
+                new.append((e.msg_id, offered, zsize, decoded[1]))
                 if self.config.altruistic and self._own_profile.matches(decoded[0]):
                     mine.add(e.msg_id)
-        # what this host itself subscribed to before what it would only carry; among those,
-        # the smallest first (on a short contact, the likeliest to finish)
-        new.sort(key=lambda t: (t[0] not in mine, t[2]))
+        # what this host itself subscribed to before what it would only carry; then higher
+        # priority, persistent before non-persistent; then the smallest first (on a short
+        # contact, the likeliest to finish)
+        new.sort(key=lambda t: (t[0] not in mine, -t[3].priority, not t[3].persistent, t[2]))
         # messages already being reassembled first; a new one only when the reassembly
         # budget can hold all of it, so partial sets never starve each other, and only when
         # it can fit in the cache and in its origin's share beside the transfers under way
         # (several started at once would each get part of the room and none finish)
         for msg_id, offered in started:
             self._queue_request(n.host_id, msg_id, offered, now)
-        for msg_id, offered, zsize, origin in new:
+        for msg_id, offered, zsize, header in new:
+            origin = header.origin
             if zsize and msg_id not in self._reserved:
                 if self._reserved_bytes + zsize > self._limits.max_partial_bytes:
                     self._count("deferred_reassembly_budget")

@@ -59,21 +59,34 @@ class TransfersMixin(NodeState):
     def _next_to_send(self) -> str:
         """The message to send fragments of next: the one being sent until it is done (a
         short contact carries one whole message rather than parts of several); then one a
-        requester itself subscribed to (it is the destination), then the one with the fewest
-        fragments left to send, then the one asked first."""
+        requester itself subscribed to (it is the destination); then higher priority, then
+        persistent before non-persistent; then the one with the fewest fragments left to
+        send, then the one asked first."""
         cur = self._sending
-        if cur is not None and cur in self._send_queue:
-            return cur
-        best, best_key = "", (2, 0, 0)
+        if cur is not None and cur not in self._send_queue:
+            cur = None
+        best, best_key = "", (2, 0, False, 0, 0)
+        cur_class: tuple[int, int, bool] | None = None
         for order, (msg_id, q) in enumerate(self._send_queue.items()):
-            direct = any(
-                msg_id in self._matcher.matching(h) for h in self._send_for.get(msg_id, ())
-            )
-            key = (0 if direct else 1, len(q), order)
+            key = (*self._send_class(msg_id), len(q), order)
+            if msg_id == cur:
+                cur_class = key[:3]
             if not best or key < best_key:
                 best, best_key = msg_id, key
+        # the message under way goes on unless one of a better class (direct, priority,
+        # persistent) was asked for meanwhile
+        if cur is not None and cur_class is not None and cur_class <= best_key[:3]:
+            return cur
         self._sending = best
         return best
+
+    def _send_class(self, msg_id: str) -> tuple[int, int, bool]:
+        """Sending class of a queued message, best lowest: asked by a host that subscribed
+        to it, then higher priority, then persistent."""
+        direct = any(msg_id in self._matcher.matching(h) for h in self._send_for.get(msg_id, ()))
+        c = self._cache.get(msg_id)
+        prio, kept = (c.header.priority, c.header.persistent) if c is not None else (0, False)
+        return (0 if direct else 1, -prio, not kept)
 
     def _fill_fragments(self, out: list[bytes], budget: int | None) -> None:
         get = self._store.get_fragment
