@@ -292,3 +292,38 @@ def test_varints_and_strings_encode_as_before() -> None:
     assert wire.encode_attributes({"b": "2", "a": ""}) == b"\x02\x01a\x00\x01b\x012"
     with pytest.raises(ValueError):
         wire._varint(-1)
+
+
+def _reference_decode_attributes(raw: bytes, limits: Limits) -> dict[str, str]:
+    """The straightforward reader the inline decoder must agree with, result and error."""
+    r = wire._Reader(raw)
+    n = r.varint(limits.max_attributes)
+    out: dict[str, str] = {}
+    for _ in range(n):
+        name = r.text(limits.max_attribute_name)
+        value = r.text(limits.max_descriptor_bytes)
+        if not name or name in out:
+            raise WireError("bad attribute name")
+        out[name] = value
+    r.end()
+    return out
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.dictionaries(st.text(max_size=140), st.text(max_size=300), max_size=12),
+    st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), max_size=4),
+    st.integers(-3, 3),
+)
+def test_descriptor_decoding_agrees_with_the_reference_reader_on_any_bytes(
+    attrs: dict[str, str], edits: list[tuple[int, int]], cut: int
+) -> None:
+    limits = Limits(max_attribute_name=100, max_attributes=10)
+    raw = bytearray(wire.encode_attributes(attrs))
+    for where, byte in edits:  # corrupt a few bytes: lengths, varints, utf-8
+        if raw:
+            raw[where % len(raw)] = byte
+    data = bytes(raw[: len(raw) + cut] if cut < 0 else raw + b"\x80" * cut)
+    assert _outcome(wire.decode_attributes, data, limits) == _outcome(
+        _reference_decode_attributes, data, limits
+    )

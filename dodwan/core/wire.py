@@ -243,16 +243,42 @@ def encode_attributes(d: Mapping[str, str]) -> bytes:
 
 
 def decode_attributes(raw: bytes, limits: Limits) -> dict[str, str]:
+    """Inverse of :func:`encode_attributes`. Every catalog entry a peer offers is decoded
+    here, so the common case (lengths below 128, one-byte varints) is read inline: the same
+    checks in the same order as :class:`_Reader`, at about half the cost."""
     r = _Reader(raw)
     n = r.varint(limits.max_attributes)
+    pos, size = r.pos, len(raw)
+    limit = (limits.max_attribute_name, limits.max_descriptor_bytes)
     out: dict[str, str] = {}
-    for _ in range(n):
-        name = r.text(limits.max_attribute_name)
-        value = r.text(limits.max_descriptor_bytes)
-        if not name or name in out:
-            raise WireError("bad attribute name")
-        out[name] = value
-    r.end()
+    pair = ["", ""]
+    try:
+        for _ in range(n):
+            for k in (0, 1):
+                if pos >= size:
+                    raise WireError("truncated")
+                length = raw[pos]
+                if length < 0x80:
+                    pos += 1
+                    if length > limit[k]:
+                        raise WireError("value out of range")
+                else:
+                    r.pos = pos
+                    length = r.varint(limit[k])
+                    pos = r.pos
+                end = pos + length
+                if end > size:
+                    raise WireError("truncated")
+                pair[k] = raw[pos:end].decode("utf-8")
+                pos = end
+            name = pair[0]
+            if not name or name in out:
+                raise WireError("bad attribute name")
+            out[name] = pair[1]
+    except UnicodeDecodeError:
+        raise WireError("invalid utf-8") from None
+    if pos != size:
+        raise WireError("trailing bytes")
     return out
 
 
