@@ -194,7 +194,7 @@ def test_a_request_repeating_one_range_costs_what_it_asks_for_once() -> None:
     assert len(request) < 65_000
     a.receive_datagram(request, "evil", now=1.0)
     assert a.fragments_queued == frags
-    tokens_left = a._neighbours["evil"].tokens
+    tokens_left = a._serving.available("evil", 1.0)
     assert tokens_left <= a._limits.max_requests_per_second - frags  # charged
     # asked again at once: charged again, so a flood of such requests runs into the limit
     for _ in range(100):
@@ -339,3 +339,76 @@ def test_large_hostile_requests_are_not_kept_decoded() -> None:
     grown = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     assert grown < 4 << 20, grown  # 40 x ~1.3 MB when cached
+
+
+# --- work peers can trigger: charged per source address and in all -------------------------
+
+
+def _offers(count: int, tag: str) -> list[bytes]:
+    """Catalog entries of ``count`` valid, distinct descriptors nobody subscribed to."""
+    evil = Node(NodeConfig(host_id=f"o{tag}", cache_capacity=1 << 30), rng=random.Random(0))
+    out = []
+    for i in range(count):
+        mid = evil.publish({"t": f"junk.{tag}.{i}"}, b"x", deadline=1000, now=0)
+        zdesc = evil._cache[mid].meta.zdesc
+        out.append(wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, zdesc)))
+    return out
+
+
+def test_a_flood_of_offers_from_one_socket_costs_a_bounded_number_of_decodes() -> None:
+    # 40 sender names behind one address offering 6,000 new descriptors within a second:
+    # each was decoded, checked and matched (tens of microseconds each, whatever the names).
+    v = Node(NodeConfig(host_id="v"), rng=random.Random(2))
+    v.subscribe({"t": "news"}, now=0.0)
+    entries = _offers(6000, "a")
+    for k in range(0, len(entries), 150):
+        sender = f"evil{k // 150}"
+        v.receive_datagram(
+            wire.encode_announce(sender, 1, False, 0, 0, (), entries[k : k + 150]), "evil-addr", 1.0
+        )
+    budget = v._limits.max_descriptor_decodes
+    assert len(v._zdesc_cache) <= budget  # one second's worth for that address
+    assert v.counters["descriptors_deferred"] >= len(entries) - budget
+    # a neighbour at another address is still heard: its offer is decoded and asked for
+    friend = Node(NodeConfig(host_id="friend"), rng=random.Random(3))
+    mid = friend.publish({"t": "news"}, b"hello", deadline=1000, now=0.0)
+    zdesc = friend._cache[mid].meta.zdesc
+    offer = wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, zdesc))
+    v.receive_datagram(wire.encode_announce("friend", 1, False, 0, 0, (), [offer]), "f-addr", 1.1)
+    assert mid in v._pending.get("friend", {})
+
+
+def test_offers_from_ever_new_sockets_share_one_decode_budget() -> None:
+    v = Node(NodeConfig(host_id="v"), rng=random.Random(2))
+    entries = _offers(6000, "b")
+    for k in range(0, len(entries), 100):  # 60 addresses, 100 new offers each, in a second
+        sender = f"evil{k}"
+        dg = wire.encode_announce(sender, 1, False, 0, 0, (), entries[k : k + 100])
+        v.receive_datagram(dg, f"addr{k}", 1.0)
+    decoded = len(v._zdesc_cache)
+    assert decoded <= v._limits.max_descriptor_decodes_total
+    # later the budget is back: the offers deferred are decoded when offered again
+    again = wire.encode_announce("evil59", 2, False, 0, 0, (), entries[5900:])
+    v.receive_datagram(again, "addr5900", 2.5)
+    assert len(v._zdesc_cache) == decoded + 100
+
+
+def test_sender_names_behind_one_socket_share_one_serving_budget() -> None:
+    # 21 MB of requests from many names made a victim send 310 MB: the rate limit was per
+    # name, and names are free.
+    v = Node(NodeConfig(host_id="v", max_datagram=1400), rng=random.Random(0))
+    mid = v.publish({"t": "x"}, os.urandom(1_000_000), deadline=1000, now=0)
+    frags = v._cache[mid].header.frags
+    v.handle_timer(0)
+    sent = 0
+    for k in range(40):  # 40 names, each asking for the whole message, within one second
+        sender = f"evil{k}"
+        now = 1.0 + k * 0.02
+        v.receive_datagram(wire.encode_announce(sender, 1, False, 0, 0, (), ()), "evil-addr", now)
+        v.receive_datagram(
+            wire.encode_request(sender, "v", [(mid, [(0, frags)])]), "evil-addr", now
+        )
+        sent += sum(1 for dg, _ in v.datagrams_to_send(now) if dg[3] == wire.FRAGMENT)
+    per_second = v._limits.max_requests_per_second
+    assert sent <= 2 * per_second  # one second's burst plus what refilled (< 1 s)
+    assert v.counters["requests_rate_limited"] >= 1

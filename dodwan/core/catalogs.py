@@ -130,6 +130,12 @@ class CatalogsMixin(NodeState):
     def _on_catalog(self, dg: wire.Catalog, now: float) -> None:
         self._on_catalog_entries(self._neighbours[dg.sender], dg.catalog, now)
 
+    def _decode_due(self, msg_id: str, zdesc: bytes) -> bool:
+        """Whether :meth:`_descriptor_of` would decode ``zdesc`` (work charged to the
+        sender's decode budget) rather than find it decoded or known bad."""
+        cached = self._zdesc_cache.get(msg_id)
+        return (cached is None or cached[0] != zdesc) and zdesc not in self._bad_zdesc
+
     def _descriptor_of(self, msg_id: str, zdesc: bytes) -> tuple[dict[str, str], m.Header] | None:
         """Decode (once) a descriptor offered by a peer; None when invalid."""
         cached = self._zdesc_cache.get(msg_id)
@@ -179,6 +185,7 @@ class CatalogsMixin(NodeState):
         started: list[tuple[str, int]] = []
         new: list[tuple[str, int, int, m.Header]] = []
         mine: set[str] = set()
+        deferred = 0
         for e in entries:
             offered = all_of(e.frags) if e.have is None else e.have
             n.offers[e.msg_id] = offered
@@ -188,6 +195,9 @@ class CatalogsMixin(NodeState):
                     started.append((e.msg_id, offered))
                 continue
             if e.msg_id in self._history:
+                continue
+            if self._decode_due(e.msg_id, e.zdesc) and not self._decodes.take(n.address, now):
+                deferred += 1  # over its decode budget: until it is offered again
                 continue
             decoded = self._descriptor_of(e.msg_id, e.zdesc)
             if decoded is None or decoded[1].frags != e.frags or decoded[1].deadline <= now:
@@ -199,6 +209,8 @@ class CatalogsMixin(NodeState):
                 new.append((e.msg_id, offered, zsize, decoded[1]))
                 if self.config.altruistic and self._own_profile.matches(decoded[0]):
                     mine.add(e.msg_id)
+        if deferred:
+            self._count("descriptors_deferred", deferred)
         # what this host itself subscribed to before what it would only carry; then higher
         # priority, persistent before non-persistent; then the smallest first (on a short
         # contact, the likeliest to finish)

@@ -144,9 +144,7 @@ class GossipMixin(NodeState):
                 self._lose(stale.host_id)
                 self._count("neighbours_displaced")
                 self._recompute_known(now)
-            n = Neighbour(
-                sender, source, now, tokens=self._limits.max_requests_per_second, tokens_at=now
-            )
+            n = Neighbour(sender, source, now)
             self._neighbours[sender] = n
             self._beacon_scale = 1.0
             self._events.append(NeighbourFound(sender, source))
@@ -325,24 +323,25 @@ class GossipMixin(NodeState):
                 if self._profiles.overheard(owner, version, ranges, now):
                     self._count("profile_requests_suppressed")
             return
-        n = self._neighbours[dg.sender]
-        rate = self._limits.max_requests_per_second
-        n.tokens = min(rate, n.tokens + (now - n.tokens_at) * rate)
-        n.tokens_at = now
-        for owner, version, ranges in dg.entries:
-            pieces = self._pieces_of(owner, version)
-            if pieces is None:
-                continue
-            for i in indexes(mask_of(ranges) & ((1 << len(pieces)) - 1)):
-                if n.tokens < 1:
-                    self._count("requests_rate_limited")
-                    return
-                n.tokens -= 1
-                data = wire.encode_profile_piece(
-                    self.host_id, owner, version, len(pieces), i, pieces[i]
-                )
-                if len(data) > self.config.max_datagram:
-                    self._count("profile_pieces_too_large")
+        address = self._neighbours[dg.sender].address
+        tokens = start = self._serving.available(address, now)
+        try:
+            for owner, version, ranges in dg.entries:
+                pieces = self._pieces_of(owner, version)
+                if pieces is None:
                     continue
-                self._outbox.append(data)
-                self._count("profile_pieces_sent")
+                for i in indexes(mask_of(ranges) & ((1 << len(pieces)) - 1)):
+                    if tokens < 1:
+                        self._count("requests_rate_limited")
+                        return
+                    tokens -= 1
+                    data = wire.encode_profile_piece(
+                        self.host_id, owner, version, len(pieces), i, pieces[i]
+                    )
+                    if len(data) > self.config.max_datagram:
+                        self._count("profile_pieces_too_large")
+                        continue
+                    self._outbox.append(data)
+                    self._count("profile_pieces_sent")
+        finally:
+            self._serving.spend(address, start - tokens)

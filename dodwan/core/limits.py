@@ -77,7 +77,22 @@ class Limits:
     """Messages in one received request."""
 
     max_requests_per_second: float = 2000.0
-    """Fragments one neighbour may ask us to send per second (token bucket)."""
+    """Fragments (and profile pieces) one source address may ask us to send per second
+    (token bucket): every sender name behind one socket shares it."""
+
+    max_served_per_second: float = 8000.0
+    """Fragments and profile pieces all neighbours together may ask us to send per second,
+    so ever new source addresses cannot make a host send without bound."""
+
+    max_descriptor_decodes: float = 1000.0
+    """Descriptors not seen before that one source address may make this node decode per
+    second, offered in catalogs or carried by unrequested fragments (token bucket). Decoding,
+    checking and matching one costs tens of microseconds; past the budget an offer is
+    ignored until it is offered again (offers are repeated), so a flood of offers costs a
+    bounded share of a core whatever its datagrams hold."""
+
+    max_descriptor_decodes_total: float = 4000.0
+    """The same for all source addresses together."""
 
     max_partial_bytes: int = 32 * 1024 * 1024
     """Bytes held in incomplete messages (reassembly memory) before new partial sets are refused."""

@@ -28,6 +28,3 @@ class Neighbour:
     at distance 0."""
     offers: dict[str, int] = field(default_factory=dict)
     """msg id -> bitmask of the fragments this neighbour last said it holds"""
-    tokens: float = 0.0
-    """Token bucket for fragments this neighbour may ask us to send."""
-    tokens_at: float = 0.0

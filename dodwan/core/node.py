@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from . import message as m
 from . import wire
+from .budgets import RateBudget
 from .cache import Cached, CacheFullError, CacheMixin
 from .catalogs import CatalogsMixin
 from .config import NodeConfig
@@ -128,6 +129,11 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._last_sent = float("-inf")
         self._beacon_bytes = b""
         self._next_housekeeping = None
+        lim, sources = self._limits, 4 * self._limits.max_neighbours
+        self._decodes = RateBudget(
+            lim.max_descriptor_decodes, lim.max_descriptor_decodes_total, sources
+        )
+        self._serving = RateBudget(lim.max_requests_per_second, lim.max_served_per_second, sources)
 
         self._load()
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from . import message as m
 from . import wire
+from .budgets import RateBudget
 from .config import NodeConfig
 from .events import Event, TraceRecord
 from .limits import Limits
@@ -117,6 +118,10 @@ class NodeState:
     _last_sent: float
     _beacon_bytes: bytes
     _next_housekeeping: float | None
+    _decodes: RateBudget
+    """Descriptor decodes peers may cause, per source address and in all."""
+    _serving: RateBudget
+    """Fragments and profile pieces peers may ask for, per source address and in all."""
 
     def _count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -166,6 +171,7 @@ class NodeState:
         def _prompt_announce(self, msg_id: str, now: float) -> None: ...
         def _rebuild_own_profile(self) -> None: ...
         # catalogs
+        def _decode_due(self, msg_id: str, zdesc: bytes) -> bool: ...
         def _catalog(self, now: float, room: int, budget: int) -> list[list[bytes]]: ...
         def _descriptor_of(
             self, msg_id: str, zdesc: bytes

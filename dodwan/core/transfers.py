@@ -207,29 +207,31 @@ class TransfersMixin(NodeState):
                     old = self._requested.get(msg_id, (0, now))[0]
                     self._requested[msg_id] = (old | mask, now)
             return
-        n = self._neighbours[dg.sender]
-        rate = self._limits.max_requests_per_second
-        n.tokens = min(rate, n.tokens + (now - n.tokens_at) * rate)
-        n.tokens_at = now
-        for msg_id, ranges in dg.entries:
-            c = self._cache.get(msg_id)
-            if c is None:
-                continue
-            q = self._send_queue.setdefault(msg_id, {})
-            self._send_for.setdefault(msg_id, set()).add(dg.sender)
-            hops, have = c.meta.hops + 1, c.have
-            for first, count in merge_ranges(ranges, c.header.frags):
-                for i in range(first, first + count):
-                    if n.tokens < 1:
-                        self._count("requests_rate_limited")
-                        if not q:
-                            self._unqueue(msg_id)
-                        return
-                    n.tokens -= 1
-                    if have >> i & 1 and i not in q:
-                        q[i] = hops
-            if not q:
-                self._unqueue(msg_id)
+        # charged to the source address and to the node's total (see budgets.py)
+        address = self._neighbours[dg.sender].address
+        tokens = start = self._serving.available(address, now)
+        try:
+            for msg_id, ranges in dg.entries:
+                c = self._cache.get(msg_id)
+                if c is None:
+                    continue
+                q = self._send_queue.setdefault(msg_id, {})
+                self._send_for.setdefault(msg_id, set()).add(dg.sender)
+                hops, have = c.meta.hops + 1, c.have
+                for first, count in merge_ranges(ranges, c.header.frags):
+                    for i in range(first, first + count):
+                        if tokens < 1:
+                            self._count("requests_rate_limited")
+                            if not q:
+                                self._unqueue(msg_id)
+                            return
+                        tokens -= 1
+                        if have >> i & 1 and i not in q:
+                            q[i] = hops
+                if not q:
+                    self._unqueue(msg_id)
+        finally:
+            self._serving.spend(address, start - tokens)
 
     def _on_fragment(self, dg: wire.Fragment, now: float) -> None:
         c = self._cache.get(dg.msg_id)
@@ -244,6 +246,10 @@ class TransfersMixin(NodeState):
         else:
             if dg.msg_id in self._history:
                 self._count("fragments_duplicate")
+                return
+            address = self._neighbours[dg.sender].address
+            if self._decode_due(dg.msg_id, dg.zdesc) and not self._decodes.take(address, now):
+                self._count("descriptors_deferred")
                 return
             decoded = self._descriptor_of(dg.msg_id, dg.zdesc)
             if decoded is None:
