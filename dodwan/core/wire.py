@@ -187,6 +187,14 @@ class _Reader:
         return v
 
     def varint(self, maximum: int = (1 << 63) - 1) -> int:
+        pos = self.pos
+        if pos < len(self.data):  # most varints are one byte: read it directly
+            b = self.data[pos]
+            if b < 0x80:
+                if b > maximum:
+                    raise WireError("value out of range")
+                self.pos = pos + 1
+                return b
         shift = 0
         value = 0
         while True:
