@@ -114,6 +114,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._pending = {}  # target -> msg -> mask to request
         self._pending_at = {}  # target -> when to send
         self._requested = {}  # msg -> (mask, when)
+        self._requested_heap = []
 
         self._seq = 0
         self._offers = Offers(config.announce_period)
@@ -361,8 +362,8 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
             t = self._deadlines[0][0]
         if self._history_heap and self._history_heap[0][0] < t:
             t = self._history_heap[0][0]
-        if self._requested:
-            oldest = min(when for _, when in self._requested.values())
+        oldest = self._oldest_request()
+        if oldest is not None:
             t = min(t, oldest + self.config.request_timeout)
         return t
 

@@ -99,6 +99,9 @@ class NodeState:
     """target -> when to send its requests"""
     _requested: dict[str, tuple[int, float]]
     """message -> (mask asked, when)"""
+    _requested_heap: list[tuple[float, str]]
+    """``(when, id)`` of every ``_requested`` entry (stale ones skipped lazily): the oldest
+    request in O(log n) for every timer computation, which runs after every datagram."""
     _seq: int
     _offers: Offers
     _offers_left: bool

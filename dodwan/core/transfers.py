@@ -179,8 +179,7 @@ class TransfersMixin(NodeState):
             mask = self._missing(msg_id, mask, now)
             if mask:
                 entries.append((msg_id, ranges_of(mask)))
-                old = self._requested.get(msg_id, (0, now))[0]
-                self._requested[msg_id] = (old | mask, now)
+                self._asked(msg_id, mask, now)
         for i in range(0, len(entries), 32):
             self._outbox.append(wire.encode_request(self.host_id, target, entries[i : i + 32]))
             self._count("requests_sent")
@@ -204,8 +203,7 @@ class TransfersMixin(NodeState):
                             del pending[msg_id]
                 if suppressed:
                     self._count("requests_suppressed")
-                    old = self._requested.get(msg_id, (0, now))[0]
-                    self._requested[msg_id] = (old | mask, now)
+                    self._asked(msg_id, mask, now)
             return
         # charged to the source address and to the node's total (see budgets.py)
         address = self._neighbours[dg.sender].address
@@ -358,10 +356,34 @@ class TransfersMixin(NodeState):
         self._prompt_announce(msg_id, now)
         self._deliver(c, now, zpayload=z)
 
+    def _asked(self, msg_id: str, mask: int, now: float) -> None:
+        """``mask`` of ``msg_id`` was asked for (by us, or by a neighbour we overheard)."""
+        old = self._requested.get(msg_id, (0, now))[0]
+        self._requested[msg_id] = (old | mask, now)
+        heap = self._requested_heap
+        heapq.heappush(heap, (now, msg_id))
+        if len(heap) > 2 * len(self._requested) + 64:
+            self._requested_heap = [(w, k) for k, (_, w) in self._requested.items()]
+            heapq.heapify(self._requested_heap)
+
+    def _oldest_request(self) -> float | None:
+        """When the oldest request still outstanding was made (stale heap entries go)."""
+        heap, requested = self._requested_heap, self._requested
+        while heap:
+            when, msg_id = heap[0]
+            req = requested.get(msg_id)
+            if req is not None and req[1] == when:
+                return when
+            heapq.heappop(heap)
+        return None
+
     def _retry_requests(self, now: float) -> None:
         """Fragments asked for and not received within ``request_timeout`` are asked again
         from a neighbour that offered them, without waiting for it to offer them again."""
         timeout = self.config.request_timeout
+        oldest = self._oldest_request()
+        if oldest is None or oldest + timeout > now:
+            return  # nothing due (checked in O(log n), not by looking at every request)
         for msg_id, (_, when) in list(self._requested.items()):
             if when + timeout > now:
                 continue
