@@ -290,3 +290,52 @@ def test_a_profile_of_huge_expressions_costs_the_victim_nothing(
                  timeout=5.0, what="legitimate message at the victim")  # fmt: skip
     finally:
         pub.kill()
+
+
+def test_a_flood_of_new_offers_from_one_socket_is_decoded_within_its_budget(
+    tmp_path: Path,
+) -> None:
+    # 6,000 new descriptors the victim wants, offered by 30 sender names behind one socket
+    # within a second: each was decoded, checked, matched and asked for, whatever the names.
+    group = random_group()
+    proc = DaemonProc(tmp_path / "d", ["--group", group, "--host-id", "v7",
+                                       "--announce-period", "0.5"])  # fmt: skip
+    proc.start()
+    pub = DaemonProc(tmp_path / "pub", ["--group", group, "--host-id", "pub7",
+                                        "--announce-period", "0.5"])  # fmt: skip
+    try:
+        client = proc.client()
+        client.post("/subscribe", {"patterns": [{"topic": "news.*"}],
+                                   "sink": {"kind": "dir", "target": str(tmp_path / "out")}})  # fmt: skip
+        own = client.publish_bytes(b"mine", attributes={"topic": "own"}, ttl=600)["id"]
+        v = Victim(proc, group)
+        assert proc.proc is not None
+        before = _rss_mb(proc.proc.pid)
+        evil = Node(NodeConfig(host_id="o7", max_datagram=1400), rng=random.Random(7))
+        now = time.time()
+        entries = []
+        for i in range(6000):
+            mid = evil.publish({"topic": f"news.{i}"}, b"x", deadline=now + 600, now=now)
+            zdesc = evil._cache[mid].meta.zdesc
+            entries.append(wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, zdesc)))
+        for k in range(0, len(entries), 200):
+            v.sock.sendto(announce(f"evil7-{k}", entries=entries[k : k + 200]), v.dest)
+            time.sleep(0.005)  # paced: offers, not socket overflows, are what is measured
+        started = time.monotonic()
+        proc.status()
+        assert time.monotonic() - started < 1.0  # the admin API answers at once
+        wait_for(lambda: v.counters().get("descriptors_deferred", 0) >= 1000,
+                 what="offers past the decode budget deferred")  # fmt: skip
+        assert _rss_mb(proc.proc.pid) - before < 32
+        # a legitimate publication (another socket) still reaches the victim within 5 s
+        pub.start()
+        mid = pub.client().publish_bytes(b"legit", attributes={"topic": "news.legit"},
+                                         ttl=600)["id"]  # fmt: skip
+        wait_for(lambda: mid in {e["id"] for e in client.get("/cache")},
+                 timeout=5.0, what="legitimate message at the victim")  # fmt: skip
+        assert own in {e["id"] for e in client.get("/cache")}  # nothing stored was lost
+        v.sock.close()
+    finally:
+        pub.kill()
+        proc.kill()
+    assert "Traceback" not in proc.log.read_text()
