@@ -412,3 +412,64 @@ def test_sender_names_behind_one_socket_share_one_serving_budget() -> None:
     per_second = v._limits.max_requests_per_second
     assert sent <= 2 * per_second  # one second's burst plus what refilled (< 1 s)
     assert v.counters["requests_rate_limited"] >= 1
+
+
+# --- inflation on delivery -----------------------------------------------------------------
+
+
+def _bomb(origin: Node, tag: str, size: int, now: float) -> list[bytes]:
+    """Fragment datagrams of an all-zero message of ``size`` bytes (a few hundred on the air)."""
+    mid = origin.publish({"t": "news", "n": tag}, bytes(size), deadline=now + 7200, now=now)
+    c = origin._cache[mid]
+    return [
+        wire.encode_fragment(
+            origin.host_id, mid, 1, i, c.meta.zdesc, origin._store.get_fragment(mid, i) or b""
+        )
+        for i in range(c.header.frags)
+    ]
+
+
+def _delivered(node: Node) -> list[str]:
+    out = []
+    while (ev := node.next_event()) is not None:
+        if isinstance(ev, MessageDelivered):
+            out.append(ev.descriptor["n"])
+    return out
+
+
+def test_what_one_origin_makes_a_host_inflate_counts_against_its_allowance() -> None:
+    # All-zero messages of 8 MiB are ~1 KB on the air: every one was inflated and handed to
+    # the sinks at once (a dir sink wrote 64 MiB per few KB received).
+    MiB = 1 << 20
+    limits = Limits(max_inflation_per_origin=20 * MiB)
+    v = Node(NodeConfig(host_id="v", limits=limits), rng=random.Random(0))
+    v.subscribe({"t": "news"}, now=0.0)
+    origin = Node(NodeConfig(host_id="o", cache_capacity=1 << 30), rng=random.Random(1))
+    other = Node(NodeConfig(host_id="p", cache_capacity=1 << 30), rng=random.Random(2))
+    sent = [d for k in range(3) for d in _bomb(origin, f"o{k}", 8 * MiB, 0.0)]
+    sent += _bomb(other, "p0", 8 * MiB, 0.0)
+    assert sum(map(len, sent)) < 8 * 1024
+    for d in sent:
+        v.receive_datagram(d, "nbr", now=1.0)
+    # two of o's fit in its 20 MiB, the third waits; another origin has its own allowance
+    assert sorted(_delivered(v)) == ["o0", "o1", "p0"]
+    assert v.counters["deliveries_deferred_inflation"] == 1
+    assert v.cache_usage()["complete"] == 4  # nothing stored is dropped
+    v.handle_timer(600.0)  # a sixth of the hour: not yet refilled enough
+    assert _delivered(v) == []
+    v.handle_timer(1.0 + 3600.0 * 0.4 + 20)  # 8 MiB of 20 MiB/h: refilled after ~24 min
+    assert _delivered(v) == ["o2"]
+    assert v.get_timer() is not None
+
+
+def test_origins_share_one_inflation_allowance_in_all() -> None:
+    MiB = 1 << 20
+    limits = Limits(max_inflation_per_origin=64 * MiB, max_inflation_total=20 * MiB)
+    v = Node(NodeConfig(host_id="v", limits=limits), rng=random.Random(0))
+    v.subscribe({"t": "news"}, now=0.0)
+    for k in range(4):  # four origins (names are free), one bomb each
+        o = Node(NodeConfig(host_id=f"o{k}", cache_capacity=1 << 30), rng=random.Random(k))
+        for d in _bomb(o, f"o{k}", 8 * MiB, 0.0):
+            v.receive_datagram(d, f"addr{k}", now=1.0)
+    assert len(_delivered(v)) == 2
+    assert v.counters["deliveries_deferred_inflation"] == 2

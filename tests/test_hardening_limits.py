@@ -339,3 +339,44 @@ def test_a_flood_of_new_offers_from_one_socket_is_decoded_within_its_budget(
         pub.kill()
         proc.kill()
     assert "Traceback" not in proc.log.read_text()
+
+
+def test_all_zero_messages_of_one_origin_inflate_within_its_allowance(tmp_path: Path) -> None:
+    # Legal all-zero messages of 8 MiB are ~1 KB of fragments each: the victim inflated every
+    # one into its dir sink at once (64 MiB per message at the default maximum size).
+    conf = tmp_path / "v.toml"
+    conf.write_text(f"[node.limits]\nmax_inflation_per_origin = {20 << 20}\n")
+    group = random_group()
+    proc = DaemonProc(tmp_path / "d", ["--group", group, "--host-id", "v8", "--config", str(conf)])
+    proc.start()
+    out = tmp_path / "out"
+    try:
+        client = proc.client()
+        client.post("/subscribe", {"patterns": [{"topic": "zeros"}],
+                                   "sink": {"kind": "dir", "target": str(out)}})  # fmt: skip
+        v = Victim(proc, group)
+        assert proc.proc is not None
+        before = _rss_mb(proc.proc.pid)
+        bombs = [forge("evil8", bytes(8 << 20), {"topic": "zeros", "n": str(k)}, seed=k)
+                 for k in range(3)]  # fmt: skip
+        v.sock.sendto(announce("evil8"), v.dest)
+        for msg_id, zdesc, _desc, frags in bombs:
+            for i, chunk in enumerate(frags):
+                v.sock.sendto(wire.encode_fragment("evil8", msg_id, 1, i, zdesc, chunk), v.dest)
+        wait_for(lambda: v.counters().get("deliveries_deferred_inflation", 0) >= 1,
+                 what="the third message waiting for its origin's allowance")  # fmt: skip
+        started = time.monotonic()
+        cached = {e["id"] for e in client.get("/cache")}
+        assert time.monotonic() - started < 1.0
+        assert {b[0] for b in bombs} <= cached  # all three kept, one not delivered yet
+
+        def payloads() -> list[Path]:
+            return [f for f in out.iterdir() if f.suffix != ".json"] if out.exists() else []
+
+        wait_for(lambda: len(payloads()) == 2, what="two messages in the sink")
+        assert sum(f.stat().st_size for f in payloads()) == 2 * (8 << 20)
+        assert _rss_mb(proc.proc.pid) - before < 32 + 16  # two 8 MiB payloads handled
+        v.sock.close()
+    finally:
+        proc.kill()
+    assert "Traceback" not in proc.log.read_text()

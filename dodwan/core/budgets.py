@@ -14,19 +14,28 @@ from collections.abc import Hashable
 
 
 class RateBudget:
-    """``per_source`` and ``total`` tokens per second; at most ``max_sources`` buckets kept
+    """``per_source`` and ``total`` tokens per second, each bucket holding at most
+    ``window`` seconds' worth (and starting full); at most ``max_sources`` buckets kept
     (past that, the oldest half is forgotten: a forgotten source starts full again, which
     the total still bounds)."""
 
-    __slots__ = ("_at", "_buckets", "_tokens", "max_sources", "per_source", "total")
+    __slots__ = ("_at", "_buckets", "_tokens", "max_sources", "per_source", "total", "window")
 
-    def __init__(self, per_source: float, total: float, max_sources: int) -> None:
+    def __init__(
+        self, per_source: float, total: float, max_sources: int, window: float = 1.0
+    ) -> None:
         self.per_source = per_source
         self.total = total
         self.max_sources = max_sources
+        self.window = window
         self._buckets: dict[Hashable, list[float]] = {}
-        self._tokens = total
+        self._tokens = total * window
         self._at: float | None = None
+
+    @property
+    def capacity(self) -> float:
+        """The most one source can ever spend at once."""
+        return min(self.per_source, self.total) * self.window
 
     def available(self, source: Hashable, now: float) -> float:
         """Tokens ``source`` may spend now (refilled to ``now``): the lower of its own
@@ -34,16 +43,17 @@ class RateBudget:
         if self._at is None:
             self._at = now
         elif now > self._at:
-            self._tokens = min(self.total, self._tokens + (now - self._at) * self.total)
+            cap = self.total * self.window
+            self._tokens = min(cap, self._tokens + (now - self._at) * self.total)
             self._at = now
         b = self._buckets.get(source)
         if b is None:
             if len(self._buckets) >= self.max_sources:
                 for k in list(self._buckets)[: len(self._buckets) // 2]:
                     del self._buckets[k]
-            b = self._buckets[source] = [self.per_source, now]
+            b = self._buckets[source] = [self.per_source * self.window, now]
         elif now > b[1]:
-            b[0] = min(self.per_source, b[0] + (now - b[1]) * self.per_source)
+            b[0] = min(self.per_source * self.window, b[0] + (now - b[1]) * self.per_source)
             b[1] = now
         return min(b[0], self._tokens)
 

@@ -53,6 +53,9 @@ def check_public_key(key: object) -> str:
     return raw.hex()
 
 
+_INFLATION_RETRY = 10.0  # seconds between looks at deliveries waiting for an allowance
+
+
 class DeliveryMixin(NodeState):
     """The subscription and delivery part of :class:`~dodwan.core.node.Node`."""
 
@@ -131,6 +134,42 @@ class DeliveryMixin(NodeState):
         trusted = self._subs[key].trusted
         return None if trusted is None else sorted(trusted)
 
+    def _inflation_allowed(self, c: Cached, now: float) -> bool:
+        """Charge what inflating ``c`` adds (its size beyond its compressed size) to its
+        origin's allowance and to the total; when either is spent the delivery waits: the
+        message stays cached and :meth:`_retry_inflation` delivers it once they refill."""
+        h = c.header
+        extra = h.size - h.zsize
+        if extra <= 0 or c.meta.local:
+            return True
+        budget = self._inflation
+        need = min(extra, budget.capacity)  # one message larger than any allowance: when full
+        if budget.available(h.origin, now) >= need:
+            budget.spend(h.origin, need)
+            self._inflation_waiting.pop(h.msg_id, None)
+            return True
+        self._inflation_denials += 1
+        if h.msg_id not in self._inflation_waiting:
+            self._inflation_waiting[h.msg_id] = None
+            self._count("deliveries_deferred_inflation")
+        if self._inflation_retry_at is None:
+            self._inflation_retry_at = now + _INFLATION_RETRY
+        return False
+
+    def _retry_inflation(self, now: float) -> None:
+        """Deliver the messages that waited for their origin's inflation allowance, in the
+        order they came, as far as the allowances have refilled."""
+        self._inflation_retry_at = None
+        for msg_id in list(self._inflation_waiting):
+            c = self._cache.get(msg_id)
+            if c is None or not c.complete or c.header.deadline <= now:
+                del self._inflation_waiting[msg_id]
+                continue
+            denials = self._inflation_denials
+            self._deliver(c, now)  # delivered: it leaves the list; refused again: it stays
+            if msg_id in self._inflation_waiting and self._inflation_denials == denials:
+                del self._inflation_waiting[msg_id]  # no subscription wants it any more
+
     def _deliver(
         self,
         c: Cached,
@@ -150,6 +189,8 @@ class DeliveryMixin(NodeState):
         if not keys:
             return
         if payload is None:
+            if not self._inflation_allowed(c, now):
+                return
             z = zpayload if zpayload is not None else self._assemble(c)
             try:
                 if z is None:

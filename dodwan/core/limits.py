@@ -103,6 +103,16 @@ class Limits:
     clock skew) is refused, so nothing a peer sends is carried, retried or remembered for
     ever."""
 
+    max_inflation_per_origin: int = 256 * 1024 * 1024
+    """Bytes the messages of one remote origin may grow by when inflated for delivery
+    (uncompressed size beyond compressed size), per hour, bursting to that. A message past
+    the allowance stays cached and is delivered when it has refilled (counter
+    ``deliveries_deferred_inflation``), so a few KB of fragments of all-zero messages cannot
+    make a host write gigabytes to its sinks. Messages published here are exempt."""
+
+    max_inflation_total: int = 1024 * 1024 * 1024
+    """The same for all remote origins together, per hour (origin names are free)."""
+
     max_origin_share: float = 0.5
     """Fraction of the cache capacity the messages of one remote origin may occupy, so a
     flooding peer cannot take the whole cache (messages published here are exempt)."""

@@ -135,6 +135,13 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
             lim.max_descriptor_decodes, lim.max_descriptor_decodes_total, sources
         )
         self._serving = RateBudget(lim.max_requests_per_second, lim.max_served_per_second, sources)
+        hour = 3600.0
+        self._inflation = RateBudget(
+            lim.max_inflation_per_origin / hour, lim.max_inflation_total / hour, sources, hour
+        )
+        self._inflation_waiting = {}
+        self._inflation_retry_at = None
+        self._inflation_denials = 0
 
         self._load()
 
@@ -365,6 +372,8 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         oldest = self._oldest_request()
         if oldest is not None:
             t = min(t, oldest + self.config.request_timeout)
+        if self._inflation_retry_at is not None and self._inflation_retry_at < t:
+            t = self._inflation_retry_at
         return t
 
     def handle_timer(self, now: float) -> None:
@@ -372,6 +381,8 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._schedule_basics(now)
         self._purge_expired(now)
         self._retry_requests(now)
+        if self._inflation_retry_at is not None and self._inflation_retry_at <= now:
+            self._retry_inflation(now)
         for target, at in list(self._pending_at.items()):
             if at <= now:
                 self._send_request(target, now)

@@ -124,6 +124,12 @@ class NodeState:
     _decodes: RateBudget
     """Descriptor decodes peers may cause, per source address and in all."""
     _serving: RateBudget
+    _inflation: RateBudget
+    """Bytes inflation for delivery may add, per origin and in all (per hour)."""
+    _inflation_waiting: dict[str, None]
+    """Complete messages whose delivery waits for their origin's inflation allowance."""
+    _inflation_retry_at: float | None
+    _inflation_denials: int
     """Fragments and profile pieces peers may ask for, per source address and in all."""
 
     def _count(self, name: str, n: int = 1) -> None:
