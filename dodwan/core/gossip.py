@@ -163,6 +163,7 @@ class GossipMixin(NodeState):
         del self._neighbours[h]
         self._beacon_scale = 1.0
         self._pending.pop(h, None)
+        self._send_classes.clear()  # a requester gone: classes again
         for msg_id, asked in list(self._send_for.items()):
             asked.discard(h)
             if not asked:  # nobody left to send it to

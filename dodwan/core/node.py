@@ -79,6 +79,8 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._send_queue = {}
         self._send_for = {}
         self._sending = None
+        self._send_classes = {}
+        self._encoders = {}
         self.counters = {}
 
         self._cache = {}

@@ -12,7 +12,7 @@ and type-checked on its own.
 from __future__ import annotations
 
 import random
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -53,11 +53,15 @@ class NodeState:
     _tracing: bool
     _outbox: list[bytes]
     """Control datagrams produced and not yet pulled by the runner."""
-    _send_queue: dict[str, dict[int, int]]
+    _send_queue: dict[str, OrderedDict[int, int]]
     """Fragments requested from us, per message (in request order): index -> hops."""
     _send_for: dict[str, set[str]]
     """Per queued message, the neighbours that asked for it (gone ones are forgotten)."""
     _sending: str | None
+    _send_classes: dict[str, tuple[int, tuple[int, int, bool]]]
+    """Queued message -> (interest epoch, its sending class); see ``_send_class``."""
+    _encoders: dict[str, tuple[bytes, bytes]]
+    """Queued message -> the fixed parts of its fragment datagrams."""
     """The message being sent: served until its queue is empty before another starts."""
     counters: dict[str, int]
     _cache: dict[str, Cached]

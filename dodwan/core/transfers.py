@@ -5,6 +5,7 @@ completing what arrives."""
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Hashable
 
 from . import message as m
@@ -82,11 +83,18 @@ class TransfersMixin(NodeState):
 
     def _send_class(self, msg_id: str) -> tuple[int, int, bool]:
         """Sending class of a queued message, best lowest: asked by a host that subscribed
-        to it, then higher priority, then persistent."""
+        to it, then higher priority, then persistent (kept until a requester comes or goes,
+        or the profiles known change: it is looked at for every queued message every time
+        the link is ready)."""
+        hit = self._send_classes.get(msg_id)
+        if hit is not None and hit[0] == self._interest_epoch:
+            return hit[1]
         direct = any(msg_id in self._matcher.matching(h) for h in self._send_for.get(msg_id, ()))
         c = self._cache.get(msg_id)
         prio, kept = (c.header.priority, c.header.persistent) if c is not None else (0, False)
-        return (0 if direct else 1, -prio, not kept)
+        cls = (0 if direct else 1, -prio, not kept)
+        self._send_classes[msg_id] = (self._interest_epoch, cls)
+        return cls
 
     def _fill_fragments(self, out: list[bytes], budget: int | None) -> None:
         get = self._store.get_fragment
@@ -95,16 +103,16 @@ class TransfersMixin(NodeState):
             msg_id = self._next_to_send()
             q = self._send_queue[msg_id]
             c = self._cache.get(msg_id)
-            items = list(q.items())
-            taken = 0
             if c is not None:
-                pre = wire.fragment_encoder(self.host_id, msg_id, c.meta.zdesc)
+                pre = self._encoders.get(msg_id)
+                if pre is None:
+                    pre = wire.fragment_encoder(self.host_id, msg_id, c.meta.zdesc)
+                    self._encoders[msg_id] = pre
                 own = c.meta.local and not c.handed
-                for index, hops in items:
-                    if budget is not None and used >= budget:
-                        break
-                    taken += 1
-                    if not c.have >> index & 1:
+                have = c.have
+                while q and (budget is None or used < budget):
+                    index, hops = q.popitem(last=False)  # in request order
+                    if not have >> index & 1:
                         continue
                     chunk = get(msg_id, index)
                     if chunk is None:
@@ -115,15 +123,15 @@ class TransfersMixin(NodeState):
                     out.append(dg)
                     used += len(dg)
             else:
-                taken = len(items)
-            if taken < len(items):
-                self._send_queue[msg_id] = dict(items[taken:])
-            else:
+                q.clear()
+            if not q:
                 self._unqueue(msg_id)
 
     def _unqueue(self, msg_id: str) -> None:
         self._send_queue.pop(msg_id, None)
         self._send_for.pop(msg_id, None)
+        self._send_classes.pop(msg_id, None)
+        self._encoders.pop(msg_id, None)
         if self._sending == msg_id:
             self._sending = None
 
@@ -213,8 +221,13 @@ class TransfersMixin(NodeState):
                 c = self._cache.get(msg_id)
                 if c is None:
                     continue
-                q = self._send_queue.setdefault(msg_id, {})
-                self._send_for.setdefault(msg_id, set()).add(dg.sender)
+                q = self._send_queue.get(msg_id)
+                if q is None:
+                    q = self._send_queue[msg_id] = OrderedDict()
+                asked = self._send_for.setdefault(msg_id, set())
+                if dg.sender not in asked:
+                    asked.add(dg.sender)
+                    self._send_classes.pop(msg_id, None)  # a new requester: its class again
                 hops, have = c.meta.hops + 1, c.have
                 for first, count in merge_ranges(ranges, c.header.frags):
                     for i in range(first, first + count):
