@@ -473,3 +473,43 @@ def test_origins_share_one_inflation_allowance_in_all() -> None:
             v.receive_datagram(d, f"addr{k}", now=1.0)
     assert len(_delivered(v)) == 2
     assert v.counters["deliveries_deferred_inflation"] == 2
+
+
+def test_an_overheard_request_naming_a_host_that_will_not_answer_suppresses_nothing() -> None:
+    # A host drops from its own pending requests what it overhears others ask for (the
+    # answer is broadcast). A fake request naming a host that is not there, or that never
+    # offered the message, made the victim wait request_timeout for nothing, again and again.
+    a = Node(NodeConfig(host_id="a", max_datagram=1400), rng=random.Random(1))
+    mid = a.publish({"t": "news"}, os.urandom(20_000), deadline=1000, now=0.0)
+    zdesc = a._cache[mid].meta.zdesc
+    frags = a._cache[mid].header.frags
+    offer = wire.encode_catalog_entry(wire.CatalogEntry(mid, frags, None, zdesc))
+    v = Node(NodeConfig(host_id="v"), rng=random.Random(2))
+    v.subscribe({"t": "news"}, now=0.0)
+    v.receive_datagram(wire.encode_announce("a", 1, False, 0, 0, (), [offer]), "a-addr", 1.0)
+    assert v._pending["a"][mid]  # v is about to ask a for it
+    for target in ("ghost", "evil"):  # not a neighbour; a neighbour that offered nothing
+        fake = wire.encode_request("evil", target, [(mid, [(0, frags)])])
+        v.receive_datagram(fake, "evil-addr", 1.01)
+        assert v._pending["a"][mid] == (1 << frags) - 1, target
+    assert v.counters.get("requests_suppressed", 0) == 0
+    # a request to a, which offered it, is answered by broadcast: that one is suppressed
+    c_asks = wire.encode_request("c", "a", [(mid, [(0, frags)])])
+    v.receive_datagram(c_asks, "c-addr", 1.02)
+    assert mid not in v._pending.get("a", {})
+    assert v.counters["requests_suppressed"] == 1
+
+
+def test_an_overheard_profile_request_naming_a_stranger_suppresses_nothing() -> None:
+    a = Node(NodeConfig(host_id="a"), rng=random.Random(1))
+    a.subscribe({"t": "news"}, now=0.0)
+    version, pieces = a._own_profile.version, len(a._own_pieces)
+    v = Node(NodeConfig(host_id="v"), rng=random.Random(2))
+    v.receive_datagram(wire.encode_announce("a", 1, False, version, pieces, (), ()), "a", 1.0)
+    assert ("a", version) in v._profiles._pending["a"]  # v is about to ask a for its profile
+    fake = wire.encode_profile_request("evil", "ghost", [("a", version, [(0, pieces)])])
+    v.receive_datagram(fake, "evil-addr", 1.01)
+    assert ("a", version) in v._profiles._pending["a"]
+    real = wire.encode_profile_request("c", "a", [("a", version, [(0, pieces)])])
+    v.receive_datagram(real, "c-addr", 1.02)
+    assert ("a", version) not in v._profiles._pending.get("a", {})

@@ -319,8 +319,16 @@ class GossipMixin(NodeState):
 
     def _on_profile_request(self, dg: wire.ProfileRequest, now: float) -> None:
         if dg.target != self.host_id:
-            # Overheard: the pieces will be broadcast, so drop them from our own request.
+            # Overheard: the pieces will be broadcast, so drop them from our own request;
+            # only when the target is a neighbour that named that profile (anyone else will
+            # not answer, and suppressing would only delay ours).
+            target = self._neighbours.get(dg.target)
+            if target is None:
+                return
             for owner, version, ranges in dg.entries:
+                ref = target.refs.get(owner)
+                if ref is None or ref[1] != version:
+                    continue
                 if self._profiles.overheard(owner, version, ranges, now):
                     self._count("profile_requests_suppressed")
             return

@@ -197,11 +197,18 @@ class TransfersMixin(NodeState):
         # costs a token of the asker's rate limit: the work a request causes is bounded by
         # its size and by that limit, whatever its ranges say.
         if dg.target != self.host_id:
-            # Overheard: the answer will be broadcast, so drop the same fragments from ours.
+            # Overheard: the answer will be broadcast, so drop the same fragments from ours;
+            # only those the target is a neighbour known to hold: a request naming anyone
+            # else will not be answered, and would only delay ours (an attack: see
+            # docs/security.md).
+            target = self._neighbours.get(dg.target)
+            if target is None:
+                return
             for msg_id, ranges in dg.entries:
-                if not any(msg_id in pending for pending in self._pending.values()):
+                held = target.offers.get(msg_id, 0)
+                if not held or not any(msg_id in pending for pending in self._pending.values()):
                     continue
-                mask = bounded_mask(ranges, self._limits.max_fragments)
+                mask = bounded_mask(ranges, self._limits.max_fragments) & held
                 suppressed = False
                 for pending in self._pending.values():
                     if msg_id in pending and pending[msg_id] & mask:
