@@ -610,7 +610,8 @@ def test_the_standby_gateway_takes_over_and_the_primary_comes_back_without_copie
     wait_for(lambda: not binding(gw1, "hq")["connected"], 30, what="primary's uplink down")
     second = publish(field, topic, 10, start=10)
     exactly_once(hq, first + second, timeout=60, gw=gw2)
-    wait_for(lambda: binding(gw1, "hq")["backlog"] == 10, 30, what="primary holding 10")
+    wait_for(lambda: binding(gw1, "hq")["backlog"] == 10, 30,
+             what=lambda: f"primary holding 10: {binding(gw1, 'hq')}")  # fmt: skip
     uplink1.unblock()
     wait_for(lambda: binding(gw1, "hq")["backlog"] == 0, 60, what="primary's backlog settled")
     sentinel = publish(field, topic, 1, start=98)
