@@ -513,3 +513,33 @@ def test_an_overheard_profile_request_naming_a_stranger_suppresses_nothing() -> 
     real = wire.encode_profile_request("c", "a", [("a", version, [(0, pieces)])])
     v.receive_datagram(real, "c-addr", 1.02)
     assert ("a", version) not in v._profiles._pending.get("a", {})
+
+
+def _fragments(host: str, topic: str, size: int, priority: int, now: float) -> list[bytes]:
+    node = Node(NodeConfig(host_id=host, cache_capacity=1 << 26), rng=random.Random(size))
+    mid = node.publish({"t": topic}, random.Random(size).randbytes(size), deadline=1e5,
+                       now=now, priority=priority)  # fmt: skip
+    c = node._cache[mid]
+    return [
+        wire.encode_fragment(host, mid, 1, i, c.meta.zdesc, node._store.get_fragment(mid, i) or b"")
+        for i in range(c.header.frags)
+    ]
+
+
+def test_partial_sets_of_origins_never_seen_complete_are_the_first_to_go() -> None:
+    # A flood of top-priority fragments from an origin whose messages never complete here
+    # used to outrank the partial set of an origin this host had completed messages from.
+    v = Node(NodeConfig(host_id="v", altruistic=True, cache_capacity=1_000_000), random.Random(0))
+    for d in _fragments("legit", "a", 500, 4, now=0.0):  # one complete message of legit
+        v.receive_datagram(d, "legit", now=1.0)
+    junk = _fragments("junk", "b", 400_000, 9, now=2.0)
+    kept = _fragments("legit", "c", 400_001, 4, now=1.5)
+    v.receive_datagram(junk[0], "junk", now=3.0)
+    v.receive_datagram(kept[0], "legit", now=3.0)
+    for d in junk[1:220] + kept[1:220]:
+        v.receive_datagram(d, "x", now=3.5)
+    partial = {e["descriptor"]["t"] for e in v.cache_listing() if not e["complete"]}
+    assert partial == {"b", "c"}
+    v.publish({"t": "mine"}, random.Random(9).randbytes(500_000), deadline=1e5, now=4.0)
+    partial = {e["descriptor"]["t"] for e in v.cache_listing() if not e["complete"]}
+    assert partial == {"c"}  # the junk origin's partial set went first

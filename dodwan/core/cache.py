@@ -14,6 +14,9 @@ from .node_state import NodeState
 from .offers import Rank
 from .store import MessageMeta
 
+EvictRank = tuple[int, int, int, int, float]
+"""``(tier, origin seen complete, persistent, priority, date)``: see :meth:`Cached.rank`."""
+
 
 class CacheFullError(ValueError):
     """A local publication does not fit in the cache even after evicting what may be evicted."""
@@ -36,6 +39,9 @@ class Cached:
     """Published here: the fragments sent at least once (bitmask)."""
     handed: bool = False
     """Published here and every fragment sent at least once: another host may hold it now."""
+    credible: bool = False
+    """A message of its origin was completed here (its partial sets go after those of
+    origins never seen complete, which may be a flood of fragments nobody can finish)."""
 
     @property
     def complete(self) -> bool:
@@ -50,19 +56,23 @@ class Cached:
         tier = (0 if wanted_here else 2) + (0 if self.count == h.frags else 1)
         return (tier, 0 if h.persistent else 1, -h.priority, -h.date)
 
-    def rank(self) -> tuple[int, int, int, float]:
-        """Eviction order, lowest first. Tiers: partial sets carried for others, complete
-        messages carried for others, messages subscribed here (or published here and handed
-        on), then this host's own publications not yet handed on — which only expiry or the
-        local user removes. Within a tier: non-persistent, low priority, old first."""
+    def rank(self) -> EvictRank:
+        """Eviction order, lowest first. Tiers: partial sets carried for others (those of
+        origins never seen complete here first), complete messages carried for others,
+        messages subscribed here (or published here and handed on), then this host's own
+        publications not yet handed on — which only expiry or the local user removes. Within
+        a tier: non-persistent, low priority, old first."""
         h = self.header
+        trust = 0
         if self.meta.local and not self.handed:
             tier = 3
         elif self.own:
             tier = 2
+        elif self.count == h.frags:
+            tier = 1
         else:
-            tier = 1 if self.count == h.frags else 0
-        return (tier, 1 if h.persistent else 0, h.priority, h.date)
+            tier, trust = 0, 1 if self.credible else 0
+        return (tier, trust, 1 if h.persistent else 0, h.priority, h.date)
 
 
 class CacheMixin(NodeState):
@@ -189,7 +199,7 @@ class CacheMixin(NodeState):
             return False
         rank = incoming.rank()
         exclude = incoming.header.msg_id
-        victims: list[tuple[tuple[int, int, int, float], str]] = []
+        victims: list[tuple[EvictRank, str]] = []
         while self._cache_bytes + needed > cap:
             if not self._evict_heap:
                 break

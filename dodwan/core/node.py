@@ -144,6 +144,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._inflation_waiting = {}
         self._inflation_retry_at = None
         self._inflation_denials = 0
+        self._complete_origins = {}
 
         self._load()
 
@@ -185,6 +186,13 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
                     c.nbytes += header.fragment_length(i)
             c.nbytes += len(meta.zdesc)
             self._index(c)
+        for c in self._cache.values():
+            if c.complete and not c.meta.local:
+                self._complete_origins[c.header.origin] = None
+        for msg_id in self._partial:
+            c = self._cache[msg_id]
+            c.credible = c.header.origin in self._complete_origins
+            heapq.heappush(self._evict_heap, (c.rank(), msg_id))
 
     @property
     def public_key(self) -> str | None:

@@ -31,7 +31,7 @@ from .signing import Signer
 from .store import Store
 
 if TYPE_CHECKING:
-    from .cache import Cached
+    from .cache import Cached, EvictRank
     from .delivery import Subscription
 
 TraceSink = Callable[[float, str, str, int, int, str], None]
@@ -75,7 +75,7 @@ class NodeState:
     _origin_bytes: dict[str, int]
     """Cached bytes per origin host (the per-origin quota)."""
     _deadlines: list[tuple[float, str]]
-    _evict_heap: list[tuple[tuple[int, int, int, float], str]]
+    _evict_heap: list[tuple[EvictRank, str]]
     _history: dict[str, set[str]]
     _history_deadline: dict[str, float]
     _history_heap: list[tuple[float, str]]
@@ -125,6 +125,8 @@ class NodeState:
     _last_sent: float
     _beacon_bytes: bytes
     _next_housekeeping: float | None
+    _complete_origins: dict[str, None]
+    """Origins a message of which was completed here (bounded; oldest forgotten first)."""
     _decodes: RateBudget
     """Descriptor decodes peers may cause, per source address and in all."""
     _serving: RateBudget

@@ -17,6 +17,8 @@ from .node_state import NodeState
 from .profiles import bounded_mask, merge_ranges, ranges_of
 from .store import MessageMeta
 
+_COMPLETE_ORIGINS = 4096  # origins remembered as seen complete, at most
+
 BROADCAST = "<broadcast>"
 """Destination meaning: every neighbour in radio range."""
 
@@ -306,6 +308,7 @@ class TransfersMixin(NodeState):
                 progress=now,
             )
             c.own = self._own_profile.matches(c.descriptor)
+            c.credible = header.origin in self._complete_origins
             if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
                 return
@@ -370,6 +373,7 @@ class TransfersMixin(NodeState):
             self._drop(msg_id, now, "corrupt")
             return
         self._count("messages_completed")
+        self._origin_completed(c.header.origin)
         self._tr(now, "message_completed", msg_id, c.header.size, c.meta.hops)
         self._add_history(msg_id, "", c.header.deadline)
         self._offers.add(msg_id, self._offer_rank(c))  # now ranked as complete
@@ -396,6 +400,22 @@ class TransfersMixin(NodeState):
                 return when
             heapq.heappop(heap)
         return None
+
+    def _origin_completed(self, origin: str) -> None:
+        """A message of ``origin`` was completed here: its partial sets are now worth more
+        than those of origins never seen complete."""
+        known = self._complete_origins
+        if origin in known:
+            return
+        if len(known) >= _COMPLETE_ORIGINS:
+            for k in list(known)[: len(known) // 2]:
+                del known[k]
+        known[origin] = None
+        for msg_id in self._partial:
+            c = self._cache[msg_id]
+            if c.header.origin == origin and not c.credible:
+                c.credible = True
+                heapq.heappush(self._evict_heap, (c.rank(), msg_id))
 
     def _retry_requests(self, now: float) -> None:
         """Fragments asked for and not received within ``request_timeout`` are asked again
