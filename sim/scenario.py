@@ -29,6 +29,9 @@ ARRIVAL_PROCESSES = ("periodic", "poisson")
 GENERATOR_MODES = ("one", "all")
 MAX_TTL: float = LIMIT_DEFAULTS["max_ttl"]
 """Longest message lifetime a scenario may ask for (the core's ``limits.max_ttl``)."""
+MAX_HOSTS = 100_000
+"""Hosts one scenario may have, all groups together (each runs a real protocol core: a
+count of 10^8 made the loader itself allocate tens of gigabytes before refusing anything)."""
 INDEX_RANGE = re.compile(r"(\d+)\.\.(\d+)")
 """A host selector ``"<first>..<last>"``: host indices first to last, both included."""
 
@@ -574,6 +577,9 @@ class _Validator:
             if grp.name in seen:
                 self.err(("groups", i, "name"), f"duplicate group name {grp.name!r}")
             seen.add(grp.name)
+        if sum(g.count for g in groups) > MAX_HOSTS:
+            self.err(("groups",), f"at most {MAX_HOSTS:,} hosts in all groups together")
+            groups = []  # refused: do not name them all
         self.check_carriers(groups)
 
         host_set = {h for g in groups for h in g.host_names()}
@@ -748,7 +754,7 @@ class _Validator:
         name = self.string(t, path, "name")
         if name is not None and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
             self.err((*path, "name"), "must use only letters, digits, '_' and '.'")
-        count = self.num(t, path, "count", None, minimum=1, integer=True)
+        count = self.num(t, path, "count", None, minimum=1, maximum=MAX_HOSTS, integer=True)
         mob = self.mobility(t.get("mobility"), (*path, "mobility"), count or 0)
         proto = self.protocol(t.get("protocol", {}), (*path, "protocol"), base)
         if name is None or count is None or mob is None:

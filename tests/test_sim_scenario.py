@@ -227,3 +227,26 @@ def test_docs_list_every_protocol_key() -> None:
     begin = doc.index("<!-- protocol-keys: generated")
     block = doc[doc.index("\n", begin) + 1 : doc.index("<!-- protocol-keys: end -->")]
     assert block == render_markdown(), "regenerate with: python -m sim.protocol"
+
+
+@pytest.mark.parametrize("counts", [[2_000_000], [60_000, 60_000]])
+def test_a_huge_host_count_is_refused_before_anything_is_allocated(counts: list[int]) -> None:
+    # A group count of 10^8 (the scenario fuzzer drew one) made the loader build every host
+    # name before refusing: tens of gigabytes, and the test process was killed.
+    import tracemalloc
+
+    text = (Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.toml").read_text()
+    head, _, _ = text.partition("[[groups]]")
+    groups = "".join(
+        f'[[groups]]\nname = "g{i}"\ncount = {n}\nmobility = {{ model = "random_waypoint", '
+        f"speed = [0.5, 2.0] }}\n"
+        for i, n in enumerate(counts)
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(ScenarioError, match="count: must be <= 100000|hosts in all groups"):
+            loads(head + groups, Path("huge.toml"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 1024 * 1024
