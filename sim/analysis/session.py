@@ -13,6 +13,7 @@ from pathlib import Path
 from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
+from sim.analysis import class_archive
 from sim.analysis.errors import AnalysisError
 
 DEFAULT_MASTER = "local[*]"
@@ -63,13 +64,20 @@ def create_session(
     Local masters bind the driver to 127.0.0.1, disable the web UI and use few shuffle
     partitions (8 unless given); other masters keep the cluster's defaults except the UI.
     ``small_inputs`` (see :func:`small_local_inputs`) starts a local JVM tuned for a short
-    life: QUICK_JVM_OPTIONS.
+    life: QUICK_JVM_OPTIONS, and the class-data archive of Spark's classes
+    (:mod:`sim.analysis.class_archive`).
     """
     master = master or DEFAULT_MASTER
     local = master.startswith("local")
     java_options = f"-Dlog4j.configurationFile={_log4j_file()}"
+    # JVM options only matter to the JVM this call starts, not to an active session's.
+    starts_jvm = SparkSession.getActiveSession() is None
+    archive = class_archive.ArchivePlan("")
     if local and small_inputs:
         java_options += " " + QUICK_JVM_OPTIONS
+        if starts_jvm:
+            archive = class_archive.plan()
+            java_options += " " + archive.options
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -99,6 +107,8 @@ def create_session(
         spark = builder.getOrCreate()
     except Exception as exc:  # the JVM could not start: no Java, bad master URL, ...
         raise AnalysisError(f"cannot start Spark (master {master}): {exc}") from exc
+    if archive.writing is not None:
+        class_archive.write_at_exit(spark, archive)
     spark.sparkContext.setLogLevel("WARN")
     # Failed queries are turned into one-line AnalysisErrors; keep PySpark from also dumping
     # the JVM stack trace as a JSON log record.
