@@ -11,7 +11,9 @@ start-up, then the whole analysis + report of a quickstart run (simulated first,
 both in the same process, with the number of Spark jobs the analysis ran and the CPU time
 (the JVM's and this Python process's) of each step — wall times alone mean little on a
 shared machine. The session is started as ``dodwan-sim analyze`` starts it for that input
-(``--default-jvm``: without the small-input JVM options, for comparison). ``--small --cli``
+(``--default-jvm``: without the small-input JVM options, for comparison); the first such run
+on a machine writes the class-data archive of Spark's classes when it exits, later runs map
+it (``DODWAN_SPARK_CDS=0``: without it). ``--small --cli``
 times the whole ``dodwan-sim analyze`` command on such a run instead, start-up included.
 
 Synthetic world: 200 hosts over 30 simulated days; contacts between random pairs at uniform
@@ -198,6 +200,16 @@ def _jvm_cpu(spark: SparkSession) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _archive_use(spark: SparkSession) -> str:
+    """How the session's JVM used the class-data archive (sim.analysis.class_archive)."""
+    opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions") or ""
+    if "-XX:SharedArchiveFile=" in opts:
+        return "mapped"
+    if "-XX:ArchiveClassesAtExit=" in opts:
+        return "none yet (this JVM writes it at exit; run again to use it)"
+    return "none"
+
+
 def small_cli(args: argparse.Namespace) -> None:
     """What the user waits for: ``dodwan-sim analyze RUN --out REPORT`` on a quickstart run,
     run in this process (its click command), session start-up included."""
@@ -251,6 +263,7 @@ def small(args: argparse.Namespace) -> None:
     m = result.metrics
     print(f"master: {spark.sparkContext.master}  cores: {spark.sparkContext.defaultParallelism}")
     print(f"JVM options for small inputs: {'yes' if quick else 'no'}")
+    print(f"class-data archive of Spark's classes: {_archive_use(spark)}")
     print(f"simulation (quickstart, 600 s simulated): {t_sim:.1f} s")
     print(
         f"Spark session start-up (+ first job): {t1 - t0:.1f} s  "
