@@ -155,8 +155,14 @@ def write_at_exit(spark: SparkSession, archive: ArchivePlan) -> None:
         with contextlib.suppress(Exception):
             assert proc.stdin is not None
             proc.stdin.close()  # the gateway exits on end of input
-        with contextlib.suppress(subprocess.TimeoutExpired):
+        try:
             proc.wait(timeout=WRITE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:  # still writing: never promote a partial archive
+            proc.kill()
+            proc.wait()
+            writing.unlink(missing_ok=True)
+            final.with_suffix(".writing").unlink(missing_ok=True)
+            return
         promote(writing, final)
 
     atexit.register(finish)
