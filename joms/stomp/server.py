@@ -216,6 +216,10 @@ class StompConnection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
             return
+        # The run is stored: its receipts go out now, before the deliveries it caused are
+        # worked out (poke), so a producer waiting for a receipt prepares its next frames
+        # while this process dispatches the messages it sent.
+        self.flush()
         self.gw.host.poke()
         self.flush()
 
