@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dodwan import Limits
+from dodwan.core.message import SYSTEM_ATTRIBUTES
 
 from .. import selector as selector_lang
 from ..errors import (
@@ -212,6 +213,17 @@ class ServiceBase:
     def _id(self) -> str:
         self._n += 1
         return f"{self._epoch}{self._n:x}"
+
+    def _name_publication(self, attributes: dict[str, str]) -> dict[str, str]:
+        """Give a publication its DoDWAN id (``host-<epoch><n>``, unique like the core's own,
+        which ``_epoch`` makes new at every start) instead of letting the core draw a random
+        one: ids that grow within a run keep the stores' indexes keyed by message id
+        appending to one place, where random ids dirtied a random page of each index per
+        message (in the bench, 4x the SQLite pages written per commit). Left to the core
+        when the descriptor is at DoDWAN's attribute limit (``id`` would count twice)."""
+        if len(attributes) + len(SYSTEM_ATTRIBUTES) < _CORE_LIMITS.max_attributes:
+            attributes["id"] = f"{self.host_id}-{self._id()}"
+        return attributes
 
     def _subscribe_core(
         self,

@@ -339,7 +339,7 @@ class QueueManagerMixin(ServiceBase):
             desc[mdl.REDELIVERED] = "true"
         try:
             pend.delivery_id = self.port.publish(
-                desc,
+                self._name_publication(desc),
                 pend.message.body,
                 deadline=pend.deadline,
                 priority=pend.message.priority,

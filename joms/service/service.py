@@ -378,7 +378,7 @@ class JomsService(
                 msg.sequence = f"{self.host_id}/{conn.id}:{n}"
         try:
             self.port.publish(
-                mdl.to_descriptor(msg),
+                self._name_publication(mdl.to_descriptor(msg)),
                 msg.body,
                 deadline=deadline,
                 priority=msg.priority,
