@@ -408,11 +408,12 @@ def from_descriptor(d: Mapping[str, str], payload: bytes) -> JomsMessage:
 
 
 # ---------------------------------------------------------------- store form
-def freeze(msg: JomsMessage) -> bytes:
-    """A message as bytes for the service's store."""
+def freeze(msg: JomsMessage, *, redelivered: bool = False) -> bytes:
+    """A message as bytes for the service's store (``redelivered``: as if
+    ``msg.redelivered`` were set)."""
     head = to_descriptor(msg)
     head[PRIORITY] = str(msg.priority)
-    if msg.redelivered:
+    if msg.redelivered or redelivered:
         head[REDELIVERED] = "true"
     return json.dumps(head, separators=(",", ":")).encode() + b"\n" + msg.body
 

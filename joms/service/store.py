@@ -23,6 +23,9 @@ class ServiceStore(Protocol):
     def put(self, table: str, key: str, value: bytes) -> None: ...
     def get(self, table: str, key: str) -> bytes | None: ...
     def delete(self, table: str, key: str) -> None: ...
+    def take(self, table: str, key: str) -> bool:
+        """Delete a record and say whether there was one."""
+
     def items(
         self, table: str, prefix: str = "", limit: int | None = None
     ) -> list[tuple[str, bytes]]:
@@ -50,6 +53,9 @@ class MemoryServiceStore:
     def delete(self, table: str, key: str) -> None:
         self._tables.get(table, {}).pop(key, None)
 
+    def take(self, table: str, key: str) -> bool:
+        return self._tables.get(table, {}).pop(key, None) is not None
+
     def items(
         self, table: str, prefix: str = "", limit: int | None = None
     ) -> list[tuple[str, bytes]]:
@@ -65,7 +71,13 @@ class MemoryServiceStore:
 
 
 class SqliteServiceStore:
-    """A :class:`ServiceStore` in one SQLite file (WAL, synchronous=NORMAL)."""
+    """A :class:`ServiceStore` in one SQLite file (WAL, synchronous=NORMAL).
+
+    Writes wait in memory until the transaction ends (:meth:`commit`, or the outermost
+    :meth:`hold`): a record written twice in one transaction — a durable message stored,
+    then marked "may have been delivered" when dispatched at once — is written once, and
+    the rows go in with one ``executemany`` per kind of statement. Reads see the waiting
+    writes. What a commit makes durable is unchanged."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -79,6 +91,8 @@ class SqliteServiceStore:
         )
         self._db.commit()
         self._held = 0
+        self._waiting: dict[tuple[str, str], bytes | None] = {}
+        """Writes of the open transaction not yet given to SQLite (None: a deletion)."""
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
@@ -90,26 +104,35 @@ class SqliteServiceStore:
         finally:
             self._held -= 1
             if not self._held:
-                self._db.commit()
+                self._commit()
 
     def put(self, table: str, key: str, value: bytes) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO records (tbl, key, value) VALUES (?, ?, ?)",
-            (table, key, bytes(value)),
-        )
+        self._waiting[table, key] = bytes(value)
 
     def get(self, table: str, key: str) -> bytes | None:
-        row = self._db.execute(
-            "SELECT value FROM records WHERE tbl = ? AND key = ?", (table, key)
-        ).fetchone()
+        k = (table, key)
+        if k in self._waiting:
+            return self._waiting[k]
+        row = self._db.execute("SELECT value FROM records WHERE tbl = ? AND key = ?", k).fetchone()
         return None if row is None else bytes(row[0])
 
     def delete(self, table: str, key: str) -> None:
-        self._db.execute("DELETE FROM records WHERE tbl = ? AND key = ?", (table, key))
+        self._waiting[table, key] = None
+
+    def take(self, table: str, key: str) -> bool:
+        k = (table, key)
+        if k in self._waiting:
+            if self._waiting[k] is None:
+                return False
+            self._waiting[k] = None  # (it may also be in the file, from an earlier put)
+            return True
+        cur = self._db.execute("DELETE FROM records WHERE tbl = ? AND key = ?", k)
+        return cur.rowcount > 0
 
     def items(
         self, table: str, prefix: str = "", limit: int | None = None
     ) -> list[tuple[str, bytes]]:
+        self._write()
         n = -1 if limit is None else limit  # SQLite: a negative LIMIT is no limit
         if prefix:
             rows = self._db.execute(
@@ -123,10 +146,33 @@ class SqliteServiceStore:
             )
         return [(k, bytes(v)) for k, v in rows]
 
+    def _write(self) -> None:
+        """Hand the waiting writes to SQLite (in the open transaction)."""
+        if not self._waiting:
+            return
+        waiting, self._waiting = self._waiting, {}
+        puts = [(t, k, v) for (t, k), v in waiting.items() if v is not None]
+        dels = [k for k, v in waiting.items() if v is None]
+        if dels:
+            self._db.executemany("DELETE FROM records WHERE tbl = ? AND key = ?", dels)
+        if puts:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO records (tbl, key, value) VALUES (?, ?, ?)", puts
+            )
+
+    def _commit(self) -> None:
+        try:
+            self._write()
+            self._db.commit()
+        except sqlite3.Error:  # e.g. disk full: none of the transaction is kept
+            with contextlib.suppress(sqlite3.Error):
+                self._db.rollback()
+            raise
+
     def commit(self) -> None:
         if not self._held:
-            self._db.commit()
+            self._commit()
 
     def close(self) -> None:
-        self._db.commit()
+        self._commit()
         self._db.close()
