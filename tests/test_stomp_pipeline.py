@@ -101,3 +101,50 @@ def test_receipts_of_a_run_go_out_before_its_deliveries_are_worked_out(tmp_path:
             await h.stop()
 
     run(scenario())
+
+
+def test_non_persistent_messages_are_not_stored_and_do_not_survive_a_restart(
+    tmp_path: Path,
+) -> None:
+    """JMS NON_PERSISTENT is at most once across a provider crash: such a message is kept
+    in memory only (delivered, carried, served like the others), a PERSISTENT one is in
+    the node's SQLite cache when its receipt comes, and after a restart only it is left."""
+    import sqlite3
+
+    def stored_jms_ids() -> set[str]:
+        db = sqlite3.connect(tmp_path / "node.sqlite")
+        try:
+            rows = db.execute("SELECT msg_id FROM messages").fetchall()
+        finally:
+            db.close()
+        return {r[0] for r in rows}
+
+    async def scenario() -> None:
+        h = await LoopbackHost(HostConfig("h1", state_dir=tmp_path)).start()
+        try:
+            sub = Client(h)
+            sub.feed(encode(Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "1"})))
+            pub = Client(h)
+            pub.feed(
+                send_frame("/topic/t", b"np", persistent="false", receipt="r1")
+                + send_frame("/topic/t", b"p", persistent="true", receipt="r2")
+            )
+            assert pub.commands() == ["CONNECTED", "RECEIPT", "RECEIPT"]
+            assert [f.body for f in sub.t.frames()[1:]] == [b"np", b"p"]
+            node = h.node
+            assert node is not None
+            cached = {e["descriptor"]["jms_message_id"]: e["id"] for e in node.cache_listing()}
+            ids = {f.headers["message-id"]: f.body for f in sub.t.frames()[1:]}
+            by_body = {body: cached[mid] for mid, body in ids.items()}
+            assert stored_jms_ids() & set(by_body.values()) == {by_body[b"p"]}
+        finally:
+            await h.stop()
+        h = await LoopbackHost(HostConfig("h1", state_dir=tmp_path)).start()
+        try:
+            assert h.node is not None
+            left = {e["id"] for e in h.node.cache_listing()}
+            assert by_body[b"p"] in left and by_body[b"np"] not in left
+        finally:
+            await h.stop()
+
+    run(scenario())
