@@ -180,6 +180,21 @@ class _Checkpointer(threading.Thread):
         self.join(30)
 
 
+class _Volatile:
+    """:meth:`SqliteStore.volatile` (a class, not a generator: it is entered per message)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        self._store._volatile_next = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._store._volatile_next = False
+
+
 class SqliteStore:
     """Durable :class:`~dodwan.core.store.Store` with a meta table and subscription sinks."""
 
@@ -222,6 +237,7 @@ class SqliteStore:
         self._volatile: dict[str, tuple[MessageMeta, dict[int, bytes]]] = {}
         self._volatile_bytes = 0
         self._volatile_next = False  # inside volatile(): the next new message is volatile
+        self._volatile_cm = _Volatile(self)
         # Background checkpoints after about ``checkpoint_bytes`` committed (0: SQLite's own
         # automatic checkpoints inside commit()).
         self.checkpoint_bytes = checkpoint_bytes
@@ -318,19 +334,14 @@ class SqliteStore:
 
     # ------------------------------------------------------------------ core Store
 
-    @contextlib.contextmanager
-    def volatile(self) -> Iterator[None]:
+    def volatile(self) -> contextlib.AbstractContextManager[None]:
         """Around a publication that need not survive a restart (a JMS NON_PERSISTENT
         message: at most once across a crash): the message it stores is kept in memory
         only — no row for it, its fragments or its deliveries (reception history) — as
         long as the messages so held stay within ``volatile_limit`` bytes; beyond that it
         is stored like any other. Gone after a restart, it is served to neighbours and
         read back meanwhile like the others; the core's eviction and deadlines free it."""
-        self._volatile_next = True
-        try:
-            yield
-        finally:
-            self._volatile_next = False
+        return self._volatile_cm
 
     def is_volatile(self, msg_id: str) -> bool:
         """Whether ``msg_id`` is held in memory only (see :meth:`volatile`)."""

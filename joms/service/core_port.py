@@ -39,14 +39,18 @@ class NodePort:
         priority: int,
         persistent: bool,
     ) -> str:
-        with self.volatile() if not persistent and self.volatile else contextlib.nullcontext():
+        if persistent or self.volatile is None:
+            return self.node.publish(
+                attributes, payload, deadline=deadline, now=self.clock(), priority=priority
+            )
+        with self.volatile():
             return self.node.publish(
                 attributes,
                 payload,
                 deadline=deadline,
                 now=self.clock(),
                 priority=priority,
-                persistent=persistent,
+                persistent=False,
             )
 
     def subscribe(self, patterns: list[dict[str, str]], *, key: str) -> str:

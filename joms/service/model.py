@@ -79,8 +79,14 @@ HEADER_IDENTIFIERS = {
 """Selector identifiers naming JMS header fields -> the descriptor attribute carrying them."""
 
 
+_VALID_NAMES: set[str] = set()
+"""Property names already found valid (a program uses a few: each is checked once)."""
+
+
 def check_property_name(name: str) -> None:
     """Raise MessageFormatException unless ``name`` may be a user property."""
+    if type(name) is str and name in _VALID_NAMES:
+        return
     if not isinstance(name, str) or not name or len(name) > 64:
         raise MessageFormatException(f"bad property name {name!r}: 1-64 characters")
     if (
@@ -96,6 +102,8 @@ def check_property_name(name: str) -> None:
             "names starting with JMS, jms_ or joms_, and names with spaces, ',', ':' or '=' "
             "cannot be used)"
         )
+    if len(_VALID_NAMES) < 4096:
+        _VALID_NAMES.add(name)
 
 
 def property_type_of(value: Any) -> str:
