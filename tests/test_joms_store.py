@@ -164,3 +164,54 @@ def test_a_durable_message_waiting_behind_others_is_stored_as_not_delivered() ->
     s.on_delivery(key, _durable_delivery(s, 3), b"m3", 1003.0)
     stored = {mdl.thaw(v).body: mdl.thaw(v).redelivered for _, v in store.items("dpending")}
     assert stored == {b"m1": True, b"m2": False, b"m3": False}
+
+
+def test_sqlite_store_checkpoints_in_a_background_thread(tmp_path: Path) -> None:
+    """Not inside a commit on the caller's thread (SQLite's automatic checkpoint fsyncs
+    both files there): the log is copied back by a thread every few MB committed."""
+    s = SqliteServiceStore(tmp_path / "joms.sqlite")
+    assert s._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    blob = b"x" * 1400
+    for i in range(4000):  # ~5.6 MB through the log, as a durable stream does
+        s.put("dpending", f"k{i:06d}", blob)
+        if i % 50 == 49:
+            s.commit()
+            for j in range(i - 49, i + 1):
+                s.delete("dpending", f"k{j:06d}")
+            s.commit()
+    cp = s._checkpointer
+    assert cp is not None and cp.wait_idle(30) and cp.runs >= 1 and cp.error is None
+    s.close()
+    assert SqliteServiceStore(tmp_path / "joms.sqlite").items("dpending") == []
+
+
+class GetCountingStore(MemoryServiceStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets: list[tuple[str, str]] = []
+
+    def get(self, table: str, key: str) -> bytes | None:
+        self.gets.append((table, key))
+        return super().get(table, key)
+
+
+def test_seen_is_looked_up_only_for_messages_an_earlier_run_may_have_had() -> None:
+    """The "seen" record of a durable subscription catches the cached messages the core
+    hands again under the key of a new start; a message published by this service since
+    it started cannot be among them, so it is not looked up (a read per message)."""
+    store = GetCountingStore()
+    s = JomsService(_Port(), store=store, rng=random.Random(1))
+    s.start(1000.0)
+    conn = s.open_connection(1000.0, "client")
+    s.subscribe(conn, Destination("topic", "news"), 1000.0, durable_name="d")
+    [key] = [k for k in s._routes if k.startswith("joms:d:")]
+    own = _durable_delivery(s, 1)
+    own["id"] = f"h1-{s._id()}"  # as _name_publication names it
+    s.on_delivery(key, own, b"own", 1001.0)
+    assert [g for g in store.gets if g[0] == "seen"] == []
+    old = _durable_delivery(s, 2)  # e.g. h2-2: another host's, or an earlier run's
+    s.on_delivery(key, old, b"old", 1001.0)
+    s.on_delivery(key, old, b"old", 1001.0)  # handed again (as after a restart)
+    assert len([g for g in store.gets if g[0] == "seen"]) == 2
+    bodies = [ev.message.body for ev in iter(s.next_event, None)]
+    assert bodies == [b"own", b"old"] and s.counters.get("durable_duplicates") == 1

@@ -114,8 +114,9 @@ class SinkRow:
     target: str
 
 
-class _Checkpointer(threading.Thread):
-    """Copies the write-ahead log back into the database on its own connection.
+class Checkpointer(threading.Thread):
+    """Copies the write-ahead log back into the database on its own connection (used by
+    :class:`SqliteStore` and by the JOMS service's store).
 
     SQLite's automatic checkpoint runs inside a ``commit()`` and fsyncs both files, which
     stalled the daemon's event loop for milliseconds every few megabytes written. This
@@ -244,7 +245,7 @@ class SqliteStore:
         self.wal_limit = wal_limit
         self._wal_bytes = 0  # estimate of what was committed since the last checkpoint
         self._rows = 0  # writes other than fragments in the open transaction
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: Checkpointer | None = None
         # Write failures (disk full, I/O error): the open transaction is rolled back and the
         # ids of the messages it wrote are handed to the daemon (take_failed), which drops
         # them from the core, so nothing is announced or delivered that is not stored.
@@ -656,7 +657,7 @@ class SqliteStore:
         if self.checkpoint_bytes > 0 and self._wal_bytes >= self.checkpoint_bytes:
             self._wal_bytes = 0
             if self._checkpointer is None:
-                self._checkpointer = _Checkpointer(self.path, self.wal_limit)
+                self._checkpointer = Checkpointer(self.path, self.wal_limit)
                 self._checkpointer.start()
             self._checkpointer.poke()
 

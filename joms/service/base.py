@@ -191,6 +191,7 @@ class ServiceBase:
     _events: deque[Event]
     _handed: list[tuple[str, str]]
     _epoch: str
+    _own_ids: str
     _n: int
     _connections: dict[str, _Connection]
     _clients: dict[str, str]

@@ -224,7 +224,11 @@ class TopicsMixin(ServiceBase):
         core_id, _, deadline = ident.partition(_SEP)
         if core_id:
             seen_key = key + _SEP + core_id
-            if self.store.get("seen", seen_key) is not None:
+            # a message this service published since it started cannot have been seen by
+            # an earlier run (what "seen" is for: the core hands cached messages again under
+            # the new key of each start; within a run it hands a message once per key)
+            own = core_id.startswith(self._own_ids)
+            if not own and self.store.get("seen", seen_key) is not None:
                 self._count("durable_duplicates")
                 return
             self.store.put("seen", seen_key, (deadline or "0").encode())
