@@ -148,3 +148,99 @@ def test_non_persistent_messages_are_not_stored_and_do_not_survive_a_restart(
             await h.stop()
 
     run(scenario())
+
+
+class _DaemonLikeHost:
+    """The daemon's ServiceHost interface over a core node, delivering as the daemon does:
+    node events drained after each call, each handed to the handler from the loop."""
+
+    def __init__(self) -> None:
+        import random
+
+        from dodwan import Node, NodeConfig
+
+        self.node = Node(NodeConfig(host_id="d1"), rng=random.Random(1))
+        self.host_id = "d1"
+        self.state_dir = None
+        self.handler: Any = None
+
+    def now(self) -> float:
+        import time
+
+        return time.time()
+
+    def _drain(self) -> None:
+        from dodwan import MessageDelivered
+
+        loop = asyncio.get_running_loop()
+        while (ev := self.node.next_event()) is not None:
+            if isinstance(ev, MessageDelivered) and ev.subscription.startswith("joms:"):
+                loop.call_soon(self.handler, ev)
+
+    def publish(self, attributes: Any, payload: bytes, deadline: float, priority: int = 4,
+                persistent: bool = True) -> str:  # fmt: skip
+        mid = self.node.publish(attributes, payload, deadline=deadline, now=self.now(),
+                                priority=priority, persistent=persistent)  # fmt: skip
+        self._drain()
+        return mid
+
+    def subscribe(self, patterns: Any, key: str) -> str:
+        k = self.node.subscribe(patterns, now=self.now(), key=key)
+        self._drain()
+        return k
+
+    def unsubscribe(self, key: str) -> None:
+        self.node.unsubscribe(key, self.now())
+
+    def purge(self, msg_id: str) -> None:
+        self.node.purge(msg_id, self.now())
+
+    def subscriptions(self) -> dict[str, Any]:
+        return self.node.subscriptions()
+
+    def set_delivery_handler(self, handler: Any) -> None:
+        self.handler = handler
+
+
+def test_deliveries_from_the_daemon_reach_the_service_as_one_burst() -> None:
+    """Behind the daemon's ServiceHost, the deliveries one run of SENDs causes are fed to
+    the service together: one flush, one write to the subscriber (was one each per
+    message, with a store commit each)."""
+    from joms.stomp.server import serve
+
+    async def scenario() -> None:
+        host = _DaemonLikeHost()
+        server = await serve(host, "127.0.0.1", 0)
+        try:
+            gw = server.gateway  # type: ignore[attr-defined]
+            driver = gw.host
+            sub, st = gw.protocol(), FakeTransport()
+            sub.connection_made(st)
+            sub.data_received(connect_frame() + encode(Frame("SUBSCRIBE", {
+                "destination": "/topic/t", "id": "1"})))  # fmt: skip
+            pub, pt = gw.protocol(), FakeTransport()
+            pub.connection_made(pt)
+            pub.data_received(connect_frame())
+            for _ in range(3):
+                await asyncio.sleep(0)
+            pokes = 0
+            poke = driver.poke
+
+            def counting() -> None:
+                nonlocal pokes
+                pokes += 1
+                poke()
+
+            driver.poke = counting
+            writes = st.writes
+            pub.data_received(b"".join(send_frame("/topic/t", b"m%d" % i) for i in range(20)))
+            for _ in range(5):
+                await asyncio.sleep(0)
+            bodies = [f.body for f in st.frames() if f.command == "MESSAGE"]
+            assert bodies == [b"m%d" % i for i in range(20)]
+            assert st.writes - writes == 1
+            assert pokes < 5  # the run's own, the burst's (was one per message)
+        finally:
+            server.close()
+
+    run(scenario())
