@@ -215,3 +215,31 @@ def test_seen_is_looked_up_only_for_messages_an_earlier_run_may_have_had() -> No
     assert len([g for g in store.gets if g[0] == "seen"]) == 2
     bodies = [ev.message.body for ev in iter(s.next_event, None)]
     assert bodies == [b"own", b"old"] and s.counters.get("durable_duplicates") == 1
+
+
+def test_sqlite_store_moves_an_older_store_to_its_rowid_table(tmp_path: Path) -> None:
+    """Stores written by earlier versions (a WITHOUT ROWID table) are converted when
+    opened, records intact."""
+    path = tmp_path / "joms.sqlite"
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE records (tbl TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,"
+        " PRIMARY KEY (tbl, key)) WITHOUT ROWID"
+    )
+    old.executemany(
+        "INSERT INTO records VALUES (?, ?, ?)",
+        [("durable", "d1", b"{}"), ("dpending", "d1|1", b"x" * 3000), ("meta", "starts", b"4")],
+    )
+    old.commit()
+    old.close()
+    s = SqliteServiceStore(path)
+    assert s.get("meta", "starts") == b"4"
+    assert s.items("dpending", "d1|") == [("d1|1", b"x" * 3000)]
+    s.put("meta", "starts", b"5")
+    s.close()
+    db = sqlite3.connect(path)
+    (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'records'").fetchone()
+    assert "WITHOUT ROWID" not in sql.upper()
+    assert db.execute("SELECT count(*) FROM records").fetchone() == (3,)
+    db.close()
+    assert SqliteServiceStore(path).get("meta", "starts") == b"5"

@@ -81,6 +81,25 @@ WAL_LIMIT = 64 * 1024 * 1024
 """A write-ahead log grown past this is emptied (TRUNCATE checkpoint)."""
 
 
+_RECORDS_TABLE = (
+    "CREATE TABLE {name} (tbl TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,"
+    " UNIQUE (tbl, key))"
+)
+"""A rowid table (with an index on ``(tbl, key)``): a record of up to about 4 KB stays in
+its leaf page. Earlier stores used a WITHOUT ROWID table, where a record over about 1 KB
+(any stored message) spills into an overflow page of its own: a page written per message,
+and freed again when the message is consumed."""
+
+_MIGRATE_TO_ROWID = (
+    "BEGIN IMMEDIATE;"
+    + _RECORDS_TABLE.format(name="records_rowid")
+    + ";INSERT INTO records_rowid (tbl, key, value) SELECT tbl, key, value FROM records;"
+    "DROP TABLE records;"
+    "ALTER TABLE records_rowid RENAME TO records;"
+    "COMMIT;"
+)
+
+
 class SqliteServiceStore:
     """A :class:`ServiceStore` in one SQLite file (WAL, synchronous=NORMAL).
 
@@ -104,11 +123,14 @@ class SqliteServiceStore:
         self._committed = 0  # bytes committed since the last checkpoint (an estimate)
         if Checkpointer is not None:
             self._db.execute("PRAGMA wal_autocheckpoint=0")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS records ("
-            " tbl TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,"
-            " PRIMARY KEY (tbl, key)) WITHOUT ROWID"
-        )
+        row = self._db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'records'"
+        ).fetchone()
+        if row is None:
+            self._db.execute(_RECORDS_TABLE.format(name="records"))
+        elif "WITHOUT ROWID" in str(row[0]).upper():
+            self._db.commit()
+            self._db.executescript(_MIGRATE_TO_ROWID)
         self._db.commit()
         self._held = 0
         self._waiting: dict[tuple[str, str], bytes | None] = {}
