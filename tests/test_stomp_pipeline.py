@@ -244,3 +244,50 @@ def test_deliveries_from_the_daemon_reach_the_service_as_one_burst() -> None:
             server.close()
 
     run(scenario())
+
+
+def test_backlog_handed_at_subscribe_is_consumed_only_after_its_frames_are_written(
+    tmp_path: Path,
+) -> None:
+    """A durable subscription's waiting messages, dispatched by a SUBSCRIBE in auto mode,
+    are deleted from the store only once their MESSAGE frames are written: a commit made
+    before that (the run's own) must still hold them (kill -9 there loses nothing)."""
+
+    async def scenario() -> None:
+        h = await LoopbackHost(HostConfig("h1", state_dir=tmp_path)).start()
+        try:
+            sub_frame = encode(Frame("SUBSCRIBE", {
+                "destination": "/topic/t", "id": "1", "activemq.subscriptionName": "d"}))  # fmt: skip
+            first = Client(h, **{"client-id": "c1"})
+            first.feed(sub_frame)
+            first.conn.connection_lost(None)  # away: messages wait in the store
+            pub = Client(h)
+            pub.feed(b"".join(send_frame("/topic/t", b"w%d" % i) for i in range(3)))
+            await asyncio.sleep(0)
+            store = h.store
+            assert store is not None and len(store.items("dpending")) == 3
+            back = Client(h, **{"client-id": "c1"})
+            seen: list[tuple[int, int]] = []
+            commit = store._commit  # type: ignore[attr-defined]
+
+            def spy() -> None:  # what each commit makes durable, and what was written by then
+                commit()
+                rows = store._db.execute(  # type: ignore[attr-defined]
+                    "SELECT 1 FROM records WHERE tbl = 'dpending'"
+                ).fetchall()
+                seen.append((back.commands().count("MESSAGE"), len(rows)))
+
+            store._commit = spy  # type: ignore[attr-defined]
+            back.feed(sub_frame)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert back.commands().count("MESSAGE") == 3
+            for messages, stored in seen:  # once committed: written, or still stored
+                assert messages == 3 or stored == 3, seen
+            store._commit = commit  # type: ignore[attr-defined]
+            store.commit()
+            assert store.items("dpending") == []
+        finally:
+            await h.stop()
+
+    run(scenario())

@@ -134,6 +134,8 @@ class Gateway:
                     touched[ev.connection] = conn
         for conn in touched.values():
             conn.flush()
+        if any(conn._holding for conn in touched.values()):
+            return  # (a SUBSCRIBE in a run of frames) its frames wait for the run's commit
         # written (or buffered by the transport): auto-mode messages count as consumed now,
         # not when dispatched, so a kill before the write loses none
         self.service.settle(self.host.now())
