@@ -416,6 +416,10 @@ def from_descriptor(d: Mapping[str, str], payload: bytes) -> JomsMessage:
 
 
 # ---------------------------------------------------------------- store form
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(..., separators=(",", ":"))`` without building an encoder per call."""
+
+
 def freeze(msg: JomsMessage, *, redelivered: bool = False) -> bytes:
     """A message as bytes for the service's store (``redelivered``: as if
     ``msg.redelivered`` were set)."""
@@ -423,7 +427,7 @@ def freeze(msg: JomsMessage, *, redelivered: bool = False) -> bytes:
     head[PRIORITY] = str(msg.priority)
     if msg.redelivered or redelivered:
         head[REDELIVERED] = "true"
-    return json.dumps(head, separators=(",", ":")).encode() + b"\n" + msg.body
+    return _COMPACT.encode(head).encode() + b"\n" + msg.body
 
 
 def thaw(blob: bytes) -> JomsMessage:
