@@ -111,3 +111,17 @@ def test_a_core_node_accepts_named_publications_up_to_its_attribute_limit() -> N
     )
     assert widest == Limits().max_attributes - len(SYSTEM_ATTRIBUTES)
     assert refused > 0
+
+
+def test_a_publication_whose_chosen_id_the_node_knows_gets_one_from_the_core() -> None:
+    """A service started afresh (memory store, same seed) on a node that still caches what
+    the previous one published chooses the same ids: the node refuses them, and the
+    publication goes out under a core-drawn id instead of failing."""
+    node = Node(NodeConfig(host_id="h1"), rng=random.Random(1))
+    for _ in range(2):
+        s = JomsService(NodePort(node, lambda: 1000.0), rng=random.Random(7))
+        s.start(1000.0)
+        conn = s.open_connection(1000.0)
+        s.send(conn, JomsMessage(Destination("topic", "t"), b"m"), 1000.0)
+    cached = [e for e in node.cache_listing() if e["descriptor"].get("jms_kind") == "message"]
+    assert len(cached) == 2 and len({e["id"] for e in cached}) == 2

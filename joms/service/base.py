@@ -215,16 +215,24 @@ class ServiceBase:
         self._n += 1
         return f"{self._epoch}{self._n:x}"
 
-    def _name_publication(self, attributes: dict[str, str]) -> dict[str, str]:
-        """Give a publication its DoDWAN id (``host-<epoch><n>``, unique like the core's own,
-        which ``_epoch`` makes new at every start) instead of letting the core draw a random
-        one: ids that grow within a run keep the stores' indexes keyed by message id
-        appending to one place, where random ids dirtied a random page of each index per
-        message (in the bench, 4x the SQLite pages written per commit). Left to the core
-        when the descriptor is at DoDWAN's attribute limit (``id`` would count twice)."""
-        if len(attributes) + len(SYSTEM_ATTRIBUTES) < _CORE_LIMITS.max_attributes:
-            attributes["id"] = f"{self.host_id}-{self._id()}"
-        return attributes
+    def _publish_named(self, attributes: dict[str, str], payload: bytes, **kw: Any) -> str:
+        """``port.publish`` with a DoDWAN id of the service's choosing (``host-<epoch><n>``,
+        unique like the core's own, which ``_epoch`` makes new at every start) rather than
+        one the core draws at random: ids that grow within a run keep the stores' indexes
+        keyed by message id appending to one place, where random ids dirtied a random page
+        of each index per message (in the bench, 4x the SQLite pages written per commit).
+        The core's choice when the descriptor is at DoDWAN's attribute limit (a given
+        ``id`` counts twice), or when the layer refuses the named one (e.g. an id a node
+        still remembers from a service that started afresh on the same seed, without its
+        store): a publication never fails for its name."""
+        if len(attributes) + len(SYSTEM_ATTRIBUTES) >= _CORE_LIMITS.max_attributes:
+            return self.port.publish(attributes, payload, **kw)
+        attributes["id"] = f"{self.host_id}-{self._id()}"
+        try:
+            return self.port.publish(attributes, payload, **kw)
+        except ValueError:
+            del attributes["id"]
+            return self.port.publish(attributes, payload, **kw)
 
     def _subscribe_core(
         self,

@@ -338,8 +338,8 @@ class QueueManagerMixin(ServiceBase):
         if redelivered:
             desc[mdl.REDELIVERED] = "true"
         try:
-            pend.delivery_id = self.port.publish(
-                self._name_publication(desc),
+            pend.delivery_id = self._publish_named(
+                desc,
                 pend.message.body,
                 deadline=pend.deadline,
                 priority=pend.message.priority,

@@ -379,8 +379,8 @@ class JomsService(
                 conn.sent[msg.destination.name] = n
                 msg.sequence = f"{self.host_id}/{conn.id}:{n}"
         try:
-            self.port.publish(
-                self._name_publication(mdl.to_descriptor(msg)),
+            self._publish_named(
+                mdl.to_descriptor(msg),
                 msg.body,
                 deadline=deadline,
                 priority=msg.priority,
