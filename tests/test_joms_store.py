@@ -206,7 +206,7 @@ def test_seen_is_looked_up_only_for_messages_an_earlier_run_may_have_had() -> No
     s.subscribe(conn, Destination("topic", "news"), 1000.0, durable_name="d")
     [key] = [k for k in s._routes if k.startswith("joms:d:")]
     own = _durable_delivery(s, 1)
-    own["id"] = f"h1-{s._id()}"  # as _name_publication names it
+    own["id"] = f"h1-{s._id()}"  # as _publish_named names it
     s.on_delivery(key, own, b"own", 1001.0)
     assert [g for g in store.gets if g[0] == "seen"] == []
     old = _durable_delivery(s, 2)  # e.g. h2-2: another host's, or an earlier run's
