@@ -10,6 +10,9 @@ thread per connection, TCP_NODELAY) and the same workload:
   directory, STOMP on a free loopback port; tests/activemq.py starts it);
 * optionally ``joms-memory`` (``--brokers joms,joms-memory,activemq``): JOMS without a
   state directory (memory cache and store, nothing survives a restart), as a reference;
+* optionally ``joms-daemon``: the JOMS gateway in a real ``dodwan daemon --stomp`` (what
+  users run: the daemon's ServiceHost, its SQLite cache ``dodwan.db``, its UDP transport
+  on a private multicast group);
 * optionally coilmq (``--coilmq``), the pure-Python broker of earlier measurements.
 
 Two modes:
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -96,7 +100,12 @@ def start(kind: str, workdir: Path) -> Running:
         broker = activemq.start_broker(workdir / "activemq")
         return Running(broker.port, broker.stop, broker.proc.pid)
     port = free_port()
-    if kind in ("joms", "joms-memory"):
+    if kind == "joms-daemon":
+        rnd = random.SystemRandom()
+        group = f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}:{free_port()}"
+        cmd = [sys.executable, "-m", "dodwan.cli", "daemon", "--state-dir",
+               str(workdir / "daemon"), "--group", group, "--stomp", f"127.0.0.1:{port}"]  # fmt: skip
+    elif kind in ("joms", "joms-memory"):
         cmd = [sys.executable, "-m", "joms.runtime", "--host-id", "bench",
                "--stomp", f"127.0.0.1:{port}"]  # fmt: skip
         if kind == "joms":  # SQLite stores, as in the daemon
@@ -107,7 +116,7 @@ def start(kind: str, workdir: Path) -> Running:
         exe = shutil.which("coilmq") or str(Path(sys.executable).parent / "coilmq")
         cmd = [exe, "-b", "127.0.0.1", "-p", str(port)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port)
+    wait_port(port, 30.0)
 
     def stop() -> None:
         proc.terminate()
@@ -292,13 +301,16 @@ def main() -> int:
         )
     print()
     for mode in modes:
-        j, a = results.get(("joms", mode)), results.get(("activemq", mode))
-        if j and a and a["msgs_per_s"]:
-            print(
-                f"JOMS / ActiveMQ, {mode}: throughput x{j['msgs_per_s'] / a['msgs_per_s']:.2f}, "
-                f"CPU per message x{j['cpu_ms_per_1k'] / a['cpu_ms_per_1k']:.2f}, "
-                f"median latency x{j['lat_median_ms'] / a['lat_median_ms']:.2f}"
-            )
+        a = results.get(("activemq", mode))
+        for kind in ("joms", "joms-daemon"):
+            j = results.get((kind, mode))
+            if j and a and a["msgs_per_s"]:
+                print(
+                    f"{kind} / ActiveMQ, {mode}: throughput "
+                    f"x{j['msgs_per_s'] / a['msgs_per_s']:.2f}, "
+                    f"CPU per message x{j['cpu_ms_per_1k'] / a['cpu_ms_per_1k']:.2f}, "
+                    f"median latency x{j['lat_median_ms'] / a['lat_median_ms']:.2f}"
+                )
     return 0
 
 

@@ -121,7 +121,8 @@ class LoopbackHost:
             self.store = SqliteServiceStore(Path(cfg.state_dir) / "joms.sqlite")
         else:
             self.store = MemoryServiceStore()
-        self.service = JomsService(NodePort(self.node, self.now), cfg.service, self.store)
+        port = NodePort(self.node, self.now, volatile=getattr(node_store, "volatile", None))
+        self.service = JomsService(port, cfg.service, self.store)
         self.driver = ServiceDriver(
             self.service, self.now, self._flush, batch=getattr(node_store, "hold", None)
         )

@@ -385,6 +385,80 @@ def test_store_put_fragments_writes_a_whole_publication(tmp_path: Path) -> None:
     s.close()
 
 
+def _rows(path: Path, table: str) -> list[str]:
+    other = sqlite3.connect(path)
+    try:
+        return [r[0] for r in other.execute(f"SELECT msg_id FROM {table} ORDER BY msg_id")]
+    finally:
+        other.close()
+
+
+def test_store_keeps_volatile_publications_in_memory_only(tmp_path: Path) -> None:
+    """A publication made inside ``volatile()`` (JOMS: a NON_PERSISTENT message) has no
+    row — message, fragments, deliveries — yet reads like the others until it is deleted;
+    it is gone after a restart. A persistent one beside it is stored as before."""
+    path = tmp_path / "v.db"
+    s = SqliteStore(path)
+    with s.volatile():
+        s.put_message(MessageMeta("np", b"zd", 0, True, 1.0))
+        s.put_fragments("np", [b"a" * 10, b"b" * 3])
+        s.add_history("np", "joms:t:1", 99.0)
+    s.put_message(MessageMeta("p", b"zd", 0, True, 1.0))  # outside: stored
+    s.put_fragments("p", [b"c"])
+    s.add_history("p", "joms:t:1", 99.0)
+    s.commit()
+    assert _rows(path, "messages") == ["p"] and _rows(path, "fragments") == ["p"]
+    assert _rows(path, "history") == ["p"]
+    assert s.is_volatile("np") and not s.is_volatile("p")
+    assert s.get_fragment("np", 1) == b"b" * 3 and s.get_fragment("np", 2) is None
+    assert s.volatile_bytes == 2 + 13
+    s.delete_message("np")
+    assert s.volatile_bytes == 0 and s.get_fragment("np", 0) is None
+    with s.volatile():
+        s.put_message(MessageMeta("np2", b"zd", 0, True, 1.0))
+        s.put_fragments("np2", [b"d"])
+    s.commit()
+    s.conn.close()
+    s2 = SqliteStore(path)
+    assert [m.msg_id for m, _ in s2.iter_messages()] == ["p"]  # np2 did not survive
+    assert s2.get_fragment("np2", 0) is None
+    s2.close()
+
+
+def test_store_stores_volatile_publications_beyond_its_memory_limit(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    s = SqliteStore(path, volatile_limit=100)
+    with s.volatile():
+        s.put_message(MessageMeta("a", b"z" * 10, 0, True, 1.0))
+        s.put_fragments("a", [b"x" * 50])
+        s.put_message(MessageMeta("b", b"z" * 10, 0, True, 1.0))
+        s.put_fragments("b", [b"y" * 50])  # does not fit: stored after all
+        s.put_message(MessageMeta("c", b"z" * 200, 0, True, 1.0))  # does not fit either
+        s.put_fragments("c", [b"w"])
+    s.commit()
+    assert s.is_volatile("a") and not s.is_volatile("b") and not s.is_volatile("c")
+    assert s.volatile_bytes == 60
+    assert _rows(path, "messages") == ["b", "c"] and _rows(path, "fragments") == ["b", "c"]
+    assert s.get_fragment("b", 0) == b"y" * 50 and s.get_fragment("a", 0) == b"x" * 50
+    s.close()
+
+
+def test_node_on_the_store_forgets_volatile_publications_at_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    store = SqliteStore(path)
+    n = Node(NodeConfig(host_id="h"), rng=random.Random(1), store=store)
+    n.subscribe({"topic": "t"}, now=1.0, key="k")
+    with store.volatile():
+        np_id = n.publish({"topic": "t"}, b"gone", deadline=1000.0, now=1.0, persistent=False)
+    p_id = n.publish({"topic": "t"}, b"kept", deadline=1000.0, now=1.0)
+    got = [ev.payload for ev in iter(n.next_event, None) if isinstance(ev, MessageDelivered)]
+    assert got == [b"gone", b"kept"]  # delivered alike
+    assert n.cache_entry(np_id) is not None
+    store.conn.close()  # as after kill -9: only what was committed
+    n2 = Node(NodeConfig(host_id="h"), rng=random.Random(2), store=SqliteStore(path))
+    assert n2.cache_entry(np_id) is None and n2.cache_entry(p_id) is not None
+
+
 def test_store_checkpoints_in_the_background_and_bounds_the_log(tmp_path: Path) -> None:
     path = tmp_path / "w.db"
     wal = Path(str(path) + "-wal")

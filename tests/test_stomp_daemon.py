@@ -71,6 +71,39 @@ def test_durable_subscription_in_a_daemon_survives_its_restart(daemons) -> None:
     sub.disconnect()
 
 
+def test_a_daemon_keeps_non_persistent_messages_in_memory_only(daemons) -> None:
+    """JMS NON_PERSISTENT, at most once across a crash: after ``kill -9`` the daemon still
+    holds the persistent message it confirmed, not the non-persistent one."""
+    port = _free_port()
+    d = daemons("v", "--group", random_group(), "--stomp", f"127.0.0.1:{port}")
+
+    def up() -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+
+    def cached() -> dict[str, str]:
+        return {
+            e["descriptor"]["jms_message_id"]: e["descriptor"]["delivery_mode"]
+            for e in d.client().get("/cache")
+            if e["descriptor"].get("destination_id") == "vol"
+        }
+
+    wait_for(up, what="STOMP port")
+    c, lst = _connect(port, "writer")
+    c.subscribe("/topic/vol", id="s", headers={"receipt": "s"})
+    assert lst.receipts.get(timeout=10) == "s"
+    c.send("/topic/vol", "np", headers={"persistent": "false", "receipt": "a"})
+    c.send("/topic/vol", "p", headers={"persistent": "true", "receipt": "b"})
+    assert {lst.receipts.get(timeout=10), lst.receipts.get(timeout=10)} == {"a", "b"}
+    got = {f.body: f.headers["message-id"] for f in (lst.messages.get(timeout=10) for _ in "ab")}
+    assert set(got) == {"np", "p"}
+    assert set(cached()) == {got["np"], got["p"]}  # both carried while the daemon runs
+    assert d.kill(signal.SIGKILL) == -signal.SIGKILL
+    d.start()
+    wait_for(up, what="STOMP port after kill -9")
+    assert cached() == {got["p"]: "PERSISTENT"}
+
+
 def test_queue_and_transaction_through_a_daemon(daemons) -> None:
     port = _free_port()
     daemons("q", "--group", random_group(), "--stomp", f"127.0.0.1:{port}")

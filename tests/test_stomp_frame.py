@@ -161,3 +161,74 @@ def test_large_nul_terminated_body_in_small_chunks_is_linear() -> None:
     elapsed = time.perf_counter() - t
     assert len(frames) == 1 and frames[0].body == body
     assert elapsed < 2.0  # rescanning the whole buffer each time would take minutes
+
+
+_pieces = st.sampled_from(
+    [b"SEND", b"CONNECT", b"MESSAGE", b"BOGUS", b"\n", b"\r\n", b"\r", b":", b"a", b"b:c",
+     b"\\n", b"\\t", b"\\", b"\x00", b"content-length:3", b"accept-version:1.0",
+     b"accept-version:1.2", b"\xc3\xa9", b"\xff", b"x" * 40, b"y" * 70]
+)  # fmt: skip
+
+
+def _outcome(parser: FrameParser, data: bytes, chunk: int) -> tuple[object, ...]:
+    out: list[tuple[str, dict[str, str], bytes]] = []
+    try:
+        for i in range(0, len(data), chunk):
+            out += [(f.command, f.headers, f.body) for f in parser.feed(data[i : i + chunk])]
+    except ProtocolError as exc:
+        return ("error", out, str(exc))
+    return ("ok", out, parser.heartbeats, parser.version)
+
+
+@settings(max_examples=400)
+@given(st.lists(_pieces, max_size=30), st.booleans(), st.integers(1, 64), st.booleans())
+def test_header_blocks_parsed_in_one_go_read_as_line_by_line(
+    parts: list[bytes], send_first: bool, chunk: int, tight: bool
+) -> None:
+    """The parser reads a plain header block in one go (``_fast_head``) and anything else
+    line by line; both give the same frames and the same errors."""
+    data = (b"SEND\n" if send_first else b"") + b"".join(parts)
+    limits = FrameLimits(max_headers=2, max_header_line=20, max_body=10, max_command_line=8)
+    lim = limits if tight else None
+    slow = FrameParser(lim)
+    slow._fast_head = lambda *a: None  # type: ignore[method-assign]
+    assert _outcome(FrameParser(lim), data, chunk) == _outcome(slow, data, chunk)
+
+
+def _encode_line_by_line(frame: Frame, version: str = "1.2") -> bytes:
+    """The serialisation rules spelt out one header at a time (the reference)."""
+    table = {"\\": "\\\\", "\n": "\\n", ":": "\\c"} | ({} if version == "1.1" else {"\r": "\\r"})
+    lines = [frame.command]
+    headers = dict(frame.headers)
+    if frame.body and "content-length" not in headers:
+        headers["content-length"] = str(len(frame.body))
+    for name, value in headers.items():
+        if "\x00" in name + value:
+            raise ValueError(f"header {name!r} contains a NUL character")
+        lines.append("".join(table.get(c, c) for c in name) + ":" +
+                     "".join(table.get(c, c) for c in value))  # fmt: skip
+    return ("\n".join(lines) + "\n\n").encode() + frame.body + b"\x00"
+
+
+@settings(max_examples=300)
+@given(
+    st.sampled_from(["SEND", "MESSAGE", "RECEIPT", "ERROR"]),
+    st.dictionaries(
+        st.text("ab:\\\r\n\x00é", max_size=4), st.text("ab:\\\r\n\x00é", max_size=6), max_size=4
+    ),
+    st.sampled_from([b"", b"x", b"\x00y"]),
+    st.sampled_from(["1.1", "1.2"]),
+)
+def test_encode_matches_the_rules_header_by_header(
+    cmd: str, headers: dict[str, str], body: bytes, version: str
+) -> None:
+    frame = Frame(cmd, headers, body)
+    try:
+        want: bytes | str = _encode_line_by_line(frame, version)
+    except ValueError as exc:
+        want = str(exc)
+    try:
+        got: bytes | str = encode(frame, version=version)
+    except ValueError as exc:
+        got = str(exc)
+    assert got == want

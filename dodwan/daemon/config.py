@@ -602,6 +602,8 @@ def render_markdown() -> str:
         "  per-message tables follow the number of cached messages);",
         "* incomplete messages being reassembled: `max_partial_bytes`;",
         "* fragments kept in memory besides SQLite: `fragment_cache` bytes;",
+        "* JOMS non-persistent messages, kept in memory instead of SQLite: 16 MiB (then",
+        "  stored like the others);",
         "* SQLite's page cache: SQLite's default (about 2 MB) per connection — the daemon's",
         "  own and the one that copies the write-ahead log back into the database;",
         "* fragments received or published since the last commit (written in one statement",

@@ -1121,14 +1121,18 @@ class _ServiceHost:
         persistent: bool = True,
     ) -> str:
         node = self._d._node()
-        msg_id = node.publish(
-            attributes,
-            payload,
-            deadline=deadline,
-            now=time.time(),
-            priority=priority,
-            persistent=persistent,
-        )
+        store = self._d.store
+        # a non-persistent message (JMS NON_PERSISTENT) need not survive a restart: the
+        # store keeps it in memory only (bounded; see SqliteStore.volatile)
+        with store.volatile() if store is not None and not persistent else contextlib.nullcontext():
+            msg_id = node.publish(
+                attributes,
+                payload,
+                deadline=deadline,
+                now=time.time(),
+                priority=priority,
+                persistent=persistent,
+            )
         if self._batch is not None:  # stored (or refused) at the end of the batch
             self._batch.append(msg_id)
             return msg_id

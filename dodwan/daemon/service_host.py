@@ -35,7 +35,10 @@ class ServiceHost(Protocol):
         priority: int = 4,
         persistent: bool = True,
     ) -> str:
-        """Publish and return the message id (raises ValueError on bad input)."""
+        """Publish and return the message id (raises ValueError on bad input).
+
+        A non-``persistent`` message is kept in memory only (``SqliteStore.volatile``):
+        gone after a crash or restart, as JMS allows for NON_PERSISTENT."""
 
     def subscribe(self, patterns: Mapping[str, str] | Sequence[Mapping[str, str]], key: str) -> str:
         """Add or replace a subscription whose key starts with ``joms:``."""

@@ -114,8 +114,9 @@ class SinkRow:
     target: str
 
 
-class _Checkpointer(threading.Thread):
-    """Copies the write-ahead log back into the database on its own connection.
+class Checkpointer(threading.Thread):
+    """Copies the write-ahead log back into the database on its own connection (used by
+    :class:`SqliteStore` and by the JOMS service's store).
 
     SQLite's automatic checkpoint runs inside a ``commit()`` and fsyncs both files, which
     stalled the daemon's event loop for milliseconds every few megabytes written. This
@@ -180,6 +181,21 @@ class _Checkpointer(threading.Thread):
         self.join(30)
 
 
+class _Volatile:
+    """:meth:`SqliteStore.volatile` (a class, not a generator: it is entered per message)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        self._store._volatile_next = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._store._volatile_next = False
+
+
 class SqliteStore:
     """Durable :class:`~dodwan.core.store.Store` with a meta table and subscription sinks."""
 
@@ -193,6 +209,7 @@ class SqliteStore:
         checkpoint_bytes: int = 4 * 1024 * 1024,
         wal_limit: int = 64 * 1024 * 1024,
         quick_check: bool = True,
+        volatile_limit: int = 16 * 1024 * 1024,
     ) -> None:
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"bad sqlite synchronous mode {synchronous!r}")
@@ -215,13 +232,20 @@ class SqliteStore:
         self._frags: OrderedDict[str, dict[int, bytes]] = OrderedDict()
         self._frags_bytes = 0
         self._frags_limit = max(0, fragment_cache)
+        # Publications made inside volatile(): kept here only (no rows), up to
+        # ``volatile_limit`` bytes of descriptors and fragments.
+        self.volatile_limit = max(0, volatile_limit)
+        self._volatile: dict[str, tuple[MessageMeta, dict[int, bytes]]] = {}
+        self._volatile_bytes = 0
+        self._volatile_next = False  # inside volatile(): the next new message is volatile
+        self._volatile_cm = _Volatile(self)
         # Background checkpoints after about ``checkpoint_bytes`` committed (0: SQLite's own
         # automatic checkpoints inside commit()).
         self.checkpoint_bytes = checkpoint_bytes
         self.wal_limit = wal_limit
         self._wal_bytes = 0  # estimate of what was committed since the last checkpoint
         self._rows = 0  # writes other than fragments in the open transaction
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: Checkpointer | None = None
         # Write failures (disk full, I/O error): the open transaction is rolled back and the
         # ids of the messages it wrote are handed to the daemon (take_failed), which drops
         # them from the core, so nothing is announced or delivered that is not stored.
@@ -311,7 +335,65 @@ class SqliteStore:
 
     # ------------------------------------------------------------------ core Store
 
+    def volatile(self) -> contextlib.AbstractContextManager[None]:
+        """Around a publication that need not survive a restart (a JMS NON_PERSISTENT
+        message: at most once across a crash): the message it stores is kept in memory
+        only — no row for it, its fragments or its deliveries (reception history) — as
+        long as the messages so held stay within ``volatile_limit`` bytes; beyond that it
+        is stored like any other. Gone after a restart, it is served to neighbours and
+        read back meanwhile like the others; the core's eviction and deadlines free it."""
+        return self._volatile_cm
+
+    def is_volatile(self, msg_id: str) -> bool:
+        """Whether ``msg_id`` is held in memory only (see :meth:`volatile`)."""
+        return msg_id in self._volatile
+
+    @property
+    def volatile_bytes(self) -> int:
+        """Bytes of descriptors and fragments held in memory only."""
+        return self._volatile_bytes
+
+    def _hold_volatile(self, meta: MessageMeta) -> bool:
+        held = self._volatile.get(meta.msg_id)
+        if held is None:
+            if not self._volatile_next:
+                return False
+            if self._volatile_bytes + len(meta.zdesc) > self.volatile_limit:
+                return False
+            self._volatile[meta.msg_id] = (meta, {})
+            self._volatile_bytes += len(meta.zdesc)
+        else:
+            self._volatile[meta.msg_id] = (meta, held[1])
+            self._volatile_bytes += len(meta.zdesc) - len(held[0].zdesc)
+        # a transaction that fails drops it from the core like the stored ones
+        self._touched.add(meta.msg_id)
+        return True
+
+    def _volatile_fragments(self, msg_id: str, rows: Sequence[tuple[int, bytes]]) -> bool:
+        """Keep fragments of a volatile message in memory; past the limit, the message is
+        stored after all (its row and fragments written) and this returns False."""
+        held = self._volatile.get(msg_id)
+        if held is None:
+            return False
+        frags = held[1]
+        grow = sum(len(d) - len(frags.get(i, b"")) for i, d in rows)
+        if self._volatile_bytes + grow <= self.volatile_limit:
+            frags.update(rows)
+            self._volatile_bytes += grow
+            return True
+        del self._volatile[msg_id]
+        self._volatile_bytes -= len(held[0].zdesc) + sum(map(len, frags.values()))
+        self._store_message(held[0])
+        for i, d in frags.items():
+            self.put_fragment(msg_id, i, d)
+        return False
+
     def put_message(self, meta: MessageMeta) -> None:
+        if self._hold_volatile(meta):
+            return
+        self._store_message(meta)
+
+    def _store_message(self, meta: MessageMeta) -> None:
         self._wrote(meta.local)
         self._touched.add(meta.msg_id)
         self._deleting.discard(meta.msg_id)
@@ -323,6 +405,10 @@ class SqliteStore:
         )
 
     def delete_message(self, msg_id: str) -> None:
+        held = self._volatile.pop(msg_id, None)
+        if held is not None:  # never written: nothing to delete in the file
+            self._volatile_bytes -= len(held[0].zdesc) + sum(map(len, held[1].values()))
+            return
         self._wrote(True)
         self._deleting.add(msg_id)
         self._forget(msg_id)
@@ -332,13 +418,19 @@ class SqliteStore:
         self._exec("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
 
     def put_fragment(self, msg_id: str, index: int, data: bytes) -> None:
+        data = bytes(data)
+        if msg_id in self._volatile and self._volatile_fragments(msg_id, [(index, data)]):
+            return
         self._pend(1)
         self._touched.add(msg_id)
-        data = bytes(data)
         self._unwritten.append((msg_id, index, data))
         self._remember(msg_id, index, data)
 
     def put_fragments(self, msg_id: str, chunks: Sequence[bytes]) -> None:
+        if msg_id in self._volatile and self._volatile_fragments(
+            msg_id, [(i, bytes(c)) for i, c in enumerate(chunks)]
+        ):
+            return
         self._pend(len(chunks))
         self._touched.add(msg_id)
         rows = [(msg_id, i, bytes(c)) for i, c in enumerate(chunks)]
@@ -351,6 +443,9 @@ class SqliteStore:
             self._trim()
 
     def get_fragment(self, msg_id: str, index: int) -> bytes | None:
+        volatile = self._volatile.get(msg_id)
+        if volatile is not None:
+            return volatile[1].get(index)
         held = self._frags.get(msg_id)
         if held is not None:
             data = held.get(index)
@@ -422,6 +517,8 @@ class SqliteStore:
             yield meta, indexes.get(msg_id, [])
 
     def add_history(self, msg_id: str, key: str, deadline: float) -> None:
+        if msg_id in self._volatile:  # the message does not survive a restart either
+            return
         self._wrote(True)
         self._exec(
             "INSERT OR REPLACE INTO history(msg_id, key, deadline) VALUES (?, ?, ?)",
@@ -560,7 +657,7 @@ class SqliteStore:
         if self.checkpoint_bytes > 0 and self._wal_bytes >= self.checkpoint_bytes:
             self._wal_bytes = 0
             if self._checkpointer is None:
-                self._checkpointer = _Checkpointer(self.path, self.wal_limit)
+                self._checkpointer = Checkpointer(self.path, self.wal_limit)
                 self._checkpointer.start()
             self._checkpointer.poke()
 

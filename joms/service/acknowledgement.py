@@ -37,9 +37,18 @@ class AcknowledgementMixin(ServiceBase):
             if cons.kind == "durable" and skey and not msg.redelivered:
                 # from here it may reach the client: a copy coming back after a crash
                 # says so (JMSRedelivered)
-                self.store.put("dpending", skey, mdl.freeze(msg.copy(redelivered=True)))
+                self.store.put("dpending", skey, mdl.freeze(msg, redelivered=True))
             self._events.append(MessageDispatched(cons.conn, cons.id, tag, msg))
             self._count("messages_dispatched")
+
+    def _dispatched_at_once(self, cons: _Consumer, msg: JomsMessage, now: float) -> bool:
+        """Whether :meth:`_pump` would dispatch ``msg`` as soon as it is queued for ``cons``
+        (nothing waits before it, the prefetch window has room, it has not expired)."""
+        if cons.pending or msg.redelivered:
+            return False
+        if cons.ack_mode != "auto" and cons.prefetch and len(cons.unacked) >= cons.prefetch:
+            return False
+        return not (msg.expiration and msg.expiration / 1000.0 <= now)
 
     def _finish(self, cons: _Consumer, skey: str, msg: JomsMessage, now: float) -> None:
         """A message is consumed: forget it for good."""

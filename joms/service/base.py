@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dodwan import Limits
+from dodwan.core.message import SYSTEM_ATTRIBUTES
 
 from .. import selector as selector_lang
 from ..errors import (
@@ -190,6 +191,7 @@ class ServiceBase:
     _events: deque[Event]
     _handed: list[tuple[str, str]]
     _epoch: str
+    _own_ids: str
     _n: int
     _connections: dict[str, _Connection]
     _clients: dict[str, str]
@@ -212,6 +214,25 @@ class ServiceBase:
     def _id(self) -> str:
         self._n += 1
         return f"{self._epoch}{self._n:x}"
+
+    def _publish_named(self, attributes: dict[str, str], payload: bytes, **kw: Any) -> str:
+        """``port.publish`` with a DoDWAN id of the service's choosing (``host-<epoch><n>``,
+        unique like the core's own, which ``_epoch`` makes new at every start) rather than
+        one the core draws at random: ids that grow within a run keep the stores' indexes
+        keyed by message id appending to one place, where random ids dirtied a random page
+        of each index per message (in the bench, 4x the SQLite pages written per commit).
+        The core's choice when the descriptor is at DoDWAN's attribute limit (a given
+        ``id`` counts twice), or when the layer refuses the named one (e.g. an id a node
+        still remembers from a service that started afresh on the same seed, without its
+        store): a publication never fails for its name."""
+        if len(attributes) + len(SYSTEM_ATTRIBUTES) >= _CORE_LIMITS.max_attributes:
+            return self.port.publish(attributes, payload, **kw)
+        attributes["id"] = f"{self.host_id}-{self._id()}"
+        try:
+            return self.port.publish(attributes, payload, **kw)
+        except ValueError:
+            del attributes["id"]
+            return self.port.publish(attributes, payload, **kw)
 
     def _subscribe_core(
         self,

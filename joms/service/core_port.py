@@ -13,12 +13,22 @@ from dodwan.core.node import Node
 
 
 class NodePort:
-    """:class:`~joms.service.port.DisseminationPort` on a core node."""
+    """:class:`~joms.service.port.DisseminationPort` on a core node.
 
-    def __init__(self, node: Node, clock: Callable[[], float]) -> None:
+    ``volatile``: the node store's ``volatile()`` context (``SqliteStore.volatile``), if
+    any: non-persistent publications are made inside it, so the store keeps them in
+    memory only (JMS NON_PERSISTENT: at most once across a crash)."""
+
+    def __init__(
+        self,
+        node: Node,
+        clock: Callable[[], float],
+        volatile: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+    ) -> None:
         self.node = node
         self.clock = clock
         self.host_id = node.host_id
+        self.volatile = volatile
 
     def publish(
         self,
@@ -29,14 +39,19 @@ class NodePort:
         priority: int,
         persistent: bool,
     ) -> str:
-        return self.node.publish(
-            attributes,
-            payload,
-            deadline=deadline,
-            now=self.clock(),
-            priority=priority,
-            persistent=persistent,
-        )
+        if persistent or self.volatile is None:
+            return self.node.publish(
+                attributes, payload, deadline=deadline, now=self.clock(), priority=priority
+            )
+        with self.volatile():
+            return self.node.publish(
+                attributes,
+                payload,
+                deadline=deadline,
+                now=self.clock(),
+                priority=priority,
+                persistent=False,
+            )
 
     def subscribe(self, patterns: list[dict[str, str]], *, key: str) -> str:
         return self.node.subscribe(patterns, now=self.clock(), key=key)

@@ -79,8 +79,14 @@ HEADER_IDENTIFIERS = {
 """Selector identifiers naming JMS header fields -> the descriptor attribute carrying them."""
 
 
+_VALID_NAMES: set[str] = set()
+"""Property names already found valid (a program uses a few: each is checked once)."""
+
+
 def check_property_name(name: str) -> None:
     """Raise MessageFormatException unless ``name`` may be a user property."""
+    if type(name) is str and name in _VALID_NAMES:
+        return
     if not isinstance(name, str) or not name or len(name) > 64:
         raise MessageFormatException(f"bad property name {name!r}: 1-64 characters")
     if (
@@ -96,6 +102,8 @@ def check_property_name(name: str) -> None:
             "names starting with JMS, jms_ or joms_, and names with spaces, ',', ':' or '=' "
             "cannot be used)"
         )
+    if len(_VALID_NAMES) < 4096:
+        _VALID_NAMES.add(name)
 
 
 def property_type_of(value: Any) -> str:
@@ -408,13 +416,18 @@ def from_descriptor(d: Mapping[str, str], payload: bytes) -> JomsMessage:
 
 
 # ---------------------------------------------------------------- store form
-def freeze(msg: JomsMessage) -> bytes:
-    """A message as bytes for the service's store."""
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(..., separators=(",", ":"))`` without building an encoder per call."""
+
+
+def freeze(msg: JomsMessage, *, redelivered: bool = False) -> bytes:
+    """A message as bytes for the service's store (``redelivered``: as if
+    ``msg.redelivered`` were set)."""
     head = to_descriptor(msg)
     head[PRIORITY] = str(msg.priority)
-    if msg.redelivered:
+    if msg.redelivered or redelivered:
         head[REDELIVERED] = "true"
-    return json.dumps(head, separators=(",", ":")).encode() + b"\n" + msg.body
+    return _COMPACT.encode(head).encode() + b"\n" + msg.body
 
 
 def thaw(blob: bytes) -> JomsMessage:

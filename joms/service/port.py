@@ -27,7 +27,10 @@ class DisseminationPort(Protocol):
         priority: int,
         persistent: bool,
     ) -> str:
-        """Publish; returns the DoDWAN message id. ValueError when the layer refuses it."""
+        """Publish; returns the DoDWAN message id. ValueError when the layer refuses it.
+
+        Stored durably when ``persistent``; otherwise the layer may keep it in memory
+        only (JMS NON_PERSISTENT: at most once across a crash)."""
 
     def subscribe(self, patterns: list[dict[str, str]], *, key: str) -> str:
         """Add or replace the subscription ``key`` (starts with ``joms:``); returns the key."""

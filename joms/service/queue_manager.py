@@ -338,7 +338,7 @@ class QueueManagerMixin(ServiceBase):
         if redelivered:
             desc[mdl.REDELIVERED] = "true"
         try:
-            pend.delivery_id = self.port.publish(
+            pend.delivery_id = self._publish_named(
                 desc,
                 pend.message.body,
                 deadline=pend.deadline,

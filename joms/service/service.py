@@ -89,6 +89,7 @@ class JomsService(
         self._events: deque[Event] = deque()
         self._handed: list[tuple[str, str]] = []  # (consumer, tag) taken in ack=auto mode
         self._epoch = f"{self.rng.getrandbits(32):08x}"
+        self._own_ids = "\x00"  # prefix of the DoDWAN ids published in this run (at start)
         self._n = 0
         self._connections: dict[str, _Connection] = {}
         self._clients: dict[str, str] = {}  # client id -> connection id
@@ -133,6 +134,7 @@ class JomsService(
         # ids (consumers, receivers, JMSMessageIDs) never repeat across starts, even with a
         # seeded rng: a restarted consumer is a new receiver, a new message is not "seen"
         self._epoch = f"{self._epoch}r{self._run}x"
+        self._own_ids = f"{self.host_id}-{self._epoch}"
         self.port.unsubscribe(f"{KEY_PREFIX}queues")  # the key of earlier versions
         self._queues_key = f"{KEY_PREFIX}queues.{self._run}"
         self.store.put("ephemeral", self._queues_key, b"")
@@ -377,7 +379,7 @@ class JomsService(
                 conn.sent[msg.destination.name] = n
                 msg.sequence = f"{self.host_id}/{conn.id}:{n}"
         try:
-            self.port.publish(
+            self._publish_named(
                 mdl.to_descriptor(msg),
                 msg.body,
                 deadline=deadline,

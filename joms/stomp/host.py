@@ -90,6 +90,14 @@ class ServiceDriver:
         self.service.on_delivery(key, descriptor, payload, self._now())
         self.poke()
 
+    def deliver_many(self, deliveries: list[tuple[str, Mapping[str, str], bytes]]) -> None:
+        """Feed a burst of deliveries: one store commit, then one flush of the outputs
+        (one write per connection) — not one of each per message."""
+        with self._service_hold():
+            for key, descriptor, payload in deliveries:
+                self.service.on_delivery(key, descriptor, payload, self._now())
+        self.poke()
+
     def poke(self) -> None:
         if self._busy:  # re-entered from flush(): the outer call finishes the job
             return
@@ -196,15 +204,25 @@ def from_daemon_host(
     service = JomsService(_DaemonPort(host), cfg, store, random.Random())
     driver = ServiceDriver(service, host.now, batch=getattr(host, "batch", None))
 
+    waiting: list[tuple[str, Mapping[str, str], bytes]] = []
+
+    def drain() -> None:
+        burst = waiting[:]
+        waiting.clear()
+        driver.deliver_many(burst)
+
     def on_delivery(ev: Any) -> None:
         # The daemon drains node events synchronously inside publish/subscribe, which the
-        # service calls: defer each delivery to the loop so the service is never re-entered.
+        # service calls: defer deliveries to the loop so the service is never re-entered,
+        # and hand those of one loop turn over together (a run of SENDs delivers a burst).
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             driver.deliver(ev.subscription, ev.descriptor, ev.payload)
             return
-        loop.call_soon(driver.deliver, ev.subscription, ev.descriptor, ev.payload)
+        waiting.append((ev.subscription, ev.descriptor, ev.payload))
+        if len(waiting) == 1:
+            loop.call_soon(drain)
 
     host.set_delivery_handler(on_delivery)
     service.start(host.now())

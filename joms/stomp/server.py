@@ -134,6 +134,8 @@ class Gateway:
                     touched[ev.connection] = conn
         for conn in touched.values():
             conn.flush()
+        if any(conn._holding for conn in touched.values()):
+            return  # (a SUBSCRIBE in a run of frames) its frames wait for the run's commit
         # written (or buffered by the transport): auto-mode messages count as consumed now,
         # not when dispatched, so a kill before the write loses none
         self.service.settle(self.host.now())
@@ -216,6 +218,10 @@ class StompConnection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
             return
+        # The run is stored: its receipts go out now, before the deliveries it caused are
+        # worked out (poke), so a producer waiting for a receipt prepares its next frames
+        # while this process dispatches the messages it sent.
+        self.flush()
         self.gw.host.poke()
         self.flush()
 
