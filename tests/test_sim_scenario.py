@@ -244,7 +244,7 @@ def test_a_huge_host_count_is_refused_before_anything_is_allocated(counts: list[
     )
     tracemalloc.start()
     try:
-        with pytest.raises(ScenarioError, match="count: must be <= 100000|hosts in all groups"):
+        with pytest.raises(ScenarioError, match=r"count: must be <= 100000|hosts in all groups"):
             loads(head + groups, Path("huge.toml"))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
