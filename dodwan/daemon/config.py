@@ -266,6 +266,11 @@ LIMIT_RANGES: dict[str, tuple[float, float]] = {
     "max_profile_program": (16, 1 << 24),
     "max_remote_program": (1024, 1 << 30),
     "max_ttl": (60, 3650 * DAY),
+    "max_served_per_second": (1, 1e9),
+    "max_descriptor_decodes": (1, 1e9),
+    "max_descriptor_decodes_total": (1, 1e9),
+    "max_inflation_per_origin": (1 << 20, 1 << 50),
+    "max_inflation_total": (1 << 20, 1 << 50),
 }
 """Inclusive bounds of the ``[node.limits]`` settings."""
 
