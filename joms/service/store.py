@@ -79,10 +79,6 @@ CHECKPOINT_BYTES = 4 * 1024 * 1024
 """About this much committed between two checkpoints (in a background thread)."""
 WAL_LIMIT = 64 * 1024 * 1024
 """A write-ahead log grown past this is emptied (TRUNCATE checkpoint)."""
-_ROW_COST = 1536
-"""Log bytes counted per record written or deleted, besides its value, for the pages a
-commit writes (a stream of durable messages measured ~5.7 KB of log per message: a "seen"
-record, a stored copy, its deletion; this counts ~6 KB)."""
 
 
 _RECORDS_TABLE = (
@@ -173,7 +169,6 @@ class SqliteServiceStore:
             self._waiting[k] = None  # (it may also be in the file, from an earlier put)
             return True
         cur = self._db.execute("DELETE FROM records WHERE tbl = ? AND key = ?", k)
-        self._committed += _ROW_COST
         return cur.rowcount > 0
 
     def items(
@@ -198,7 +193,8 @@ class SqliteServiceStore:
         if not self._waiting:
             return
         waiting, self._waiting = self._waiting, {}
-        self._committed += sum(_ROW_COST + (0 if v is None else len(v)) for v in waiting.values())
+        # a page per deletion, the bytes of each record: roughly what the log gets
+        self._committed += sum(4096 if v is None else len(v) + 64 for v in waiting.values())
         puts = [(t, k, v) for (t, k), v in waiting.items() if v is not None]
         dels = [k for k, v in waiting.items() if v is None]
         if dels:
