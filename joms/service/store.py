@@ -76,7 +76,9 @@ except ImportError:  # pragma: no cover
     Checkpointer = None  # type: ignore[assignment,misc]
 
 CHECKPOINT_BYTES = 4 * 1024 * 1024
-"""About this much committed between two checkpoints (in a background thread)."""
+"""Record bytes committed between two checkpoints (in a background thread). The log grows
+by more — about 15 MB for a stream of durable messages — which measured cheaper than
+checkpointing every 4 MB of log."""
 WAL_LIMIT = 64 * 1024 * 1024
 """A write-ahead log grown past this is emptied (TRUNCATE checkpoint)."""
 
