@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any
+
+import pytest
 
 from dodwan import Node, NodeConfig
 from dodwan.core import wire
@@ -170,9 +173,16 @@ def test_a_flood_of_fragment_zeros_does_not_hold_back_a_real_message() -> None:
     assert [d.descriptor["id"] for d in net.deliveries("s")] == [real]
 
 
-def test_a_short_contact_serves_the_higher_priority_message_first() -> None:
-    # b subscribed to both; 3 Mbit/s, a 2.3 s contact: room for the 500 kB priority-9
-    # message (1.5 s of air with headers) or the 400 kB priority-1 one, not for both.
+@pytest.mark.parametrize(
+    ("small", "large"),
+    [({"priority": 1}, {"priority": 9}), ({"persistent": False}, {"persistent": True})],
+    ids=["higher priority first", "persistent first"],
+)
+def test_a_short_contact_serves_the_better_class_first(
+    small: dict[str, Any], large: dict[str, Any]
+) -> None:
+    # b subscribed to both; 3 Mbit/s, a 2.3 s contact: room for the 500 kB message of the
+    # better class (1.5 s of air with headers) or the 400 kB other one, not for both.
     # Smallest-first (requests) and fewest-left-first (sending) used to pick the small one.
     for seed in range(4):
         net = VirtualNetwork(seed=seed, bitrate=3e6)
@@ -180,22 +190,8 @@ def test_a_short_contact_serves_the_higher_priority_message_first() -> None:
         net.add("b", cache_capacity=8 * MB)
         net.subscribe("b", {"topic": "news"})
         rnd = random.Random(seed)
-        low = net.publish("a", {"topic": "news"}, rnd.randbytes(400 * KB), 1e5, priority=1)
-        high = net.publish("a", {"topic": "news"}, rnd.randbytes(500 * KB), 1e5, priority=9)
+        net.publish("a", {"topic": "news"}, rnd.randbytes(400 * KB), 1e5, **small)
+        better = net.publish("a", {"topic": "news"}, rnd.randbytes(500 * KB), 1e5, **large)
         _contact(net, 30.0 + seed * 0.37, 2.3)
         got = [d.descriptor["id"] for d in net.deliveries("b")]
-        assert got[:1] == [high], f"seed {seed}: {got} (low {low})"
-
-
-def test_a_short_contact_serves_a_persistent_message_before_a_non_persistent_one() -> None:
-    for seed in range(4):
-        net = VirtualNetwork(seed=seed, bitrate=3e6)
-        net.add("a", cache_capacity=8 * MB)
-        net.add("b", cache_capacity=8 * MB)
-        net.subscribe("b", {"topic": "news"})
-        rnd = random.Random(seed)
-        net.publish("a", {"topic": "news"}, rnd.randbytes(400 * KB), 1e5, persistent=False)
-        kept = net.publish("a", {"topic": "news"}, rnd.randbytes(500 * KB), 1e5)
-        _contact(net, 30.0 + seed * 0.37, 2.3)
-        got = [d.descriptor["id"] for d in net.deliveries("b")]
-        assert got[:1] == [kept], f"seed {seed}: {got}"
+        assert got[:1] == [better], f"seed {seed}: {got}"

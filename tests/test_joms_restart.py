@@ -15,7 +15,6 @@ from test_stomp_gateway import connect, sync
 from test_stomp_gateway import host as host
 from test_stomp_gateway import loop as loop
 
-from dodwan import MessageDelivered
 from joms.runtime import LoopbackHost
 from joms.service import Destination, MessageDispatched, SqliteServiceStore
 
@@ -114,18 +113,6 @@ def test_durable_message_delivered_by_the_core_but_not_yet_handled_survives_a_cr
     assert w.bodies("m") == [b"seen", b"in flight"]
 
 
-def _handled_not_taken(w: World, h: str) -> None:
-    """The service handles what the core delivered (and commits), but the transport has
-    not taken the dispatch events yet: the MESSAGE frames are not written."""
-    w.net._after_input(h)
-    evs = w.net.events(h)
-    while w.seen[h] < len(evs):
-        ev = evs[w.seen[h]]
-        w.seen[h] += 1
-        if isinstance(ev, MessageDelivered) and ev.subscription.startswith("joms:"):
-            w.svc[h].on_delivery(ev.subscription, ev.descriptor, ev.payload, w.net.now)
-
-
 def test_auto_mode_durable_message_dispatched_but_not_written_survives_a_crash(
     tmp_path: Path,
 ) -> None:
@@ -144,7 +131,7 @@ def test_auto_mode_durable_message_dispatched_but_not_written_survives_a_crash(
     w.run(1)
     assert w.bodies("m") == [b"taken"]
     s.send(p, text(news, "not written"), w.net.now)
-    _handled_not_taken(w, "m")
+    w.feed("m")  # the service handles it and commits; nobody takes the events
     _crash_and_restart(w, "m", db)
     s2 = w.svc["m"]
     c2 = s2.open_connection(w.net.now, "worker")
@@ -173,7 +160,7 @@ def test_auto_mode_queue_message_dispatched_but_not_written_survives_a_crash(
     s.send(p, text(q, "not written"), w.net.now)
     for _ in range(40):  # the queue manager hands it to the receiver; nobody takes events
         w.net.run(0.05)
-        _handled_not_taken(w, "m")
+        w.feed("m")  # the service handles it and commits; nobody takes the events
         t = s.get_timer()
         if t is not None and t <= w.net.now:
             s.handle_timer(w.net.now)

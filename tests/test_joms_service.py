@@ -50,15 +50,19 @@ class World:
         self.net._after_input(h)
         return s
 
+    def feed(self, h: str) -> None:
+        """Hand the service of ``h`` what its core delivered since the last call."""
+        self.net._after_input(h)
+        evs = self.net.events(h)
+        while self.seen[h] < len(evs):
+            ev = evs[self.seen[h]]
+            self.seen[h] += 1
+            if isinstance(ev, MessageDelivered) and ev.subscription.startswith("joms:"):
+                self.svc[h].on_delivery(ev.subscription, ev.descriptor, ev.payload, self.net.now)
+
     def step(self) -> None:
         for h, s in self.svc.items():
-            self.net._after_input(h)
-            evs = self.net.events(h)
-            while self.seen[h] < len(evs):
-                ev = evs[self.seen[h]]
-                self.seen[h] += 1
-                if isinstance(ev, MessageDelivered) and ev.subscription.startswith("joms:"):
-                    s.on_delivery(ev.subscription, ev.descriptor, ev.payload, self.net.now)
+            self.feed(h)
             t = s.get_timer()
             if t is not None and t <= self.net.now:
                 s.handle_timer(self.net.now)
