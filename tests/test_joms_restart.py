@@ -17,6 +17,7 @@ from test_stomp_gateway import loop as loop
 
 from joms.runtime import LoopbackHost
 from joms.service import Destination, MessageDispatched, SqliteServiceStore
+from joms.service.model import NON_PERSISTENT
 
 
 def _crash_and_restart(w: World, h: str, db: Path) -> None:
@@ -207,3 +208,19 @@ def test_both_service_stores_list_records_in_key_order_with_a_limit(tmp_path: Pa
         assert [k for k, _ in store.items("t", limit=2)] == ["a\x1e9", "b\x1e1"]
         assert len(store.items("t")) == 5 and store.items("t", "z", limit=1) == []
         store.close()
+
+
+def test_a_non_persistent_message_stays_non_persistent_in_the_core_without_a_volatile_store() -> (
+    None
+):
+    # NodePort without a volatile() store context (simulator, in-memory tests) published a
+    # NON_PERSISTENT message as persistent: the core then ranked it as persistent.
+    w = World("m")
+    s = w.svc["m"]
+    p = s.open_connection(w.net.now, "writer")
+    msg = text(Destination("topic", "news"), "light")
+    msg.delivery_mode = NON_PERSISTENT
+    s.send(p, msg, w.net.now)
+    node = w.net.node("m")
+    headers = [c.header for c in node._cache.values() if c.descriptor.get("destination_id")]
+    assert headers and all(not h.persistent for h in headers)

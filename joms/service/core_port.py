@@ -39,18 +39,15 @@ class NodePort:
         priority: int,
         persistent: bool,
     ) -> str:
-        if persistent or self.volatile is None:
-            return self.node.publish(
-                attributes, payload, deadline=deadline, now=self.clock(), priority=priority
-            )
-        with self.volatile():
+        volatile = self.volatile if not persistent else None
+        with volatile() if volatile is not None else contextlib.nullcontext():
             return self.node.publish(
                 attributes,
                 payload,
                 deadline=deadline,
                 now=self.clock(),
                 priority=priority,
-                persistent=False,
+                persistent=persistent,
             )
 
     def subscribe(self, patterns: list[dict[str, str]], *, key: str) -> str:
