@@ -121,16 +121,23 @@ def _durable_delivery(s: JomsService, n: int) -> dict[str, str]:
     return d
 
 
-def test_a_durable_message_dispatched_at_once_is_stored_once_as_maybe_delivered() -> None:
-    """Arriving for an attached auto-mode consumer, a durable subscription's message is
-    written once — already marked "may have been delivered" (JMSRedelivered after a crash
-    before its frame was written) — and deleted when the transport took it."""
-    store = CountingStore()
+def _durable_subscriber(store: Any) -> tuple[JomsService, str]:
+    """A service over ``store`` with an auto-mode durable subscriber "d" on ``news``, and
+    the core subscription key its deliveries come by."""
     s = JomsService(_Port(), store=store, rng=random.Random(1))
     s.start(1000.0)
     conn = s.open_connection(1000.0, "client")
     s.subscribe(conn, Destination("topic", "news"), 1000.0, durable_name="d")
     [key] = [k for k in s._routes if k.startswith("joms:d:")]
+    return s, key
+
+
+def test_a_durable_message_dispatched_at_once_is_stored_once_as_maybe_delivered() -> None:
+    """Arriving for an attached auto-mode consumer, a durable subscription's message is
+    written once — already marked "may have been delivered" (JMSRedelivered after a crash
+    before its frame was written) — and deleted when the transport took it."""
+    store = CountingStore()
+    s, key = _durable_subscriber(store)
     store.puts.clear()
     s.on_delivery(key, _durable_delivery(s, 1), b"m1", 1001.0)
     pending = [(k, v) for t, k, v in store.puts if t == "dpending"]
@@ -200,11 +207,7 @@ def test_seen_is_looked_up_only_for_messages_an_earlier_run_may_have_had() -> No
     hands again under the key of a new start; a message published by this service since
     it started cannot be among them, so it is not looked up (a read per message)."""
     store = GetCountingStore()
-    s = JomsService(_Port(), store=store, rng=random.Random(1))
-    s.start(1000.0)
-    conn = s.open_connection(1000.0, "client")
-    s.subscribe(conn, Destination("topic", "news"), 1000.0, durable_name="d")
-    [key] = [k for k in s._routes if k.startswith("joms:d:")]
+    s, key = _durable_subscriber(store)
     own = _durable_delivery(s, 1)
     own["id"] = f"h1-{s._id()}"  # as _publish_named names it
     s.on_delivery(key, own, b"own", 1001.0)
