@@ -195,3 +195,95 @@ def test_a_short_contact_serves_the_better_class_first(
         _contact(net, 30.0 + seed * 0.37, 2.3)
         got = [d.descriptor["id"] for d in net.deliveries("b")]
         assert got[:1] == [better], f"seed {seed}: {got}"
+
+
+# --- never start what cannot fit -------------------------------------------------------
+
+
+def _fill_with_subscribed(net: VirtualNetwork, host: str, n: int, size: int) -> None:
+    """``host`` subscribes to "kept" and gets ``n`` such messages from passing hosts (one
+    origin each: an origin may fill half of a cache at most)."""
+    net.subscribe(host, {"topic": "kept"})
+    for k in range(n):
+        net.add(f"filler{k}", cache_capacity=8 * MB)
+        net.publish(f"filler{k}", {"topic": "kept"}, random.Random(100 + k).randbytes(size), 1e5)
+        net.link(host, f"filler{k}")
+        net.run(60.0, stop=lambda k=k: len(net.deliveries(host)) == k + 1)
+        net.unlink(host, f"filler{k}")
+    assert len(net.deliveries(host)) == n
+
+
+def test_a_carrier_does_not_ask_for_what_its_cache_cannot_hold() -> None:
+    # h's 2 MB cache holds two 800 kB messages it subscribed to; a 900 kB message to carry
+    # cannot evict them. h used to ask for it anyway: every fragment was refused ("cache
+    # full"), asked again every request_timeout, and a kept sending while the contact lasted.
+    net = VirtualNetwork(seed=5, bitrate=2e6)
+    h = net.add("h", cache_capacity=2 * MB, altruistic=True)
+    a = net.add("a", cache_capacity=8 * MB)
+    _fill_with_subscribed(net, "h", 2, 800 * KB)
+    net.publish("a", {"topic": "other"}, random.Random(1).randbytes(900 * KB), 1e5)
+    net.run(30.0)
+    net.link("a", "h")
+    net.run(30.0)
+    assert h.counters.get("cache_full", 0) == 0
+    assert a.counters.get("fragments_sent", 0) == 0
+    assert h.counters["deferred_no_room"] >= 1
+
+
+def test_a_transfer_whose_first_fragment_finds_no_room_is_not_asked_again() -> None:
+    # The room h had when it asked is gone when the fragments come (its user published):
+    # h used to ask again every request_timeout, and have every fragment refused again.
+    a = Node(NodeConfig(host_id="a", cache_capacity=8 * MB), random.Random(1))
+    h = Node(NodeConfig(host_id="h", cache_capacity=2 * MB, altruistic=True), random.Random(2))
+    mid = a.publish({"topic": "y"}, random.Random(3).randbytes(700 * KB), 1e5, now=0.0)
+    t = 0.0
+
+    def exchange(until: float, hold_fragments: bool) -> list[bytes]:
+        nonlocal t
+        held = []
+        while t < until:
+            t = round(t + 0.05, 2)
+            for node, peer, name in ((a, h, "a"), (h, a, "h")):
+                node.handle_timer(t)
+                for data, _ in node.datagrams_to_send(t):
+                    if hold_fragments and data[3] == wire.FRAGMENT:
+                        held.append(data)
+                    else:
+                        peer.receive_datagram(data, name, now=t)
+        return held
+
+    held = exchange(5.0, hold_fragments=True)
+    assert held and h.counters["requests_sent"] >= 1
+    h.publish({"topic": "mine"}, random.Random(4).randbytes(2 * MB - 1200), 1e5, now=t)
+    for data in held:
+        h.receive_datagram(data, "a", now=t)
+    assert h.counters["cache_full"] >= 1 and h.cache_entry(mid) is None
+    asked = h.counters["requests_sent"]
+    exchange(t + 3 * h.config.request_timeout, hold_fragments=False)
+    assert h.counters["requests_sent"] == asked
+
+
+def test_a_full_carrier_drops_its_oldest_carried_message_for_a_newer_one() -> None:
+    # h's 2 MB cache is full of two older 800 kB messages it only carries; a offers a newer
+    # one. Every fragment of it used to be refused (a partial set could not evict complete
+    # messages), so a full carrier never took anything again until its messages expired.
+    # Now a transfer h asked for makes room as the complete message it is becoming: the
+    # oldest carried message goes (epidemic routing's drop-oldest), as the room is needed.
+    net = VirtualNetwork(seed=6, bitrate=2e6)
+    h = net.add("h", cache_capacity=2 * MB, altruistic=True)
+    old = []
+    for k in range(2):
+        net.add(f"f{k}", cache_capacity=8 * MB)
+        old.append(net.publish(f"f{k}", {"topic": "t"}, random.Random(k).randbytes(800 * KB), 1e5))
+        net.link("h", f"f{k}")
+        net.run(30.0, stop=lambda m=old[-1]: (e := h.cache_entry(m)) is not None and e["complete"])
+        net.unlink("h", f"f{k}")
+    assert all(h.cache_entry(m) is not None for m in old)
+    net.add("a", cache_capacity=8 * MB)
+    new = net.publish("a", {"topic": "t"}, random.Random(9).randbytes(900 * KB), 1e5)
+    net.link("h", "a")
+    net.run(30.0, stop=lambda: (e := h.cache_entry(new)) is not None and e["complete"])
+    entry = h.cache_entry(new)
+    assert entry is not None and entry["complete"]
+    assert h.cache_entry(old[0]) is None and h.cache_entry(old[1]) is not None
+    assert h.counters.get("cache_full", 0) == 0

@@ -14,6 +14,8 @@ from .node_state import NodeState
 from .offers import Rank
 from .store import MessageMeta
 
+_ROOM_SCAN = 1024  # cached messages looked at, at most, to tell whether a transfer fits
+
 EvictRank = tuple[int, int, int, int, float]
 """``(tier, origin seen complete, persistent, priority, date)``: see :meth:`Cached.rank`."""
 
@@ -42,6 +44,11 @@ class Cached:
     credible: bool = False
     """A message of its origin was completed here (its partial sets go after those of
     origins never seen complete, which may be a flood of fragments nobody can finish)."""
+    asked: bool = False
+    """This host asked for it (it did not start from overheard fragments)."""
+    copies: int = 0
+    """Copy budget of this copy (``NodeConfig.copy_budget``): 0 none; 1 for subscribers
+    only; more: altruistic carriers may take half of it."""
 
     @property
     def complete(self) -> bool:
@@ -56,19 +63,24 @@ class Cached:
         tier = (0 if wanted_here else 2) + (0 if self.count == h.frags else 1)
         return (tier, 0 if h.persistent else 1, -h.priority, -h.date)
 
-    def rank(self) -> EvictRank:
+    def rank(self, arriving: bool = False) -> EvictRank:
         """Eviction order, lowest first. Tiers: partial sets carried for others (those of
         origins never seen complete here first), complete messages carried for others,
         messages subscribed here (or published here and handed on), then this host's own
         publications not yet handed on — which only expiry or the local user removes. Within
-        a tier: non-persistent, low priority, old first."""
+        a tier: non-persistent, low priority, old first.
+
+        ``arriving``: the rank its fragments make room with as they arrive — a transfer
+        this host asked for counts as the complete message it is becoming, so it may evict
+        older complete messages carried for others, as they are needed (the oldest goes,
+        as in epidemic routing's drop-oldest), while a partial set it left never does."""
         h = self.header
         trust = 0
         if self.meta.local and not self.handed:
             tier = 3
         elif self.own:
             tier = 2
-        elif self.count == h.frags:
+        elif self.count == h.frags or (arriving and self.asked):
             tier = 1
         else:
             tier, trust = 0, 1 if self.credible else 0
@@ -182,6 +194,7 @@ class CacheMixin(NodeState):
         self._matcher.remove_message(msg_id)
         self._offers.forget(msg_id)
         self._entry_cache.pop(msg_id, None)
+        self._granted.pop(msg_id, None)
         self._requested.pop(msg_id, None)
         self._store.delete_message(msg_id)
         self._count("messages_evicted")
@@ -197,7 +210,7 @@ class CacheMixin(NodeState):
             return True
         if needed > cap:
             return False
-        rank = incoming.rank()
+        rank = incoming.rank(arriving=True)
         exclude = incoming.header.msg_id
         victims: list[tuple[EvictRank, str]] = []
         while self._cache_bytes + needed > cap:
@@ -277,11 +290,44 @@ class CacheMixin(NodeState):
             parts.append(chunk)
         return b"".join(parts)
 
-    def _room_for(self, origin: str, zsize: int) -> bool:
-        """Whether a new transfer of ``zsize`` bytes from ``origin`` can finish beside the
-        transfers already under way: their bytes still to come and its own must fit in the
-        cache, and those of one origin in its share of it (what that origin already has
-        stored here can make room, oldest first, when the new one arrives)."""
+    def _incoming_rank(self, header: m.Header, own: bool) -> EvictRank:
+        """The rank a message this host is about to ask for will make room with."""
+        meta = MessageMeta(header.msg_id, b"", 0, False, 0.0)
+        credible = header.origin in self._complete_origins
+        c = Cached(meta, {}, header, own=own, credible=credible, asked=True)
+        return c.rank(arriving=True)
+
+    def _evictable_below(self, rank: EvictRank, needed: int) -> int:
+        """Bytes of cached messages ranked below ``rank`` (what a message of that rank may
+        evict), counted lowest first until ``needed``: the eviction heap is walked in
+        order without popping. Past ``_ROOM_SCAN`` entries it answers ``needed`` (assume
+        room: the first fragment will tell)."""
+        heap, cache = self._evict_heap, self._cache
+        todo: list[tuple[tuple[EvictRank, str], int]] = [(heap[0], 0)] if heap else []
+        found, seen = 0, set[str]()
+        while todo and found < needed:
+            (vrank, vid), i = heapq.heappop(todo)
+            if vrank >= rank:
+                break
+            if len(seen) >= _ROOM_SCAN:
+                return needed
+            c = cache.get(vid)
+            if c is not None and vid not in seen and c.rank() == vrank:
+                seen.add(vid)
+                found += c.nbytes
+            for j in (2 * i + 1, 2 * i + 2):
+                if j < len(heap):
+                    heapq.heappush(todo, (heap[j], j))
+        return found
+
+    def _room_for(self, origin: str, zsize: int, rank: EvictRank) -> bool:
+        """Whether a new transfer of ``zsize`` bytes from ``origin``, of eviction rank
+        ``rank``, can finish beside the transfers already under way: their bytes still to
+        come and its own must fit in the free room plus what it may evict (a transfer
+        started without that room had its first fragment refused, and its retries too,
+        while the sender kept sending), and those of one origin in its share of it (what
+        that origin already has stored here can make room, oldest first, when the new one
+        arrives)."""
         cap = self.config.cache_capacity
         quota = self._limits.max_origin_share * cap
         coming = from_origin = 0
@@ -298,7 +344,8 @@ class CacheMixin(NodeState):
                 from_origin += max(left, 0)
         if origin != self.host_id and from_origin + zsize > quota:
             return False
-        return coming + zsize <= cap
+        need = coming + zsize - (cap - self._cache_bytes)
+        return need <= 0 or self._evictable_below(rank, need) >= need
 
     def _reserve(self, msg_id: str, zsize: int, now: float, force: bool = False) -> bool:
         """Promise reassembly memory (the whole compressed size) to an incomplete message."""

@@ -11,7 +11,7 @@ from .bits import all_of
 from .cache import Cached
 from .errors import WireError
 from .neighbours import Neighbour
-from .node_state import NodeState
+from .node_state import WANT_CARRY, WANT_FOR, WANT_NO, NodeState
 from .offers import Rank
 from .signing import verify
 
@@ -36,15 +36,18 @@ class CatalogsMixin(NodeState):
             if c is not None:
                 self._offers.add(msg_id, self._offer_rank(c))
 
-    def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> bool:
-        """Should this host fetch and carry the message?"""
+    def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> int:
+        """Should this host fetch and carry the message, and why (``WANT_*``)?"""
         cached = self._want_cache.get(msg_id)
         if cached is not None and cached[0] == self._interest_epoch:
             return cached[1]
-        want = self.config.altruistic or self._own_profile.matches(descriptor)
-        if not want:
-            limit = self.config.horizon - 1
-            want = any(d <= limit and p.matches(descriptor) for d, p in self._known.values())
+        limit = self.config.horizon - 1
+        if self._own_profile.matches(descriptor) or any(
+            d <= limit and p.matches(descriptor) for d, p in self._known.values()
+        ):
+            want = WANT_FOR
+        else:
+            want = WANT_CARRY if self.config.altruistic else WANT_NO
         if len(self._want_cache) > 65536:
             self._want_cache.clear()
         self._want_cache[msg_id] = (self._interest_epoch, want)
@@ -56,12 +59,12 @@ class CatalogsMixin(NodeState):
             entry = self._entry_cache.get(msg_id)
             if entry is None:
                 entry = wire.encode_catalog_entry(
-                    wire.CatalogEntry(msg_id, c.header.frags, None, c.meta.zdesc)
+                    wire.CatalogEntry(msg_id, c.header.frags, None, c.meta.zdesc, c.copies)
                 )
                 self._entry_cache[msg_id] = entry
             return entry
         return wire.encode_catalog_entry(
-            wire.CatalogEntry(msg_id, c.header.frags, c.have, c.meta.zdesc)
+            wire.CatalogEntry(msg_id, c.header.frags, c.have, c.meta.zdesc, c.copies)
         )
 
     def _catalog(self, now: float, room: int, budget: int) -> list[list[bytes]]:
@@ -75,13 +78,22 @@ class CatalogsMixin(NodeState):
         altruists = any(n.altruistic for n in self._neighbours.values())
         eligible = self._matcher.eligible
 
+        # an altruistic neighbour is offered everything but the messages whose copy budget
+        # is spent (1: for subscribers only)
+        def offerable(msg_id: str, c: Cached) -> bool:
+            return msg_id in eligible or (altruists and c.copies != 1)
+
         def pool() -> list[tuple[str, Rank]]:
             ids = cache if altruists else eligible
-            return [(k, self._offer_rank(cache[k])) for k in ids if k in cache]
+            return [
+                (k, self._offer_rank(c))
+                for k in ids
+                if (c := cache.get(k)) is not None and offerable(k, c)
+            ]
 
         def rank_of(msg_id: str) -> Rank | None:
             c = cache.get(msg_id)
-            if c is None or not (altruists or msg_id in eligible):
+            if c is None or not offerable(msg_id, c):
                 return None
             return self._offer_rank(c)
 
@@ -98,7 +110,7 @@ class CatalogsMixin(NodeState):
             c = cache.get(msg_id)
             if c is None or c.header.deadline <= now or c.count == 0:
                 continue
-            if not altruists and msg_id not in eligible:
+            if not offerable(msg_id, c):
                 continue
             if all(c.have & ~n.offers.get(msg_id, 0) == 0 for n in neighbours):
                 offers.offered(msg_id, now)  # all of them hold it; look again later
@@ -190,6 +202,10 @@ class CatalogsMixin(NodeState):
             offered = all_of(e.frags) if e.have is None else e.have
             n.offers[e.msg_id] = offered
             c = self._cache.get(e.msg_id)
+            if e.copies:
+                n.budgets[e.msg_id] = e.copies
+            elif n.budgets:
+                n.budgets.pop(e.msg_id, None)
             if c is not None:
                 if not c.complete and c.header.frags == e.frags:
                     started.append((e.msg_id, offered))
@@ -204,10 +220,13 @@ class CatalogsMixin(NodeState):
                 continue
             if self._too_long_lived(decoded[1], now):
                 continue
-            if self._wants(e.msg_id, decoded[0]):
+            want = self._wants(e.msg_id, decoded[0])
+            if want == WANT_CARRY and e.copies == 1:
+                continue  # its copies are spent: it goes to subscribers only
+            if want:
                 zsize = decoded[1].zsize if e.frags > 1 else 0
                 new.append((e.msg_id, offered, zsize, decoded[1]))
-                if self.config.altruistic and self._own_profile.matches(decoded[0]):
+                if self._own_profile.matches(decoded[0]):
                     mine.add(e.msg_id)
         if deferred:
             self._count("descriptors_deferred", deferred)
@@ -227,7 +246,7 @@ class CatalogsMixin(NodeState):
                 if self._reserved_bytes + zsize > self._limits.max_partial_bytes:
                     self._count("deferred_reassembly_budget")
                     continue
-                if not self._room_for(origin, zsize):
+                if not self._room_for(origin, zsize, self._incoming_rank(header, msg_id in mine)):
                     self._count("deferred_no_room")
                     continue
                 self._reserve(msg_id, zsize, now)
@@ -235,3 +254,4 @@ class CatalogsMixin(NodeState):
         if len(n.offers) > 4 * self._limits.max_catalog_entries:
             for k in list(n.offers)[: len(n.offers) // 2]:
                 del n.offers[k]
+                n.budgets.pop(k, None)

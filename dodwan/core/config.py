@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from .limits import Limits
+from .wire import ENTRY_MAX_COPIES as MAX_COPY_BUDGET  # it travels in 7 bits of a flags byte
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,15 @@ class NodeConfig:
     sender still puts on the air after the requester has left (64 × 1400 B ≈ 0.36 s at
     2 Mbit/s)."""
 
+    copy_budget: int = 0
+    """Copies of a message published here that altruistic carriers may make (binary
+    Spray-and-Wait): a carrier that fetches a message only to carry it takes half of its
+    holder's budget, and a copy whose budget is down to 1 goes only to hosts that subscribed
+    to it (or carry it for a subscriber within ``horizon``). On short contacts and small
+    caches, fewer carried copies leave the air time and the room to the transfers that
+    deliver. 0: no budget (every altruistic carrier may take a copy, as epidemic routing
+    does). A host honours the budget a message carries whatever its own setting."""
+
     partial_timeout: float = 1800.0
     """An incomplete message that made no progress for this long is dropped."""
 
@@ -111,6 +121,8 @@ class NodeConfig:
             raise ValueError("request_delay must be >= 0 and request_timeout > 0")
         if self.request_window < 1:
             raise ValueError("request_window must be >= 1")
+        if not 0 <= self.copy_budget <= MAX_COPY_BUDGET:
+            raise ValueError(f"copy_budget must be between 0 (none) and {MAX_COPY_BUDGET}")
         if self.max_catalog_datagrams < 1:
             raise ValueError("max_catalog_datagrams must be >= 1")
         if self.signing_key is not None and (

@@ -28,3 +28,5 @@ class Neighbour:
     at distance 0."""
     offers: dict[str, int] = field(default_factory=dict)
     """msg id -> bitmask of the fragments this neighbour last said it holds"""
+    budgets: dict[str, int] = field(default_factory=dict)
+    """msg id -> the copy budget it offered it with, when it has one"""

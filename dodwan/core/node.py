@@ -112,6 +112,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._matcher = Matcher()
         self._interest_epoch = 0
         self._want_cache = {}
+        self._granted = {}
 
         self._pending = {}  # target -> msg -> mask to request
         self._pending_at = {}  # target -> when to send
@@ -179,6 +180,11 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
                 self._store.delete_message(meta.msg_id)
                 continue
             c = Cached(meta, descriptor, header, progress=meta.received)
+            # the copy budget is not stored: a restarted host keeps its own publications'
+            # whole budget and, when it gives budgets, carries the others for subscribers
+            c.copies = (
+                min(self.config.copy_budget, 1) if not meta.local else self.config.copy_budget
+            )
             for i in indexes:
                 if 0 <= i < header.frags and not c.have >> i & 1:
                     c.have |= 1 << i
@@ -258,7 +264,12 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         )
         zdesc, header = self._geometry(descriptor, len(zpayload))
         c = Cached(
-            MessageMeta(msg_id, zdesc, 0, True, now), descriptor, header, own=True, progress=now
+            MessageMeta(msg_id, zdesc, 0, True, now),
+            descriptor,
+            header,
+            own=True,
+            progress=now,
+            copies=self.config.copy_budget,
         )
         total = len(zpayload) + len(zdesc)
         if not self._make_room(total, c, now):

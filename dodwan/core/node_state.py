@@ -38,6 +38,11 @@ TraceSink = Callable[[float, str, str, int, int, str], None]
 """``sink(time, kind, msg_id, size, hops, detail)``: the fields of a :class:`TraceRecord`."""
 
 
+WANT_NO, WANT_CARRY, WANT_FOR = 0, 1, 2
+"""What ``_wants`` says of a message: not wanted; wanted only to carry it altruistically;
+wanted for a subscription here or of a host within the horizon."""
+
+
 class NodeState:
     """The state every part of a node shares, and the helpers they all use."""
 
@@ -96,7 +101,12 @@ class NodeState:
     _own_pieces: Pieces
     _matcher: Matcher
     _interest_epoch: int
-    _want_cache: dict[str, tuple[int, bool]]
+    _want_cache: dict[str, tuple[int, int]]
+    """message -> (interest epoch, ``WANT_*``)"""
+    _granted: dict[str, dict[str, int]]
+    """Message -> carriers that asked for it while it had a copy budget -> the fragments
+    sent since: once all are, the carrier holds a copy with half the budget, and this
+    host keeps the other half (see ``TransfersMixin._fragments_sent``)."""
     _pending: dict[str, dict[str, int]]
     """target -> message -> mask of fragments to request"""
     _pending_at: dict[str, float]
@@ -169,7 +179,8 @@ class NodeState:
         def _make_room(self, needed: int, incoming: Cached, now: float) -> bool: ...
         def _release(self, msg_id: str) -> None: ...
         def _reserve(self, msg_id: str, zsize: int, now: float, force: bool = False) -> bool: ...
-        def _room_for(self, origin: str, zsize: int) -> bool: ...
+        def _room_for(self, origin: str, zsize: int, rank: EvictRank) -> bool: ...
+        def _incoming_rank(self, header: m.Header, own: bool) -> EvictRank: ...
         def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool: ...
         # delivery
         def _deliver(
@@ -198,7 +209,7 @@ class NodeState:
             self, n: Neighbour, entries: Sequence[wire.CatalogEntry], now: float
         ) -> None: ...
         def _too_long_lived(self, header: m.Header, now: float) -> bool: ...
-        def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> bool: ...
+        def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> int: ...
         # transfers
         def _queue_request(self, target: str, msg_id: str, offered: int, now: float) -> None: ...
         def _unqueue(self, msg_id: str) -> None: ...

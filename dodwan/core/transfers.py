@@ -13,11 +13,12 @@ from . import wire
 from .bits import first_bits
 from .cache import Cached
 from .errors import WireError
-from .node_state import NodeState
+from .node_state import WANT_CARRY, NodeState
 from .profiles import bounded_mask, merge_ranges, ranges_of
 from .store import MessageMeta
 
 _COMPLETE_ORIGINS = 4096  # origins remembered as seen complete, at most
+_GRANTS_PER_MESSAGE = 64  # carriers being handed half of a message's copy budget, at most
 
 BROADCAST = "<broadcast>"
 """Destination meaning: every neighbour in radio range."""
@@ -112,6 +113,7 @@ class TransfersMixin(NodeState):
                     self._encoders[msg_id] = pre
                 own = c.meta.local and not c.handed
                 have = c.have
+                sent = 0
                 while q and (budget is None or used < budget):
                     index, hops = q.popitem(last=False)  # in request order
                     if not have >> index & 1:
@@ -124,10 +126,41 @@ class TransfersMixin(NodeState):
                     dg = wire.encode_fragment_fast(pre[0], pre[1], hops, index, chunk)
                     out.append(dg)
                     used += len(dg)
+                    sent |= 1 << index
+                if sent and msg_id in self._granted:
+                    self._handed_copies(c, sent)
             else:
                 q.clear()
             if not q:
                 self._unqueue(msg_id)
+
+    def _grant(self, msg_id: str, host: str) -> None:
+        """``host`` asked for ``msg_id`` to carry it, which has a copy budget here: it
+        takes half once every fragment has been sent (binary Spray-and-Wait)."""
+        grants = self._granted.setdefault(msg_id, {})
+        if host not in grants:
+            if len(grants) >= _GRANTS_PER_MESSAGE:
+                del grants[next(iter(grants))]  # the oldest, most likely gone
+            grants[host] = 0
+
+    def _handed_copies(self, c: Cached, sent: int) -> None:
+        """Fragments ``sent`` of a message carriers asked for went out: each carrier that
+        has now been sent all of them took half of the remaining budget."""
+        msg_id = c.header.msg_id
+        grants = self._granted[msg_id]
+        full = (1 << c.header.frags) - 1
+        for host, mask in list(grants.items()):
+            mask |= sent
+            if mask != full:
+                grants[host] = mask
+                continue
+            del grants[host]
+            if c.copies > 1:
+                c.copies -= c.copies // 2
+                self._entry_cache.pop(msg_id, None)
+                self._count("copies_handed")
+        if not grants or c.copies < 2:
+            del self._granted[msg_id]
 
     def _unqueue(self, msg_id: str) -> None:
         self._send_queue.pop(msg_id, None)
@@ -237,6 +270,8 @@ class TransfersMixin(NodeState):
                 if dg.sender not in asked:
                     asked.add(dg.sender)
                     self._send_classes.pop(msg_id, None)  # a new requester: its class again
+                    if c.copies > 1 and msg_id not in self._matcher.matching(dg.sender):
+                        self._grant(msg_id, dg.sender)
                 hops, have = c.meta.hops + 1, c.have
                 for first, count in merge_ranges(ranges, c.header.frags):
                     for i in range(first, first + count):
@@ -280,7 +315,10 @@ class TransfersMixin(NodeState):
                 return
             if self._too_long_lived(header, now):
                 return
-            if not self._wants(dg.msg_id, descriptor):
+            want = self._wants(dg.msg_id, descriptor)
+            if not want or (
+                want == WANT_CARRY and self._neighbours[dg.sender].budgets.get(dg.msg_id) == 1
+            ):
                 self._count("fragments_unwanted")
                 return
         if dg.index >= header.frags:
@@ -309,8 +347,11 @@ class TransfersMixin(NodeState):
             )
             c.own = self._own_profile.matches(c.descriptor)
             c.credible = header.origin in self._complete_origins
+            c.copies = self._copies_received(c, dg.sender)
+            c.asked = dg.msg_id in self._requested
             if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
+                self._give_up(dg.msg_id)
                 return
             if header.frags > 1 and dg.msg_id not in self._reserved:
                 # overheard, not requested by us: start it only if all of it fits in the
@@ -319,12 +360,15 @@ class TransfersMixin(NodeState):
                 free = self.config.cache_capacity - self._cache_bytes - self._reserved_bytes
                 if not c.own and header.zsize + len(dg.zdesc) > free:
                     self._count("overheard_no_room")
+                    self._give_up(dg.msg_id)
                     return
                 if not self._reserve(dg.msg_id, header.zsize, now):
                     self._count("partial_memory_full")
+                    self._give_up(dg.msg_id)
                     return
             if not self._make_room(extra, c, now):
                 self._count("cache_full")
+                self._give_up(dg.msg_id)
                 return
             self._store.put_message(c.meta)
             c.nbytes = len(dg.zdesc)
@@ -332,9 +376,11 @@ class TransfersMixin(NodeState):
         else:
             if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
+                self._give_up(dg.msg_id, keep_room=True)
                 return
             if not self._make_room(extra, c, now):
                 self._count("cache_full")
+                self._give_up(dg.msg_id, keep_room=True)
                 return
         self._store.put_fragment(dg.msg_id, dg.index, dg.chunk)
         c.have |= 1 << dg.index
@@ -356,6 +402,31 @@ class TransfersMixin(NodeState):
             self._completed(c, now)
         else:
             self._continue_transfer(c, now)
+
+    def _copies_received(self, c: Cached, sender: str) -> int:
+        """Copy budget of a copy whose first fragment came from ``sender``: none if the
+        sender gave none; half of the sender's if this host asked for it to carry it
+        (the sender keeps the other half, see ``_budget_taken``); otherwise 1 (a subscriber
+        here, or fragments overheard: such copies go on to subscribers only)."""
+        n = self._neighbours.get(sender)
+        budget = n.budgets.get(c.header.msg_id, 0) if n is not None else 0
+        if budget < 2:
+            return budget
+        if c.own or c.header.msg_id not in self._requested:
+            return 1
+        return budget // 2
+
+    def _give_up(self, msg_id: str, keep_room: bool = False) -> None:
+        """A fragment of a message could not be stored: stop asking for it (its retries
+        were refused the same way while the sender kept sending); it is asked again when
+        offered again. The room promised to it goes, unless part of it is stored
+        (``keep_room``): the partial set may still finish when room is made."""
+        if self._requested.pop(msg_id, None) is not None:
+            self._count("requests_abandoned")
+        for pending in self._pending.values():
+            pending.pop(msg_id, None)
+        if not keep_room:
+            self._release(msg_id)
 
     def _completed(self, c: Cached, now: float) -> None:
         msg_id = c.header.msg_id
@@ -434,6 +505,8 @@ class TransfersMixin(NodeState):
             have = c.have if c is not None else 0
             for n in self._neighbours.values():
                 offered = n.offers.get(msg_id, 0)
+                if c is None and offered > 1 and msg_id not in self._reserved:
+                    break  # its room is no longer promised: asked again when offered again
                 if offered & ~have:
                     self._count("requests_retried")
                     self._queue_request(n.host_id, msg_id, offered, now)

@@ -38,6 +38,8 @@ MAX_MSG_ID = 128
 FLAG_ALTRUISTIC = 0x01
 FLAG_SAME_RELAYS = 0x02
 ENTRY_COMPLETE = 0x01
+ENTRY_COPIES_SHIFT = 1  # bits 1-7 of a catalog entry's flags: the copy budget (0: none)
+ENTRY_MAX_COPIES = 0x7F
 
 PatternSpecs = tuple[tuple[tuple[str, str], ...], ...]
 
@@ -66,6 +68,8 @@ class CatalogEntry:
     frags: int
     have: int | None
     zdesc: bytes
+    copies: int = 0
+    """The announcer's copy budget for it (0: none; see ``NodeConfig.copy_budget``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,11 +312,14 @@ def _patterns(patterns: PatternSpecs) -> bytes:
 
 
 def encode_catalog_entry(entry: CatalogEntry) -> bytes:
+    if not 0 <= entry.copies <= ENTRY_MAX_COPIES:
+        raise ValueError(f"copy budget out of range: {entry.copies}")
     parts = [_str(entry.msg_id), _varint(entry.frags)]
+    copies = entry.copies << ENTRY_COPIES_SHIFT
     if entry.have is None:
-        parts.append(bytes((ENTRY_COMPLETE,)))
+        parts.append(bytes((ENTRY_COMPLETE | copies,)))
     else:
-        parts.append(b"\x00")
+        parts.append(bytes((copies,)))
         parts.append(entry.have.to_bytes((entry.frags + 7) // 8, "little"))
     parts.append(_blob(entry.zdesc))
     return b"".join(parts)
@@ -501,7 +508,7 @@ def _decode_entries(r: _Reader, limits: Limits) -> tuple[CatalogEntry, ...]:
             if have >> frags:
                 raise WireError("bitmap beyond fragment count")
         zdesc = r.blob(limits.max_descriptor_bytes)
-        out.append(CatalogEntry(msg_id, frags, have, zdesc))
+        out.append(CatalogEntry(msg_id, frags, have, zdesc, flags >> ENTRY_COPIES_SHIFT))
     return tuple(out)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..core.config import NodeConfig, attribute_docs, field_docs
+from ..core.config import MAX_COPY_BUDGET, NodeConfig, attribute_docs, field_docs
 from ..core.limits import Limits
 
 
@@ -237,6 +237,7 @@ NODE_RANGES: dict[str, tuple[float, float]] = {
     "request_delay": (0, 60),
     "request_timeout": (0.001, 3600),
     "request_window": (1, 65536),
+    "copy_budget": (0, MAX_COPY_BUDGET),
     "partial_timeout": (1, 365 * DAY),
     "max_catalog_datagrams": (1, 1024),
     "compression_level": (1, 22),
