@@ -543,3 +543,37 @@ def test_partial_sets_of_origins_never_seen_complete_are_the_first_to_go() -> No
     v.publish({"t": "mine"}, random.Random(9).randbytes(500_000), deadline=1e5, now=4.0)
     partial = {e["descriptor"]["t"] for e in v.cache_listing() if not e["complete"]}
     assert partial == {"c"}  # the junk origin's partial set went first
+
+
+def _offer_of(host: str, topic: str, size: int, seed: int) -> tuple[str, bytes, bytes]:
+    """(id, catalog entry, fragment 0) of a fresh incompressible message of ``host``."""
+    node = Node(NodeConfig(host_id=host, cache_capacity=1 << 26), rng=random.Random(seed))
+    mid = node.publish({"t": topic}, random.Random(seed).randbytes(size), deadline=1e5, now=0.0)
+    c = node._cache[mid]
+    entry = wire.encode_catalog_entry(wire.CatalogEntry(mid, c.header.frags, None, c.meta.zdesc))
+    first = wire.encode_fragment(host, mid, 1, 0, c.meta.zdesc, node._store.get_fragment(mid, 0))
+    return mid, entry, first
+
+
+def test_one_neighbour_cannot_take_the_whole_reassembly_memory() -> None:
+    # One socket, many names: offers of 400 kB messages the victim subscribed to, and the
+    # first fragment of each, never the rest. The partial sets held the whole reassembly
+    # memory (max_partial_bytes) for partial_timeout, so an honest neighbour's message
+    # offered next was deferred ("deferred_reassembly_budget") for half an hour.
+    limits = Limits(max_partial_bytes=4 << 20)
+    v = Node(NodeConfig(host_id="v", cache_capacity=1 << 26, limits=limits), random.Random(0))
+    v.subscribe({"t": "news"}, now=0.0)
+    for k in range(12):
+        name = f"evil{k}"
+        mid, entry, first = _offer_of(name, "news", 400_000, seed=k)
+        v.receive_datagram(wire.encode_announce(name, 1, False, 0, 0, (), ()), "evil-addr", 1.0)
+        v.receive_datagram(wire.encode_catalog(name, 2, [entry]), "evil-addr", now=1.0)
+        v.receive_datagram(first, "evil-addr", now=1.1)
+    held = sum(1 for e in v.cache_listing() if not e["complete"])
+    assert 0 < held * 400_000 <= limits.max_partial_share * limits.max_partial_bytes + 400_000
+    assert v.counters["deferred_neighbour_share"] > 0
+    mid, entry, _ = _offer_of("honest", "news", 400_000, seed=99)
+    v.receive_datagram(wire.encode_announce("honest", 1, False, 0, 0, (), ()), "good-addr", 2.0)
+    v.receive_datagram(wire.encode_catalog("honest", 2, [entry]), "good-addr", now=2.0)
+    assert mid in v._reserved  # room was promised to it: it is being asked for
+    assert v.counters.get("deferred_reassembly_budget", 0) == 0

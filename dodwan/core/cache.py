@@ -4,6 +4,7 @@ count on (reassembly reservations, per-origin shares), and the local listing of 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,17 +348,42 @@ class CacheMixin(NodeState):
         need = coming + zsize - (cap - self._cache_bytes)
         return need <= 0 or self._evictable_below(rank, need) >= need
 
-    def _reserve(self, msg_id: str, zsize: int, now: float, force: bool = False) -> bool:
-        """Promise reassembly memory (the whole compressed size) to an incomplete message."""
+    def _reserve(
+        self,
+        msg_id: str,
+        zsize: int,
+        now: float,
+        force: bool = False,
+        address: Hashable | None = None,
+    ) -> bool:
+        """Promise reassembly memory (the whole compressed size) to an incomplete message,
+        fetched from ``address`` (charged to its share, ``max_partial_share``)."""
         if msg_id in self._reserved:
             return True
         if not force and self._reserved_bytes + zsize > self._limits.max_partial_bytes:
             return False
+        if address is not None and not force:
+            if not self._within_address_share(address, zsize):
+                return False
+            self._reserved_from[msg_id] = (address, zsize)
+            self._address_reserved[address] = self._address_reserved.get(address, 0) + zsize
         self._reserved[msg_id] = (zsize, now)
         self._reserved_bytes += zsize
         return True
+
+    def _within_address_share(self, address: Hashable, zsize: int) -> bool:
+        held = self._address_reserved.get(address, 0)
+        return held + zsize <= self._limits.max_partial_share * self._limits.max_partial_bytes
 
     def _release(self, msg_id: str) -> None:
         r = self._reserved.pop(msg_id, None)
         if r is not None:
             self._reserved_bytes -= r[0]
+        charged = self._reserved_from.pop(msg_id, None)
+        if charged is not None:
+            address, size = charged
+            left = self._address_reserved.get(address, 0) - size
+            if left > 0:
+                self._address_reserved[address] = left
+            else:
+                self._address_reserved.pop(address, None)

@@ -18,6 +18,7 @@ from .signing import verify
 _ENTRY_COST = 400  # bytes a decoded descriptor costs beyond its text (dict, header, keys)
 _ORIGIN_OFFERS = 16  # catalog entries one origin may take in one announcement round
 _DEFERRED_MAX = 4096  # offers put back for the next round, at most, per round
+_DEFERRED_STARTS = 256  # offers remembered as put off for want of room, at most
 _CLOCK_SKEW = 3600.0  # how far a peer's clock may be ahead when its deadlines are checked
 
 
@@ -139,6 +140,45 @@ class CatalogsMixin(NodeState):
             self._offers_left = True  # the next round comes promptly
         return groups
 
+    def _start(
+        self, n: Neighbour, msg_id: str, offered: int, header: m.Header, own: bool, now: float
+    ) -> bool:
+        """Ask ``n`` for a new message if its room can be promised (False: not now)."""
+        zsize = header.zsize if header.frags > 1 else 0
+        if zsize and msg_id not in self._reserved:
+            if self._reserved_bytes + zsize > self._limits.max_partial_bytes:
+                self._count("deferred_reassembly_budget")
+                return False
+            if not self._within_address_share(n.address, zsize):
+                self._count("deferred_neighbour_share")
+                return False
+            if not self._room_for(header.origin, zsize, self._incoming_rank(header, own)):
+                self._count("deferred_no_room")
+                return False
+            self._reserve(msg_id, zsize, now, address=n.address)
+        self._queue_request(n.host_id, msg_id, offered, now)
+        return True
+
+    def _resume_deferred(self, now: float) -> None:
+        """Room was freed (a transfer finished): ask at once for the offers put off for
+        want of it, oldest first, rather than wait for their next offer, which may be a
+        long time coming (a neighbour repeats an offer less and less often)."""
+        for msg_id, host in list(self._deferred.items()):
+            del self._deferred[msg_id]
+            n = self._neighbours.get(host)
+            decoded = self._zdesc_cache.get(msg_id)
+            if n is None or decoded is None or msg_id in self._cache or msg_id in self._history:
+                continue
+            offered = n.offers.get(msg_id)
+            header = decoded[2]
+            if offered is None or header.deadline <= now:
+                continue
+            if not self._start(
+                n, msg_id, offered, header, self._own_profile.matches(decoded[1]), now
+            ):
+                self._deferred[msg_id] = host
+                return  # still no room: the others wait too
+
     def _on_catalog(self, dg: wire.Catalog, now: float) -> None:
         self._on_catalog_entries(self._neighbours[dg.sender], dg.catalog, now)
 
@@ -240,17 +280,11 @@ class CatalogsMixin(NodeState):
         # (several started at once would each get part of the room and none finish)
         for msg_id, offered in started:
             self._queue_request(n.host_id, msg_id, offered, now)
-        for msg_id, offered, zsize, header in new:
-            origin = header.origin
-            if zsize and msg_id not in self._reserved:
-                if self._reserved_bytes + zsize > self._limits.max_partial_bytes:
-                    self._count("deferred_reassembly_budget")
-                    continue
-                if not self._room_for(origin, zsize, self._incoming_rank(header, msg_id in mine)):
-                    self._count("deferred_no_room")
-                    continue
-                self._reserve(msg_id, zsize, now)
-            self._queue_request(n.host_id, msg_id, offered, now)
+        for msg_id, offered, _, header in new:
+            if not self._start(n, msg_id, offered, header, msg_id in mine, now):
+                self._deferred[msg_id] = n.host_id
+                if len(self._deferred) > _DEFERRED_STARTS:
+                    del self._deferred[next(iter(self._deferred))]
         if len(n.offers) > 4 * self._limits.max_catalog_entries:
             for k in list(n.offers)[: len(n.offers) // 2]:
                 del n.offers[k]

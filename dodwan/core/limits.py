@@ -97,6 +97,11 @@ class Limits:
     max_partial_bytes: int = 32 * 1024 * 1024
     """Bytes held in incomplete messages (reassembly memory) before new partial sets are refused."""
 
+    max_partial_share: float = 0.5
+    """Fraction of ``max_partial_bytes`` the transfers from one source address may hold,
+    so one neighbour (whatever names it uses) cannot take the whole reassembly memory with
+    messages it never finishes: a neighbour arriving later still gets the rest."""
+
     max_ttl: float = 7 * 86400.0
     """Longest lifetime of a message, in seconds: a local publication may not ask for more,
     and a peer's descriptor whose deadline lies further ahead than this (plus an hour for

@@ -88,6 +88,8 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._partial_bytes = 0
         self._partial = set()
         self._reserved = {}
+        self._reserved_from = {}
+        self._address_reserved = {}
         self._reserved_bytes = 0
         self._origin_bytes = {}
         self._deadlines = []
@@ -113,6 +115,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._interest_epoch = 0
         self._want_cache = {}
         self._granted = {}
+        self._deferred = {}
 
         self._pending = {}  # target -> msg -> mask to request
         self._pending_at = {}  # target -> when to send

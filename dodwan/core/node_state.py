@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from . import message as m
@@ -77,6 +77,10 @@ class NodeState:
     _reserved: dict[str, tuple[int, float]]
     """Reassembly budget promised to requested messages not stored yet: id -> (zsize, when)."""
     _reserved_bytes: int
+    _reserved_from: dict[str, tuple[Hashable, int]]
+    """Reserved message -> (source address it is fetched from, bytes charged to it)."""
+    _address_reserved: dict[Hashable, int]
+    """Source address -> reassembly bytes reserved for transfers from it."""
     _origin_bytes: dict[str, int]
     """Cached bytes per origin host (the per-origin quota)."""
     _deadlines: list[tuple[float, str]]
@@ -103,6 +107,9 @@ class NodeState:
     _interest_epoch: int
     _want_cache: dict[str, tuple[int, int]]
     """message -> (interest epoch, ``WANT_*``)"""
+    _deferred: dict[str, str]
+    """Message -> neighbour whose offer of it was put off for want of room (oldest first):
+    asked for as soon as a transfer finishes."""
     _granted: dict[str, dict[str, int]]
     """Message -> carriers that asked for it while it had a copy budget -> the fragments
     sent since: once all are, the carrier holds a copy with half the budget, and this
@@ -178,7 +185,16 @@ class NodeState:
         def _index(self, c: Cached) -> None: ...
         def _make_room(self, needed: int, incoming: Cached, now: float) -> bool: ...
         def _release(self, msg_id: str) -> None: ...
-        def _reserve(self, msg_id: str, zsize: int, now: float, force: bool = False) -> bool: ...
+        def _reserve(
+            self,
+            msg_id: str,
+            zsize: int,
+            now: float,
+            force: bool = False,
+            address: Hashable | None = None,
+        ) -> bool: ...
+        def _within_address_share(self, address: Hashable, zsize: int) -> bool: ...
+        def _resume_deferred(self, now: float) -> None: ...
         def _room_for(self, origin: str, zsize: int, rank: EvictRank) -> bool: ...
         def _incoming_rank(self, header: m.Header, own: bool) -> EvictRank: ...
         def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool: ...

@@ -362,7 +362,8 @@ class TransfersMixin(NodeState):
                     self._count("overheard_no_room")
                     self._give_up(dg.msg_id)
                     return
-                if not self._reserve(dg.msg_id, header.zsize, now):
+                address = self._neighbours[dg.sender].address
+                if not self._reserve(dg.msg_id, header.zsize, now, address=address):
                     self._count("partial_memory_full")
                     self._give_up(dg.msg_id)
                     return
@@ -400,6 +401,8 @@ class TransfersMixin(NodeState):
             self._release(dg.msg_id)
             heapq.heappush(self._evict_heap, (c.rank(), dg.msg_id))  # now a complete message
             self._completed(c, now)
+            if self._deferred:
+                self._resume_deferred(now)
         else:
             self._continue_transfer(c, now)
 

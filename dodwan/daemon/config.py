@@ -261,6 +261,7 @@ LIMIT_RANGES: dict[str, tuple[float, float]] = {
     "max_requests_per_second": (1, 1e9),
     "max_partial_bytes": (1024, 1024 * GiB),
     "max_origin_share": (0.01, 1.0),
+    "max_partial_share": (0.01, 1.0),
     "max_regex_program": (16, 1 << 20),
     "max_neighbours": (2, 1 << 20),
     "max_descriptor_cache": (64 * 1024, 64 * GiB),
