@@ -231,11 +231,12 @@ class SqliteStore:
         # Fragments written since the last commit, inserted with one ``executemany`` when the
         # transaction is flushed (a statement per fragment cost more than the protocol work).
         self._unwritten: list[tuple[str, int, bytes]] = []
-        # Message and history rows (one of each per publication or delivery), inserted in
-        # order with one ``executemany`` per run of the same statement before any other
-        # statement or read of their tables, and at the flush: a statement per row cost
-        # about 7 us, as much as the core's work on a delivery to a local subscription.
-        self._later: list[tuple[str, Sequence[object]]] = []
+        # Message and history rows (one of each per publication or delivery), inserted with
+        # one ``executemany`` per statement, in order, before any other statement or read,
+        # and at the flush: a statement per row cost about 7 us, as much as the core's work
+        # on a delivery to a local subscription. (Each statement writes its own table, so
+        # the rows of one may go in before those of another written earlier.)
+        self._later: dict[str, list[Sequence[object]]] = {}
         # Recently written or read fragments, per message in least-recently-used order, so
         # serving a fresh message or reassembling a completed one does not read back what
         # was just written (bounded in bytes; whole messages are evicted).
@@ -612,24 +613,23 @@ class SqliteStore:
             self._fail(exc)
 
     def _exec_later(self, sql: str, params: Sequence[object]) -> None:
-        """A write made with the next statement, read or flush (in this order)."""
-        self._later.append((sql, params))
+        """A write made before the next statement, read or flush; ``sql`` writes one table
+        no other deferred statement writes."""
+        rows = self._later.get(sql)
+        if rows is None:
+            self._later[sql] = [params]
+        else:
+            rows.append(params)
 
     def _write_later(self) -> None:
-        """Give SQLite the rows of :meth:`_exec_later`: a run of the same statement in one
-        ``executemany``. A failure dooms the open transaction, as in :meth:`_exec`."""
+        """Give SQLite the rows of :meth:`_exec_later`, one ``executemany`` per statement.
+        A failure dooms the open transaction, as in :meth:`_exec`."""
         if not self._later:
             return
-        rows, self._later = self._later, []
+        later, self._later = self._later, {}
         try:
-            i = 0
-            while i < len(rows):
-                sql = rows[i][0]
-                j = i + 1
-                while j < len(rows) and rows[j][0] is sql:
-                    j += 1
-                self.conn.executemany(sql, [r[1] for r in rows[i:j]])
-                i = j
+            for sql, rows in later.items():
+                self.conn.executemany(sql, rows)
         except sqlite3.Error as exc:
             self._fail(exc)
 
@@ -649,7 +649,7 @@ class SqliteStore:
             self._forget(msg_id)
         self._touched = set()
         self._unwritten = []
-        self._later = []
+        self._later = {}
         self._broken = False
         self._rows = 0
         self._pending = 0
