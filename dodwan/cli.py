@@ -157,7 +157,6 @@ def daemon(
     Every setting is documented in docs/configuration.md and can be given in the --config
     TOML file; options given here override the file.
     """
-    from .daemon.collector import settle_collector
     from .daemon.runner import Daemon, DaemonError
     from .daemon.sqlite_store import StoreError
     from .daemon.transport import TransportError
@@ -174,9 +173,8 @@ def daemon(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    settle_collector()  # the modules and configuration live as long as the process
     try:
-        asyncio.run(d.run())
+        asyncio.run(d.run(own_process=True))
     except (DaemonError, TransportError, StoreError, cfg.ConfigError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:  # pragma: no cover - signal handlers normally catch it
