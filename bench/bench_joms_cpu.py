@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import statistics
 import sys
 import tempfile
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dodwan.core import node as core_node  # noqa: E402
+from dodwan.daemon.collector import settle_collector  # noqa: E402
 from joms.runtime import HostConfig, LoopbackHost  # noqa: E402
 from joms.stomp.frame import Frame, encode  # noqa: E402
 
@@ -97,6 +99,8 @@ class _CoreClock:
 async def _round(mode: str, count: int, profile: cProfile.Profile | None) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-joms-cpu-") as tmp:
         h = await LoopbackHost(HostConfig("bench", state_dir=Path(tmp))).start()
+        gc_threshold = gc.get_threshold()
+        settle_collector()  # as python -m joms.runtime does once started
         try:
             persistent = mode == "persistent"
             sub, st = _client(h, **({"client-id": "b1"} if persistent else {}))
@@ -142,6 +146,8 @@ async def _round(mode: str, count: int, profile: cProfile.Profile | None) -> dic
             }
         finally:
             await h.stop()
+            gc.unfreeze()  # (the next round starts from the same state)
+            gc.set_threshold(*gc_threshold)
 
 
 def main() -> int:

@@ -174,7 +174,7 @@ def daemon(
         stream=sys.stderr,
     )
     try:
-        asyncio.run(d.run())
+        asyncio.run(d.run(own_process=True))
     except (DaemonError, TransportError, StoreError, cfg.ConfigError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:  # pragma: no cover - signal handlers normally catch it

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dodwan import BROADCAST, MessageDelivered, Node, NodeConfig
+from dodwan.daemon.collector import settle_collector
 
 from .service import JomsService, ServiceConfig
 from .service.core_port import NodePort
@@ -249,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         await h.start()
+        settle_collector()
         print(f"JOMS host {h.host_id}: STOMP on {h.stomp_url}, UDP {h.udp_address}", flush=True)
         try:
             await asyncio.Event().wait()

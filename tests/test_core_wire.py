@@ -294,6 +294,22 @@ def test_varints_and_strings_encode_as_before() -> None:
         wire._varint(-1)
 
 
+_ASCII_OR_NOT = st.one_of(
+    st.text(st.characters(max_codepoint=127), max_size=140), st.text(max_size=140)
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_ASCII_OR_NOT, _ASCII_OR_NOT, max_size=140))
+def test_descriptor_encoding_fast_path_gives_the_general_bytes(attrs: dict[str, str]) -> None:
+    """ASCII strings under 128 characters are encoded as one str: the same bytes as the
+    general encoder, with names remembered from earlier calls or not, and for the mix of
+    short and long, ASCII and not, fewer and more than 127 attributes."""
+    want = wire._encode_attributes(attrs)
+    assert wire.encode_attributes(attrs) == want
+    assert wire.encode_attributes(attrs) == want  # names now remembered
+
+
 def _reference_decode_attributes(raw: bytes, limits: Limits) -> dict[str, str]:
     """The straightforward reader the inline decoder must agree with, result and error."""
     r = wire._Reader(raw)
@@ -327,3 +343,39 @@ def test_descriptor_decoding_agrees_with_the_reference_reader_on_any_bytes(
     assert _outcome(wire.decode_attributes, data, limits) == _outcome(
         _reference_decode_attributes, data, limits
     )
+
+
+def test_the_space_is_the_only_printable_whitespace() -> None:
+    """check_message_id tests ids for " " after isprintable(): no other whitespace
+    character, in the whole of Unicode, is printable."""
+    printable_spaces = [c for c in map(chr, range(0x110000)) if c.isspace() and c.isprintable()]
+    assert printable_spaces == [" "]
+    for bad in ("a b", "a\tb", "a\u00a0b", "a\u2028b", "a\u3000b", ""):
+        with pytest.raises(ValueError):
+            m.check_message_id(bad)
+    m.check_message_id("h1-\u00e9t\u00e9")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.floats(0, 1e9, allow_nan=False),
+    st.floats(1e-6, 6e5, allow_nan=False),
+    st.integers(0, 9),
+    st.booleans(),
+    st.integers(0, 5000),
+    st.sampled_from([600, 1400, 65000]),
+)
+def test_a_publication_header_is_what_its_descriptor_parses_to(
+    now: float, ttl: float, priority: int, persistent: bool, size: int, max_datagram: int
+) -> None:
+    """Node.publish builds its Header from the values it sets, not by parsing their
+    strings back: the same Header as parsing the descriptor that travels."""
+    n = Node(NodeConfig(host_id="h1", max_datagram=max_datagram), rng=random.Random(size))
+    payload = random.Random(size).randbytes(size // 2) + b"x" * (size - size // 2)
+    deadline = now + ttl
+    if not deadline > now:
+        return
+    msg_id = n.publish({"a": "b"}, payload, deadline, now, priority, persistent)
+    c = n._cache[msg_id]
+    assert c.header == m.Header.parse(c.descriptor, Limits())
+    assert c.header == m.Header.parse(m.decompress_descriptor(c.meta.zdesc, Limits()), Limits())

@@ -56,6 +56,38 @@ def test_store_round_trip_survives_reopen(tmp_path: Path) -> None:
     s2.close()
 
 
+def test_store_rows_written_later_keep_their_order_and_are_read_back(tmp_path: Path) -> None:
+    """Message and history rows wait for the next statement, read or commit (one
+    executemany): a deletion after them, a read, a rollback see them as if written at once."""
+    path = tmp_path / "later.db"
+    s = SqliteStore(path, commit_delay=3600.0)
+    s.put_message(MessageMeta("gone", b"z", 0, True, 1.0))
+    s.add_history("gone", "k", 50.0)
+    s.delete_message("gone")  # the row inserted just before is deleted, not left behind
+    s.put_message(MessageMeta("kept", b"z1", 1, False, 2.0))
+    s.put_message(MessageMeta("kept", b"z2", 2, False, 3.0))  # the later one wins
+    s.add_history("kept", "k", 60.0)
+    s.put_sink("k", "dir", str(tmp_path / "out"))
+    assert sorted(s.iter_history()) == [("gone", "k", 50.0), ("kept", "k", 60.0)]
+    assert ("kept", "k", 60.0) in s.unfinished_deliveries()
+    assert [m for m, _ in s.iter_messages()] == [MessageMeta("kept", b"z2", 2, False, 3.0)]
+    s.add_history("late", "k", 70.0)
+    s.purge_history(55.0)  # a statement after a waiting row: the row goes in first
+    assert sorted(s.iter_history()) == [("kept", "k", 60.0), ("late", "k", 70.0)]
+    s.put_message(MessageMeta("rolled", b"z", 0, True, 1.0))
+    s._fail(sqlite3.OperationalError("disk I/O error"))  # as a failed write would
+    s.commit()  # rolled back: the waiting row with it
+    assert s.take_failed() == {"gone", "kept", "rolled"}
+    s.put_message(MessageMeta("after", b"z", 0, True, 1.0))
+    s.add_history("after", "k", 80.0)
+    s.commit()
+    other = sqlite3.connect(path)
+    assert other.execute("SELECT msg_id FROM messages").fetchall() == [("after",)]
+    assert other.execute("SELECT msg_id, key FROM history").fetchall() == [("after", "k")]
+    other.close()
+    s.close()
+
+
 def test_store_records_migrations_and_refuses_newer_schema(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     s = SqliteStore(path)

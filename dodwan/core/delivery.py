@@ -11,7 +11,7 @@ from .cache import Cached
 from .errors import WireError
 from .events import MessageDelivered
 from .node_state import NodeState
-from .patterns import PatternError, Profile, normalise_specs
+from .patterns import PatternError, Profile, _literal, normalise_specs
 from .profiles import split
 
 
@@ -27,6 +27,56 @@ class Subscription:
             return False
         return self.profile.matches(descriptor)
 
+
+class _SubIndex:
+    """Local subscriptions by one plain-string constraint of each of their patterns (the
+    first in attribute order, e.g. JOMS's ``destination_id`` or ``jms_kind``): a message
+    is tested only against the subscriptions one of its attribute values names, and those
+    with a pattern that has no plain-string constraint."""
+
+    __slots__ = ("always", "by_name", "count", "order")
+
+    def __init__(self, subs: Mapping[str, Subscription]) -> None:
+        self.by_name: dict[str, dict[str, list[str]]] = {}
+        """Attribute name -> value -> keys of the subscriptions with that constraint."""
+        self.always: list[str] = []
+        """Keys of the subscriptions every message is tested against."""
+        self.order = {k: i for i, k in enumerate(subs)}
+        """Position of each key in ``subs``: deliveries keep the subscriptions' order."""
+        self.count = len(subs)
+        for key, sub in subs.items():
+            plain = []
+            for pattern in sub.profile.patterns:
+                for name, regex in pattern.items:
+                    literal = _literal(regex)
+                    if literal is not None:
+                        plain.append((name, literal.text))
+                        break
+                else:
+                    break
+            else:
+                for name, text in dict.fromkeys(plain):
+                    self.by_name.setdefault(name, {}).setdefault(text, []).append(key)
+                continue
+            self.always.append(key)
+
+    def candidates(self, descriptor: Mapping[str, str]) -> list[str]:
+        """Keys of the subscriptions that may accept ``descriptor``, in their order."""
+        found = self.always
+        merged = False
+        for name, by_value in self.by_name.items():
+            value = descriptor.get(name)
+            if value is not None:
+                keys = by_value.get(value)
+                if keys is not None:
+                    merged = bool(found)
+                    found = found + keys if merged else keys
+        if merged:  # several lists: one key may be in more than one
+            found = sorted(set(found), key=self.order.__getitem__)
+        return found
+
+
+_NONE: frozenset[str] = frozenset()
 
 _TRUSTED = "#trusted"
 """Subscription options travel to the store as a final one-entry dict with this key."""
@@ -58,6 +108,9 @@ _INFLATION_RETRY = 10.0  # seconds between looks at deliveries waiting for an al
 
 class DeliveryMixin(NodeState):
     """The subscription and delivery part of :class:`~dodwan.core.node.Node`."""
+
+    _sub_index: _SubIndex | None = None
+    """Built at the first delivery after a change of the subscriptions (None: to build)."""
 
     def subscribe(
         self,
@@ -104,6 +157,7 @@ class DeliveryMixin(NodeState):
             )
         sub = Subscription(key, profile, trusted)
         self._subs[key] = sub
+        self._sub_index = None
         options = [] if trusted is None else [{_TRUSTED: ",".join(sorted(trusted))}]
         self._store.put_subscription(key, specs + options)
         self._rebuild_own_profile()
@@ -120,6 +174,7 @@ class DeliveryMixin(NodeState):
         if key not in self._subs:
             raise KeyError(f"no subscription {key!r}")
         del self._subs[key]
+        self._sub_index = None
         self._store.delete_subscription(key)
         self._rebuild_own_profile()
         self._prompt(now)
@@ -180,12 +235,17 @@ class DeliveryMixin(NodeState):
     ) -> None:
         """Deliver a complete message to each matching subscription not yet served."""
         msg_id = c.header.msg_id
-        done = self._history.get(msg_id, set())
-        keys = [
-            k
-            for k, s in self._subs.items()
-            if (only is None or k == only) and k not in done and s.accepts(c.descriptor)
-        ]
+        done = self._history.get(msg_id, _NONE)
+        desc = c.descriptor
+        subs = self._subs
+        if only is not None:
+            s = subs.get(only)
+            keys = [only] if s is not None and only not in done and s.accepts(desc) else []
+        else:
+            index = self._sub_index
+            if index is None or index.count != len(subs):  # (also after a restart's load)
+                index = self._sub_index = _SubIndex(subs)
+            keys = [k for k in index.candidates(desc) if k not in done and subs[k].accepts(desc)]
         if not keys:
             return
         if payload is None:

@@ -251,6 +251,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
             raise ValueError(f"message id {msg_id!r} is already known here")
 
         zpayload = m.compressor(self.config.compression_level).compress(payload)
+        zhash = m.payload_digest(zpayload)
         descriptor = dict(attributes)
         descriptor.update(
             {
@@ -262,10 +263,16 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
                 m.PRIORITY: str(priority),
                 m.PERSISTENT: "true" if persistent else "false",
                 m.ZSIZE: str(len(zpayload)),
-                m.ZHASH: m.payload_digest(zpayload),
+                m.ZHASH: zhash,
             }
         )
-        zdesc, header = self._geometry(descriptor, len(zpayload))
+        zdesc, frags, fsize = self._geometry(descriptor, len(zpayload))
+        # the Header of the values just set (what Header.parse would read back from their
+        # strings: a time's repr gives the same float back), not parsed from the descriptor
+        header = m.Header(
+            msg_id, float(deadline), self.host_id, float(now), len(payload), len(zpayload),
+            frags, fsize, zhash, priority, persistent,
+        )  # fmt: skip
         c = Cached(
             MessageMeta(msg_id, zdesc, 0, True, now),
             descriptor,
@@ -296,8 +303,9 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._store.commit()
         return msg_id
 
-    def _geometry(self, descriptor: dict[str, str], zsize: int) -> tuple[bytes, m.Header]:
-        """Choose the fragment size so a fragment datagram fits ``max_datagram``.
+    def _geometry(self, descriptor: dict[str, str], zsize: int) -> tuple[bytes, int, int]:
+        """Choose the fragment size so a fragment datagram fits ``max_datagram``: the
+        compressed descriptor, the fragment count and size.
 
         The first guess (one fragment when the payload is small) is usually right, so most
         publications compress their descriptor once.
@@ -323,7 +331,9 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
             if fsize <= room:
                 if frags > self._limits.max_fragments:
                     raise ValueError("payload needs too many fragments; raise max_datagram")
-                return zdesc, m.Header.parse(descriptor, self._limits)
+                if zsize > self._limits.max_message_size + 1024:  # as Header.parse checks
+                    raise ValueError("compressed payload larger than limits allow")
+                return zdesc, frags, fsize
             fsize = room
         raise ValueError("could not fit the descriptor in a datagram")  # pragma: no cover
 

@@ -241,8 +241,45 @@ class _Reader:
 # ---------------------------------------------------------------- descriptors
 
 
+_ASCII_NAMES: dict[str, str] = {}
+"""Attribute names already seen by :func:`encode_attributes`, each with its length byte in
+front (a descriptor repeats the same few dozen names); bounded by ``_ASCII_NAMES_MAX``."""
+_ASCII_NAMES_MAX = 1024
+
+
 def encode_attributes(d: Mapping[str, str]) -> bytes:
-    """Canonical descriptor encoding: count, then sorted (name, value) pairs."""
+    """Canonical descriptor encoding: count, then sorted (name, value) pairs.
+
+    Every publication encodes its descriptor, nearly always of ASCII strings shorter than
+    128 characters: their encoding is then the text with one length character in front of
+    each string (a one-byte varint, the same code point in ASCII), built as one str and
+    encoded once. Anything else takes the general path (:func:`_encode_attributes`); both
+    give the same bytes."""
+    n = len(d)
+    if n >= 0x80:
+        return _encode_attributes(d)
+    names = _ASCII_NAMES
+    parts = [chr(n)]
+    add = parts.append
+    for name in sorted(d):
+        prefixed = names.get(name)
+        if prefixed is None:
+            if len(name) >= 0x80 or not name.isascii():
+                return _encode_attributes(d)
+            prefixed = chr(len(name)) + name
+            if len(names) < _ASCII_NAMES_MAX:
+                names[name] = prefixed
+        value = d[name]
+        if len(value) >= 0x80 or not value.isascii():
+            return _encode_attributes(d)
+        add(prefixed)
+        add(chr(len(value)))
+        add(value)
+    return "".join(parts).encode("ascii")
+
+
+def _encode_attributes(d: Mapping[str, str]) -> bytes:
+    """:func:`encode_attributes` for any strings (UTF-8, any length, any count)."""
     parts = [_varint(len(d))]
     add = parts.append
     for name in sorted(d):

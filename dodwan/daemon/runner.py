@@ -45,6 +45,7 @@ from ..core import (
 )
 from ..core.errors import WireError
 from .admin import RAW_PAYLOAD, AdminServer, ApiError
+from .collector import settle_collector
 from .config import DaemonConfig
 from .memdebug import MemProbe
 from .netkey import OVERHEAD as NETKEY_OVERHEAD
@@ -431,8 +432,12 @@ class Daemon:
             raise DaemonError(f"--stomp: {exc}") from None
         self._stomp_server = server
 
-    async def run(self) -> None:
-        """Start, serve until stopped, shut down cleanly."""
+    async def run(self, *, own_process: bool = False) -> None:
+        """Start, serve until stopped, shut down cleanly.
+
+        ``own_process``: the daemon is the whole process (``dodwan daemon``): once started,
+        what the start-up built is frozen for the garbage collector
+        (:func:`~dodwan.daemon.collector.settle_collector`)."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -440,6 +445,8 @@ class Daemon:
         loop.set_exception_handler(self._loop_exception)
         try:
             await self.start()
+            if own_process:
+                settle_collector()
             await self._stopping.wait()
         finally:
             await self.close()
