@@ -166,6 +166,7 @@ def _random_log(
         a, b = rng.sample(names, 2)
         start = float(rng.randrange(0, 900))  # whole seconds: many equal times
         intervals.append((min(a, b), max(a, b), start, start + rng.choice([0.0, 1.5, 20.0, 90.0])))
+    intervals.append(("h0", "h1", 5.0, 850.0))  # a long contact among short ones
     msgs = []
     for i in range(messages):
         created = rng.uniform(0, 700)
@@ -191,13 +192,19 @@ def test_driver_and_spark_rounds_agree_exactly(spark: Any, cap: int) -> None:
     assert on_driver.arrivals.schema == in_spark.arrivals.schema
 
 
-def test_inputs_above_the_driver_limit_run_in_spark(spark: Any) -> None:
-    msgs, intervals = _random_log(3, hosts=6, contacts=12, messages=4)
+def test_inputs_above_the_driver_limits_run_in_spark(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    msgs, intervals = _random_log(3, hosts=6, contacts=11, messages=4)  # 12 intervals
     pairs, iv = _frames(spark, msgs, intervals)
     at_limit = oracle_arrivals(pairs, iv, 800.0, driver_rows=12)
     above = oracle_arrivals(pairs, iv, 800.0, driver_rows=11)  # 12 intervals > 11
     assert at_limit.bucket is None and above.bucket is not None
     assert _arrivals(at_limit) == _arrivals(above)
+    monkeypatch.setattr(oracle, "DRIVER_WORK", 4 * 12 - 1)  # 4 messages × 12 intervals
+    too_much = oracle_arrivals(pairs, iv, 800.0)
+    assert too_much.bucket is not None
+    assert _arrivals(too_much) == _arrivals(at_limit)
 
 
 def test_nan_times_run_in_spark(spark: Any) -> None:

@@ -16,9 +16,10 @@ Two implementations of the same rounds, with identical results (arrivals, rounds
   by host to keep the join small, and each round is checkpointed so the lineage stays short;
   one Spark job per round, nothing collected but counts;
 * on the driver, for small inputs (at most DRIVER_ROWS messages and as many contact
-  intervals, collected in one Spark job): the same rounds in plain Python. On a small run the
-  Spark rounds cost far more in per-job and per-task overhead than the relaxation itself
-  (quickstart: 7 jobs, about 45 % of the analysis' JVM time, for 12 hosts).
+  intervals, DRIVER_WORK for their product; collected in one Spark job): the same rounds in
+  plain Python, each host's contacts sorted by start. On a small run the Spark rounds cost
+  far more in per-job and per-task overhead than the relaxation itself (quickstart: 7 jobs,
+  about 45 % of the analysis' JVM time, for 12 hosts).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -39,9 +41,14 @@ DEFAULT_MAX_ITERATIONS = 200
 """Relaxation rounds before giving up (each round extends paths by at least one hop)."""
 
 DRIVER_ROWS = 20_000
-"""Up to this many messages and as many contact intervals, the oracle's rounds run on the
-driver (see the module docstring); the work per round is at most one look at each interval
-of each host per message."""
+"""The oracle's rounds run on the driver for at most this many messages and as many contact
+intervals (see the module docstring), if DRIVER_WORK allows."""
+
+DRIVER_WORK = 2_000_000
+"""Largest product messages × contact intervals for the driver's rounds: a bound on their
+work (each improved state looks at its host's contacts within the message's life). At the
+bound, random logs took 0.02-1.0 s of Python CPU (docs/performance.md), where one Spark
+round of a small input costs about 0.7 s of JVM CPU."""
 
 INF = float("inf")
 
@@ -142,8 +149,9 @@ def _collect_small(
     messages: DataFrame, ends: DataFrame, most: int
 ) -> tuple[list[Message], list[Interval]] | None:
     """Messages and intervals as rows on the driver, collected in one Spark job, if there are
-    at most ``most`` of each and every value is one the driver compares as Spark does (no
-    null, no NaN); None otherwise (the oracle then runs in Spark)."""
+    at most ``most`` of each, their product is at most DRIVER_WORK and every value is one the
+    driver compares as Spark does (no null, no NaN); None otherwise (the oracle then runs in
+    Spark, on the inputs this job has cached)."""
     keys = [messages.schema[c].dataType for c in ("msg_id", "origin")]
     keys += [ends.schema[c].dataType for c in ("a", "b")]
     times = [messages.schema[c].dataType for c in ("created", "limit")]
@@ -168,7 +176,37 @@ def _collect_small(
         found[r["_i"]].append(row)
     if len(found[0]) > most or len(found[1]) > most:
         return None
+    if len(found[0]) * len(found[1]) > DRIVER_WORK:
+        return None
     return found
+
+
+@dataclass
+class _Contacts:
+    """One host's contacts sorted by start, with the running maximum of their ends: the
+    contacts a holder at time t can use before ``limit`` lie between the first whose running
+    maximum end reaches t and the last that starts by ``limit`` (two bisections, comparisons
+    only)."""
+
+    starts: list[float]
+    max_ends: list[float]
+    edges: list[tuple[str, float, float]]
+    """(neighbour, start, end), by start."""
+
+    @classmethod
+    def of(cls, edges: list[tuple[str, float, float]]) -> _Contacts:
+        edges.sort(key=lambda e: e[1])
+        max_ends, top = [], -INF
+        for _, _, end in edges:
+            top = max(top, end)
+            max_ends.append(top)
+        return cls([e[1] for e in edges], max_ends, edges)
+
+    def usable(self, t: float, limit: float) -> list[tuple[str, float, float]]:
+        """The contacts with end >= t and start <= limit."""
+        lo = bisect_left(self.max_ends, t)
+        hi = bisect_right(self.starts, limit)
+        return [e for e in self.edges[lo:hi] if e[2] >= t]
 
 
 def _relax_on_driver(
@@ -180,6 +218,7 @@ def _relax_on_driver(
     for a, b, start, end in intervals:
         edges[a].append((b, start, end))
         edges[b].append((a, start, end))
+    contacts = {host: _Contacts.of(e) for host, e in edges.items()}
     limits = {m: lim for m, _, _, lim in messages}
     best = {(m, origin): created for m, origin, created, _ in messages}
     frontier = dict(best)
@@ -188,12 +227,13 @@ def _relax_on_driver(
         iterations += 1
         cand: dict[tuple[str, str], float] = {}
         for (m, node), t in frontier.items():
-            lim = limits[m]
-            for v, start, end in edges.get(node, ()):
-                if end >= t and start <= lim:
-                    arrive = max(t, start)
-                    if arrive < cand.get((m, v), INF):
-                        cand[(m, v)] = arrive
+            here = contacts.get(node)
+            if here is None:
+                continue
+            for v, start, _ in here.usable(t, limits[m]):
+                arrive = max(t, start)
+                if arrive < cand.get((m, v), INF):
+                    cand[(m, v)] = arrive
         improved = {k: t for k, t in cand.items() if t < best.get(k, INF)}
         if not improved:
             return best, iterations, True
