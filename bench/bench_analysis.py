@@ -8,9 +8,9 @@ analysis (delivery, overhead, contacts, oracle, report) in local mode.
 
 ``--small`` measures what a researcher waits for on a small run: the Spark session's
 start-up, then the whole analysis + report of a quickstart run (simulated first, not timed),
-both in the same process, with the number of Spark jobs the analysis ran and the CPU time
-(the JVM's and this Python process's) of each step — wall times alone mean little on a
-shared machine. The session is started as ``dodwan-sim analyze`` starts it for that input
+both in the same process, with the Spark jobs, stages and tasks the analysis ran and the
+CPU time (the JVM's and this Python process's) of each step — wall times alone mean little
+on a shared machine. The session is started as ``dodwan-sim analyze`` starts it for that input
 (``--default-jvm``: without the small-input JVM options, for comparison); the first such run
 on a machine writes the class-data archive of Spark's classes when it exits, later runs map
 it (``DODWAN_SPARK_CDS=0``: without it). ``--small --cli``
