@@ -8,9 +8,9 @@ analysis (delivery, overhead, contacts, oracle, report) in local mode.
 
 ``--small`` measures what a researcher waits for on a small run: the Spark session's
 start-up, then the whole analysis + report of a quickstart run (simulated first, not timed),
-both in the same process, with the number of Spark jobs the analysis ran and the CPU time
-(the JVM's and this Python process's) of each step — wall times alone mean little on a
-shared machine. The session is started as ``dodwan-sim analyze`` starts it for that input
+both in the same process, with the Spark jobs, stages and tasks the analysis ran and the
+CPU time (the JVM's and this Python process's) of each step — wall times alone mean little
+on a shared machine. The session is started as ``dodwan-sim analyze`` starts it for that input
 (``--default-jvm``: without the small-input JVM options, for comparison); the first such run
 on a machine writes the class-data archive of Spark's classes when it exits, later runs map
 it (``DODWAN_SPARK_CDS=0``: without it). ``--small --cli``
@@ -200,6 +200,24 @@ def _jvm_cpu(spark: SparkSession) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _spark_work(spark: SparkSession, group: str) -> tuple[int, int, int]:
+    """(jobs, stages run, tasks run) of a job group, from Spark's status tracker (kept with
+    the UI off); stages whose output an earlier job had already computed are not counted."""
+    tracker = spark.sparkContext.statusTracker()
+    job_ids = tracker.getJobIdsForGroup(group)
+    stage_ids = set()
+    for jid in job_ids:
+        info = tracker.getJobInfo(jid)
+        stage_ids.update(info.stageIds if info is not None else ())
+    stages = tasks = 0
+    for sid in stage_ids:
+        stage = tracker.getStageInfo(sid)
+        if stage is not None and stage.numCompletedTasks > 0:
+            stages += 1
+            tasks += stage.numCompletedTasks
+    return len(job_ids), stages, tasks
+
+
 def _archive_use(spark: SparkSession) -> str:
     """How the session's JVM used the class-data archive (sim.analysis.class_archive)."""
     opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions") or ""
@@ -257,7 +275,7 @@ def small(args: argparse.Namespace) -> None:
         result = analyze_run(spark, str(tmp / "run"), name="quickstart")
         write_report([result], tmp / "report")
         p2, t2, j2 = time.process_time(), time.perf_counter(), _jvm_cpu(spark)
-        jobs = len(sc.statusTracker().getJobIdsForGroup("bench-small"))
+        jobs, stages, tasks = _spark_work(spark, "bench-small")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     m = result.metrics
@@ -270,7 +288,8 @@ def small(args: argparse.Namespace) -> None:
         f"(CPU: JVM {j1:.1f} s, Python {p1 - p0:.1f} s)"
     )
     print(
-        f"small-run analysis + report: {t2 - t1:.1f} s in {jobs} Spark jobs  "
+        f"small-run analysis + report: {t2 - t1:.1f} s in {jobs} Spark jobs, {stages} stages, "
+        f"{tasks} tasks  "
         f"(CPU: JVM {j2 - j1:.1f} s, Python {p2 - p1:.1f} s)"
     )
     print(f"start-up + analysis: {t2 - t0:.1f} s  (CPU {j2 + p2 - p0:.1f} s)")

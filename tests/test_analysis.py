@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -568,3 +569,23 @@ def test_only_small_local_inputs_get_a_jvm_tuned_for_a_short_life(
     assert session.small_local_inputs([str(a)])
     assert not session.small_local_inputs([str(a), str(b)])
     assert "TieredStopAtLevel=1" in session.QUICK_JVM_OPTIONS
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no java on the PATH")
+def test_a_jvm_for_small_inputs_keeps_room_for_compiled_code() -> None:
+    """With C1 alone the JVM reserves 48 MB for compiled code by default: one JVM analysing a
+    few small runs in turn (a sweep) filled it, and the JVM then stopped compiling (measured:
+    docs/performance.md). The options must give it the room a tiered JVM has."""
+    from sim.analysis import session
+
+    flags = subprocess.run(
+        ["java", *session.QUICK_JVM_OPTIONS.split(), "-XX:+PrintFlagsFinal", "-version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert flags.returncode == 0, flags.stderr
+    sizes = [
+        line.split()[3] for line in flags.stdout.splitlines() if " ReservedCodeCacheSize " in line
+    ]
+    assert sizes and int(sizes[0]) >= 200 << 20

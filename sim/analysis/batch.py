@@ -104,7 +104,10 @@ def gather_frames(frames: Sequence[DataFrame]) -> list[Rows]:
     ]
     decoders = [_decoder(df.schema) for df in frames]
     out: list[Rows] = [[] for _ in frames]
-    for r in reduce(DataFrame.unionByName, tagged).collect():
+    # Every tagged frame has the same two columns in the same order: a union by position,
+    # which the JVM analyses in about half the time of one by name (16 frames of a small run:
+    # 0.34-0.68 s instead of 0.72-1.17 s, the same plan otherwise).
+    for r in reduce(DataFrame.union, tagged).collect():
         i = r["_i"]
         out[i].append(decoders[i](r["_j"]))
     return out

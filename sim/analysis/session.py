@@ -120,12 +120,15 @@ def create_session(
 SMALL_INPUT_BYTES = 64 << 20
 """Inputs up to this size (Parquet bytes on a local disk) are analysed with SMALL_SETTINGS."""
 
-QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 """JVM options of a local session started for small inputs only: the JIT compiles with C1
 alone. On a small run the JVM spends most of its CPU time warming up — the optimising C2
 compiler working on Spark's own code for a few seconds of queries — and C1 alone halved the
 JVM's CPU time for start-up and for the analysis of the quickstart run (measured:
-docs/performance.md). Long analyses keep C2: they run long enough to profit from it."""
+docs/performance.md). Long analyses keep C2: they run long enough to profit from it.
+Without C2 the JVM reserves only 48 MB for compiled code, which the analyses of a few small
+runs in one JVM (a sweep's) filled, after which the JVM stopped compiling: 240 MB, as a
+tiered JVM reserves (address space; only what is used is committed)."""
 
 SMALL_SETTINGS = {
     # Adaptive execution re-plans every shuffle stage as a job of its own: on a small run it
