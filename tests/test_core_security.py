@@ -577,3 +577,29 @@ def test_one_neighbour_cannot_take_the_whole_reassembly_memory() -> None:
     v.receive_datagram(wire.encode_catalog("honest", 2, [entry]), "good-addr", now=2.0)
     assert mid in v._reserved  # room was promised to it: it is being asked for
     assert v.counters.get("deferred_reassembly_budget", 0) == 0
+
+
+def test_a_neighbour_that_offers_and_never_sends_is_not_asked_for_ever() -> None:
+    # A neighbour offering what a host subscribed to and never sending it was asked again
+    # every request_timeout for as long as it stayed (bench/attack.py: 650,000 retries in
+    # 300 s, with the admin API seconds late).
+    v = Node(NodeConfig(host_id="v", cache_capacity=1 << 26), random.Random(0))
+    v.subscribe({"t": "news"}, now=0.0)
+    _, entry, _ = _offer_of("liar", "news", 400_000, seed=5)
+    v.receive_datagram(wire.encode_announce("liar", 1, False, 0, 0, (), ()), "liar-addr", 1.0)
+    v.receive_datagram(wire.encode_catalog("liar", 2, [entry]), "liar-addr", now=1.0)
+    t = 1.0
+    while t < 60.0:
+        t += 0.25
+        if t % 2 == 0:  # it keeps announcing (without offering again): still a neighbour
+            v.receive_datagram(wire.encode_announce("liar", 1, False, 0, 0, (), ()), "liar-addr", t)
+        v.handle_timer(t)
+        v.datagrams_to_send(t)
+    assert "liar" in v.neighbours()
+    assert v.counters["requests_sent"] <= 4  # asked, then asked again 3 times at most
+    assert v.counters["requests_given_up"] == 1
+    # offered again: asked again
+    v.receive_datagram(wire.encode_catalog("liar", 3, [entry]), "liar-addr", now=t)
+    v.handle_timer(t + 0.1)
+    v.datagrams_to_send(t + 0.1)
+    assert v.counters["requests_sent"] == 5

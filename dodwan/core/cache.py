@@ -15,7 +15,7 @@ from .node_state import NodeState
 from .offers import Rank
 from .store import MessageMeta
 
-_ROOM_SCAN = 1024  # cached messages looked at, at most, to tell whether a transfer fits
+_ROOM_SCAN = 64  # cached messages looked at, at most, to tell whether a transfer fits
 
 EvictRank = tuple[int, int, int, int, float]
 """``(tier, origin seen complete, persistent, priority, date)``: see :meth:`Cached.rank`."""
@@ -196,6 +196,7 @@ class CacheMixin(NodeState):
         self._offers.forget(msg_id)
         self._entry_cache.pop(msg_id, None)
         self._granted.pop(msg_id, None)
+        self._retries.pop(msg_id, None)
         self._requested.pop(msg_id, None)
         self._store.delete_message(msg_id)
         self._count("messages_evicted")

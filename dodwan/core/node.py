@@ -116,6 +116,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._want_cache = {}
         self._granted = {}
         self._deferred = {}
+        self._retries = {}
 
         self._pending = {}  # target -> msg -> mask to request
         self._pending_at = {}  # target -> when to send

@@ -107,6 +107,8 @@ class NodeState:
     _interest_epoch: int
     _want_cache: dict[str, tuple[int, int]]
     """message -> (interest epoch, ``WANT_*``)"""
+    _retries: dict[str, int]
+    """Message -> times it was asked again in a row without a fragment arriving."""
     _deferred: dict[str, str]
     """Message -> neighbour whose offer of it was put off for want of room (oldest first):
     asked for as soon as a transfer finishes."""

@@ -18,6 +18,7 @@ from .profiles import bounded_mask, merge_ranges, ranges_of
 from .store import MessageMeta
 
 _COMPLETE_ORIGINS = 4096  # origins remembered as seen complete, at most
+_MAX_RETRIES = 3  # requests asked again in a row without any fragment arriving, at most
 _GRANTS_PER_MESSAGE = 64  # carriers being handed half of a message's copy budget, at most
 
 BROADCAST = "<broadcast>"
@@ -391,6 +392,8 @@ class TransfersMixin(NodeState):
         self._partial_bytes += size
         self._origin_bytes[header.origin] = self._origin_bytes.get(header.origin, 0) + size
         c.progress = now
+        if self._retries:
+            self._retries.pop(dg.msg_id, None)  # progress: retries count from zero again
         counters = self.counters
         counters["fragments_stored"] = counters.get("fragments_stored", 0) + 1
         if self._tracing:
@@ -493,17 +496,25 @@ class TransfersMixin(NodeState):
 
     def _retry_requests(self, now: float) -> None:
         """Fragments asked for and not received within ``request_timeout`` are asked again
-        from a neighbour that offered them, without waiting for it to offer them again."""
+        from a neighbour that offered them, without waiting for it to offer them again —
+        at most ``_MAX_RETRIES`` times in a row without a fragment arriving (a neighbour
+        that offers and never sends, or has left, is not asked every request_timeout for
+        ever); then the message is asked for again when it is offered again."""
         timeout = self.config.request_timeout
         oldest = self._oldest_request()
         if oldest is None or oldest + timeout > now:
             return  # nothing due (checked in O(log n), not by looking at every request)
+        retries = self._retries
         for msg_id, (_, when) in list(self._requested.items()):
             if when + timeout > now:
                 continue
             del self._requested[msg_id]
+            tries = retries.pop(msg_id, 0)
             c = self._cache.get(msg_id)
             if c is not None and c.complete:
+                continue
+            if tries >= _MAX_RETRIES:
+                self._count("requests_given_up")
                 continue
             have = c.have if c is not None else 0
             for n in self._neighbours.values():
@@ -512,6 +523,7 @@ class TransfersMixin(NodeState):
                     break  # its room is no longer promised: asked again when offered again
                 if offered & ~have:
                     self._count("requests_retried")
+                    retries[msg_id] = tries + 1
                     self._queue_request(n.host_id, msg_id, offered, now)
                     break
 
