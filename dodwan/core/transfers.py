@@ -19,6 +19,7 @@ from .store import MessageMeta
 
 _COMPLETE_ORIGINS = 4096  # origins remembered as seen complete, at most
 _MAX_RETRIES = 3  # requests asked again in a row without any fragment arriving, at most
+_RETRIES_KEPT = 65536  # retry counts kept, at most
 _GRANTS_PER_MESSAGE = 64  # carriers being handed half of a message's copy budget, at most
 
 BROADCAST = "<broadcast>"
@@ -412,7 +413,7 @@ class TransfersMixin(NodeState):
     def _copies_received(self, c: Cached, sender: str) -> int:
         """Copy budget of a copy whose first fragment came from ``sender``: none if the
         sender gave none; half of the sender's if this host asked for it to carry it
-        (the sender keeps the other half, see ``_budget_taken``); otherwise 1 (a subscriber
+        (the sender keeps the other half, see ``_handed_copies``); otherwise 1 (a subscriber
         here, or fragments overheard: such copies go on to subscribers only)."""
         n = self._neighbours.get(sender)
         budget = n.budgets.get(c.header.msg_id, 0) if n is not None else 0
@@ -523,6 +524,8 @@ class TransfersMixin(NodeState):
                     break  # its room is no longer promised: asked again when offered again
                 if offered & ~have:
                     self._count("requests_retried")
+                    if len(retries) >= _RETRIES_KEPT:
+                        retries.clear()  # a request that never went out left its count
                     retries[msg_id] = tries + 1
                     self._queue_request(n.host_id, msg_id, offered, now)
                     break
