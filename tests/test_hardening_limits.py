@@ -380,3 +380,55 @@ def test_all_zero_messages_of_one_origin_inflate_within_its_allowance(tmp_path: 
     finally:
         proc.kill()
     assert "Traceback" not in proc.log.read_text()
+
+
+def test_junk_partial_sets_from_one_socket_leave_room_for_a_legitimate_message(
+    tmp_path: Path,
+) -> None:
+    # Fragment 0 of many fake multi-fragment messages matching the victim's subscription,
+    # from one socket under many names: their partial sets held the whole reassembly memory
+    # for partial_timeout (30 min), and a legitimate multi-fragment message was put off
+    # ("deferred_reassembly_budget") that long. One source address may now hold at most
+    # max_partial_share of it (the default, 0.5; with 1.0 this test times out).
+    conf = tmp_path / "v.toml"
+    conf.write_text(f"[node.limits]\nmax_partial_bytes = {1 << 20}\nmax_partial_share = 0.5\n")
+    group = random_group()
+    proc = DaemonProc(tmp_path / "d", ["--group", group, "--host-id", "v9", "--config", str(conf),
+                                       "--announce-period", "0.5"])  # fmt: skip
+    proc.start()
+    pub = DaemonProc(tmp_path / "pub", ["--group", group, "--host-id", "pub9",
+                                        "--announce-period", "0.5"])  # fmt: skip
+    try:
+        client = proc.client()
+        client.post("/subscribe", {"patterns": [{"topic": "news.*"}],
+                                   "sink": {"kind": "dir", "target": str(tmp_path / "out")}})  # fmt: skip
+        own = client.publish_bytes(b"mine", attributes={"topic": "own"}, ttl=600)["id"]
+        v = Victim(proc, group)
+        assert proc.proc is not None
+        before = _rss_mb(proc.proc.pid)
+        rng = random.Random(9)
+        for k in range(120):  # 120 x ~14 kB declared: 1.6 MB of partial sets asked for
+            name = f"junk9-{k}"
+            msg_id, zdesc, _, frags = forge(name, rng.randbytes(14_000), {"topic": f"news.j{k}"},
+                                            seed=k)  # fmt: skip
+            v.sock.sendto(announce(name), v.dest)
+            v.sock.sendto(wire.encode_fragment(name, msg_id, 1, 0, zdesc, frags[0]), v.dest)
+            time.sleep(0.002)
+        wait_for(lambda: v.counters().get("partial_memory_full", 0) >= 1,
+                 what="the junk's share of the reassembly memory full")  # fmt: skip
+        started = time.monotonic()
+        proc.status()
+        assert time.monotonic() - started < 1.0
+        assert _rss_mb(proc.proc.pid) - before < 32
+        # a legitimate multi-fragment message (another socket) reaches the victim within 5 s
+        pub.start()
+        mid = pub.client().publish_bytes(rng.randbytes(20_000), attributes={"topic": "news.legit"},
+                                         ttl=600)["id"]  # fmt: skip
+        wait_for(lambda: mid in {e["id"] for e in client.get("/cache") if e["complete"]},
+                 timeout=5.0, what="legitimate message at the victim")  # fmt: skip
+        assert own in {e["id"] for e in client.get("/cache")}  # nothing stored was lost
+        v.sock.close()
+    finally:
+        pub.kill()
+        proc.kill()
+    assert "Traceback" not in proc.log.read_text()
