@@ -7,6 +7,8 @@ import random
 import socket
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -292,25 +294,74 @@ def test_a_profile_of_huge_expressions_costs_the_victim_nothing(
         pub.kill()
 
 
-def test_a_flood_of_new_offers_from_one_socket_is_decoded_within_its_budget(
-    tmp_path: Path,
-) -> None:
-    # 6,000 new descriptors the victim wants, offered by 30 sender names behind one socket
-    # within a second: each was decoded, checked, matched and asked for, whatever the names.
+@dataclass
+class NewsVictim:
+    """A victim daemon subscribed to ``news.*`` (into a dir sink) holding a message of its
+    own, with a legitimate publisher ready on another socket (started by :meth:`legit`)."""
+
+    proc: DaemonProc
+    pub: DaemonProc
+    v: Victim
+    own: str
+    rss_before: float
+
+    def admin_answers_at_once(self) -> None:
+        started = time.monotonic()
+        self.proc.status()
+        assert time.monotonic() - started < 1.0
+
+    def rss_growth(self) -> float:
+        assert self.proc.proc is not None
+        return _rss_mb(self.proc.proc.pid) - self.rss_before
+
+    def legit_arrives_within_5_s(self, payload: bytes) -> None:
+        """A legitimate publication (another socket) is complete at the victim within 5 s,
+        and nothing the victim stored was lost."""
+        self.pub.start()
+        client = self.proc.client()
+        mid = self.pub.client().publish_bytes(payload, attributes={"topic": "news.legit"},
+                                              ttl=600)["id"]  # fmt: skip
+        wait_for(lambda: mid in {e["id"] for e in client.get("/cache") if e["complete"]},
+                 timeout=5.0, what="legitimate message at the victim")  # fmt: skip
+        assert self.own in {e["id"] for e in client.get("/cache")}
+
+
+@contextmanager
+def news_victim(tmp_path: Path, tag: str, config: str | None = None) -> Iterator[NewsVictim]:
     group = random_group()
-    proc = DaemonProc(tmp_path / "d", ["--group", group, "--host-id", "v7",
+    extra = []
+    if config is not None:
+        conf = tmp_path / "v.toml"
+        conf.write_text(config)
+        extra = ["--config", str(conf)]
+    proc = DaemonProc(tmp_path / "d", ["--group", group, "--host-id", f"v{tag}", *extra,
                                        "--announce-period", "0.5"])  # fmt: skip
     proc.start()
-    pub = DaemonProc(tmp_path / "pub", ["--group", group, "--host-id", "pub7",
+    pub = DaemonProc(tmp_path / "pub", ["--group", group, "--host-id", f"pub{tag}",
                                         "--announce-period", "0.5"])  # fmt: skip
     try:
         client = proc.client()
         client.post("/subscribe", {"patterns": [{"topic": "news.*"}],
                                    "sink": {"kind": "dir", "target": str(tmp_path / "out")}})  # fmt: skip
         own = client.publish_bytes(b"mine", attributes={"topic": "own"}, ttl=600)["id"]
-        v = Victim(proc, group)
         assert proc.proc is not None
-        before = _rss_mb(proc.proc.pid)
+        victim = NewsVictim(proc, pub, Victim(proc, group), own, _rss_mb(proc.proc.pid))
+        try:
+            yield victim
+        finally:
+            victim.v.sock.close()
+    finally:
+        pub.kill()
+        proc.kill()
+    assert "Traceback" not in proc.log.read_text()
+
+
+def test_a_flood_of_new_offers_from_one_socket_is_decoded_within_its_budget(
+    tmp_path: Path,
+) -> None:
+    # 6,000 new descriptors the victim wants, offered by 30 sender names behind one socket
+    # within a second: each was decoded, checked, matched and asked for, whatever the names.
+    with news_victim(tmp_path, "7") as nv:
         evil = Node(NodeConfig(host_id="o7", max_datagram=1400), rng=random.Random(7))
         now = time.time()
         entries = []
@@ -319,26 +370,13 @@ def test_a_flood_of_new_offers_from_one_socket_is_decoded_within_its_budget(
             zdesc = evil._cache[mid].meta.zdesc
             entries.append(wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, zdesc)))
         for k in range(0, len(entries), 200):
-            v.sock.sendto(announce(f"evil7-{k}", entries=entries[k : k + 200]), v.dest)
+            nv.v.sock.sendto(announce(f"evil7-{k}", entries=entries[k : k + 200]), nv.v.dest)
             time.sleep(0.005)  # paced: offers, not socket overflows, are what is measured
-        started = time.monotonic()
-        proc.status()
-        assert time.monotonic() - started < 1.0  # the admin API answers at once
-        wait_for(lambda: v.counters().get("descriptors_deferred", 0) >= 1000,
+        nv.admin_answers_at_once()
+        wait_for(lambda: nv.v.counters().get("descriptors_deferred", 0) >= 1000,
                  what="offers past the decode budget deferred")  # fmt: skip
-        assert _rss_mb(proc.proc.pid) - before < 32
-        # a legitimate publication (another socket) still reaches the victim within 5 s
-        pub.start()
-        mid = pub.client().publish_bytes(b"legit", attributes={"topic": "news.legit"},
-                                         ttl=600)["id"]  # fmt: skip
-        wait_for(lambda: mid in {e["id"] for e in client.get("/cache")},
-                 timeout=5.0, what="legitimate message at the victim")  # fmt: skip
-        assert own in {e["id"] for e in client.get("/cache")}  # nothing stored was lost
-        v.sock.close()
-    finally:
-        pub.kill()
-        proc.kill()
-    assert "Traceback" not in proc.log.read_text()
+        assert nv.rss_growth() < 32
+        nv.legit_arrives_within_5_s(b"legit")
 
 
 def test_all_zero_messages_of_one_origin_inflate_within_its_allowance(tmp_path: Path) -> None:
@@ -390,45 +428,18 @@ def test_junk_partial_sets_from_one_socket_leave_room_for_a_legitimate_message(
     # for partial_timeout (30 min), and a legitimate multi-fragment message was put off
     # ("deferred_reassembly_budget") that long. One source address may now hold at most
     # max_partial_share of it (the default, 0.5; with 1.0 this test times out).
-    conf = tmp_path / "v.toml"
-    conf.write_text(f"[node.limits]\nmax_partial_bytes = {1 << 20}\nmax_partial_share = 0.5\n")
-    group = random_group()
-    proc = DaemonProc(tmp_path / "d", ["--group", group, "--host-id", "v9", "--config", str(conf),
-                                       "--announce-period", "0.5"])  # fmt: skip
-    proc.start()
-    pub = DaemonProc(tmp_path / "pub", ["--group", group, "--host-id", "pub9",
-                                        "--announce-period", "0.5"])  # fmt: skip
-    try:
-        client = proc.client()
-        client.post("/subscribe", {"patterns": [{"topic": "news.*"}],
-                                   "sink": {"kind": "dir", "target": str(tmp_path / "out")}})  # fmt: skip
-        own = client.publish_bytes(b"mine", attributes={"topic": "own"}, ttl=600)["id"]
-        v = Victim(proc, group)
-        assert proc.proc is not None
-        before = _rss_mb(proc.proc.pid)
+    config = f"[node.limits]\nmax_partial_bytes = {1 << 20}\nmax_partial_share = 0.5\n"
+    with news_victim(tmp_path, "9", config) as nv:
         rng = random.Random(9)
         for k in range(120):  # 120 x ~14 kB declared: 1.6 MB of partial sets asked for
             name = f"junk9-{k}"
             msg_id, zdesc, _, frags = forge(name, rng.randbytes(14_000), {"topic": f"news.j{k}"},
                                             seed=k)  # fmt: skip
-            v.sock.sendto(announce(name), v.dest)
-            v.sock.sendto(wire.encode_fragment(name, msg_id, 1, 0, zdesc, frags[0]), v.dest)
+            nv.v.sock.sendto(announce(name), nv.v.dest)
+            nv.v.sock.sendto(wire.encode_fragment(name, msg_id, 1, 0, zdesc, frags[0]), nv.v.dest)
             time.sleep(0.002)
-        wait_for(lambda: v.counters().get("partial_memory_full", 0) >= 1,
+        wait_for(lambda: nv.v.counters().get("partial_memory_full", 0) >= 1,
                  what="the junk's share of the reassembly memory full")  # fmt: skip
-        started = time.monotonic()
-        proc.status()
-        assert time.monotonic() - started < 1.0
-        assert _rss_mb(proc.proc.pid) - before < 32
-        # a legitimate multi-fragment message (another socket) reaches the victim within 5 s
-        pub.start()
-        mid = pub.client().publish_bytes(rng.randbytes(20_000), attributes={"topic": "news.legit"},
-                                         ttl=600)["id"]  # fmt: skip
-        wait_for(lambda: mid in {e["id"] for e in client.get("/cache") if e["complete"]},
-                 timeout=5.0, what="legitimate message at the victim")  # fmt: skip
-        assert own in {e["id"] for e in client.get("/cache")}  # nothing stored was lost
-        v.sock.close()
-    finally:
-        pub.kill()
-        proc.kill()
-    assert "Traceback" not in proc.log.read_text()
+        nv.admin_answers_at_once()
+        assert nv.rss_growth() < 32
+        nv.legit_arrives_within_5_s(rng.randbytes(20_000))

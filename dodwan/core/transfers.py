@@ -349,8 +349,8 @@ class TransfersMixin(NodeState):
             )
             c.own = self._own_profile.matches(c.descriptor)
             c.credible = header.origin in self._complete_origins
-            c.copies = self._copies_received(c, dg.sender)
             c.asked = dg.msg_id in self._requested
+            c.copies = self._copies_received(c, dg.sender)
             if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
                 self._give_up(dg.msg_id)
@@ -419,7 +419,7 @@ class TransfersMixin(NodeState):
         budget = n.budgets.get(c.header.msg_id, 0) if n is not None else 0
         if budget < 2:
             return budget
-        if c.own or c.header.msg_id not in self._requested:
+        if c.own or not c.asked:
             return 1
         return budget // 2
 
