@@ -102,3 +102,22 @@ def test_the_copy_budget_travels_in_the_catalog_entry_flags() -> None:
 def test_a_copy_budget_out_of_range_is_refused(bad: int) -> None:
     with pytest.raises(ValueError, match="copy_budget"):
         NodeConfig(host_id="h", copy_budget=bad)
+
+
+def test_after_a_restart_own_publications_keep_their_budget_and_carried_copies_get_one() -> None:
+    # The budget is not stored (docs/protocol.md, "Copy budget"); a restart must not give
+    # carried copies an unbounded budget, nor take its own publications' budget away.
+    from dodwan import MemoryStore, Node
+
+    net = VirtualNetwork(seed=8, bitrate=2e6)
+    store = MemoryStore()
+    net.add("a", cache_capacity=8 * MB, copy_budget=4)
+    net.add("b", store=store, cache_capacity=8 * MB, altruistic=True, copy_budget=6)
+    carried = net.publish("a", {"topic": "maps"}, random.Random(2).randbytes(300 * KB), 1e5)
+    own = net.publish("b", {"topic": "mine"}, b"own", 1e5)
+    net.run(5.0)
+    _meet(net, "a", "b")
+    assert _copies(net, "b", carried) == 2  # half of a's 4
+    again = Node(NodeConfig(host_id="b", altruistic=True, copy_budget=6), random.Random(1), store)
+    assert again._cache[own].copies == 6
+    assert again._cache[carried].copies == 1
