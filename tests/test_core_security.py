@@ -226,19 +226,69 @@ def test_an_expression_that_compiles_to_a_huge_program_is_refused() -> None:
 
 
 def test_the_profiles_of_other_hosts_share_one_budget() -> None:
+    # Each host subscribes to 4 expressions (RE2, 96 KiB each at worst): ~390 KiB a profile,
+    # so a 1 MiB remote-memory budget holds two or three of the twelve.
+    budget = 1 << 20
     net = VirtualNetwork(seed=2)
-    v = net.add("v", limits=Limits(max_remote_program=5000))
-    costs = []
+    v = net.add("v", limits=Limits(max_remote_memory=budget))
+    held = []
     for k in range(12):
         net.add(f"h{k}")
         net.subscribe(f"h{k}", [{"topic": f"[0-9a-f]{{64}}{k}-{i}"} for i in range(4)])
         net.link("v", f"h{k}")
         net.run(8)
         net.unlink("v", f"h{k}")
-        costs.append(v._profiles.cost)
+        held.append(v._remote.total)
+        # what is given up is let go everywhere: the compiled profiles still referenced by
+        # neighbours and by the matcher fit the budget too
+        live = {id(n.profile): n.profile.memory for n in v._neighbours.values()}
+        assert sum(live.values()) <= budget
     assert v.counters["profiles_assembled"] >= 12
-    assert max(costs) <= 5000 and v._profiles.evicted > 0
-    assert v._profiles.versions() < 12  # the least recently used went
+    assert max(held) <= budget and v.counters["remote_memory_evicted_profile"] > 0
+    assert v._profiles.versions() < 12
+    assert v._neighbours["h11"].profile  # the latest arrival holds its share
+
+
+def test_a_neighbour_arriving_after_a_flood_still_gets_its_share() -> None:
+    # One socket (40 sender names) fills the whole remote-memory budget with offers of
+    # padded descriptors; a neighbour that arrives afterwards at another address still gets
+    # its profile assembled and its message asked for, and keeps them while the flood goes
+    # on: the address holding the most gives up its oldest state first.
+    budget = 1 << 20
+    net = VirtualNetwork(seed=5)
+    v = net.add("v", limits=Limits(max_remote_memory=budget), altruistic=True)
+    evil = Node(NodeConfig(host_id="evil", cache_capacity=1 << 30), rng=random.Random(0))
+    rng = random.Random(1)
+    entries = []
+    for i in range(900):
+        pad = "".join(rng.choice("ab") for _ in range(2000))
+        mid = evil.publish({"t": f"junk{i}", "pad": pad}, b"x", deadline=10_000, now=0)
+        zdesc = evil._cache[mid].meta.zdesc
+        entries.append(wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, zdesc)))
+
+    def flood(part: int) -> None:
+        for k in range(part * 300, part * 300 + 300, 10):
+            name = f"evil{k % 40}"
+            v.receive_datagram(wire.encode_catalog(name, 2, entries[k : k + 10]), "sock", net.now)
+
+    for name in (f"evil{j}" for j in range(40)):
+        v.receive_datagram(wire.encode_announce(name, 1, False, 0, 0, (), ()), "sock", net.now)
+    flood(0)
+    assert v._remote.held_by("sock") > budget * 0.9  # it holds (nearly) everything
+    net.add("real")
+    net.subscribe("real", [{"topic": f"[0-9a-f]{{8}}-{i}"} for i in range(3)])
+    mid = net.publish("real", {"topic": "deadbeef-1"}, b"wanted", 600)
+    net.link("v", "real")
+    net.run(6)
+    flood(1)
+    flood(2)
+    net.run(6)
+    assert v._remote.total <= budget
+    assert v.counters["remote_memory_evicted_descriptor"] > 0
+    real = v._neighbours["real"]
+    assert real.profile and len(real.profile.patterns) == 3  # its profile is known
+    assert v._remote.held_by("real") > 0 and mid in v._cache  # and its message was taken
+    assert v._remote.held_by("sock") <= budget - v._remote.held_by("real")
 
 
 def test_a_crowd_of_fake_neighbours_cannot_hold_a_host_and_a_real_one_still_gets_in() -> None:
@@ -279,7 +329,7 @@ def test_offered_descriptors_are_kept_decoded_within_a_budget() -> None:
         c = evil._cache[mid]
         entries.append(wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, c.meta.zdesc)))
     budget = 1 << 20
-    v = Node(NodeConfig(host_id="v", limits=Limits(max_descriptor_cache=budget)), random.Random(2))
+    v = Node(NodeConfig(host_id="v", limits=Limits(max_remote_memory=budget)), random.Random(2))
     v.receive_datagram(wire.encode_announce("evil", 1, False, 0, 0, (), ()), "evil", now=1.0)
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
@@ -288,7 +338,8 @@ def test_offered_descriptors_are_kept_decoded_within_a_budget() -> None:
     grown = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     assert v.counters.get("datagrams_dropped", 0) == 0  # all were valid catalogs
-    assert v._zdesc_total <= budget and len(v._zdesc_cache) < 1500
+    assert v._remote.total <= budget and len(v._zdesc_cache) < 1500
+    assert v.counters["remote_memory_evicted_descriptor"] > 0
     assert grown < 4 * budget, grown  # the decoded descriptors alone would be ~6 MB
 
 
@@ -317,8 +368,44 @@ def test_offers_of_huge_messages_cost_what_was_sent() -> None:
         v.receive_datagram(dg, f"fake{s}", now=1.0)
     grown = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
-    assert sum(len(n.offers) for n in v._neighbours.values()) == 50 * 200
+    # each offer is charged its mask (8 KiB here, shared or not): 10,000 of them pass the
+    # remote-memory budget, and the senders holding the most gave up their oldest offers
+    assert v._remote.total <= v._limits.max_remote_memory
+    assert v.counters["remote_memory_evicted_offers"] > 0
+    assert len(v._neighbours["fake49"].offers) == 200  # the latest still got its share
     assert grown < 20 * sent, (grown, sent)  # was 10,000 x 8 KiB = 80 MB for ~0.6 MB sent
+
+
+def test_partial_offers_from_many_addresses_stay_within_the_remote_budget() -> None:
+    # A partial offer carries its fragment mask (8 KiB for 65,536 fragments) and was kept
+    # per neighbour up to 2,048 offers: 256 neighbours could make a host hold 4 GiB. Here 20
+    # addresses offer 100 each (16 MB sent); the host keeps what its budget allows.
+    import tracemalloc
+
+    budget = 4 << 20
+    v = Node(NodeConfig(host_id="v", limits=Limits(max_remote_memory=budget)), random.Random(0))
+    desc = {"id": "x", "deadline": "1000", "origin": "o", "date": "0", "size": "1",
+            "zsize": str(65536 * 100), "frags": "65536", "fsize": "100", "zhash": "0" * 64,
+            "priority": "4", "persistent": "true"}  # fmt: skip
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for s in range(20):
+        for k in range(0, 100, 5):
+            entries = []
+            for i in range(k, k + 5):
+                d = {**desc, "id": f"o-{s}-{i}"}
+                zdesc = zstandard.ZstdCompressor().compress(wire.encode_attributes(d))
+                have = (1 << 65535) | (1 << i)  # a different partial mask each
+                entries.append(
+                    wire.encode_catalog_entry(wire.CatalogEntry(d["id"], 65536, have, zdesc))
+                )
+            dg = wire.encode_announce(f"fake{s}", 1, False, 0, 0, (), entries)
+            v.receive_datagram(dg, f"addr{s}", now=1.0)
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert v.counters.get("datagrams_dropped", 0) == 0
+    assert grown < 2 * budget, grown  # 16.6 MB of masks were kept before
+    assert len(v._neighbours["fake19"].offers) == 100  # the latest keeps all it offered
 
 
 def test_large_hostile_requests_are_not_kept_decoded() -> None:

@@ -167,6 +167,8 @@ def test_config_file_and_overrides(tmp_path: Path) -> None:
         ("bitrate = 'fast'\n", "must be an integer"),
         ("[node]\nhorizon = 'x'\n", "must be an integer"),
         ("[node]\nbogus = 1\n", "unknown setting node.bogus"),
+        ("[node.limits]\nmax_descriptor_cache = 1\n", "replaced by node.limits.max_remote_memory"),
+        ("[node.limits]\nmax_remote_memory = 1000\n", "max_remote_memory"),
         ("this is not toml", "not valid TOML"),
         ("log_level = 'loud'\n", "log_level"),
     ],

@@ -3,7 +3,7 @@ of what neighbours offer (decoding their descriptors once, within a memory budge
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from . import message as m
 from . import wire
@@ -16,6 +16,7 @@ from .offers import Rank
 from .signing import verify
 
 _ENTRY_COST = 400  # bytes a decoded descriptor costs beyond its text (dict, header, keys)
+_OFFER_COST = 160  # bytes one remembered offer costs beyond its mask (dict slot, id string)
 _ORIGIN_OFFERS = 16  # catalog entries one origin may take in one announcement round
 _DEFERRED_MAX = 4096  # offers put back for the next round, at most, per round
 _DEFERRED_STARTS = 256  # offers remembered as put off for want of room, at most
@@ -188,8 +189,11 @@ class CatalogsMixin(NodeState):
         cached = self._zdesc_cache.get(msg_id)
         return (cached is None or cached[0] != zdesc) and zdesc not in self._bad_zdesc
 
-    def _descriptor_of(self, msg_id: str, zdesc: bytes) -> tuple[dict[str, str], m.Header] | None:
-        """Decode (once) a descriptor offered by a peer; None when invalid."""
+    def _descriptor_of(
+        self, msg_id: str, zdesc: bytes, owner: Hashable
+    ) -> tuple[dict[str, str], m.Header] | None:
+        """Decode (once) a descriptor offered by a peer at address ``owner`` (charged for
+        keeping it decoded); None when invalid."""
         cached = self._zdesc_cache.get(msg_id)
         if cached is not None and cached[0] == zdesc:
             return cached[1], cached[2]
@@ -211,17 +215,23 @@ class CatalogsMixin(NodeState):
             return None
         if cached is None:  # the first descriptor seen for an id wins
             cost = 2 * len(zdesc) + sum(len(k) + len(v) for k, v in d.items()) + _ENTRY_COST
-            budget = self._limits.max_descriptor_cache
-            while self._zdesc_cache and self._zdesc_total + cost > budget:
-                self._forget_descriptor(next(iter(self._zdesc_cache)))  # oldest first
             self._zdesc_cache[msg_id] = (zdesc, d, h)
-            self._zdesc_bytes[msg_id] = cost
-            self._zdesc_total += cost
+            self._remote.charge(owner, "descriptor", msg_id, cost)
         return d, h
 
     def _forget_descriptor(self, msg_id: str) -> None:
         if self._zdesc_cache.pop(msg_id, None) is not None:
-            self._zdesc_total -= self._zdesc_bytes.pop(msg_id)
+            self._remote.release("descriptor", msg_id)
+
+    def _offers_given_up(self, host: str) -> None:
+        """The remote-memory budget gave up what neighbour ``host`` offered (learnt again
+        from its next catalogs)."""
+        n = self._neighbours.get(host)
+        if n is not None:
+            n.offers.clear()
+            n.budgets.clear()
+            n.offers_memory = 0
+            n.offers_given_up += 1
 
     def _too_long_lived(self, header: m.Header, now: float) -> bool:
         """A peer's message whose deadline is further ahead than ``max_ttl`` (+ an hour of
@@ -238,8 +248,15 @@ class CatalogsMixin(NodeState):
         new: list[tuple[str, int, int, m.Header]] = []
         mine: set[str] = set()
         deferred = 0
+        memory, given_up = n.offers_memory, n.offers_given_up
         for e in entries:
             offered = all_of(e.frags) if e.have is None else e.have
+            old = n.offers.get(e.msg_id)
+            if old is None:
+                memory += _OFFER_COST + len(e.msg_id)
+            else:
+                memory -= old.bit_length() >> 3
+            memory += offered.bit_length() >> 3
             n.offers[e.msg_id] = offered
             c = self._cache.get(e.msg_id)
             if e.copies:
@@ -255,7 +272,7 @@ class CatalogsMixin(NodeState):
             if self._decode_due(e.msg_id, e.zdesc) and not self._decodes.take(n.address, now):
                 deferred += 1  # over its decode budget: until it is offered again
                 continue
-            decoded = self._descriptor_of(e.msg_id, e.zdesc)
+            decoded = self._descriptor_of(e.msg_id, e.zdesc, n.address)
             if decoded is None or decoded[1].frags != e.frags or decoded[1].deadline <= now:
                 continue
             if self._too_long_lived(decoded[1], now):
@@ -287,5 +304,10 @@ class CatalogsMixin(NodeState):
                     del self._deferred[next(iter(self._deferred))]
         if len(n.offers) > 4 * self._limits.max_catalog_entries:
             for k in list(n.offers)[: len(n.offers) // 2]:
-                del n.offers[k]
+                memory -= _OFFER_COST + len(k) + (n.offers.pop(k).bit_length() >> 3)
                 n.budgets.pop(k, None)
+        if n.offers_given_up != given_up:  # while these entries were read: count again
+            memory = sum(_OFFER_COST + len(k) + (v.bit_length() >> 3) for k, v in n.offers.items())
+        n.offers_memory = memory
+        if self._neighbours.get(n.host_id) is n:
+            self._remote.charge(n.address, "offers", n.host_id, memory)

@@ -158,8 +158,23 @@ class GossipMixin(NodeState):
             n.last_heard = now
             n.address = source
 
+    def _profile_given_up(self, host: str, version: int) -> None:
+        """The remote-memory budget gave up a compiled profile: the neighbours holding it
+        let it go too (so its memory is freed), until it is fetched again when named; the
+        profiles known are derived again before the next datagram is handled."""
+        self._profiles.drop(host, version)
+        for n in self._neighbours.values():
+            if n.host_id == host and n.version == version:
+                n.profile, n.version = Profile(), None
+                self._known_stale = True
+            rel = n.relayed.get(host)
+            if rel is not None and rel[1].version == version:
+                n.relayed = {h: r for h, r in n.relayed.items() if h != host}
+                self._known_stale = True
+
     def _lose(self, h: str) -> None:
         """Forget neighbour ``h`` and what was queued for it or asked of it."""
+        self._remote.release("offers", h)
         del self._neighbours[h]
         self._beacon_scale = 1.0
         self._pending.pop(h, None)
@@ -304,7 +319,7 @@ class GossipMixin(NodeState):
         self._on_catalog_entries(n, dg.catalog, now)
 
     def _on_profile_piece(self, dg: wire.ProfilePiece, now: float) -> None:
-        profile = self._profiles.received(dg, now)
+        profile = self._profiles.received(dg, now, self._neighbours[dg.sender].address)
         if isinstance(profile, str):
             if profile != "kept":
                 self._count(f"profile_pieces_{profile}")

@@ -46,9 +46,13 @@ class Limits:
     max_regex_length: int = 256
     """Characters in one regular expression."""
 
-    max_descriptor_cache: int = 16 * 1024 * 1024
-    """Bytes of peers' offered descriptors kept decoded (so an offer repeated is not decoded
-    again); past that the oldest are forgotten (decoded again if offered again)."""
+    max_remote_memory: int = 64 * 1024 * 1024
+    """Bytes of state peers' datagrams make this host keep, all peers together: decoded
+    descriptors of offers, compiled profiles (each RE2 expression charged its memory
+    ceiling, ``REGEX_MEMORY``), profile pieces being assembled, and the offers each
+    neighbour made. Charged to the source address each came from; past the budget the
+    address holding the most gives up its oldest state first (see ``dodwan/core/ledger.py``).
+    Messages themselves are governed by the cache (``cache_capacity``, ``max_partial_bytes``)."""
 
     max_neighbours: int = 256
     """Neighbours tracked at once; a newcomer past that displaces the one heard least
@@ -61,11 +65,6 @@ class Limits:
 
     max_profile_program: int = 65536
     """RE2 instructions all the expressions of one profile (own or a peer's) may take."""
-
-    max_remote_program: int = 1 << 20
-    """RE2 instructions the compiled profiles of other hosts may take all together (the
-    budget of the profile book): past it the least recently used go first, and are fetched
-    again if named later."""
 
     max_relayed_profiles: int = 64
     """Profiles of other hosts kept per neighbour (horizon relay)."""

@@ -30,3 +30,8 @@ class Neighbour:
     """msg id -> bitmask of the fragments this neighbour last said it holds"""
     budgets: dict[str, int] = field(default_factory=dict)
     """msg id -> the copy budget it offered it with, when it has one"""
+    offers_memory: int = 0
+    """Bytes ``offers`` and ``budgets`` take (an estimate, charged to the remote-memory
+    budget as ``("offers", host_id)``)."""
+    offers_given_up: int = 0
+    """Times that budget made this host forget what the neighbour offered."""

@@ -30,6 +30,7 @@ from .delivery import DeliveryMixin, Subscription, split_options
 from .errors import WireError
 from .events import Event, TraceRecord
 from .gossip import PROMPT_ANNOUNCE, PROMPT_GAP, GossipMixin
+from .ledger import RemoteMemory
 from .matcher import Matcher
 from .node_state import NodeState, TraceSink
 from .offers import Offers
@@ -98,9 +99,9 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._history_deadline = {}
         self._history_heap = []
         self._entry_cache = {}
+        self._remote = RemoteMemory(self._limits.max_remote_memory, self._give_up_remote)
+        self._known_stale = False
         self._zdesc_cache = {}
-        self._zdesc_bytes = {}  # id -> what the entry above costs (estimate)
-        self._zdesc_total = 0
         self._bad_zdesc = set()
 
         self._subs = {}
@@ -109,7 +110,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
 
         self._neighbours = {}
         self._known = {}  # host -> (distance, profile)
-        self._profiles = ProfileBook(self._limits, config.request_timeout)
+        self._profiles = ProfileBook(self._limits, config.request_timeout, self._remote)
         self._own_pieces = ()
         self._matcher = Matcher()
         self._interest_epoch = 0
@@ -152,6 +153,22 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._complete_origins = {}
 
         self._load()
+
+    def _give_up_remote(self, kind: str, key: Hashable) -> None:
+        """The remote-memory budget is full: drop the state it chose (see :mod:`.ledger`)."""
+        self._count(f"remote_memory_evicted_{kind}")
+        if kind == "descriptor":
+            assert isinstance(key, str)
+            self._forget_descriptor(key)
+        elif kind == "offers":
+            assert isinstance(key, str)
+            self._offers_given_up(key)
+        elif kind == "profile":
+            assert isinstance(key, tuple)
+            self._profile_given_up(*key)
+        elif kind == "assembly":
+            assert isinstance(key, tuple)
+            self._profiles.drop_assembly(key)
 
     def _schedule_basics(self, now: float) -> None:
         if self._next_announce is None:
@@ -383,6 +400,9 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         except Exception:
             self._count("internal_errors")
             self._tr(now, "datagram_dropped", size=size, detail="internal error")
+        if self._known_stale:
+            self._known_stale = False
+            self._recompute_known(now)
         self._store.commit()
 
     def get_timer(self) -> float | None:

@@ -21,6 +21,7 @@ from . import wire
 from .budgets import RateBudget
 from .config import NodeConfig
 from .events import Event, TraceRecord
+from .ledger import RemoteMemory
 from .limits import Limits
 from .matcher import Matcher
 from .neighbours import Neighbour
@@ -90,10 +91,12 @@ class NodeState:
     _history_heap: list[tuple[float, str]]
     _entry_cache: dict[str, bytes]
     _zdesc_cache: dict[str, tuple[bytes, dict[str, str], m.Header]]
-    """Descriptors peers offered, decoded once: id -> (compressed, decoded, header)."""
-    _zdesc_bytes: dict[str, int]
-    """id -> what its entry in ``_zdesc_cache`` costs (estimate)"""
-    _zdesc_total: int
+    """Descriptors peers offered, decoded once: id -> (compressed, decoded, header), each
+    charged to ``_remote`` as ``("descriptor", id)``."""
+    _remote: RemoteMemory
+    """The remote-memory budget (``limits.max_remote_memory``), see :mod:`.ledger`."""
+    _known_stale: bool
+    """A compiled profile was given up: ``_known`` must be derived again."""
     _bad_zdesc: set[bytes]
     _subs: dict[str, Subscription]
     _own_profile: Profile
@@ -214,13 +217,16 @@ class NodeState:
         def _prompt(self, now: float) -> None: ...
         def _prompt_announce(self, msg_id: str, now: float) -> None: ...
         def _rebuild_own_profile(self) -> None: ...
+        def _recompute_known(self, now: float) -> None: ...
+        def _profile_given_up(self, host: str, version: int) -> None: ...
         # catalogs
         def _decode_due(self, msg_id: str, zdesc: bytes) -> bool: ...
         def _catalog(self, now: float, room: int, budget: int) -> list[list[bytes]]: ...
         def _descriptor_of(
-            self, msg_id: str, zdesc: bytes
+            self, msg_id: str, zdesc: bytes, owner: Hashable
         ) -> tuple[dict[str, str], m.Header] | None: ...
         def _forget_descriptor(self, msg_id: str) -> None: ...
+        def _offers_given_up(self, host: str) -> None: ...
         def _offer_matches(self, host: str) -> None: ...
         def _offer_rank(self, c: Cached) -> Rank: ...
         def _on_catalog_entries(

@@ -23,7 +23,15 @@ from .limits import Limits
 _OPTIONS: Any = re2.Options()
 _OPTIONS.log_errors = False
 _OPTIONS.never_capture = True
-_OPTIONS.max_mem = 1 << 18  # bytes of compiled program (and matching cache) per expression
+REGEX_MEMORY = 96 * 1024
+"""RE2's memory ceiling per compiled expression (its program and the caches matching
+builds), which is what holding one costs at worst: measured, a 23-instruction expression
+such as ``[ab]*a[ab]{14}`` grew to 88 KB after 200 matches under a 256 KiB ceiling, while
+4,096 instructions (``limits.max_regex_program``) still compile under this one. When a
+match needs more, RE2 falls back to its slower automaton, still in linear time."""
+_OPTIONS.max_mem = REGEX_MEMORY
+_LITERAL_MEMORY = 96
+"""What an expression without operators costs beyond its text (it is a string compare)."""
 
 PatternSpec = Mapping[str, str]
 
@@ -41,10 +49,17 @@ class RegexError(PatternError):
         self.reason = reason
 
 
-@lru_cache(maxsize=1024)
+COMPILED_KEPT = 256
+"""Compiled expressions shared process-wide (hosts of a simulation, or a host's profiles
+naming the same expression, compile it once): at most ``COMPILED_KEPT × REGEX_MEMORY``
+(24 MiB) held beyond the profiles that use them."""
+
+
+@lru_cache(maxsize=COMPILED_KEPT)
 def compile_regex(regex: str) -> Any:
     """``regex`` compiled by RE2 as every pattern here is: linear-time matching, no capture
-    groups, at most 1 MiB of program; :class:`RegexError` when RE2 refuses it."""
+    groups, at most ``REGEX_MEMORY`` of program and matching caches; :class:`RegexError`
+    when RE2 refuses it."""
     try:
         return re2.compile(regex, _OPTIONS)
     except Exception as exc:  # re2.error carries bytes messages
@@ -100,7 +115,9 @@ class Pattern:
     items: tuple[tuple[str, str], ...]
     _compiled: tuple[tuple[str, Any], ...]
     cost: int = field(default=0, compare=False)
-    """RE2 instructions of its compiled expressions (what it costs to hold and match)."""
+    """RE2 instructions of its compiled expressions (what it costs to match)."""
+    memory: int = field(default=0, compare=False)
+    """Bytes holding it may take at worst (``REGEX_MEMORY`` per RE2 expression)."""
 
     @classmethod
     def from_spec(cls, spec: PatternSpec, limits: Limits | None = None) -> Pattern:
@@ -129,8 +146,10 @@ class Pattern:
             items.append((name, regex))
         items.sort()
         checks = [(name, _literal(regex) or compile_regex(regex)) for name, regex in items]
-        cost = 0
+        cost = memory = 0
         for name, rx in checks:
+            literal = isinstance(rx, _Equals)
+            memory += len(name) + (len(rx.text) + _LITERAL_MEMORY if literal else REGEX_MEMORY)
             size = rx.programsize
             if size > lim.max_regex_program:
                 raise PatternError(
@@ -140,7 +159,7 @@ class Pattern:
             cost += size
         # plain strings first: most descriptors are turned away by a string comparison
         checks.sort(key=lambda check: not isinstance(check[1], _Equals))
-        return cls(tuple(items), tuple(checks), cost)
+        return cls(tuple(items), tuple(checks), cost, memory)
 
     def matches(self, descriptor: Mapping[str, str]) -> bool:
         """True when every constrained attribute is present and fully matches."""
@@ -191,6 +210,11 @@ class Profile:
     def cost(self) -> int:
         """RE2 instructions of all its expressions (see :attr:`Pattern.cost`)."""
         return sum(p.cost for p in self.patterns)
+
+    @property
+    def memory(self) -> int:
+        """Bytes holding it may take at worst (see :attr:`Pattern.memory`)."""
+        return sum(p.memory for p in self.patterns)
 
     def matches(self, descriptor: Mapping[str, str]) -> bool:
         """True when some pattern matches."""

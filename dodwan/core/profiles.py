@@ -10,11 +10,12 @@ cut them, so whoever serves them serves the same bytes. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from . import wire
 from .errors import WireError
+from .ledger import RemoteMemory
 from .limits import Limits
 from .patterns import PatternError, Profile
 
@@ -63,6 +64,8 @@ class Assembly:
     count: int
     started: float
     pieces: dict[int, wire.PatternSpecs] = field(default_factory=dict)
+    memory: int = 0
+    """Bytes the pieces received take (an estimate, charged to the remote-memory budget)."""
 
     @property
     def missing(self) -> int:
@@ -79,6 +82,20 @@ relayed by slower neighbours. Older ones are dropped, so subscription churn on o
 costs no memory over time."""
 PROFILE_CACHE_HOSTS = 4096
 """Remote hosts whose compiled profiles are cached; past that the cache starts over."""
+_ITEM_MEMORY = 176
+"""What one (attribute, expression) pair of a piece takes in memory beyond its text: a
+tuple and two strings (measured with ``sys.getsizeof``)."""
+
+
+def pieces_memory(pieces: Sequence[wire.PatternSpecs]) -> int:
+    """Bytes the decoded pieces of a profile take (an estimate from their text)."""
+    return sum(
+        len(name) + len(regex) + _ITEM_MEMORY
+        for piece in pieces
+        for items in piece
+        for name, regex in items
+    )
+
 
 Ranges = list[tuple[int, int]]
 
@@ -138,15 +155,17 @@ def mask_of(ranges: Sequence[tuple[int, int]]) -> int:
 class ProfileBook:
     """Other hosts' profiles: the versions assembled (compiled, with their pieces, so this
     host can serve them on), the assemblies under way, and the pieces to ask each neighbour
-    for. Every quantity is bounded (a few versions per host, ``max_profile_assemblies``)."""
+    for. Every quantity is bounded (a few versions per host, ``max_profile_assemblies``),
+    and the memory of compiled versions and of assemblies is charged to the remote-memory
+    budget (``memory``), as ``("profile", (host, version))`` and ``("assembly", (host,
+    version))``, to the address the last piece came from; that budget gives them up
+    through :meth:`drop` and :meth:`drop_assembly`."""
 
-    def __init__(self, limits: Limits, request_timeout: float) -> None:
+    def __init__(self, limits: Limits, request_timeout: float, memory: RemoteMemory) -> None:
         self._limits = limits
         self._timeout = request_timeout
+        self._memory = memory
         self._cache: dict[str, dict[int, tuple[Profile, Pieces]]] = {}
-        self._cost = 0
-        self.evicted = 0
-        """Hosts whose compiled profiles were dropped to stay within the budget."""
         self.assemblies: dict[tuple[str, int], Assembly] = {}
         self._pending: dict[str, dict[tuple[str, int], int]] = {}  # target -> key -> pieces
         self._requested: dict[tuple[str, int], tuple[int, float]] = {}
@@ -164,36 +183,39 @@ class ProfileBook:
         """Compiled versions held, all hosts together."""
         return sum(len(v) for v in self._cache.values())
 
-    @property
-    def cost(self) -> int:
-        """RE2 instructions of the compiled profiles held (bounded by max_remote_program)."""
-        return self._cost
-
-    def remember(self, host: str, version: int, profile: Profile, pieces: Pieces) -> None:
+    def remember(
+        self, host: str, version: int, profile: Profile, pieces: Pieces, owner: Hashable
+    ) -> None:
+        """Keep an assembled version, charged to ``owner`` (the address it came from)."""
         versions = self._cache.get(host)
         if versions is None:
             if len(self._cache) >= PROFILE_CACHE_HOSTS:
+                for h, vs in self._cache.items():
+                    for v in vs:
+                        self._memory.release("profile", (h, v))
                 self._cache.clear()
-                self._cost = 0
             versions = self._cache[host] = {}
         else:
             self._cache[host] = self._cache.pop(host)
-        old = versions.pop(version, None)
-        if old is not None:
-            self._cost -= old[0].cost
+        versions.pop(version, None)
         versions[version] = (profile, pieces)
-        self._cost += profile.cost
         while len(versions) > PROFILE_CACHE_VERSIONS:  # the oldest compiled goes first
-            self._cost -= versions.pop(next(iter(versions)))[0].cost
-        # One budget for all hosts' compiled profiles: the least recently used go first.
-        budget = self._limits.max_remote_program
-        while self._cost > budget and len(self._cache) > 1:
-            lru = next(iter(self._cache))
-            if lru == host:
-                break
-            for p, _ in self._cache.pop(lru).values():
-                self._cost -= p.cost
-            self.evicted += 1
+            oldest = next(iter(versions))
+            del versions[oldest]
+            self._memory.release("profile", (host, oldest))
+        cost = profile.memory + pieces_memory(pieces)
+        self._memory.charge(owner, "profile", (host, version), cost)
+
+    def drop(self, host: str, version: int) -> None:
+        """The remote-memory budget gave this version up (fetched again if named later)."""
+        versions = self._cache.get(host)
+        if versions is not None and versions.pop(version, None) is not None and not versions:
+            del self._cache[host]
+
+    def drop_assembly(self, key: tuple[str, int]) -> None:
+        """The remote-memory budget gave this assembly up (asked again if named later)."""
+        self.assemblies.pop(key, None)
+        self._requested.pop(key, None)
 
     def want(self, target: str, owner: str, version: int, count: int, now: float) -> bool:
         """Note the pieces of ``(owner, version)`` still missing, to ask ``target`` for;
@@ -204,6 +226,8 @@ class ProfileBook:
             if asm is None and len(self.assemblies) >= self._limits.max_profile_assemblies:
                 oldest = min(self.assemblies, key=lambda k: self.assemblies[k].started)
                 del self.assemblies[oldest]
+                self._memory.release("assembly", oldest)
+            self._memory.release("assembly", key)
             asm = self.assemblies[key] = Assembly(count, now)
         missing = asm.missing
         req = self._requested.get(key)
@@ -245,9 +269,10 @@ class ProfileBook:
             self._requested[key] = (old | mask, now)
         return suppressed
 
-    def received(self, piece: wire.ProfilePiece, now: float) -> Profile | str:
-        """Take a piece: the assembled profile when it was the last one, else what became
-        of it ("kept", "duplicate", "unwanted": not asked for); WireError when invalid."""
+    def received(self, piece: wire.ProfilePiece, now: float, owner: Hashable) -> Profile | str:
+        """Take a piece from ``owner`` (the address it came from): the assembled profile
+        when it was the last one, else what became of it ("kept", "duplicate", "unwanted":
+        not asked for); WireError when invalid."""
         key = (piece.owner, piece.version)
         asm = self.assemblies.get(key)
         if asm is None:
@@ -259,14 +284,17 @@ class ProfileBook:
         asm.pieces[piece.index] = piece.patterns
         asm.started = now
         if len(asm.pieces) < asm.count:
+            asm.memory += pieces_memory((piece.patterns,))
+            self._memory.charge(owner, "assembly", key, asm.memory)
             return "kept"
         del self.assemblies[key]
+        self._memory.release("assembly", key)
         self._requested.pop(key, None)
         for pending in self._pending.values():
             pending.pop(key, None)
         pieces = tuple(asm.pieces[i] for i in range(asm.count))
         profile = assemble(pieces, piece.version, self._limits)
-        self.remember(piece.owner, piece.version, profile, pieces)
+        self.remember(piece.owner, piece.version, profile, pieces, owner)
         return profile
 
     def forget_target(self, target: str) -> None:
@@ -278,3 +306,4 @@ class ProfileBook:
         someone names that version)."""
         for key in [k for k, a in self.assemblies.items() if a.started + stall <= now]:
             del self.assemblies[key]
+            self._memory.release("assembly", key)

@@ -308,7 +308,7 @@ class TransfersMixin(NodeState):
             if self._decode_due(dg.msg_id, dg.zdesc) and not self._decodes.take(address, now):
                 self._count("descriptors_deferred")
                 return
-            decoded = self._descriptor_of(dg.msg_id, dg.zdesc)
+            decoded = self._descriptor_of(dg.msg_id, dg.zdesc, address)
             if decoded is None:
                 raise WireError("bad descriptor")
             descriptor, header = decoded

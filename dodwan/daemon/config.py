@@ -264,9 +264,8 @@ LIMIT_RANGES: dict[str, tuple[float, float]] = {
     "max_partial_share": (0.01, 1.0),
     "max_regex_program": (16, 1 << 20),
     "max_neighbours": (2, 1 << 20),
-    "max_descriptor_cache": (64 * 1024, 64 * GiB),
+    "max_remote_memory": (1 << 20, 64 * GiB),
     "max_profile_program": (16, 1 << 24),
-    "max_remote_program": (1024, 1 << 30),
     "max_ttl": (60, 3650 * DAY),
     "max_served_per_second": (1, 1e9),
     "max_descriptor_decodes": (1, 1e9),
@@ -275,6 +274,13 @@ LIMIT_RANGES: dict[str, tuple[float, float]] = {
     "max_inflation_total": (1 << 20, 1 << 50),
 }
 """Inclusive bounds of the ``[node.limits]`` settings."""
+
+REPLACED_LIMITS = {
+    "max_descriptor_cache": "max_remote_memory",
+    "max_remote_program": "max_remote_memory",
+}
+"""Limits that no longer exist -> the setting that took their job (one budget for all
+state peers make a host keep)."""
 
 
 def _range_text(bounds: tuple[float, float] | None) -> str:
@@ -382,6 +388,12 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
                         if not isinstance(nv, dict):
                             raise ConfigError(f"{path}: [node.limits] must be a table")
                         for lk, lv in nv.items():
+                            if lk in REPLACED_LIMITS:
+                                raise ConfigError(
+                                    f"{path}: node.limits.{lk} was replaced by "
+                                    f"node.limits.{REPLACED_LIMITS[lk]} (one budget, in bytes, "
+                                    "for all the state peers make this host keep)"
+                                )
                             if lk not in LIMIT_DEFAULTS:
                                 raise ConfigError(f"{path}: unknown setting node.limits.{lk}")
                             limits[lk] = _check_type(

@@ -1,0 +1,63 @@
+"""The remote-memory ledger: charges per source address, the largest holder gives up first."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from dodwan.core.ledger import RemoteMemory
+
+
+def _ledger(budget: int) -> tuple[RemoteMemory, list[tuple[str, Hashable]]]:
+    given_up: list[tuple[str, Hashable]] = []
+    mem = RemoteMemory(budget, lambda kind, key: given_up.append((kind, key)))
+    return mem, given_up
+
+
+def test_charges_add_up_and_a_new_charge_replaces_the_old() -> None:
+    mem, given_up = _ledger(1000)
+    mem.charge("a", "descriptor", "m1", 100)
+    mem.charge("a", "offers", "h1", 50)
+    mem.charge("b", "descriptor", "m2", 30)
+    assert (mem.total, mem.held_by("a"), mem.held_by("b")) == (180, 150, 30)
+    mem.charge("a", "offers", "h1", 70)  # the neighbour's offers grew: charged anew
+    assert mem.total == 200 and mem.charged("offers", "h1") == 70
+    mem.release("descriptor", "m1")
+    mem.release("descriptor", "m1")  # twice is harmless
+    assert mem.total == 100 and mem.held_by("a") == 70 and len(mem) == 2
+    assert given_up == []
+
+
+def test_the_largest_holder_gives_up_its_oldest_first() -> None:
+    mem, given_up = _ledger(1000)
+    for i in range(9):
+        mem.charge("flood", "descriptor", f"f{i}", 100)  # 900 of 1000
+    mem.charge("honest", "profile", ("h", 1), 150)  # over by 50: the flood's oldest goes
+    assert given_up == [("descriptor", "f0")]
+    assert mem.total == 950 and mem.held_by("honest") == 150
+    mem.charge("honest", "offers", "h", 300)  # over again: still the flood that shrinks
+    assert given_up == [("descriptor", f"f{i}") for i in range(4)]
+    assert mem.held_by("honest") == 450 and mem.held_by("flood") == 500
+    for i in range(9, 20):
+        mem.charge("flood", "descriptor", f"f{i}", 100)  # flooding on: it eats its own
+    assert mem.held_by("honest") == 450 and mem.total <= 1000
+    assert mem.evicted == len(given_up)
+
+
+def test_once_shares_are_equal_the_charger_gives_up_its_own_oldest() -> None:
+    mem, given_up = _ledger(400)
+    mem.charge("a", "descriptor", "a1", 100)
+    mem.charge("a", "descriptor", "a2", 100)
+    mem.charge("b", "descriptor", "b1", 100)
+    mem.charge("b", "descriptor", "b2", 100)
+    mem.charge("b", "descriptor", "b3", 100)  # b now holds the most
+    assert given_up == [("descriptor", "b1")]
+
+
+def test_an_item_larger_than_the_budget_is_kept_alone() -> None:
+    mem, given_up = _ledger(100)
+    mem.charge("a", "descriptor", "small", 40)
+    mem.charge("a", "profile", ("h", 1), 500)  # never gives itself up
+    assert given_up == [("descriptor", "small")]
+    assert mem.total == 500 and mem.charged("profile", ("h", 1)) == 500
+    mem.charge("b", "descriptor", "x", 10)  # the next charge takes the big one
+    assert given_up[-1] == ("profile", ("h", 1)) and mem.total == 10
