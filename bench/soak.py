@@ -12,8 +12,9 @@ file-backed pages, which the kernel may drop at any time) and open file descript
 At the end the load stops and the run waits until every publication has reached every
 daemon's directory. The report (printed as JSON) says what was published, delivered, lost
 (publications missing from a directory) and duplicated (directory deliveries beyond one per
-message, from the daemons' ``sink_deliveries_dir`` counters), and RSS / fd figures after
-warm-up. ``tests/test_soak.py`` runs it briefly and asserts on the report; figures of
+message, from the daemons' ``sink_deliveries_dir`` counters), RSS / fd figures after
+warm-up, and the descriptors left open once the load's connections and writes have closed
+(``fds_end``, with ``fd_kinds_end`` saying what they are). ``tests/test_soak.py`` runs it briefly and asserts on the report; figures of
 longer runs are in ``docs/reliability.md``.
 """
 
@@ -103,6 +104,36 @@ class Daemon:
     def fds(self) -> int:
         assert self.proc is not None
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def fd_kinds(self) -> dict[str, int]:
+        """Open descriptors by what they point at (``socket``, ``pipe``, or the file's name
+        without its directory), to tell a leak from admin connections and sink writes that
+        happen to be open at the moment of the sample."""
+        assert self.proc is not None
+        kinds: dict[str, int] = {}
+        base = f"/proc/{self.proc.pid}/fd"
+        for fd in os.listdir(base):
+            try:
+                target = os.readlink(f"{base}/{fd}")
+            except OSError:  # closed since the listing
+                continue
+            kind = (
+                target.split(":", 1)[0]
+                if target.startswith(("socket:", "pipe:"))
+                else (target.rsplit("/", 1)[-1])
+            )
+            kinds[kind] = kinds.get(kind, 0) + 1
+        return kinds
+
+    def settled_fds(self, ceiling: int, timeout: float = 10.0) -> int:
+        """The descriptor count once the connections and sink writes of the load have
+        closed: waits (up to ``timeout``) for it to come down to ``ceiling`` (the floor seen
+        under load, plus the WAL checkpointer's connection, opened once when first needed);
+        a leak never does, and the count it stayed at is returned."""
+        deadline = time.monotonic() + timeout
+        while (n := self.fds()) > ceiling and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return n
 
     def disk_kb(self) -> dict[str, int]:
         """Sizes of the SQLite database and its write-ahead log, in kB."""
@@ -290,6 +321,10 @@ def run_soak(
                 "disk_kb": {d.name: d.disk_kb() for d in daemons},
             }
         )
+        warm_samples = [s for s in samples if s["t"] >= duration * 0.25] or samples
+        fds_floor = {d.name: min(s["fds"][d.name] for s in warm_samples) for d in daemons}
+        fds_end = {d.name: d.settled_fds(fds_floor[d.name] + 2) for d in daemons}
+        fd_kinds_end = {d.name: d.fd_kinds() for d in daemons}
         alive = all(d.proc is not None and d.proc.poll() is None for d in daemons)
     finally:
         stop.set()
@@ -330,6 +365,8 @@ def run_soak(
             d.name: [min(s["fds"][d.name] for s in warm), max(s["fds"][d.name] for s in warm)]
             for d in daemons
         },
+        "fds_end": fds_end,
+        "fd_kinds_end": fd_kinds_end,
         "wal_kb_max": {d.name: max(s["disk_kb"][d.name]["wal"] for s in samples) for d in daemons},
         "db_kb_end": {d.name: samples[-1]["disk_kb"][d.name]["db"] for d in daemons},
         "samples": samples,
