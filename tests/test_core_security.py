@@ -13,6 +13,7 @@ from dodwan.core import message as m
 from dodwan.core import wire
 from dodwan.core.events import MessageDelivered
 from dodwan.core.limits import Limits
+from dodwan.core.profiles import MATCH_MEMORY
 from dodwan.core.signing import public_key_of
 from dodwan.virtual import VirtualNetwork
 
@@ -247,6 +248,30 @@ def test_the_profiles_of_other_hosts_share_one_budget() -> None:
     assert max(held) <= budget and v.counters["remote_memory_evicted_profile"] > 0
     assert v._profiles.versions() < 12
     assert v._neighbours["h11"].profile  # the latest arrival holds its share
+
+
+def test_what_remote_profiles_match_is_charged_to_the_budget() -> None:
+    # The matcher keeps, per known profile, the set of cached messages it matches: a crowd of
+    # cheap profiles matching everything (a plain string on an attribute every descriptor
+    # has) made one set of every cached message each, outside any budget.
+    budget = 400 << 10
+    net = VirtualNetwork(seed=3)
+    v = net.add("v", limits=Limits(max_remote_memory=budget))
+    for i in range(300):
+        net.publish("v", {"topic": f"t{i}"}, b"x", 600)
+    for k in range(30):
+        net.add(f"h{k}")
+        net.subscribe(f"h{k}", {"persistent": "true"})
+        net.link("v", f"h{k}")
+    net.run(20)
+    assert v.counters["profiles_assembled"] >= 30
+    matched = sum(len(v._matcher.matching(h)) for h in v._matcher.hosts())
+    assert v.counters["remote_memory_evicted_profile"] > 0
+    assert matched * MATCH_MEMORY <= budget  # 30 x 300 entries (650 KB) would not fit
+    kept = [h for h in v._matcher.hosts() if len(v._matcher.matching(h)) == 300]
+    assert kept  # some are held, each charged for its 300 entries
+    prof = v._known[kept[0]][1]
+    assert v._remote.charged("profile", (kept[0], prof.version)) >= 300 * MATCH_MEMORY
 
 
 def test_a_neighbour_arriving_after_a_flood_still_gets_its_share() -> None:

@@ -130,6 +130,7 @@ class GossipMixin(NodeState):
         for host, (_, prof) in known.items():
             if self._matcher.set_profile(host, prof):
                 self._offer_matches(host)  # what it now wants is offered first
+                self._charge_matches(host, prof)
         self._interest_epoch += 1
         if self._matcher.fresh:  # a neighbour now wants something held here: offer it soon
             self._prompt(now)
@@ -157,6 +158,17 @@ class GossipMixin(NodeState):
         else:
             n.last_heard = now
             n.address = source
+
+    def _charge_matches(self, host: str, prof: Profile) -> None:
+        """Charge a known profile for the matcher's set of the cached messages it matches
+        (256 names relaying 64 hosts each could otherwise make 16,640 such sets)."""
+        self._profiles.charge_matches(host, prof.version, len(self._matcher.matching(host)))
+
+    def _charge_all_matches(self) -> None:
+        """Charge every known profile again for what it matches now (messages came and went
+        since it was set)."""
+        for host, (_, prof) in list(self._known.items()):
+            self._charge_matches(host, prof)
 
     def _profile_given_up(self, host: str, version: int) -> None:
         """The remote-memory budget gave up a compiled profile: the neighbours holding it

@@ -88,6 +88,11 @@ class RemoteMemory:
         entry = self._items.get((kind, key))
         return 0 if entry is None else entry[1]
 
+    def owner_of(self, kind: str, key: Hashable) -> Hashable | None:
+        """Who ``(kind, key)`` is charged to (None when it is not charged)."""
+        entry = self._items.get((kind, key))
+        return None if entry is None else entry[0]
+
     def held_by(self, owner: Hashable) -> int:
         """Bytes charged to ``owner``."""
         return self._totals.get(owner, 0)

@@ -455,6 +455,9 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
                 self._next_announce = min(self._next_announce, soon)
         if self._next_beacon is not None and self._next_beacon <= now:
             self._beacon(now)
+        if self._known_stale:
+            self._known_stale = False
+            self._recompute_known(now)
         self._store.commit()
 
     def next_event(self) -> Event | None:
@@ -482,6 +485,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         ]:
             self._release(msg_id)  # requested but never started
         self._profiles.expire(now, _ASSEMBLY_STALL)
+        self._charge_all_matches()
         stale = self.config.partial_timeout
         for msg_id in [p for p in self._partial if self._cache[p].progress + stale <= now]:
             self._drop(msg_id, now, "stale")

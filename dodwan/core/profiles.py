@@ -82,6 +82,8 @@ relayed by slower neighbours. Older ones are dropped, so subscription churn on o
 costs no memory over time."""
 PROFILE_CACHE_HOSTS = 4096
 """Remote hosts whose compiled profiles are cached; past that the cache starts over."""
+MATCH_MEMORY = 72
+"""What one cached message matching a remote profile costs in the matcher (a set entry)."""
 _ITEM_MEMORY = 176
 """What one (attribute, expression) pair of a piece takes in memory beyond its text: a
 tuple and two strings (measured with ``sys.getsizeof``)."""
@@ -166,6 +168,7 @@ class ProfileBook:
         self._timeout = request_timeout
         self._memory = memory
         self._cache: dict[str, dict[int, tuple[Profile, Pieces]]] = {}
+        self._base: dict[tuple[str, int], int] = {}  # what a version costs before matches
         self.assemblies: dict[tuple[str, int], Assembly] = {}
         self._pending: dict[str, dict[tuple[str, int], int]] = {}  # target -> key -> pieces
         self._requested: dict[tuple[str, int], tuple[int, float]] = {}
@@ -194,6 +197,7 @@ class ProfileBook:
                     for v in vs:
                         self._memory.release("profile", (h, v))
                 self._cache.clear()
+                self._base.clear()
             versions = self._cache[host] = {}
         else:
             self._cache[host] = self._cache.pop(host)
@@ -202,12 +206,25 @@ class ProfileBook:
         while len(versions) > PROFILE_CACHE_VERSIONS:  # the oldest compiled goes first
             oldest = next(iter(versions))
             del versions[oldest]
+            self._base.pop((host, oldest), None)
             self._memory.release("profile", (host, oldest))
-        cost = profile.memory + pieces_memory(pieces)
+        cost = self._base[host, version] = profile.memory + pieces_memory(pieces)
         self._memory.charge(owner, "profile", (host, version), cost)
+
+    def charge_matches(self, host: str, version: int, matches: int) -> None:
+        """Charge a version held for the ``matches`` cached messages it matches (the
+        matcher keeps one set entry each) on top of what it costs itself."""
+        base = self._base.get((host, version))
+        owner = self._memory.owner_of("profile", (host, version))
+        if base is None or owner is None:
+            return
+        cost = base + matches * MATCH_MEMORY
+        if cost != self._memory.charged("profile", (host, version)):
+            self._memory.charge(owner, "profile", (host, version), cost)
 
     def drop(self, host: str, version: int) -> None:
         """The remote-memory budget gave this version up (fetched again if named later)."""
+        self._base.pop((host, version), None)
         versions = self._cache.get(host)
         if versions is not None and versions.pop(version, None) is not None and not versions:
             del self._cache[host]
