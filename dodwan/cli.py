@@ -313,6 +313,7 @@ def status(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> No
             f"{_plural(cache['messages'], 'message')} ({cache['complete']} complete), "
             f"{human_size(cache['bytes'])} of {human_size(cache['capacity'])}",
         ),
+        *_remote_memory_row(st.get("remote_memory")),
         ("subscriptions", str(st["subscriptions"])),
     ]
     width = max(len(name) for name, _ in rows) + 2
@@ -326,6 +327,20 @@ def status(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> No
         click.echo("counters")
         for k, v in counters.items():
             click.echo(f"  {k:<32} {v}")
+
+
+def _remote_memory_row(rm: dict[str, int] | None) -> list[tuple[str, str]]:
+    """The status line of what peers make the daemon keep (absent from older daemons)."""
+    if not rm:
+        return []
+    return [
+        (
+            "peer state",
+            f"{human_size(rm['bytes'])} of {human_size(rm['budget'])}, "
+            f"{_plural(rm['items'], 'item')}, {rm['evicted']} given up, "
+            f"largest holder {human_size(rm['largest_holder'])}",
+        )
+    ]
 
 
 @cli.command()

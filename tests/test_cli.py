@@ -146,6 +146,9 @@ def test_status_human_and_json(sd: str) -> None:
     assert r.exit_code == 0 and "clihost" in r.output and "multicast4" in r.output
     js = json.loads(run("--state-dir", sd, "status", "--json").output)
     assert js["host_id"] == "clihost" and js["uptime"] >= 0 and "counters" in js
+    rm = js["remote_memory"]
+    assert rm["budget"] == 64 << 20 and 0 <= rm["bytes"] <= rm["budget"]
+    assert "peer state" in r.output and "of 64.0 MiB" in r.output
     # --state-dir is also accepted after the command name
     assert json.loads(run("status", "--state-dir", sd, "--json").output)["host_id"] == "clihost"
 

@@ -97,6 +97,11 @@ class RemoteMemory:
         """Bytes charged to ``owner``."""
         return self._totals.get(owner, 0)
 
+    def largest_share(self) -> int:
+        """Bytes charged to the owner holding the most (0 when nothing is charged)."""
+        owner = self._largest()
+        return 0 if owner is None else self._totals[owner]
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -405,6 +405,19 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
             self._recompute_known(now)
         self._store.commit()
 
+    def remote_memory_usage(self) -> dict[str, int]:
+        """What peers make this host keep (see :mod:`.ledger`): bytes charged, the budget
+        (``limits.max_remote_memory``), items held, items given up so far, and what the
+        source address holding the most holds."""
+        mem = self._remote
+        return {
+            "bytes": mem.total,
+            "budget": mem.budget,
+            "items": len(mem),
+            "evicted": mem.evicted,
+            "largest_holder": mem.largest_share(),
+        }
+
     def get_timer(self) -> float | None:
         """Earliest absolute time at which :meth:`handle_timer` must be called.
 

@@ -679,6 +679,7 @@ class Daemon:
             },
             "neighbours": sorted(node.neighbours()),
             "cache": node.cache_usage(),
+            "remote_memory": node.remote_memory_usage(),
             "subscriptions": len(node.subscriptions()),
             "max_payload": self.max_payload(),
             "announce_period": node.config.announce_period,
