@@ -163,7 +163,9 @@ class CatalogsMixin(NodeState):
     def _resume_deferred(self, now: float) -> None:
         """Room was freed (a transfer finished): ask at once for the offers put off for
         want of it, oldest first, rather than wait for their next offer, which may be a
-        long time coming (a neighbour repeats an offer less and less often)."""
+        long time coming (a neighbour repeats an offer less and less often). The first that
+        still does not fit goes to the back, so the next completion tries the others first
+        (a large offer does not block smaller ones behind it)."""
         for msg_id, host in list(self._deferred.items()):
             del self._deferred[msg_id]
             n = self._neighbours.get(host)
@@ -177,8 +179,8 @@ class CatalogsMixin(NodeState):
             if not self._start(
                 n, msg_id, offered, header, self._own_profile.matches(decoded[1]), now
             ):
-                self._deferred[msg_id] = host
-                return  # still no room: the others wait too
+                self._deferred[msg_id] = host  # to the back
+                return  # still no room: the others wait for the next completion
 
     def _on_catalog(self, dg: wire.Catalog, now: float) -> None:
         self._on_catalog_entries(self._neighbours[dg.sender], dg.catalog, now)
