@@ -221,3 +221,53 @@ def test_incomplete_set_without_progress_expires() -> None:
     net.run(200)
     assert b.cache_listing() == []
     assert [e.reason for e in net.events("b") if isinstance(e, MessageEvicted)] == ["stale"]
+
+
+def _left_recomputed(n: Node) -> tuple[int, dict[str, int]]:
+    """What the reserved transfers still have to receive, summed from scratch."""
+    total, per_origin = 0, {}
+    for msg_id, (size, _) in n._reserved.items():
+        c = n._cache.get(msg_id)
+        left = max(size - (c.nbytes if c is not None else 0), 0)
+        origin = n._left_of[msg_id][0]
+        total += left
+        if left:
+            per_origin[origin] = per_origin.get(origin, 0) + left
+    return total, per_origin
+
+
+def test_bytes_still_to_come_are_kept_up_to_date_without_summing_every_reservation() -> None:
+    # _room_for used to sum every reservation for every new offer; it now reads totals kept
+    # as fragments arrive, transfers complete and partial sets are dropped: they must equal
+    # the sum at every moment, through evictions of partial sets and restarts of transfers.
+    net = VirtualNetwork(seed=11)
+    hosts = [f"h{i}" for i in range(5)]
+    for h in hosts:
+        net.add(h, cache_capacity=600_000, altruistic=True, partial_timeout=20.0)
+    rng = random.Random(4)
+    for k in range(12):
+        payload = rng.randbytes(rng.randrange(60_000, 200_000))
+        net.publish(hosts[k % 5], {"topic": f"t{k}"}, payload, 600)
+    checked = reserved_seen = 0
+    for step in range(120):
+        a, b = rng.sample(hosts, 2)
+        net.link(a, b)
+        net.run(0.5)
+        if step % 3 == 0:
+            net.unlink(a, b)
+        for h in hosts:
+            n = net.node(h)
+            total, per_origin = _left_recomputed(n)
+            assert n._reserved_left == total, (step, h)
+            assert n._origin_left == per_origin, (step, h)
+            checked += 1
+            reserved_seen += len(n._reserved)
+    assert checked == 600 and reserved_seen > 50  # transfers were under way throughout
+    for h in hosts:  # alone, the partial sets left go stale and are dropped
+        net.isolate(h)
+    net.run(60)
+    stale = sum(net.node(h).counters.get("messages_evicted", 0) for h in hosts)
+    assert stale > 0
+    for h in hosts:
+        n = net.node(h)
+        assert not n._partial and (n._reserved_left, n._origin_left) == (0, {}), h

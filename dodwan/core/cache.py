@@ -161,7 +161,7 @@ class CacheMixin(NodeState):
         if not c.complete:
             self._partial_bytes += c.nbytes
             self._partial.add(msg_id)
-            self._reserve(msg_id, c.header.zsize, c.progress, force=True)
+            self._reserve(msg_id, c.header.zsize, c.progress, origin, force=True)
         heapq.heappush(self._deadlines, (c.header.deadline, msg_id))
         heapq.heappush(self._evict_heap, (c.rank(), msg_id))
         self._offers.add(msg_id, self._offer_rank(c))
@@ -332,19 +332,8 @@ class CacheMixin(NodeState):
         arrives)."""
         cap = self.config.cache_capacity
         quota = self._limits.max_origin_share * cap
-        coming = from_origin = 0
-        for msg_id, (size, _) in self._reserved.items():
-            c = self._cache.get(msg_id)
-            left = size - (c.nbytes if c is not None else 0)
-            coming += max(left, 0)
-            if c is not None:
-                o = c.header.origin
-            else:
-                z = self._zdesc_cache.get(msg_id)
-                o = z[2].origin if z is not None else ""
-            if o == origin:
-                from_origin += max(left, 0)
-        if origin != self.host_id and from_origin + zsize > quota:
+        coming = self._reserved_left
+        if origin != self.host_id and self._origin_left.get(origin, 0) + zsize > quota:
             return False
         need = coming + zsize - (cap - self._cache_bytes)
         return need <= 0 or self._evictable_below(rank, need) >= need
@@ -354,12 +343,15 @@ class CacheMixin(NodeState):
         msg_id: str,
         zsize: int,
         now: float,
+        origin: str,
         force: bool = False,
         address: Hashable | None = None,
     ) -> bool:
-        """Promise reassembly memory (the whole compressed size) to an incomplete message,
-        fetched from ``address`` (charged to its share, ``max_partial_share``)."""
+        """Promise reassembly memory (the whole compressed size) to an incomplete message
+        of ``origin``, fetched from ``address`` (charged to its share,
+        ``max_partial_share``)."""
         if msg_id in self._reserved:
+            self._refresh_left(msg_id)
             return True
         if not force and self._reserved_bytes + zsize > self._limits.max_partial_bytes:
             return False
@@ -370,7 +362,27 @@ class CacheMixin(NodeState):
             self._address_reserved[address] = self._address_reserved.get(address, 0) + zsize
         self._reserved[msg_id] = (zsize, now)
         self._reserved_bytes += zsize
+        self._left_of[msg_id] = (origin, 0)
+        self._refresh_left(msg_id)
         return True
+
+    def _refresh_left(self, msg_id: str) -> None:
+        """Bring the bytes still to come of a reserved transfer up to date (after its
+        stored bytes changed), in the totals :meth:`_room_for` reads in O(1): before, it
+        summed every reservation for every new offer, which a peer re-offering hundreds of
+        ids per datagram to a host holding thousands of reservations turned into seconds."""
+        entry = self._left_of.get(msg_id)
+        if entry is None:
+            return
+        origin, old = entry
+        c = self._cache.get(msg_id)
+        left = max(self._reserved[msg_id][0] - (c.nbytes if c is not None else 0), 0)
+        if left != old:
+            self._left_of[msg_id] = (origin, left)
+            self._reserved_left += left - old
+            self._origin_left[origin] = self._origin_left.get(origin, 0) + left - old
+            if not self._origin_left[origin]:
+                del self._origin_left[origin]
 
     def _within_address_share(self, address: Hashable, zsize: int) -> bool:
         held = self._address_reserved.get(address, 0)
@@ -380,6 +392,15 @@ class CacheMixin(NodeState):
         r = self._reserved.pop(msg_id, None)
         if r is not None:
             self._reserved_bytes -= r[0]
+        entry = self._left_of.pop(msg_id, None)
+        if entry is not None and entry[1]:
+            origin, left = entry
+            self._reserved_left -= left
+            rest = self._origin_left.get(origin, 0) - left
+            if rest:
+                self._origin_left[origin] = rest
+            else:
+                self._origin_left.pop(origin, None)
         charged = self._reserved_from.pop(msg_id, None)
         if charged is not None:
             address, size = charged

@@ -156,7 +156,7 @@ class CatalogsMixin(NodeState):
             if not self._room_for(header.origin, zsize, self._incoming_rank(header, own)):
                 self._count("deferred_no_room")
                 return False
-            self._reserve(msg_id, zsize, now, address=n.address)
+            self._reserve(msg_id, zsize, now, header.origin, address=n.address)
         self._queue_request(n.host_id, msg_id, offered, now)
         return True
 

@@ -92,6 +92,9 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._reserved_from = {}
         self._address_reserved = {}
         self._reserved_bytes = 0
+        self._reserved_left = 0
+        self._origin_left = {}
+        self._left_of = {}
         self._origin_bytes = {}
         self._deadlines = []
         self._evict_heap = []

@@ -78,6 +78,12 @@ class NodeState:
     _reserved: dict[str, tuple[int, float]]
     """Reassembly budget promised to requested messages not stored yet: id -> (zsize, when)."""
     _reserved_bytes: int
+    _reserved_left: int
+    """Bytes still to come of all reserved transfers (see ``CacheMixin._refresh_left``)."""
+    _origin_left: dict[str, int]
+    """The same per origin."""
+    _left_of: dict[str, tuple[str, int]]
+    """Reserved message -> (origin, bytes still to come)."""
     _reserved_from: dict[str, tuple[Hashable, int]]
     """Reserved message -> (source address it is fetched from, bytes charged to it)."""
     _address_reserved: dict[Hashable, int]
@@ -190,11 +196,13 @@ class NodeState:
         def _index(self, c: Cached) -> None: ...
         def _make_room(self, needed: int, incoming: Cached, now: float) -> bool: ...
         def _release(self, msg_id: str) -> None: ...
+        def _refresh_left(self, msg_id: str) -> None: ...
         def _reserve(
             self,
             msg_id: str,
             zsize: int,
             now: float,
+            origin: str,
             force: bool = False,
             address: Hashable | None = None,
         ) -> bool: ...

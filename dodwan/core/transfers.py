@@ -365,7 +365,7 @@ class TransfersMixin(NodeState):
                     self._give_up(dg.msg_id)
                     return
                 address = self._neighbours[dg.sender].address
-                if not self._reserve(dg.msg_id, header.zsize, now, address=address):
+                if not self._reserve(dg.msg_id, header.zsize, now, header.origin, address=address):
                     self._count("partial_memory_full")
                     self._give_up(dg.msg_id)
                     return
@@ -391,6 +391,8 @@ class TransfersMixin(NodeState):
         c.nbytes += size
         self._cache_bytes += size
         self._partial_bytes += size
+        if dg.msg_id in self._left_of:
+            self._refresh_left(dg.msg_id)
         self._origin_bytes[header.origin] = self._origin_bytes.get(header.origin, 0) + size
         c.progress = now
         if self._retries:
