@@ -205,6 +205,20 @@ class Attacks:
                 burst.append(wire.encode_fragment(sender, desc["id"], 1, 0, zdesc, chunk))
             yield burst
 
+    def reserve(self) -> Iterator[Burst]:
+        """Offers of new two-fragment messages the victim subscribed to, never sent: each
+        makes it promise room (a reservation held 2 x request_timeout), and the check of
+        every next offer used to sum all the reservations held."""
+        desc = dict(self.t["tiny2"])
+        for k in itertools.count():
+            sender = f"{self.tag}res{k % 16}"
+            entries = []
+            for i in range(200):
+                desc["id"] = f"{self.tag}r{k}-{i}"
+                desc["topic"] = f"news.reserve.{k}.{i}"
+                entries.append(entry(desc, 2, self.z))
+            yield [announce(sender, entries=entries)]
+
     def zero_bombs(self) -> Iterator[Burst]:
         while True:
             if self.zeros and time.monotonic() >= self.next_zero:
@@ -223,13 +237,17 @@ class Attacks:
             "ranges": self.ranges(),
             "junk": self.junk(),
             "eternal": self.eternal(),
+            "reserve": self.reserve(),
         }
         if netkey:
             out["jumps"] = iter(lambda: [announce(f"{self.tag}jump")], None)
         return out
 
 
-KINDS = ("regex", "huge_offers", "padded", "crowd", "ranges", "junk", "eternal", "zeros", "jumps")
+KINDS = (
+    "regex", "huge_offers", "padded", "crowd", "ranges", "junk", "eternal", "reserve", "zeros",
+    "jumps",
+)  # fmt: skip
 
 
 def templates() -> dict[str, Any]:
@@ -238,6 +256,8 @@ def templates() -> dict[str, Any]:
     _, multi, multi_frags = forge(
         "evil", random.Random(2).randbytes(30_000), {"topic": "news.junk"}, seed=2
     )
+    _, tiny2, _ = forge("evil", random.Random(3).randbytes(1800), {"topic": "news.reserve"}, seed=3)
+    assert tiny2["frags"] == "2", tiny2["frags"]
     huge = {**small, "size": "1", "zsize": str(65536 * 100), "frags": "65536",
             "fsize": "100", "zhash": "0" * 64}  # fmt: skip
     offers = []
@@ -248,7 +268,8 @@ def templates() -> dict[str, Any]:
         desc["topic"] = f"nobody.{i}"
         offers.append(entry(desc, 1, z))
     return {"small": small, "small_frag0": small_frag0, "multi": multi,
-            "multi_frag0": multi_frags[0], "huge": huge, "offers": offers}  # fmt: skip
+            "multi_frag0": multi_frags[0], "huge": huge, "offers": offers,
+            "tiny2": tiny2}  # fmt: skip
 
 
 def zero_bombs(count: int) -> list[Burst]:

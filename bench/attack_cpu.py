@@ -22,10 +22,12 @@ import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-KINDS = ("huge_offers", "padded", "crowd", "ranges", "junk", "eternal", "regex")
+KINDS = ("huge_offers", "padded", "crowd", "ranges", "junk", "eternal", "regex", "reserve")
 
 
-def measure(root: Path, mib: float, addresses: int) -> dict[str, float]:
+def measure(
+    root: Path, mib: float, addresses: int, kinds: tuple[str, ...] = KINDS
+) -> dict[str, float]:
     """CPU seconds per MiB of each attack, with the core found under ``root``."""
     sys.path[:0] = [str(root / "bench"), str(root)]
     import attack
@@ -35,7 +37,7 @@ def measure(root: Path, mib: float, addresses: int) -> dict[str, float]:
     templates = attack.templates()
     now = time.time()
     out = {}
-    for kind in KINDS:
+    for kind in kinds:
         victim = Node(NodeConfig(host_id="v", max_datagram=1400), rng=random.Random(1))
         victim.subscribe({"topic": "legit\\..*"}, now)
         victim.subscribe({"topic": "news\\..*"}, now)
@@ -64,10 +66,14 @@ def main() -> None:
     ap.add_argument("--mib", type=float, default=2.0, help="MiB of each attack (default 2)")
     ap.add_argument("--addresses", type=int, default=4, help="source addresses (default 4)")
     ap.add_argument("--baseline", help="also measure this git revision's core")
+    ap.add_argument("--only", help=f"comma-separated attacks (default all: {','.join(KINDS)})")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    kinds = tuple(a.only.split(",")) if a.only else KINDS
+    if not set(kinds) <= set(KINDS):
+        ap.error(f"--only: unknown attack(s) {', '.join(sorted(set(kinds) - set(KINDS)))}")
     if a.child:
-        print(json.dumps(measure(Path(a.child), a.mib, a.addresses)))
+        print(json.dumps(measure(Path(a.child), a.mib, a.addresses, kinds)))
         return
     sys.path.insert(0, str(BENCH))
     from trees import trees
@@ -76,7 +82,8 @@ def main() -> None:
     with trees(a.baseline) as roots:
         for name, root in roots:
             cmd = [sys.executable, str(BENCH / "attack_cpu.py"), "--child", str(root),
-                   "--mib", str(a.mib), "--addresses", str(a.addresses)]  # fmt: skip
+                   "--mib", str(a.mib), "--addresses", str(a.addresses),
+                   "--only", ",".join(kinds)]  # fmt: skip
             done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=root)
             results[name] = json.loads(done.stdout.strip().splitlines()[-1])
     names = list(results)
@@ -84,7 +91,7 @@ def main() -> None:
         f"CPU seconds per MiB of attack (1 MiB/s from {a.addresses} addresses, {a.mib:g} MiB each)"
     )
     print(f"{'attack':<12}" + "".join(f"{n:>14}" for n in names))
-    for kind in KINDS:
+    for kind in kinds:
         print(f"{kind:<12}" + "".join(f"{results[n][kind]:>14.3f}" for n in names))
 
 
