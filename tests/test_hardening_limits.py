@@ -4,15 +4,13 @@ datagrams crafted with the wire encoders, is refused and counted in /status and 
 from __future__ import annotations
 
 import random
-import socket
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import zstandard
+from hostile import Victim, announce, forge, news_victim, rss_mb
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 
 from dodwan.core import Node, NodeConfig, wire
@@ -29,47 +27,8 @@ max_origin_share = 0.5
 """
 
 
-def forge(host: str, payload: bytes, attrs: dict[str, str], seed: int):  # type: ignore[no-untyped-def]
-    """A message as ``host`` would publish it: id, compressed descriptor, descriptor, fragments."""
-    node = Node(NodeConfig(host_id=host, max_datagram=1400), rng=random.Random(seed))
-    msg_id = node.publish(attrs, payload, deadline=time.time() + 600, now=time.time())
-    c = node._cache[msg_id]
-    frags = [node._store.get_fragment(msg_id, i) for i in range(c.header.frags)]
-    return msg_id, c.meta.zdesc, dict(c.descriptor), frags
-
-
-def announce(sender: str = "evil", pieces=0, relayed=(), entries=()) -> bytes:  # type: ignore[no-untyped-def]
-    return wire.encode_announce(sender, 1, False, 1, pieces, list(relayed), list(entries))
-
-
 def piece(patterns, index=0, count=1) -> bytes:  # type: ignore[no-untyped-def]
     return wire.encode_profile_piece("evil", "evil", 1, count, index, tuple(patterns))
-
-
-class Victim:
-    def __init__(self, proc: DaemonProc, group: str) -> None:
-        self.proc = proc
-        self.group = group
-        host, port = group.rsplit(":", 1)
-        self.dest = (host, int(port))
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(
-            socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1")
-        )
-
-    def counters(self) -> dict[str, int]:
-        return self.proc.status()["counters"]  # type: ignore[no-any-return]
-
-    def provoke(self, datagrams: list[bytes], counter: str, at_least: int = 1) -> None:
-        before = self.counters().get(counter, 0)
-        for d in datagrams:
-            self.sock.sendto(d, self.dest)
-            time.sleep(0.001)  # a paced burst: we count refusals, not socket overflows
-        wait_for(
-            lambda: self.counters().get(counter, 0) - before >= at_least, what=f"{counter} counted"
-        )
-        metrics = self.proc.client().get("/metrics")
-        assert f'dodwan_events_total{{name="{counter}"}}' in metrics
 
 
 @pytest.fixture(scope="module")
@@ -254,13 +213,6 @@ def test_a_request_repeating_one_range_does_not_stall_the_daemon(tmp_path) -> No
     assert "Traceback" not in proc.log.read_text()
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def test_a_profile_of_huge_expressions_costs_the_victim_nothing(
     victim: Victim, tmp_path: Path
 ) -> None:
@@ -268,7 +220,7 @@ def test_a_profile_of_huge_expressions_costs_the_victim_nothing(
     # victim compiled them all, +460 MB RSS never released, admin API blocked for seconds.
     assert victim.proc.proc is not None
     pid = victim.proc.proc.pid
-    before = _rss_mb(pid)
+    before = rss_mb(pid)
     pieces = [
         wire.encode_profile_piece(
             "evil6", "evil6", 1, 16, k,
@@ -281,7 +233,7 @@ def test_a_profile_of_huge_expressions_costs_the_victim_nothing(
         started = time.monotonic()
         victim.proc.status()
         assert time.monotonic() - started < 1.0
-    assert _rss_mb(pid) - before < 32
+    assert rss_mb(pid) - before < 32
     # a legitimate publication still reaches the (subscribed) victim within 5 s
     pub = DaemonProc(tmp_path / "pub", ["--group", victim.group, "--host-id", "pub6",
                                         "--announce-period", "0.5"])  # fmt: skip
@@ -292,68 +244,6 @@ def test_a_profile_of_huge_expressions_costs_the_victim_nothing(
                  timeout=5.0, what="legitimate message at the victim")  # fmt: skip
     finally:
         pub.kill()
-
-
-@dataclass
-class NewsVictim:
-    """A victim daemon subscribed to ``news.*`` (into a dir sink) holding a message of its
-    own, with a legitimate publisher ready on another socket (started by :meth:`legit`)."""
-
-    proc: DaemonProc
-    pub: DaemonProc
-    v: Victim
-    own: str
-    rss_before: float
-
-    def admin_answers_at_once(self) -> None:
-        started = time.monotonic()
-        self.proc.status()
-        assert time.monotonic() - started < 1.0
-
-    def rss_growth(self) -> float:
-        assert self.proc.proc is not None
-        return _rss_mb(self.proc.proc.pid) - self.rss_before
-
-    def legit_arrives_within_5_s(self, payload: bytes) -> None:
-        """A legitimate publication (another socket) is complete at the victim within 5 s,
-        and nothing the victim stored was lost."""
-        self.pub.start()
-        client = self.proc.client()
-        mid = self.pub.client().publish_bytes(payload, attributes={"topic": "news.legit"},
-                                              ttl=600)["id"]  # fmt: skip
-        wait_for(lambda: mid in {e["id"] for e in client.get("/cache") if e["complete"]},
-                 timeout=5.0, what="legitimate message at the victim")  # fmt: skip
-        assert self.own in {e["id"] for e in client.get("/cache")}
-
-
-@contextmanager
-def news_victim(tmp_path: Path, tag: str, config: str | None = None) -> Iterator[NewsVictim]:
-    group = random_group()
-    extra = []
-    if config is not None:
-        conf = tmp_path / "v.toml"
-        conf.write_text(config)
-        extra = ["--config", str(conf)]
-    proc = DaemonProc(tmp_path / "d", ["--group", group, "--host-id", f"v{tag}", *extra,
-                                       "--announce-period", "0.5"])  # fmt: skip
-    proc.start()
-    pub = DaemonProc(tmp_path / "pub", ["--group", group, "--host-id", f"pub{tag}",
-                                        "--announce-period", "0.5"])  # fmt: skip
-    try:
-        client = proc.client()
-        client.post("/subscribe", {"patterns": [{"topic": "news.*"}],
-                                   "sink": {"kind": "dir", "target": str(tmp_path / "out")}})  # fmt: skip
-        own = client.publish_bytes(b"mine", attributes={"topic": "own"}, ttl=600)["id"]
-        assert proc.proc is not None
-        victim = NewsVictim(proc, pub, Victim(proc, group), own, _rss_mb(proc.proc.pid))
-        try:
-            yield victim
-        finally:
-            victim.v.sock.close()
-    finally:
-        pub.kill()
-        proc.kill()
-    assert "Traceback" not in proc.log.read_text()
 
 
 def test_a_flood_of_new_offers_from_one_socket_is_decoded_within_its_budget(
@@ -394,7 +284,7 @@ def test_all_zero_messages_of_one_origin_inflate_within_its_allowance(tmp_path: 
                                    "sink": {"kind": "dir", "target": str(out)}})  # fmt: skip
         v = Victim(proc, group)
         assert proc.proc is not None
-        before = _rss_mb(proc.proc.pid)
+        before = rss_mb(proc.proc.pid)
         bombs = [forge("evil8", bytes(8 << 20), {"topic": "zeros", "n": str(k)}, seed=k)
                  for k in range(3)]  # fmt: skip
         v.sock.sendto(announce("evil8"), v.dest)
@@ -413,7 +303,7 @@ def test_all_zero_messages_of_one_origin_inflate_within_its_allowance(tmp_path: 
 
         wait_for(lambda: len(payloads()) == 2, what="two messages in the sink")
         assert sum(f.stat().st_size for f in payloads()) == 2 * (8 << 20)
-        assert _rss_mb(proc.proc.pid) - before < 32 + 16  # two 8 MiB payloads handled
+        assert rss_mb(proc.proc.pid) - before < 32 + 16  # two 8 MiB payloads handled
         v.sock.close()
     finally:
         proc.kill()
