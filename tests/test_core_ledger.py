@@ -61,3 +61,11 @@ def test_an_item_larger_than_the_budget_is_kept_alone() -> None:
     assert mem.total == 500 and mem.charged("profile", ("h", 1)) == 500
     mem.charge("b", "descriptor", "x", 10)  # the next charge takes the big one
     assert given_up[-1] == ("profile", ("h", 1)) and mem.total == 10
+
+
+def test_state_dropped_for_another_reason_is_given_up_like_an_eviction() -> None:
+    mem, given_up = _ledger(1000)
+    mem.charge("a", "profile", ("h", 1), 100)
+    mem.give_up("profile", ("h", 1))  # e.g. a fifth version of the same host came
+    mem.give_up("profile", ("h", 1))  # not charged any more: nothing happens
+    assert given_up == [("profile", ("h", 1))] and mem.total == 0 and len(mem) == 0

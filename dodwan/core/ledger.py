@@ -83,6 +83,14 @@ class RemoteMemory:
             del self._owned[owner]
             del self._totals[owner]
 
+    def give_up(self, kind: str, key: Hashable) -> None:
+        """The owner of ``(kind, key)`` drops it for a reason of its own (a bound on count):
+        released, and passed to ``evict`` like a budget eviction, so whatever else refers
+        to that state lets it go too (nothing happens when it is not charged)."""
+        if (kind, key) in self._items:
+            self.release(kind, key)
+            self._evict(kind, key)
+
     def charged(self, kind: str, key: Hashable) -> int:
         """Bytes charged for ``(kind, key)`` (0 when nothing is)."""
         entry = self._items.get((kind, key))

@@ -193,11 +193,11 @@ class ProfileBook:
         versions = self._cache.get(host)
         if versions is None:
             if len(self._cache) >= PROFILE_CACHE_HOSTS:
-                for h, vs in self._cache.items():
-                    for v in vs:
-                        self._memory.release("profile", (h, v))
+                held = [(h, v) for h, vs in self._cache.items() for v in vs]
                 self._cache.clear()
                 self._base.clear()
+                for key in held:  # neighbours using them let them go too
+                    self._memory.give_up("profile", key)
             versions = self._cache[host] = {}
         else:
             self._cache[host] = self._cache.pop(host)
@@ -207,7 +207,7 @@ class ProfileBook:
             oldest = next(iter(versions))
             del versions[oldest]
             self._base.pop((host, oldest), None)
-            self._memory.release("profile", (host, oldest))
+            self._memory.give_up("profile", (host, oldest))
         cost = self._base[host, version] = profile.memory + pieces_memory(pieces)
         self._memory.charge(owner, "profile", (host, version), cost)
 
