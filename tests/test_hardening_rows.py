@@ -259,7 +259,7 @@ def test_descriptors_padded_to_8_kb_are_kept_within_the_remote_memory_budget(
     flood = Flood(row.nv, sockets=6)
     flood.send(datagrams)
     # every offer was either decoded or put off by the decode budget: those decoded are
-    # what the descriptor cache had to hold, several times its budget
+    # what the victim had to keep decoded, several times the remote-memory budget
     decoded = 30 * 200 - flood.delta("descriptors_deferred")
     assert decoded * 8000 > 4 * budget, decoded
     assert flood.delta("remote_memory_evicted_descriptor") > 0
