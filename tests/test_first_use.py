@@ -121,12 +121,14 @@ def test_status_rows_are_aligned_and_sizes_are_labelled(sd: str, tmp_path: Path)
     out = run("--state-dir", sd, "status").output.splitlines()
     head = out[: out.index("counters")]
     assert [x.split()[0] for x in head] == [
-        "host", "uptime", "medium", "neighbours", "cache", "subscriptions"
+        "host", "uptime", "medium", "neighbours", "cache", "peer", "subscriptions"
     ]  # fmt: skip
     columns = {len(x) - len(x[x.index("  ") :].lstrip()) for x in head}
     assert len(columns) == 1, head  # every value starts in the same column
     [cache] = [x for x in head if x.startswith("cache")]
     assert " MiB" in cache and " MB" not in cache, cache
+    [peer] = [x for x in head if x.startswith("peer state")]
+    assert "of 64.0 MiB" in peer, peer  # what peers make it keep, against its budget
     [row] = [x for x in run("--state-dir", sd, "cache", "ls").output.splitlines() if mid in x]
     assert "4.8 MiB" in row, row  # 5,000,000 bytes are 4.77 MiB (and 5.0 MB)
     assert "4.8 MiB" in run("--state-dir", sd, "cache", "show", mid).output
