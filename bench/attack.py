@@ -130,25 +130,30 @@ class Attacks:
                       for i, s in enumerate(specs)]  # fmt: skip
             yield [announce(sender, k, 16), *pieces]
 
+    def _offers(self, template: str, frags: int, changes: list[dict[str, str]]) -> list[bytes]:
+        """Catalog entries of the ``template`` descriptor, one per item of ``changes`` (the
+        attributes that entry changes: a new id at least)."""
+        desc = dict(self.t[template])
+        out = []
+        for change in changes:
+            desc.update(change)
+            out.append(entry(desc, frags, self.z))
+        return out
+
     def huge_offers(self) -> Iterator[Burst]:
-        desc = dict(self.t["huge"])
         for k in itertools.count():
-            entries = []
-            for i in range(200):
-                desc["id"] = f"{self.tag}h{k}-{i}"
-                desc["origin"] = f"{self.tag}ho{k % 400}"
-                entries.append(entry(desc, 65536, self.z))
+            origin = f"{self.tag}ho{k % 400}"
+            entries = self._offers(
+                "huge", 65536, [{"id": f"{self.tag}h{k}-{i}", "origin": origin} for i in range(200)]
+            )
             yield [announce(f"{self.tag}big{k % 400}", entries=entries)]
 
     def padded(self) -> Iterator[Burst]:
-        desc = dict(self.t["small"])
         for k in itertools.count():
             sender = f"{self.tag}pad{k % 32}"
-            entries = []
-            for i in range(256):
-                desc["id"] = f"{self.tag}p{k}-{i}"
-                desc["pad"] = f"{k:07d}{i:03d}" * 700
-                entries.append(entry(desc, 1, self.z))
+            entries = self._offers("small", 1, [
+                {"id": f"{self.tag}p{k}-{i}", "pad": f"{k:07d}{i:03d}" * 700} for i in range(256)
+            ])  # fmt: skip
             yield [announce(sender), wire.encode_catalog(sender, k, entries)]
 
     def crowd(self) -> Iterator[Burst]:
@@ -209,15 +214,11 @@ class Attacks:
         """Offers of new two-fragment messages the victim subscribed to, never sent: each
         makes it promise room (a reservation held 2 x request_timeout), and the check of
         every next offer used to sum all the reservations held."""
-        desc = dict(self.t["tiny2"])
         for k in itertools.count():
-            sender = f"{self.tag}res{k % 16}"
-            entries = []
-            for i in range(200):
-                desc["id"] = f"{self.tag}r{k}-{i}"
-                desc["topic"] = f"news.reserve.{k}.{i}"
-                entries.append(entry(desc, 2, self.z))
-            yield [announce(sender, entries=entries)]
+            entries = self._offers("tiny2", 2, [
+                {"id": f"{self.tag}r{k}-{i}", "topic": f"news.reserve.{k}.{i}"} for i in range(200)
+            ])  # fmt: skip
+            yield [announce(f"{self.tag}res{k % 16}", entries=entries)]
 
     def zero_bombs(self) -> Iterator[Burst]:
         while True:
