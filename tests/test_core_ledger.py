@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dodwan.core.ledger import RemoteMemory
 
 
@@ -69,3 +72,35 @@ def test_state_dropped_for_another_reason_is_given_up_like_an_eviction() -> None
     mem.give_up("profile", ("h", 1))  # e.g. a fifth version of the same host came
     mem.give_up("profile", ("h", 1))  # not charged any more: nothing happens
     assert given_up == [("profile", ("h", 1))] and mem.total == 0 and len(mem) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c", "d"]),  # owner
+            st.sampled_from(["descriptor", "offers", "profile"]),  # kind
+            st.integers(0, 30),  # key
+            st.integers(0, 400),  # bytes; 0 = release instead
+        ),
+        max_size=120,
+    ),
+    st.integers(100, 2000),
+)
+def test_the_books_always_balance(ops: list[tuple[str, str, int, int]], budget: int) -> None:
+    held: dict[tuple[str, Hashable], tuple[str, int]] = {}  # what the owners hold
+    mem = RemoteMemory(budget, lambda kind, key: held.__delitem__((kind, key)))
+    for owner, kind, key, cost in ops:
+        if cost == 0:
+            mem.release(kind, key)
+            held.pop((kind, key), None)
+            continue
+        mem.charge(owner, kind, key, cost)
+        held[kind, key] = (owner, cost)
+        # what is charged is exactly what is held, per owner and in all
+        assert mem.total == sum(c for _, c in held.values())
+        for o in "abcd":
+            assert mem.held_by(o) == sum(c for w, c in held.values() if w == o)
+        # within the budget, unless the item just charged is larger than it on its own
+        assert mem.total <= budget or (len(held) == 1 and cost > budget)
+        assert (kind, key) in held  # a charge never gives up its own item
