@@ -104,3 +104,25 @@ def test_the_books_always_balance(ops: list[tuple[str, str, int, int]], budget: 
         # within the budget, unless the item just charged is larger than it on its own
         assert mem.total <= budget or (len(held) == 1 and cost > budget)
         assert (kind, key) in held  # a charge never gives up its own item
+
+
+def test_a_version_the_profile_book_drops_for_its_own_bound_is_given_up_everywhere() -> None:
+    # The book keeps 4 versions per host: a fifth drops the oldest. It was released from the
+    # budget while a neighbour relaying that version still held it (memory no longer
+    # counted); it now takes the budget's give-up path, which neighbours follow too.
+    from dodwan.core.limits import Limits
+    from dodwan.core.patterns import Profile
+    from dodwan.core.profiles import PROFILE_CACHE_VERSIONS, ProfileBook
+
+    given_up: list[tuple[str, Hashable]] = []
+    mem = RemoteMemory(1 << 30, lambda kind, key: given_up.append((kind, key)))
+    book = ProfileBook(Limits(), 2.0, mem)
+    versions = []
+    for i in range(PROFILE_CACHE_VERSIONS + 1):
+        prof = Profile.from_patterns({"topic": f"t{i}"})
+        versions.append(prof.version)
+        pieces = (((("topic", f"t{i}"),),),)  # one piece of one pattern of one constraint
+        book.remember("h", prof.version, prof, pieces, "addr")
+    assert given_up == [("profile", ("h", versions[0]))]
+    assert book.get("h", versions[0]) is None and book.versions() == PROFILE_CACHE_VERSIONS
+    assert len(mem) == PROFILE_CACHE_VERSIONS

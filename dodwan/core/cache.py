@@ -17,6 +17,16 @@ from .store import MessageMeta
 
 _ROOM_SCAN = 64  # cached messages looked at, at most, to tell whether a transfer fits
 
+
+def _add(totals: dict[Any, int], key: Any, delta: int) -> None:
+    """Add ``delta`` to ``totals[key]``; a total back to 0 leaves the dict."""
+    total = totals.get(key, 0) + delta
+    if total:
+        totals[key] = total
+    else:
+        totals.pop(key, None)
+
+
 EvictRank = tuple[int, int, int, int, float]
 """``(tier, origin seen complete, persistent, priority, date)``: see :meth:`Cached.rank`."""
 
@@ -359,7 +369,7 @@ class CacheMixin(NodeState):
             if not self._within_address_share(address, zsize):
                 return False
             self._reserved_from[msg_id] = (address, zsize)
-            self._address_reserved[address] = self._address_reserved.get(address, 0) + zsize
+            _add(self._address_reserved, address, zsize)
         self._reserved[msg_id] = (zsize, now)
         self._reserved_bytes += zsize
         self._left_of[msg_id] = (origin, 0)
@@ -380,9 +390,7 @@ class CacheMixin(NodeState):
         if left != old:
             self._left_of[msg_id] = (origin, left)
             self._reserved_left += left - old
-            self._origin_left[origin] = self._origin_left.get(origin, 0) + left - old
-            if not self._origin_left[origin]:
-                del self._origin_left[origin]
+            _add(self._origin_left, origin, left - old)
 
     def _within_address_share(self, address: Hashable, zsize: int) -> bool:
         held = self._address_reserved.get(address, 0)
@@ -396,16 +404,8 @@ class CacheMixin(NodeState):
         if entry is not None and entry[1]:
             origin, left = entry
             self._reserved_left -= left
-            rest = self._origin_left.get(origin, 0) - left
-            if rest:
-                self._origin_left[origin] = rest
-            else:
-                self._origin_left.pop(origin, None)
+            _add(self._origin_left, origin, -left)
         charged = self._reserved_from.pop(msg_id, None)
         if charged is not None:
             address, size = charged
-            left = self._address_reserved.get(address, 0) - size
-            if left > 0:
-                self._address_reserved[address] = left
-            else:
-                self._address_reserved.pop(address, None)
+            _add(self._address_reserved, address, -size)

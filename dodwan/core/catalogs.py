@@ -11,12 +11,19 @@ from .bits import all_of
 from .cache import Cached
 from .errors import WireError
 from .neighbours import Neighbour
-from .node_state import WANT_CARRY, WANT_FOR, WANT_NO, NodeState
+from .node_state import WANT_CARRY, WANT_FOR, WANT_NO, WANT_OWN, NodeState
 from .offers import Rank
 from .signing import verify
 
 _ENTRY_COST = 400  # bytes a decoded descriptor costs beyond its text (dict, header, keys)
 _OFFER_COST = 160  # bytes one remembered offer costs beyond its mask (dict slot, id string)
+
+
+def _offer_memory(msg_id: str, mask: int) -> int:
+    """What remembering one offer costs (its mask counted even when shared)."""
+    return _OFFER_COST + len(msg_id) + (mask.bit_length() >> 3)
+
+
 _ORIGIN_OFFERS = 16  # catalog entries one origin may take in one announcement round
 _DEFERRED_MAX = 4096  # offers put back for the next round, at most, per round
 _DEFERRED_STARTS = 256  # offers remembered as put off for want of room, at most
@@ -44,9 +51,9 @@ class CatalogsMixin(NodeState):
         if cached is not None and cached[0] == self._interest_epoch:
             return cached[1]
         limit = self.config.horizon - 1
-        if self._own_profile.matches(descriptor) or any(
-            d <= limit and p.matches(descriptor) for d, p in self._known.values()
-        ):
+        if self._own_profile.matches(descriptor):
+            want = WANT_OWN
+        elif any(d <= limit and p.matches(descriptor) for d, p in self._known.values()):
             want = WANT_FOR
         else:
             want = WANT_CARRY if self.config.altruistic else WANT_NO
@@ -176,9 +183,8 @@ class CatalogsMixin(NodeState):
             header = decoded[2]
             if offered is None or header.deadline <= now:
                 continue
-            if not self._start(
-                n, msg_id, offered, header, self._own_profile.matches(decoded[1]), now
-            ):
+            own = self._wants(msg_id, decoded[1]) == WANT_OWN
+            if not self._start(n, msg_id, offered, header, own, now):
                 self._deferred[msg_id] = host  # to the back
                 return  # still no room: the others wait for the next completion
 
@@ -233,7 +239,6 @@ class CatalogsMixin(NodeState):
             n.offers.clear()
             n.budgets.clear()
             n.offers_memory = 0
-            n.offers_given_up += 1
 
     def _too_long_lived(self, header: m.Header, now: float) -> bool:
         """A peer's message whose deadline is further ahead than ``max_ttl`` (+ an hour of
@@ -250,15 +255,14 @@ class CatalogsMixin(NodeState):
         new: list[tuple[str, int, int, m.Header]] = []
         mine: set[str] = set()
         deferred = 0
-        memory, given_up = n.offers_memory, n.offers_given_up
         for e in entries:
             offered = all_of(e.frags) if e.have is None else e.have
             old = n.offers.get(e.msg_id)
-            if old is None:
-                memory += _OFFER_COST + len(e.msg_id)
-            else:
-                memory -= old.bit_length() >> 3
-            memory += offered.bit_length() >> 3
+            # kept on the neighbour, not in a local: a charge below may make the budget
+            # give up this neighbour's offers, which sets it back to 0 with them
+            n.offers_memory += _offer_memory(e.msg_id, offered) - (
+                0 if old is None else _offer_memory(e.msg_id, old)
+            )
             n.offers[e.msg_id] = offered
             c = self._cache.get(e.msg_id)
             if e.copies:
@@ -285,7 +289,7 @@ class CatalogsMixin(NodeState):
             if want:
                 zsize = decoded[1].zsize if e.frags > 1 else 0
                 new.append((e.msg_id, offered, zsize, decoded[1]))
-                if self._own_profile.matches(decoded[0]):
+                if want == WANT_OWN:
                     mine.add(e.msg_id)
         if deferred:
             self._count("descriptors_deferred", deferred)
@@ -306,10 +310,7 @@ class CatalogsMixin(NodeState):
                     del self._deferred[next(iter(self._deferred))]
         if len(n.offers) > 4 * self._limits.max_catalog_entries:
             for k in list(n.offers)[: len(n.offers) // 2]:
-                memory -= _OFFER_COST + len(k) + (n.offers.pop(k).bit_length() >> 3)
+                n.offers_memory -= _offer_memory(k, n.offers.pop(k))
                 n.budgets.pop(k, None)
-        if n.offers_given_up != given_up:  # while these entries were read: count again
-            memory = sum(_OFFER_COST + len(k) + (v.bit_length() >> 3) for k, v in n.offers.items())
-        n.offers_memory = memory
         if self._neighbours.get(n.host_id) is n:
-            self._remote.charge(n.address, "offers", n.host_id, memory)
+            self._remote.charge(n.address, "offers", n.host_id, n.offers_memory)

@@ -11,7 +11,7 @@ from .cache import Cached
 from .errors import WireError
 from .events import MessageDelivered
 from .node_state import NodeState
-from .patterns import PatternError, Profile, _literal, normalise_specs
+from .patterns import PatternError, Profile, normalise_specs
 from .profiles import split
 
 
@@ -34,7 +34,7 @@ class _SubIndex:
     is tested only against the subscriptions one of its attribute values names, and those
     with a pattern that has no plain-string constraint."""
 
-    __slots__ = ("always", "by_name", "count", "order")
+    __slots__ = ("always", "by_name", "order")
 
     def __init__(self, subs: Mapping[str, Subscription]) -> None:
         self.by_name: dict[str, dict[str, list[str]]] = {}
@@ -43,22 +43,13 @@ class _SubIndex:
         """Keys of the subscriptions every message is tested against."""
         self.order = {k: i for i, k in enumerate(subs)}
         """Position of each key in ``subs``: deliveries keep the subscriptions' order."""
-        self.count = len(subs)
         for key, sub in subs.items():
-            plain = []
-            for pattern in sub.profile.patterns:
-                for name, regex in pattern.items:
-                    literal = _literal(regex)
-                    if literal is not None:
-                        plain.append((name, literal.text))
-                        break
-                else:
-                    break
-            else:
-                for name, text in dict.fromkeys(plain):
-                    self.by_name.setdefault(name, {}).setdefault(text, []).append(key)
+            plain = [p.plain_constraint() for p in sub.profile.patterns]
+            if None in plain:
+                self.always.append(key)
                 continue
-            self.always.append(key)
+            for name, text in dict.fromkeys(c for c in plain if c is not None):
+                self.by_name.setdefault(name, {}).setdefault(text, []).append(key)
 
     def candidates(self, descriptor: Mapping[str, str]) -> list[str]:
         """Keys of the subscriptions that may accept ``descriptor``, in their order."""
@@ -242,8 +233,8 @@ class DeliveryMixin(NodeState):
             s = subs.get(only)
             keys = [only] if s is not None and only not in done and s.accepts(desc) else []
         else:
-            index = self._sub_index
-            if index is None or index.count != len(subs):  # (also after a restart's load)
+            index = self._sub_index  # None after a change of the subscriptions
+            if index is None:
                 index = self._sub_index = _SubIndex(subs)
             keys = [k for k in index.candidates(desc) if k not in done and subs[k].accepts(desc)]
         if not keys:

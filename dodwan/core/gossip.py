@@ -170,6 +170,13 @@ class GossipMixin(NodeState):
         for host, (_, prof) in list(self._known.items()):
             self._charge_matches(host, prof)
 
+    def _settle_known(self, now: float) -> None:
+        """Derive the profiles known again if one was given up meanwhile (it happens deep
+        inside other work, where deriving them at once would re-enter it)."""
+        if self._known_stale:
+            self._known_stale = False
+            self._recompute_known(now)
+
     def _profile_given_up(self, host: str, version: int) -> None:
         """The remote-memory budget gave up a compiled profile: the neighbours holding it
         let it go too (so its memory is freed), until it is fetched again when named; the

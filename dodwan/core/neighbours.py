@@ -33,5 +33,3 @@ class Neighbour:
     offers_memory: int = 0
     """Bytes ``offers`` and ``budgets`` take (an estimate, charged to the remote-memory
     budget as ``("offers", host_id)``)."""
-    offers_given_up: int = 0
-    """Times that budget made this host forget what the neighbour offered."""

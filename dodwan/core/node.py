@@ -403,9 +403,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         except Exception:
             self._count("internal_errors")
             self._tr(now, "datagram_dropped", size=size, detail="internal error")
-        if self._known_stale:
-            self._known_stale = False
-            self._recompute_known(now)
+        self._settle_known(now)
         self._store.commit()
 
     def remote_memory_usage(self) -> dict[str, int]:
@@ -471,9 +469,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
                 self._next_announce = min(self._next_announce, soon)
         if self._next_beacon is not None and self._next_beacon <= now:
             self._beacon(now)
-        if self._known_stale:
-            self._known_stale = False
-            self._recompute_known(now)
+        self._settle_known(now)
         self._store.commit()
 
     def next_event(self) -> Event | None:

@@ -39,9 +39,9 @@ TraceSink = Callable[[float, str, str, int, int, str], None]
 """``sink(time, kind, msg_id, size, hops, detail)``: the fields of a :class:`TraceRecord`."""
 
 
-WANT_NO, WANT_CARRY, WANT_FOR = 0, 1, 2
+WANT_NO, WANT_CARRY, WANT_FOR, WANT_OWN = 0, 1, 2, 3
 """What ``_wants`` says of a message: not wanted; wanted only to carry it altruistically;
-wanted for a subscription here or of a host within the horizon."""
+wanted for a host within the horizon; wanted for a subscription here."""
 
 
 class NodeState:
@@ -226,6 +226,7 @@ class NodeState:
         def _prompt_announce(self, msg_id: str, now: float) -> None: ...
         def _rebuild_own_profile(self) -> None: ...
         def _recompute_known(self, now: float) -> None: ...
+        def _settle_known(self, now: float) -> None: ...
         def _profile_given_up(self, host: str, version: int) -> None: ...
         def _charge_all_matches(self) -> None: ...
         # catalogs

@@ -169,6 +169,15 @@ class Pattern:
                 return False
         return True
 
+    def plain_constraint(self) -> tuple[str, str] | None:
+        """Its first constraint in attribute order that is a plain string, as (name,
+        text): a message lacking that value cannot match (None: every one is a regex)."""
+        if self._compiled:
+            name, check = self._compiled[0]  # plain strings come first, in name order
+            if isinstance(check, _Equals):
+                return name, check.text
+        return None
+
     def spec(self) -> dict[str, str]:
         """The pattern as a plain dict."""
         return dict(self.items)
