@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dodwan.core.message import SYSTEM_ATTRIBUTES
+from dodwan.core.message import APP_SETTABLE, ONCE, SYSTEM_ATTRIBUTES
 from dodwan.core.patterns import Pattern, PatternError
 from sim.external_events import EVENT_ID, Creation, EventsError
 from sim.external_events import parse as parse_events
@@ -500,13 +500,21 @@ class _Validator:
             return []
         return [((*path, i), x) for i, x in enumerate(data)]
 
-    def attrs(self, val: Any, path: _Path) -> dict[str, str] | None:
+    def attrs(self, val: Any, path: _Path, descriptor: bool = False) -> dict[str, str] | None:
+        """A table of string attributes; ``descriptor``: a message's, checked as
+        ``Node.publish`` would check them."""
         if not isinstance(val, dict) or not val:
             self.err(path, "must be a non-empty table of string attributes")
             return None
         bad = [k for k, x in val.items() if not isinstance(x, str)]
         for k in bad:
             self.err((*path, k), f"must be a string, got {val[k]!r}")
+        if descriptor and not bad:
+            for k, x in val.items():
+                if k in SYSTEM_ATTRIBUTES and k not in APP_SETTABLE:
+                    self.err((*path, k), f"{k!r} is a DoDWAN system attribute")
+                elif k == ONCE and x not in ("true", "false"):
+                    self.err((*path, k), f'must be "true" or "false", got {x!r}')
         return None if bad else dict(val)
 
     def patterns(self, val: Any, path: _Path) -> tuple[dict[str, str], ...]:
@@ -834,7 +842,7 @@ class _Validator:
         if t is None:
             return None
         hosts = self.names(t, path, "hosts")
-        attrs = self.attrs(t.get("attributes"), (*path, "attributes"))
+        attrs = self.attrs(t.get("attributes"), (*path, "attributes"), descriptor=True)
         at = self.times(t, path, duration) if "at" in t else ()
         if "at" in t:
             for k in ("interval", "process", "start", "stop"):
@@ -914,7 +922,7 @@ class _Validator:
             self.err((*path, "attribute"), f"{attribute!r} is a DoDWAN system attribute")
         attrs: dict[str, str] = {}
         if "attributes" in t:
-            attrs = self.attrs(t["attributes"], (*path, "attributes")) or {}
+            attrs = self.attrs(t["attributes"], (*path, "attributes"), descriptor=True) or {}
             if attribute in attrs:
                 self.err((*path, "attributes", attribute), "is the address attribute")
         return attribute, attrs

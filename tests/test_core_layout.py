@@ -15,7 +15,7 @@ import pytest
 from dodwan.core.bits import all_of, first_bits, indexes
 
 CORE = Path(__file__).resolve().parent.parent / "dodwan" / "core"
-PARTS = ("cache", "delivery", "gossip", "catalogs", "transfers")
+PARTS = ("cache", "delivery", "gossip", "catalogs", "transfers", "acks")
 
 
 def _imports(module: str) -> dict[str, set[str]]:
@@ -52,6 +52,7 @@ def test_the_node_is_every_part_and_nothing_else() -> None:
         "CatalogsMixin",
         "GossipMixin",
         "DeliveryMixin",
+        "AcksMixin",
         "CacheMixin",
         "NodeState",
     ]

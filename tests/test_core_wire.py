@@ -29,7 +29,11 @@ def vectors() -> dict[str, bytes]:
 
 def test_documented_vectors_encode_and_decode() -> None:
     v = vectors()
-    assert set(v) == {"announce", "catalog", "request", "fragment", "profile", "profile_request"}
+    assert set(v) == {
+        "announce", "catalog", "request", "fragment", "profile", "profile_request", "ack",
+    }  # fmt: skip
+    assert wire.decode(v["ack"], LIMITS) == wire.Ack("b2", (("m1", 300), ("m2", 5)))
+    assert [v["ack"]] == wire.encode_acks("b2", [("m1", 300), ("m2", 5)], 1400)
     assert v["announce"] == wire.encode_announce(
         "a1", 7, False, 0x01020304, 2, (wire.ProfileRef("c3", 1, 0x0A0B0C0D, 1),), ()
     )

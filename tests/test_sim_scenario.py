@@ -250,3 +250,20 @@ def test_a_huge_host_count_is_refused_before_anything_is_allocated(counts: list[
     finally:
         tracemalloc.stop()
     assert peak < 20 * 1024 * 1024
+
+
+def test_message_attributes_are_checked_as_publish_checks_them() -> None:
+    # a wrong value of "once" used to surface only when the run published the message,
+    # as an exception in the middle of the run; a system attribute likewise
+    text = GOOD.replace(
+        'attributes = { topic = "x" }', 'attributes = { topic = "x", once = "yes", size = "3" }'
+    )
+    found = problems(text)
+    assert '"true" or "false"' in found["traffic.publish[0].attributes.once"][1]
+    assert "system attribute" in found["traffic.publish[0].attributes.size"][1]
+    ok = loads(
+        GOOD.replace('attributes = { topic = "x" }', 'attributes = { topic = "x", once = "true" }')
+    )
+    assert ok.publish[0].attributes["once"] == "true"
+    # patterns are regexes, not values: "once" there is any expression
+    assert loads(GOOD.replace('patterns = [{ topic = "x|y" }]', 'patterns = [{ once = "t.*" }]'))

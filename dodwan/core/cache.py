@@ -57,6 +57,9 @@ class Cached:
     origins never seen complete, which may be a flood of fragments nobody can finish)."""
     asked: bool = False
     """This host asked for it (it did not start from overheard fragments)."""
+    done: bool = False
+    """A ``once`` message known to be delivered, kept here as subscribed or published:
+    evicted before any other complete message (see ``acks``)."""
     copies: int = 0
     """Copy budget of this copy (``NodeConfig.copy_budget``): 0 none; 1 for subscribers
     only; more: altruistic carriers may take half of it."""
@@ -76,23 +79,25 @@ class Cached:
 
     def rank(self, arriving: bool = False) -> EvictRank:
         """Eviction order, lowest first. Tiers: partial sets carried for others (those of
-        origins never seen complete here first), complete messages carried for others,
-        messages subscribed here (or published here and handed on), then this host's own
-        publications not yet handed on — which only expiry or the local user removes. Within
-        a tier: non-persistent, low priority, old first.
+        origins never seen complete here first); complete messages (copies of delivered
+        ``once`` messages first, then those carried for others); messages subscribed here
+        (or published here and handed on); then this host's own publications not yet handed
+        on — which only expiry or the local user removes. Within a tier: non-persistent,
+        low priority, old first.
 
         ``arriving``: the rank its fragments make room with as they arrive — a transfer
         this host asked for counts as the complete message it is becoming, so it may evict
         older complete messages carried for others, as they are needed (the oldest goes,
         as in epidemic routing's drop-oldest), while a partial set it left never does."""
         h = self.header
-        trust = 0
         if self.meta.local and not self.handed:
-            tier = 3
+            tier, trust = 3, 0
+        elif self.done:
+            tier, trust = 1, 0
         elif self.own:
-            tier = 2
+            tier, trust = 2, 0
         elif self.count == h.frags or (arriving and self.asked):
-            tier = 1
+            tier, trust = 1, 1
         else:
             tier, trust = 0, 1 if self.credible else 0
         return (tier, trust, 1 if h.persistent else 0, h.priority, h.date)

@@ -89,8 +89,10 @@ class CatalogsMixin(NodeState):
 
         # an altruistic neighbour is offered everything but the messages whose copy budget
         # is spent (1: for subscribers only)
+        acked = self._acked
+
         def offerable(msg_id: str, c: Cached) -> bool:
-            return msg_id in eligible or (altruists and c.copies != 1)
+            return (msg_id in eligible or (altruists and c.copies != 1)) and msg_id not in acked
 
         def pool() -> list[tuple[str, Rank]]:
             ids = cache if altruists else eligible
@@ -254,6 +256,7 @@ class CatalogsMixin(NodeState):
         started: list[tuple[str, int]] = []
         new: list[tuple[str, int, int, m.Header]] = []
         mine: set[str] = set()
+        acked: list[str] = []
         deferred = 0
         for e in entries:
             offered = all_of(e.frags) if e.have is None else e.have
@@ -270,10 +273,15 @@ class CatalogsMixin(NodeState):
             elif n.budgets:
                 n.budgets.pop(e.msg_id, None)
             if c is not None:
+                if c.header.once and e.msg_id in self._acked:
+                    acked.append(e.msg_id)  # delivered already: tell it
+                    continue
                 if not c.complete and c.header.frags == e.frags:
                     started.append((e.msg_id, offered))
                 continue
             if e.msg_id in self._history:
+                if e.msg_id in self._acked:
+                    acked.append(e.msg_id)  # dropped here for an ack: tell it
                 continue
             if self._decode_due(e.msg_id, e.zdesc) and not self._decodes.take(n.address, now):
                 deferred += 1  # over its decode budget: until it is offered again
@@ -283,6 +291,9 @@ class CatalogsMixin(NodeState):
                 continue
             if self._too_long_lived(decoded[1], now):
                 continue
+            if decoded[1].once and e.msg_id in self._acked:
+                acked.append(e.msg_id)  # delivered already: tell it, rather than fetch it
+                continue
             want = self._wants(e.msg_id, decoded[0])
             if want == WANT_CARRY and e.copies == 1:
                 continue  # its copies are spent: it goes to subscribers only
@@ -291,6 +302,8 @@ class CatalogsMixin(NodeState):
                 new.append((e.msg_id, offered, zsize, decoded[1]))
                 if want == WANT_OWN:
                     mine.add(e.msg_id)
+        if acked:
+            self._send_acks(acked, now)
         if deferred:
             self._count("descriptors_deferred", deferred)
         # what this host itself subscribed to before what it would only carry; then higher

@@ -256,3 +256,4 @@ class DeliveryMixin(NodeState):
             self._events.append(MessageDelivered(k, dict(c.descriptor), payload))
             self._count("messages_delivered")
             self._tr(now, "message_delivered", msg_id, c.header.size, c.meta.hops, k)
+        self._ack_delivered(c, now)

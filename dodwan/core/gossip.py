@@ -152,6 +152,7 @@ class GossipMixin(NodeState):
             self._count("neighbours_found")
             self._relays_due = True
             self._offer_matches(sender)  # back in range, profile already known
+            self._flood_acks(now)
             prompt = now + self._rng.uniform(0, PROMPT_ANNOUNCE)
             if self._next_announce is None or self._next_announce > prompt:
                 self._next_announce = prompt

@@ -53,6 +53,13 @@ SYSTEM_ATTRIBUTES = frozenset(
 )
 APP_SETTABLE = frozenset({ID})
 
+ONCE = "once"
+"""Optional attribute an application may set to ``"true"``: the message is done once one
+host has delivered it. That host acknowledges it and the acknowledgement purges the
+copies carried for others (see ``dodwan/core/acks.py``); ``"false"`` or absent: every
+subscriber may get it."""
+_BOOLEANS = {"true": True, "false": False}
+
 MAX_ID_LENGTH = 128
 
 _DECOMPRESSOR = zstandard.ZstdDecompressor()
@@ -92,6 +99,8 @@ def check_app_attributes(attributes: Mapping[str, str], limits: Limits) -> None:
             raise ValueError(f"bad attribute name {name!r}")
         if name in SYSTEM_ATTRIBUTES and name not in APP_SETTABLE:
             raise ValueError(f"attribute {name!r} is set by DoDWAN and cannot be given")
+        if name == ONCE and value not in _BOOLEANS:
+            raise ValueError(f'attribute "once" must be "true" or "false", got {value!r}')
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +118,8 @@ class Header:
     zhash: str
     priority: int
     persistent: bool
+    once: bool = False
+    """Done once one host has delivered it (attribute ``once``)."""
 
     @classmethod
     def parse(cls, d: Mapping[str, str], limits: Limits) -> Header:
@@ -126,6 +137,7 @@ class Header:
                 zhash=d[ZHASH],
                 priority=int(d[PRIORITY]),
                 persistent=d[PERSISTENT] == "true",
+                once=_BOOLEANS[d.get(ONCE, "false")],
             )
         except (KeyError, ValueError) as exc:
             raise WireError(f"bad descriptor: {exc}") from None

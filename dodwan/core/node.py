@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from . import message as m
 from . import wire
+from .acks import AcksMixin
 from .budgets import RateBudget
 from .cache import Cached, CacheFullError, CacheMixin
 from .catalogs import CatalogsMixin
@@ -47,7 +48,9 @@ _CACHED_DECODE_MAX = 2048  # larger datagrams are decoded without the shared cac
 _HOUSEKEEPING_MIN = 1e-3  # housekeeping never re-runs sooner than this
 
 
-class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin, NodeState):
+class Node(
+    TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, AcksMixin, CacheMixin, NodeState
+):
     """One DoDWAN host's protocol state machine."""
 
     def __init__(
@@ -120,6 +123,9 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         self._want_cache = {}
         self._granted = {}
         self._deferred = {}
+        self._acked = {}
+        self._acked_heap = []
+        self._acks_flooded_at = -math.inf
         self._retries = {}
 
         self._pending = {}  # target -> msg -> mask to request
@@ -166,6 +172,9 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         elif kind == "offers":
             assert isinstance(key, str)
             self._offers_given_up(key)
+        elif kind == "ack":
+            assert isinstance(key, str)
+            self._forget_ack(key)
         elif kind == "profile":
             assert isinstance(key, tuple)
             self._profile_given_up(*key)
@@ -292,7 +301,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         # strings: a time's repr gives the same float back), not parsed from the descriptor
         header = m.Header(
             msg_id, float(deadline), self.host_id, float(now), len(payload), len(zpayload),
-            frags, fsize, zhash, priority, persistent,
+            frags, fsize, zhash, priority, persistent, attributes.get(m.ONCE) == "true",
         )  # fmt: skip
         c = Cached(
             MessageMeta(msg_id, zdesc, 0, True, now),
@@ -449,6 +458,7 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         """Do whatever was due at or before ``now``."""
         self._schedule_basics(now)
         self._purge_expired(now)
+        self._expire_acks(now)
         self._retry_requests(now)
         if self._inflation_retry_at is not None and self._inflation_retry_at <= now:
             self._retry_inflation(now)
@@ -518,4 +528,5 @@ class Node(TransfersMixin, CatalogsMixin, GossipMixin, DeliveryMixin, CacheMixin
         wire.Fragment: TransfersMixin._on_fragment,
         wire.ProfilePiece: GossipMixin._on_profile_piece,
         wire.ProfileRequest: GossipMixin._on_profile_request,
+        wire.Ack: AcksMixin._on_ack,
     }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from . import message as m
@@ -121,6 +121,11 @@ class NodeState:
     _deferred: dict[str, str]
     """Message -> neighbour whose offer of it was put off for want of room (oldest first):
     asked for as soon as a transfer finishes."""
+    _acked: dict[str, float]
+    """Messages published ``once`` known to be delivered -> their deadline (see ``acks``)."""
+    _acked_heap: list[tuple[float, str]]
+    _acks_flooded_at: float
+    """When acks were last sent to a new neighbour (see ``AcksMixin._flood_acks``)."""
     _granted: dict[str, dict[str, int]]
     """Message -> carriers that asked for it while it had a copy budget -> the fragments
     sent since: once all are, the carrier holds a copy with half the budget, and this
@@ -211,6 +216,11 @@ class NodeState:
         def _room_for(self, origin: str, zsize: int, rank: EvictRank) -> bool: ...
         def _incoming_rank(self, header: m.Header, own: bool) -> EvictRank: ...
         def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool: ...
+        # acks
+        def _ack_delivered(self, c: Cached, now: float) -> None: ...
+        def _send_acks(self, ids: Iterable[str], now: float) -> None: ...
+        def _flood_acks(self, now: float) -> None: ...
+        def _forget_ack(self, msg_id: str) -> None: ...
         # delivery
         def _deliver(
             self,

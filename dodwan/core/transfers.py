@@ -317,6 +317,9 @@ class TransfersMixin(NodeState):
                 return
             if self._too_long_lived(header, now):
                 return
+            if header.once and dg.msg_id in self._acked:
+                self._count("fragments_acked")  # delivered already
+                return
             want = self._wants(dg.msg_id, descriptor)
             if not want or (
                 want == WANT_CARRY and self._neighbours[dg.sender].budgets.get(dg.msg_id) == 1

@@ -24,6 +24,7 @@ REQUEST = 3
 FRAGMENT = 4
 PROFILE = 5
 PROFILE_REQUEST = 6
+ACK = 7
 KIND_NAMES = {
     ANNOUNCE: "announce",
     CATALOG: "catalog",
@@ -31,6 +32,7 @@ KIND_NAMES = {
     FRAGMENT: "fragment",
     PROFILE: "profile",
     PROFILE_REQUEST: "profile_request",
+    ACK: "ack",
 }
 
 MAX_HOST_ID = 64
@@ -132,7 +134,16 @@ class ProfileRequest:
     """(owner, version, ((first piece, count), ...))"""
 
 
-Datagram = Announce | Catalog | Request | Fragment | ProfilePiece | ProfileRequest
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Messages published ``once`` that some host has delivered (see ``dodwan/core/acks.py``)."""
+
+    sender: str
+    entries: tuple[tuple[str, int], ...]
+    """(message id, whole seconds left until its deadline)"""
+
+
+Datagram = Announce | Catalog | Request | Fragment | ProfilePiece | ProfileRequest | Ack
 
 
 # ---------------------------------------------------------------- primitives
@@ -444,6 +455,25 @@ def encode_catalog(sender: str, seq: int, entries: Sequence[bytes]) -> bytes:
     return b"".join([_header(CATALOG, sender), _varint(seq), _varint(len(entries)), *entries])
 
 
+def encode_acks(sender: str, entries: Sequence[tuple[str, int]], max_datagram: int) -> list[bytes]:
+    """Ack datagrams for ``(message id, seconds left until its deadline)`` entries, as many
+    per datagram as fit in ``max_datagram`` bytes."""
+    head = _header(ACK, sender)
+    out: list[bytes] = []
+    group: list[bytes] = []
+    full = room = max_datagram - len(head) - 1
+    for msg_id, ttl in entries:
+        item = _str(msg_id) + _varint(ttl)
+        if group and (len(item) > room or len(group) >= 127):
+            out.append(b"".join([head, _varint(len(group)), *group]))
+            group, room = [], full
+        group.append(item)
+        room -= len(item)
+    if group:
+        out.append(b"".join([head, _varint(len(group)), *group]))
+    return out
+
+
 def catalog_overhead(sender: str) -> int:
     """Bytes of a catalog datagram around its entries (upper bound)."""
     return len(_header(CATALOG, sender)) + 10 + 5
@@ -682,6 +712,13 @@ def decode(data: bytes, limits: Limits) -> Datagram:
         entries = _decode_entries(r, limits)
         r.end()
         return Catalog(sender, seq, entries)
+    if kind == ACK:
+        n = r.varint(limits.max_catalog_entries)
+        acks = tuple((r.text(MAX_MSG_ID), r.varint()) for _ in range(n))
+        if not n or not all(msg_id for msg_id, _ in acks):
+            raise WireError("bad ack")
+        r.end()
+        return Ack(sender, acks)
     if kind == REQUEST:
         target = r.text(MAX_HOST_ID)
         n = r.varint(limits.max_request_entries)
