@@ -80,10 +80,11 @@ class Cached:
     def rank(self, arriving: bool = False) -> EvictRank:
         """Eviction order, lowest first. Tiers: partial sets carried for others (those of
         origins never seen complete here first); complete messages (copies of delivered
-        ``once`` messages first, then those carried for others); messages subscribed here
-        (or published here and handed on); then this host's own publications not yet handed
-        on — which only expiry or the local user removes. Within a tier: non-persistent,
-        low priority, old first.
+        ``once`` messages first, then those carried for others and this host's own
+        publications already handed on, which would otherwise crowd carried messages out
+        until their deadline); messages subscribed here; then this host's own publications
+        not yet handed on — which only expiry or the local user removes. Within a tier:
+        non-persistent, low priority, old first.
 
         ``arriving``: the rank its fragments make room with as they arrive — a transfer
         this host asked for counts as the complete message it is becoming, so it may evict
@@ -94,7 +95,7 @@ class Cached:
             tier, trust = 3, 0
         elif self.done:
             tier, trust = 1, 0
-        elif self.own:
+        elif self.own and not self.meta.local:
             tier, trust = 2, 0
         elif self.count == h.frags or (arriving and self.asked):
             tier, trust = 1, 1
