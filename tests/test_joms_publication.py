@@ -8,6 +8,8 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from dodwan import Limits, Node, NodeConfig
 from dodwan.core.message import SYSTEM_ATTRIBUTES
 from joms.errors import MessageFormatException
@@ -125,3 +127,11 @@ def test_a_publication_whose_chosen_id_the_node_knows_gets_one_from_the_core() -
         s.send(conn, JomsMessage(Destination("topic", "t"), b"m"), 1000.0)
     cached = [e for e in node.cache_listing() if e["descriptor"].get("jms_kind") == "message"]
     assert len(cached) == 2 and len({e["id"] for e in cached}) == 2
+
+
+def test_once_is_a_reserved_property_name() -> None:
+    # the core reads a descriptor attribute "once" as "done once delivered" (acks purge
+    # the copies): a JMS property of that name would silently change how it is delivered
+    with pytest.raises(MessageFormatException, match="reserved"):
+        mdl.check_property_name("once")
+    mdl.check_property_name("once_more")

@@ -62,6 +62,7 @@ _INT_RANGES = {
 DODWAN_SYSTEM = frozenset(
     {"id", "deadline", "origin", "date", "size", "priority", "persistent"}
     | {"zsize", "frags", "fsize", "zhash"}
+    | {"once"}  # read by the core: "true" = done once delivered (acks purge the copies)
 )
 JOMS_ATTRIBUTES = frozenset(
     {KIND, DEST_ID, DEST_TYPE, MESSAGE_ID, DELIVERY_MODE, TIMESTAMP, EXPIRATION}
