@@ -89,6 +89,14 @@ class VirtualNetwork:
         self._links[a].pop(b, None)
         self._links[b].pop(a, None)
 
+    def meet(self, a: str, b: str, seconds: float = 20.0, apart: float = 20.0) -> None:
+        """A contact: ``a`` and ``b`` in range for ``seconds``, then apart for ``apart``
+        seconds (by default long enough for each to forget the other)."""
+        self.link(a, b)
+        self.run(seconds)
+        self.unlink(a, b)
+        self.run(apart)
+
     def connect_all(self, *hosts: str) -> None:
         for a, b in itertools.combinations(hosts, 2):
             self.link(a, b)

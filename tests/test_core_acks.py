@@ -18,13 +18,6 @@ KB = 1000
 MB = 1 << 20
 
 
-def _meet(net: VirtualNetwork, a: str, b: str, seconds: float = 20.0) -> None:
-    net.link(a, b)
-    net.run(seconds)
-    net.unlink(a, b)
-    net.run(20.0)  # apart long enough to forget each other
-
-
 def _complete(net: VirtualNetwork, host: str, msg_id: str) -> bool:
     c = net.node(host)._cache.get(msg_id)
     return c is not None and c.complete
@@ -41,8 +34,8 @@ def _network(once: bool) -> tuple[VirtualNetwork, str]:
     attributes = {"dest": "s", "once": "true"} if once else {"dest": "s"}
     mid = net.publish("a", attributes, random.Random(1).randbytes(200 * KB), 1e5)
     net.run(5.0)
-    _meet(net, "a", "b")
-    _meet(net, "a", "c")
+    net.meet("a", "b")
+    net.meet("a", "c")
     assert _complete(net, "b", mid) and _complete(net, "c", mid)
     return net, mid
 
@@ -54,7 +47,7 @@ def _evicted(net: VirtualNetwork, host: str) -> list[tuple[str, str]]:
 def test_the_carrier_that_delivers_a_once_message_drops_its_copy() -> None:
     net, mid = _network(once=True)
     net.node("b").pop_trace()
-    _meet(net, "b", "s")
+    net.meet("b", "s")
     assert [d.descriptor["id"] for d in net.deliveries("s")] == [mid]
     assert _evicted(net, "b") == [(mid, "acked")]
     assert not _complete(net, "b", mid)
@@ -65,7 +58,7 @@ def test_the_carrier_that_delivers_a_once_message_drops_its_copy() -> None:
 
 def test_without_once_the_copies_stay() -> None:
     net, mid = _network(once=False)
-    _meet(net, "b", "s")
+    net.meet("b", "s")
     assert [d.descriptor["id"] for d in net.deliveries("s")] == [mid]
     assert _complete(net, "b", mid) and _complete(net, "c", mid)
     assert "acks_sent" not in net.node("s").counters
@@ -73,18 +66,18 @@ def test_without_once_the_copies_stay() -> None:
 
 def test_the_ack_travels_back_to_other_holders_and_stops_the_spreading() -> None:
     net, mid = _network(once=True)
-    _meet(net, "b", "s")
+    net.meet("b", "s")
     net.node("c").pop_trace()
-    _meet(net, "c", "b")  # b knows it was delivered: c's offer is answered with an ack
+    net.meet("c", "b")  # b knows it was delivered: c's offer is answered with an ack
     assert _evicted(net, "c") == [(mid, "acked")]
-    _meet(net, "a", "b")  # the origin keeps its publication, but no longer offers it
+    net.meet("a", "b")  # the origin keeps its publication, but no longer offers it
     assert _complete(net, "a", mid)
     sent = net.node("a").counters.get("fragments_sent", 0)
-    _meet(net, "a", "d")  # a fresh carrier meeting the origin gets nothing of it
+    net.meet("a", "d")  # a fresh carrier meeting the origin gets nothing of it
     assert net.node("d")._cache.get(mid) is None
     assert net.node("a").counters.get("fragments_sent", 0) == sent
     # and a holder that learnt the ack does not fetch the message again
-    _meet(net, "c", "s")
+    net.meet("c", "s")
     assert net.node("c")._cache.get(mid) is None
 
 
@@ -150,17 +143,17 @@ def test_once_must_be_true_or_false() -> None:
 
 def test_acks_spread_to_hosts_that_never_held_the_message() -> None:
     net, mid = _network(once=True)
-    _meet(net, "b", "s")  # delivered; b drops its copy
+    net.meet("b", "s")  # delivered; b drops its copy
     d = net.node("d")
-    _meet(net, "d", "s")  # d never held it: s tells it on arrival
+    net.meet("d", "s")  # d never held it: s tells it on arrival
     assert mid in d._acked and d.counters["acks_learnt"] == 1
     assert d._remote.owner_of("ack", mid) is not None  # charged to s's address
     net.node("c").pop_trace()
-    _meet(net, "d", "c")  # c still carries it: d answers its offer with an ack
+    net.meet("d", "c")  # c still carries it: d answers its offer with an ack
     assert _evicted(net, "c") == [(mid, "acked")]
     assert d._cache.get(mid) is None  # and d never fetched it
     sent = net.node("a").counters.get("fragments_sent", 0)
-    _meet(net, "a", "d")  # nor does it take it from the origin, which learns it too
+    net.meet("a", "d")  # nor does it take it from the origin, which learns it too
     assert d._cache.get(mid) is None
     assert mid in net.node("a")._acked
     assert net.node("a").counters.get("fragments_sent", 0) == sent
@@ -187,15 +180,46 @@ def test_the_subscribers_copy_of_a_delivered_once_message_goes_before_carried_on
     s = net.add("s", cache_capacity=int(1.6 * MB), altruistic=True)
     net.subscribe("s", {"dest": "s"})
     older = net.publish("b", {"topic": "t"}, random.Random(1).randbytes(500 * KB), 1e5)
-    _meet(net, "b", "s")
+    net.meet("b", "s")
     done = net.publish(
         "a", {"dest": "s", "once": "true"}, random.Random(2).randbytes(500 * KB), 1e5
     )
-    _meet(net, "a", "s")
+    net.meet("a", "s")
     assert [d.descriptor["id"] for d in net.deliveries("s")] == [done]
     assert s._cache[done].done and s.cache_entry(older) is not None
     newer = net.publish("c", {"topic": "t"}, random.Random(3).randbytes(700 * KB), 1e5)
-    _meet(net, "c", "s")
+    net.meet("c", "s")
     # room for the newer message came from the delivered copy, not the older carried one
     assert s.cache_entry(newer) is not None and s.cache_entry(older) is not None
     assert s.cache_entry(done) is None
+
+
+def test_acks_learnt_from_peers_are_bounded_charged_and_expire() -> None:
+    from dodwan import Node, NodeConfig
+    from dodwan.core import acks
+
+    n = Node(NodeConfig(host_id="v"), rng=random.Random(1))
+    ids = [(f"forged-{i}", 60) for i in range(acks._ACKS_KEPT + 100)]
+    for dg in wire.encode_acks("x", ids, 1400):
+        n.receive_datagram(dg, "x-address", 0.0)
+    assert len(n._acked) == acks._ACKS_KEPT  # the oldest forgotten first
+    assert "forged-0" not in n._acked and f"forged-{acks._ACKS_KEPT + 99}" in n._acked
+    assert n._remote.held_by("x-address") > 0
+    n.handle_timer(61.0)  # past the deadline the acks named
+    assert n._acked == {} and n._remote.held_by("x-address") == 0
+
+
+def test_acks_go_to_new_neighbours_at_most_once_per_beacon_period() -> None:
+    from dodwan import Node, NodeConfig
+
+    n = Node(NodeConfig(host_id="v", beacon_period=1.0), rng=random.Random(1))
+    for dg in wire.encode_acks("x", [("m1", 600)], 1400):
+        n.receive_datagram(dg, "x-address", 0.0)
+    sent = n.counters.get("acks_sent", 0)
+    beacon = wire.encode_announce("y", 1, False, 0, 0, (), ())
+    n.receive_datagram(beacon, "y-address", 0.2)  # a new neighbour: told
+    assert n.counters["acks_sent"] == sent + 1
+    n.receive_datagram(wire.encode_announce("z", 1, False, 0, 0, (), ()), "z", 0.5)
+    assert n.counters["acks_sent"] == sent + 1  # another one within the period: not again
+    n.receive_datagram(wire.encode_announce("w", 1, False, 0, 0, (), ()), "w", 1.3)
+    assert n.counters["acks_sent"] == sent + 2

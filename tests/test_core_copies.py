@@ -17,13 +17,6 @@ KB = 1000
 MB = 1 << 20
 
 
-def _meet(net: VirtualNetwork, a: str, b: str, seconds: float = 20.0) -> None:
-    net.link(a, b)
-    net.run(seconds)
-    net.unlink(a, b)
-    net.run(20.0)  # apart long enough to forget each other
-
-
 def _copies(net: VirtualNetwork, host: str, msg_id: str) -> int | None:
     c = net.node(host)._cache.get(msg_id)
     return c.copies if c is not None and c.complete else None
@@ -38,10 +31,10 @@ def _spray(budget: int) -> tuple[VirtualNetwork, str]:
     net.subscribe("s", {"topic": "maps"})
     mid = net.publish("a", {"topic": "maps"}, random.Random(1).randbytes(300 * KB), 1e5)
     net.run(5.0)
-    _meet(net, "a", "b")  # b takes 2 of 4
-    _meet(net, "a", "c")  # c takes 1 of a's 2
-    _meet(net, "a", "d")  # a's budget is 1: d, a carrier, does not take it
-    _meet(net, "b", "e")  # e takes 1 of b's 2
+    net.meet("a", "b")  # b takes 2 of 4
+    net.meet("a", "c")  # c takes 1 of a's 2
+    net.meet("a", "d")  # a's budget is 1: d, a carrier, does not take it
+    net.meet("b", "e")  # e takes 1 of b's 2
     return net, mid
 
 
@@ -57,9 +50,9 @@ def test_carriers_take_half_of_the_budget_and_a_spent_copy_goes_to_subscribers_o
     assert net.node("a").counters["copies_handed"] == 2
     # four copies in all, as the budget said; the subscriber still gets it from a carrier
     # whose budget is spent
-    _meet(net, "d", "c")  # a carrier meeting a spent copy does not take it
+    net.meet("d", "c")  # a carrier meeting a spent copy does not take it
     assert _copies(net, "d", mid) is None
-    _meet(net, "s", "c")
+    net.meet("s", "c")
     assert [d.descriptor["id"] for d in net.deliveries("s")] == [mid]
     assert _copies(net, "s", mid) == 1  # and may hand it to other subscribers only
 
@@ -116,7 +109,7 @@ def test_after_a_restart_own_publications_keep_their_budget_and_carried_copies_g
     carried = net.publish("a", {"topic": "maps"}, random.Random(2).randbytes(300 * KB), 1e5)
     own = net.publish("b", {"topic": "mine"}, b"own", 1e5)
     net.run(5.0)
-    _meet(net, "a", "b")
+    net.meet("a", "b")
     assert _copies(net, "b", carried) == 2  # half of a's 4
     again = Node(NodeConfig(host_id="b", altruistic=True, copy_budget=6), random.Random(1), store)
     assert again._cache[own].copies == 6

@@ -21,6 +21,7 @@ after a restart a host learns them again from its neighbours.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Hashable, Iterable
 
@@ -40,9 +41,8 @@ class AcksMixin(NodeState):
         """``c`` was just delivered here: if it is a ``once`` message from another host,
         it is done; say so now to whoever is in range (the host it came from holds it)."""
         h = c.header
-        if h.once and h.origin != self.host_id and self._remember_ack(h.msg_id, h.deadline):
+        if h.once and h.origin != self.host_id and self._acknowledge(c):
             self._send_acks([h.msg_id], now)
-            self._done(c)
 
     def _remember_ack(self, msg_id: str, deadline: float, owner: Hashable = None) -> bool:
         """Remember ``msg_id`` as acknowledged (True when it was not yet): it is no longer
@@ -76,7 +76,8 @@ class AcksMixin(NodeState):
         if not self._acked or now < self._acks_flooded_at + self.config.beacon_period:
             return
         self._acks_flooded_at = now
-        newest = [k for k, d in reversed(self._acked.items()) if d > now][:_ACKS_FLOODED]
+        live = (k for k, d in reversed(self._acked.items()) if d > now)
+        newest = list(itertools.islice(live, _ACKS_FLOODED))
         if newest:
             self._send_acks(newest, now)
 
@@ -91,22 +92,26 @@ class AcksMixin(NodeState):
                 continue
             if not c.header.once:
                 continue  # not a message that is done once delivered: the ack is wrong
-            if self._remote.owner_of("ack", msg_id) is not None:
-                self._forget_ack(msg_id)  # learnt before the message came: now it is held
-            if not self._remember_ack(msg_id, c.header.deadline):
-                continue
-            if c.own or c.meta.local:
-                self._done(c)  # subscribed or published here: kept, no longer offered
-                continue
+            if not self._acknowledge(c) or c.own or c.meta.local:
+                continue  # known already, or subscribed or published here: kept
             self._count("acks_received")
             self._add_history(msg_id, "", c.header.deadline)  # not fetched again
             self._drop(msg_id, now, "acked")
 
-    def _done(self, c: Cached) -> None:
-        """A copy kept here of a message known to be delivered: first to go of the complete
-        messages when room is needed."""
+    def _acknowledge(self, c: Cached) -> bool:
+        """Cached ``once`` message ``c`` is known to be delivered (False: it was already).
+        An ack of it learnt while it was not held stops being charged to the peer that
+        sent it and takes the message's own deadline; a copy kept here (subscribed or
+        published here) is no longer offered and is the first complete message to go when
+        room is needed."""
+        msg_id = c.header.msg_id
+        if self._remote.owner_of("ack", msg_id) is not None:
+            self._forget_ack(msg_id)
+        if not self._remember_ack(msg_id, c.header.deadline):
+            return False
         c.done = True
-        heapq.heappush(self._evict_heap, (c.rank(), c.header.msg_id))
+        heapq.heappush(self._evict_heap, (c.rank(), msg_id))
+        return True
 
     def _expire_acks(self, now: float) -> None:
         heap, acked = self._acked_heap, self._acked
