@@ -11,6 +11,7 @@ medium's own random stream. Neighbour sets are kept up to date by ``link_up`` /
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -52,10 +53,17 @@ class Medium:
         self.arrivals = [_Arrival(self, i) for i in range(n)]
         self.on_idle: Callable[[int], None] | None = None
         """Called with a sender's index when its radio has sent everything queued."""
+        self.idle_needed: Callable[[int], bool] = _always
+        """Whether ``on_idle`` could do anything for a sender now (see :meth:`send`)."""
+        self.links_fixed_until = -math.inf
+        """No link comes up before this time (set by whoever drives the links; strictly
+        before it, a datagram sent by a host without neighbours reaches nobody)."""
         self.sent = 0
         self.delivered = 0
         self.lost = 0
         self.unreachable = 0
+        self.silent = 0
+        """Broadcasts sent while alone, whose arrival was not scheduled (see :meth:`send`)."""
 
     def ready_bytes(self, sender: int) -> int:
         """Bytes ``sender`` may queue now: what keeps its radio busy ``LOOKAHEAD`` ahead."""
@@ -81,6 +89,17 @@ class Medium:
         # would take it: its time (``now + delay``, rounded the same way) and its event id.
         key = (now + (end - now), NORMAL, next(self.env._eid))
         queue = self.queues[sender]
+        if (
+            not queue
+            and not self.neighbours[sender]
+            and key[0] < self.links_fixed_until
+            and not self.idle_needed(sender)
+        ):
+            # Nobody can be in range when it arrives and its arrival would do nothing (no
+            # receiver, an idle call that does nothing): only its air time is kept. Most
+            # datagrams of a sparse network are beacons of hosts alone.
+            self.silent += 1
+            return end
         queue.append((key, data, dest))
         if len(queue) == 1:  # the radio was idle: its first arrival is the next event
             self._schedule(sender, key)
@@ -136,6 +155,10 @@ class Medium:
                 continue
             self.delivered += 1
             self.deliver(r, sender, data)
+
+
+def _always(_sender: int) -> bool:
+    return True
 
 
 class _Arrival:

@@ -8,6 +8,7 @@ index order and sets in sorted order, so the same scenario and seed give identic
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,6 +101,7 @@ class Simulation:
                 )  # fmt: skip
                 self.hosts.append(host)
         self.medium.on_idle = self._idle
+        self.medium.idle_needed = self._idle_needed
         self.targets = Targets(scenario)
         self.joms_targets = joms_traffic.JomsTargets(scenario)
         self.joms_publications = joms_traffic.schedule(scenario, self.names, self.until, self.seed)
@@ -142,6 +144,11 @@ class Simulation:
         if host.node.fragments_queued:
             host.service()
 
+    def _idle_needed(self, sender: int) -> bool:
+        """Whether :meth:`_idle` would do anything for ``sender`` (it only serves queued
+        fragments, and only requests from neighbours queue them)."""
+        return self.hosts[sender].node.fragments_queued > 0
+
     def _deliver(self, receiver: int, sender: int, data: bytes) -> None:
         self.hosts[receiver].receive(self.names[sender], data)
 
@@ -164,6 +171,7 @@ class Simulation:
         first = True
         for _t, up, down in link_changes(self.scenario, self.seed):
             if not first:  # link_changes steps by mobility_step, as this timeout does
+                self.medium.links_fixed_until = self.env.now + self.scenario.mobility_step
                 yield self.env.timeout(self.scenario.mobility_step)
                 self.mobility_steps += 1
             first = False
@@ -171,12 +179,14 @@ class Simulation:
                 self._apply_links(down, False)
             if up.size:
                 self._apply_links(up, True)
+        self.medium.links_fixed_until = math.inf
 
     def _replay(self, events: list[tuple[float, int, int, bool]]) -> Any:
         n = len(self.names)
         up_now: set[int] = set()
         for t, i, j, up in events:
             if t > self.env.now:
+                self.medium.links_fixed_until = self.env.now + (t - self.env.now)
                 yield self.env.timeout(t - self.env.now)
             code = min(i, j) * n + max(i, j)
             if up and code not in up_now:
@@ -185,6 +195,7 @@ class Simulation:
             elif not up and code in up_now:
                 up_now.discard(code)
                 self._link(i, j, False)
+        self.medium.links_fixed_until = math.inf
 
     def _traffic(self) -> Any:
         for pub in self.publications:

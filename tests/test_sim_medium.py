@@ -94,3 +94,40 @@ def test_loss_is_per_receiver_with_the_configured_probability() -> None:
     assert medium.delivered + medium.lost == total
     assert abs(medium.lost / total - 0.3) < 0.03
     assert len(got) == medium.delivered
+
+
+def test_a_lone_broadcast_keeps_its_air_time_but_schedules_nothing() -> None:
+    env, medium, got = make(2, bit_rate=8000.0)  # 1 byte = 1 ms
+    idle: list[tuple[float, int]] = []
+    medium.on_idle = lambda s: idle.append((env.now, s))
+    medium.idle_needed = lambda s: False
+    medium.links_fixed_until = 1.0
+    end = medium.send(0, b"a" * 100, None)  # alone, links fixed until after its arrival
+    assert abs(end - 0.100) < 1e-12
+    assert medium.silent == 1 and not env._queue  # no arrival scheduled
+    medium.link_up(0, 1)
+    medium.send(0, b"b" * 50, None)  # the radio is still busy with the first
+    env.run()
+    assert [(round(t, 9), r, d[:1]) for t, r, _, d in got] == [(0.15, 1, b"b")]
+    assert medium.sent == 2 and medium.silent == 1
+    assert [s for _, s in idle] == [0]
+
+
+def test_a_lone_broadcast_is_scheduled_when_anything_could_see_its_arrival() -> None:
+    # a link may come up before it arrives
+    env, medium, got = make(2, bit_rate=8000.0)
+    medium.links_fixed_until = 0.05
+    medium.send(0, b"a" * 100, None)
+    # the idle call would have work to do
+    medium.links_fixed_until = 1.0
+    medium.idle_needed = lambda s: True
+    medium.send(1, b"b" * 10, None)
+    # an earlier datagram of the sender ("a") is still on the air
+    medium.idle_needed = lambda s: False
+    medium.send(0, b"c" * 10, None)
+    assert medium.silent == 0 and medium.sent == 3
+    medium.send(1, b"d" * 10, None)  # host 1's "b" is on the air too
+    env.run()
+    assert medium.silent == 0
+    medium.send(1, b"e" * 10, None)  # now alone, idle, links fixed: not scheduled
+    assert medium.silent == 1
