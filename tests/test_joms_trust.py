@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from activemq import free_port
@@ -17,22 +18,28 @@ import joms
 
 
 def _stomp_daemons(daemons: Callable[..., DaemonProc], *names: str) -> list[int]:
+    return [port for _, port in _stomp_procs(daemons, *names)]
+
+
+def _stomp_procs(
+    daemons: Callable[..., DaemonProc], *names: str, extra: tuple[str, ...] = ()
+) -> list[tuple[DaemonProc, int]]:
     group = random_group()
-    ports = []
+    started = []
     for name in names:
         port = free_port()
-        daemons(name, "--host-id", name, "--group", group, "--stomp", f"127.0.0.1:{port}",
-                "--announce-period", "0.2")  # fmt: skip
-        ports.append(port)
+        proc = daemons(name, "--host-id", name, "--group", group, "--stomp",
+                       f"127.0.0.1:{port}", "--announce-period", "0.2", *extra)  # fmt: skip
+        started.append((proc, port))
 
-    for port in ports:
+    for _, port in started:
 
         def up(port: int = port) -> bool:
             with socket.create_connection(("127.0.0.1", port), timeout=2):
                 return True
 
         wait_for(up, what="STOMP port")
-    return ports
+    return started
 
 
 def test_one_producers_messages_keep_their_order_across_daemons(daemons) -> None:
@@ -271,3 +278,33 @@ def test_queue_browser_through_the_python_api(daemons) -> None:
         assert [m.text for m in got if m] == ["high", "low"]  # browsing consumed nothing
         # acknowledgements reach the manager after ack_delay: the queue empties then
         wait_for(lambda: s.create_browser(q).messages() == [], what="an empty queue")
+
+
+def _joms_config(tmp_path: Path, **settings: float) -> tuple[str, ...]:
+    """``--config FILE`` with a ``[joms]`` table (docs/joms.md, "Service configuration")."""
+    path = tmp_path / "joms.toml"
+    path.write_text("[joms]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+    return ("--config", str(path))
+
+
+def test_the_redelivery_limit_is_a_daemon_setting(daemons, tmp_path) -> None:
+    """``[joms] max_redeliveries = 1`` in the daemon's config file: one redelivery after a
+    rollback, then the message is in the dead-letter queue."""
+    [(_, port)] = _stomp_procs(daemons, "m1", extra=_joms_config(tmp_path, max_redeliveries=1))
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session(transacted=True)
+        q = s.create_queue("Work")
+        s.create_producer(q).send(s.create_text_message("poison"))
+        s.commit()
+        cons = s.create_consumer(q)
+        deliveries = 0
+        while (m := cons.receive(2)) is not None:
+            assert m.text == "poison"
+            deliveries += 1
+            s.rollback()
+            assert deliveries <= 3, "the configured limit was not applied"
+        assert deliveries == 2  # the first delivery and 1 redelivery
+        d = c.create_session()
+        dead = d.create_consumer(d.create_queue("DLQ")).receive(10)
+        assert dead is not None and dead.text == "poison"
+        assert dead.get_property("original-destination") == "/queue/Work@m1"

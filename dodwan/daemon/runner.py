@@ -1117,6 +1117,11 @@ class _ServiceHost:
     def state_dir(self) -> Path:
         return self._d.state_dir
 
+    @property
+    def joms_config(self) -> dict[str, Any]:
+        """The config file's ``[joms]`` table (settings of the JOMS service it hosts)."""
+        return self._d.config.joms
+
     def now(self) -> float:
         return time.time()
 
