@@ -287,10 +287,44 @@ def _joms_config(tmp_path: Path, **settings: float) -> tuple[str, ...]:
     return ("--config", str(path))
 
 
+def test_a_gap_is_given_up_after_the_configured_timeout_and_counted(daemons, tmp_path) -> None:
+    """Per-producer order with a daemon's ``[joms] order_gap_timeout``: a subscriber that
+    first hears from a producer at its 2nd message (the 1st expired before it subscribed)
+    holds it back for the configured timeout, then delivers it and counts a gap, visible
+    in the daemon's /status counters; the producer's next message comes at once."""
+    [(proc, port)] = _stomp_procs(
+        daemons, "g1", extra=_joms_config(tmp_path, order_gap_timeout=1.0)
+    )
+    with joms.connect(f"stomp://127.0.0.1:{port}") as producer:
+        s1 = producer.create_session()
+        prod = s1.create_producer(s1.create_topic("gappy"))
+        prod.send(s1.create_text_message("m1"), time_to_live=0.3)
+        wait_for(lambda: not [m for m in proc.client().get("/cache")
+                              if m["descriptor"].get("destination_id") == "gappy"],
+                 what="m1 expired out of the cache")  # fmt: skip
+        with joms.connect(f"stomp://127.0.0.1:{port}") as consumer:
+            s2 = consumer.create_session()
+            sub = s2.create_consumer(s2.create_topic("gappy"))
+            sent = time.monotonic()
+            prod.send(s1.create_text_message("m2"))
+            m2 = sub.receive(10)
+            held = time.monotonic() - sent
+            assert m2 is not None and m2.text == "m2"
+            assert 0.9 <= held < 1.8, f"m2 held {held:.2f} s, the gap timeout is 1.0 s"
+            sent = time.monotonic()
+            prod.send(s1.create_text_message("m3"))
+            m3 = sub.receive(10)
+            assert m3 is not None and m3.text == "m3"
+            assert time.monotonic() - sent < 0.8  # no gap before m3: not held
+    counters = proc.status()["counters"]
+    assert counters.get("joms_order_gaps") == 1, counters
+    assert counters.get("joms_order_late", 0) == 0, counters
+
+
 def test_the_redelivery_limit_is_a_daemon_setting(daemons, tmp_path) -> None:
     """``[joms] max_redeliveries = 1`` in the daemon's config file: one redelivery after a
     rollback, then the message is in the dead-letter queue."""
-    [(_, port)] = _stomp_procs(daemons, "m1", extra=_joms_config(tmp_path, max_redeliveries=1))
+    [(proc, port)] = _stomp_procs(daemons, "m1", extra=_joms_config(tmp_path, max_redeliveries=1))
     with joms.connect(f"stomp://127.0.0.1:{port}") as c:
         s = c.create_session(transacted=True)
         q = s.create_queue("Work")
@@ -308,3 +342,4 @@ def test_the_redelivery_limit_is_a_daemon_setting(daemons, tmp_path) -> None:
         dead = d.create_consumer(d.create_queue("DLQ")).receive(10)
         assert dead is not None and dead.text == "poison"
         assert dead.get_property("original-destination") == "/queue/Work@m1"
+    assert proc.status()["counters"].get("joms_dead_lettered", 0) >= 1
