@@ -343,3 +343,33 @@ def test_the_redelivery_limit_is_a_daemon_setting(daemons, tmp_path) -> None:
         assert dead is not None and dead.text == "poison"
         assert dead.get_property("original-destination") == "/queue/Work@m1"
     assert proc.status()["counters"].get("joms_dead_lettered", 0) >= 1
+
+
+def test_topic_wildcards_across_daemons(daemons) -> None:
+    """``/topic/news.>`` and ``news.*`` (ActiveMQ's spelling) subscribed on one host get
+    what another host publishes: the wildcard travels as a DoDWAN profile, so the network
+    carries the matching topics to the subscriber and not the others."""
+    p1, p2 = _stomp_daemons(daemons, "w1", "w2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+    ):
+        s2 = c2.create_session()
+        deep = s2.create_consumer(s2.create_topic("news.>"))
+        one = s2.create_consumer(s2.create_topic("news.*"))
+        s1 = c1.create_session()
+        prod = s1.create_producer()
+        for topic in ("weather.today", "news.sport.uk", "newsroom", "news.sport", "news.end"):
+            prod.send(s1.create_text_message(topic), s1.create_topic(topic))
+
+        def texts(consumer: joms.MessageConsumer, count: int) -> list[str]:
+            out = []  # order across topics is not promised (docs/joms.md)
+            while len(out) < count and (m := consumer.receive(20)) is not None:
+                out.append(m.text)
+            return sorted(out)
+
+        assert texts(deep, 3) == ["news.end", "news.sport", "news.sport.uk"]
+        assert texts(one, 2) == ["news.end", "news.sport"]
+        for consumer in (deep, one):  # nothing else came
+            extra = consumer.receive(1.0)
+            assert extra is None, extra.text
