@@ -373,3 +373,54 @@ def test_topic_wildcards_across_daemons(daemons) -> None:
         for consumer in (deep, one):  # nothing else came
             extra = consumer.receive(1.0)
             assert extra is None, extra.text
+
+
+def _fifty_in_order(consumer: joms.MessageConsumer) -> None:
+    got = []
+    while len(got) < 50:
+        m = consumer.receive(20)
+        assert m is not None, f"only {len(got)} of 50 arrived: {got}"
+        got.append(int(m.text))
+    inversions = sum(1 for i in range(50) for j in range(i + 1, 50) if got[i] > got[j])
+    assert inversions == 0, f"{inversions} inversions: {got}"
+
+
+def test_one_producers_queue_messages_reach_the_manager_in_order(daemons) -> None:
+    """JMS 1.1 §4.4.10 holds for queues too: 50 messages one session sends to Seq@q2 from
+    another host are consumed on the manager's host in the order sent (they reached the
+    manager in reverse and were handed out in arrival order: 1,225 inversions)."""
+    p1, p2 = _stomp_daemons(daemons, "q1", "q2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+    ):
+        s2 = c2.create_session()
+        cons = s2.create_consumer(s2.create_queue("Seq"))  # Seq@q2, managed on q2
+        s1 = c1.create_session()
+        prod = s1.create_producer(s1.create_queue("Seq@q2"))
+        prod.sync = False
+        for i in range(50):
+            prod.send(s1.create_text_message(str(i)))
+        _fifty_in_order(cons)
+
+
+def test_a_remote_queue_receiver_gets_the_managers_hand_outs_in_order(daemons) -> None:
+    """The other leg: producer on the manager's host, consumer on another host. The
+    manager's deliveries to it crossed the network in reverse (1,225 inversions)."""
+    p1, p2 = _stomp_daemons(daemons, "r1", "r2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+    ):
+        s2 = c2.create_session()
+        s2.create_consumer(s2.create_queue("Seq")).close()  # creates Seq@r2
+        s1 = c1.create_session()
+        cons = s1.create_consumer(s1.create_queue("Seq@r2"))
+        prod = s2.create_producer(s2.create_queue("Seq"))
+        prod.send(s2.create_text_message("ready"))
+        first = cons.receive(20)  # the receiver's request has reached the manager
+        assert first is not None and first.text == "ready"
+        prod.sync = False
+        for i in range(50):
+            prod.send(s2.create_text_message(str(i)))
+        _fifty_in_order(cons)
