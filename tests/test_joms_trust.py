@@ -424,3 +424,28 @@ def test_a_remote_queue_receiver_gets_the_managers_hand_outs_in_order(daemons) -
         for i in range(50):
             prod.send(s2.create_text_message(str(i)))
         _fifty_in_order(cons)
+
+
+def test_a_poison_message_of_a_durable_subscription_is_dead_lettered(daemons) -> None:
+    """Defect 3 for topics: a durable subscriber that rolls back the same message again and
+    again gets it max_redeliveries (6) more times, then it goes to DLQ on the subscriber's
+    host with the topic as its original destination."""
+    (port,) = _stomp_daemons(daemons, "dd1")
+    with joms.connect(f"stomp://127.0.0.1:{port}", client_id="poisoned") as c:
+        s = c.create_session(transacted=True)
+        t = s.create_topic("orders")
+        sub = s.create_durable_subscriber(t, "audit")
+        s.create_producer(t).send(s.create_text_message("poison", properties={"k": "v"}))
+        s.commit()
+        deliveries = 0
+        while (m := sub.receive(2)) is not None:
+            assert m.text == "poison" and m.redelivered == (deliveries > 0)
+            deliveries += 1
+            s.rollback()
+            assert deliveries <= 10, "redelivered forever"
+        assert deliveries == 7
+        d = c.create_session()
+        dead = d.create_consumer(d.create_queue("DLQ")).receive(10)
+        assert dead is not None and dead.text == "poison" and dead.get_property("k") == "v"
+        assert dead.get_property("original-destination") == "/topic/orders"
+        assert "max_redeliveries" in dead.get_property("dlq-reason")
