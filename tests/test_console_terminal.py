@@ -506,6 +506,22 @@ def test_dash_c_runs_a_script(net: tuple[Host, Host], home: Path) -> None:
     assert "Script" in topics.split(":", 1)[1].strip().split(", ")  # from the daemon's cache
 
 
+def test_a_queue_message_received_once_is_not_received_again(
+    net: tuple[Host, Host], home: Path
+) -> None:
+    """Issue 17, defect 1, as the console showed it on the queue manager's host:
+    ``receive -q MailBox1; receive -q MailBox1`` printed ``m1`` then ``m1 (redelivered)``
+    (the first receiver's close went out at once, its ack waited in the ack batch)."""
+    a, _ = net
+    rc, out, err = run_joms(home, "--url", a.url, "-c",
+                            "send -q MailBox1 -id m1 -p first; receive -q MailBox1 --timeout 10; "
+                            "receive -q MailBox1 --timeout 1")  # fmt: skip
+    assert [x for x in out.splitlines() if x.startswith("queue ")] == [
+        "queue MailBox1@ca id m1: first"
+    ], out
+    assert (rc, err.strip()) == (1, "error: no message on queue MailBox1 within 1 s")
+
+
 def test_a_general_regex_is_checked_by_the_console(net: tuple[Host, Host], home: Path) -> None:
     a, _ = net
     rc, out, err = run_joms(

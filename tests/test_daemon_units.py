@@ -158,6 +158,20 @@ def test_config_file_and_overrides(tmp_path: Path) -> None:
     assert c.interface == "eth9" and c.bitrate == 1000 and c.group == cfg.DEFAULT_GROUP
     nc = c.node_config("h")
     assert nc.announce_period == 2.5 and nc.altruistic is True
+    assert c.joms == {}
+
+
+def test_config_file_joms_table(tmp_path: Path) -> None:
+    """The ``[joms]`` table reaches the STOMP gateway's service as written (the service
+    builds its ServiceConfig from it)."""
+    f = tmp_path / "c.toml"
+    f.write_text("[joms]\nmax_redeliveries = 2\norder_gap_timeout = 1\n")
+    c = cfg.load(f)
+    assert c.joms == {"max_redeliveries": 2, "order_gap_timeout": 1}
+    from joms.service.config import ServiceConfig
+
+    sc = ServiceConfig.from_mapping(c.joms)
+    assert sc.max_redeliveries == 2 and sc.order_gap_timeout == 1.0
 
 
 @pytest.mark.parametrize(
@@ -171,6 +185,10 @@ def test_config_file_and_overrides(tmp_path: Path) -> None:
         ("[node.limits]\nmax_remote_memory = 1000\n", "max_remote_memory"),
         ("this is not toml", "not valid TOML"),
         ("log_level = 'loud'\n", "log_level"),
+        ("joms = 1\n", r"\[joms\] must be a table"),
+        ("[joms]\nmax_redelivery = 3\n", r"\[joms\]: unknown JOMS setting\(s\) max_redelivery"),
+        ("[joms]\norder_gap_timeout = 'soon'\n", "order_gap_timeout must be a float"),
+        ("[joms]\nmax_redeliveries = -2\n", "max_redeliveries must be >= 0"),
     ],
 )
 def test_config_errors_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:

@@ -421,3 +421,48 @@ def test_durable_backlog_bound_holds_when_a_dropped_message_is_acked_later() -> 
         w.step()
     stored = [k for k, _ in s.store.items("dpending", "")]
     assert len(stored) <= 2, stored
+
+
+def test_a_queue_manager_holds_a_producers_later_message_until_the_gap_timeout() -> None:
+    """Per-producer order at a queue's manager: a producer's message 2 arriving without
+    message 1 waits ``order_gap_timeout``, then joins the queue and a gap is counted; the
+    producer's next message is not held."""
+    w = World("m", config=ServiceConfig(lease=6.0, directory_period=2.0, order_gap_timeout=1.5))
+    s = w.svc["m"]
+    q = s.create_queue("jobs", w.net.now)
+    c = s.open_connection(w.net.now)
+    s.subscribe(c, q, w.net.now)
+    w.run(0.5)
+    s._connections[c].sent[q.name] = 1  # as if its message 1 were lost on the way
+    s.send(c, text(q, "second"), w.net.now)
+    w.run(1.2)
+    assert w.bodies("m") == [] and s.counters.get("order_gaps", 0) == 0
+    w.run(0.5)
+    assert w.bodies("m") == [b"second"] and s.counters["order_gaps"] == 1
+    s.send(c, text(q, "third"), w.net.now)
+    w.run(0.3)
+    assert w.bodies("m") == [b"second", b"third"]
+
+
+def test_a_delivery_held_back_when_its_receiver_closes_goes_back_as_never_delivered() -> None:
+    """A remote receiver holds a hand-out that came before an earlier one; when its
+    consumer closes, that message goes back to the manager as never delivered (the next
+    receiver gets it without JMSRedelivered)."""
+    w = World("m", "r")
+    q = w.svc["m"].create_queue("jobs", w.net.now)
+    c = w.svc["r"].open_connection(w.net.now)
+    first = w.svc["r"].subscribe(c, q, w.net.now, ack_mode="client-individual")
+    w.run(3)
+    [receiver] = w.svc["m"]._queues["jobs@m"].receivers.values()
+    receiver.handed = 1  # as if hand-out 1 were lost on the way
+    cm = w.svc["m"].open_connection(w.net.now)
+    w.svc["m"].send(cm, text(q, "j0"), w.net.now)
+    w.run(1)  # reached r, held back (order_gap_timeout is 2 s)
+    assert w.svc["m"].queue_status("jobs@m")["assigned"] == 1 and w.events["r"] == []
+    w.svc["r"].close_consumer(first, w.net.now)
+    w.run(3)
+    assert w.events["r"] == []
+    assert w.svc["m"].queue_status("jobs@m")["assigned"] == 0
+    w.svc["r"].subscribe(c, q, w.net.now, ack_mode="client-individual")
+    w.run(4)
+    assert [(e.message.body, e.message.redelivered) for e in w.events["r"]] == [(b"j0", False)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from activemq import free_port
@@ -17,22 +18,28 @@ import joms
 
 
 def _stomp_daemons(daemons: Callable[..., DaemonProc], *names: str) -> list[int]:
+    return [port for _, port in _stomp_procs(daemons, *names)]
+
+
+def _stomp_procs(
+    daemons: Callable[..., DaemonProc], *names: str, extra: tuple[str, ...] = ()
+) -> list[tuple[DaemonProc, int]]:
     group = random_group()
-    ports = []
+    started = []
     for name in names:
         port = free_port()
-        daemons(name, "--host-id", name, "--group", group, "--stomp", f"127.0.0.1:{port}",
-                "--announce-period", "0.2")  # fmt: skip
-        ports.append(port)
+        proc = daemons(name, "--host-id", name, "--group", group, "--stomp",
+                       f"127.0.0.1:{port}", "--announce-period", "0.2", *extra)  # fmt: skip
+        started.append((proc, port))
 
-    for port in ports:
+    for _, port in started:
 
         def up(port: int = port) -> bool:
             with socket.create_connection(("127.0.0.1", port), timeout=2):
                 return True
 
         wait_for(up, what="STOMP port")
-    return ports
+    return started
 
 
 def test_one_producers_messages_keep_their_order_across_daemons(daemons) -> None:
@@ -271,3 +278,174 @@ def test_queue_browser_through_the_python_api(daemons) -> None:
         assert [m.text for m in got if m] == ["high", "low"]  # browsing consumed nothing
         # acknowledgements reach the manager after ack_delay: the queue empties then
         wait_for(lambda: s.create_browser(q).messages() == [], what="an empty queue")
+
+
+def _joms_config(tmp_path: Path, **settings: float) -> tuple[str, ...]:
+    """``--config FILE`` with a ``[joms]`` table (docs/joms.md, "Service configuration")."""
+    path = tmp_path / "joms.toml"
+    path.write_text("[joms]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+    return ("--config", str(path))
+
+
+def test_a_gap_is_given_up_after_the_configured_timeout_and_counted(daemons, tmp_path) -> None:
+    """Per-producer order with a daemon's ``[joms] order_gap_timeout``: a subscriber that
+    first hears from a producer at its 2nd message (the 1st expired before it subscribed)
+    holds it back for the configured timeout, then delivers it and counts a gap, visible
+    in the daemon's /status counters; the producer's next message comes at once."""
+    [(proc, port)] = _stomp_procs(
+        daemons, "g1", extra=_joms_config(tmp_path, order_gap_timeout=1.0)
+    )
+    with joms.connect(f"stomp://127.0.0.1:{port}") as producer:
+        s1 = producer.create_session()
+        prod = s1.create_producer(s1.create_topic("gappy"))
+        prod.send(s1.create_text_message("m1"), time_to_live=0.3)
+        wait_for(lambda: not [m for m in proc.client().get("/cache")
+                              if m["descriptor"].get("destination_id") == "gappy"],
+                 what="m1 expired out of the cache")  # fmt: skip
+        with joms.connect(f"stomp://127.0.0.1:{port}") as consumer:
+            s2 = consumer.create_session()
+            sub = s2.create_consumer(s2.create_topic("gappy"))
+            sent = time.monotonic()
+            prod.send(s1.create_text_message("m2"))
+            m2 = sub.receive(10)
+            held = time.monotonic() - sent
+            assert m2 is not None and m2.text == "m2"
+            assert 0.9 <= held < 1.9, f"m2 held {held:.2f} s, the gap timeout is 1.0 s (default 2)"
+            sent = time.monotonic()
+            prod.send(s1.create_text_message("m3"))
+            m3 = sub.receive(10)
+            assert m3 is not None and m3.text == "m3"
+            assert time.monotonic() - sent < 0.8  # no gap before m3: not held
+    counters = proc.status()["counters"]
+    assert counters.get("joms_order_gaps") == 1, counters
+    assert counters.get("joms_order_late", 0) == 0, counters
+
+
+def test_the_redelivery_limit_is_a_daemon_setting(daemons, tmp_path) -> None:
+    """``[joms] max_redeliveries = 1`` in the daemon's config file: one redelivery after a
+    rollback, then the message is in the dead-letter queue."""
+    [(proc, port)] = _stomp_procs(daemons, "m1", extra=_joms_config(tmp_path, max_redeliveries=1))
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        s = c.create_session(transacted=True)
+        q = s.create_queue("Work")
+        s.create_producer(q).send(s.create_text_message("poison"))
+        s.commit()
+        cons = s.create_consumer(q)
+        deliveries = 0
+        while (m := cons.receive(2)) is not None:
+            assert m.text == "poison"
+            deliveries += 1
+            s.rollback()
+            assert deliveries <= 3, "the configured limit was not applied"
+        assert deliveries == 2  # the first delivery and 1 redelivery
+        d = c.create_session()
+        dead = d.create_consumer(d.create_queue("DLQ")).receive(10)
+        assert dead is not None and dead.text == "poison"
+        assert dead.get_property("original-destination") == "/queue/Work@m1"
+    assert proc.status()["counters"].get("joms_dead_lettered", 0) >= 1
+
+
+def test_topic_wildcards_across_daemons(daemons) -> None:
+    """``/topic/news.>`` and ``news.*`` (ActiveMQ's spelling) subscribed on one host get
+    what another host publishes: the wildcard travels as a DoDWAN profile, so the network
+    carries the matching topics to the subscriber and not the others."""
+    p1, p2 = _stomp_daemons(daemons, "w1", "w2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+    ):
+        s2 = c2.create_session()
+        deep = s2.create_consumer(s2.create_topic("news.>"))
+        one = s2.create_consumer(s2.create_topic("news.*"))
+        s1 = c1.create_session()
+        prod = s1.create_producer()
+        for topic in ("weather.today", "news.sport.uk", "newsroom", "news.sport", "news.end"):
+            prod.send(s1.create_text_message(topic), s1.create_topic(topic))
+
+        def texts(consumer: joms.MessageConsumer, count: int) -> list[str]:
+            out = []  # order across topics is not promised (docs/joms.md)
+            while len(out) < count and (m := consumer.receive(20)) is not None:
+                out.append(m.text)
+            return sorted(out)
+
+        assert texts(deep, 3) == ["news.end", "news.sport", "news.sport.uk"]
+        assert texts(one, 2) == ["news.end", "news.sport"]
+        for consumer in (deep, one):  # nothing else came
+            extra = consumer.receive(1.0)
+            assert extra is None, extra.text
+
+
+def _fifty_in_order(consumer: joms.MessageConsumer) -> None:
+    got = []
+    while len(got) < 50:
+        m = consumer.receive(20)
+        assert m is not None, f"only {len(got)} of 50 arrived: {got}"
+        got.append(int(m.text))
+    inversions = sum(1 for i in range(50) for j in range(i + 1, 50) if got[i] > got[j])
+    assert inversions == 0, f"{inversions} inversions: {got}"
+
+
+def test_one_producers_queue_messages_reach_the_manager_in_order(daemons) -> None:
+    """JMS 1.1 §4.4.10 holds for queues too: 50 messages one session sends to Seq@q2 from
+    another host are consumed on the manager's host in the order sent (they reached the
+    manager in reverse and were handed out in arrival order: 1,225 inversions)."""
+    p1, p2 = _stomp_daemons(daemons, "q1", "q2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+    ):
+        s2 = c2.create_session()
+        cons = s2.create_consumer(s2.create_queue("Seq"))  # Seq@q2, managed on q2
+        s1 = c1.create_session()
+        prod = s1.create_producer(s1.create_queue("Seq@q2"))
+        prod.sync = False
+        for i in range(50):
+            prod.send(s1.create_text_message(str(i)))
+        _fifty_in_order(cons)
+
+
+def test_a_remote_queue_receiver_gets_the_managers_hand_outs_in_order(daemons) -> None:
+    """The other leg: producer on the manager's host, consumer on another host. The
+    manager's deliveries to it crossed the network in reverse (1,225 inversions)."""
+    p1, p2 = _stomp_daemons(daemons, "r1", "r2")
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+    ):
+        s2 = c2.create_session()
+        s2.create_consumer(s2.create_queue("Seq")).close()  # creates Seq@r2
+        s1 = c1.create_session()
+        cons = s1.create_consumer(s1.create_queue("Seq@r2"))
+        prod = s2.create_producer(s2.create_queue("Seq"))
+        prod.send(s2.create_text_message("ready"))
+        first = cons.receive(20)  # the receiver's request has reached the manager
+        assert first is not None and first.text == "ready"
+        prod.sync = False
+        for i in range(50):
+            prod.send(s2.create_text_message(str(i)))
+        _fifty_in_order(cons)
+
+
+def test_a_poison_message_of_a_durable_subscription_is_dead_lettered(daemons) -> None:
+    """Defect 3 for topics: a durable subscriber that rolls back the same message again and
+    again gets it max_redeliveries (6) more times, then it goes to DLQ on the subscriber's
+    host with the topic as its original destination."""
+    (port,) = _stomp_daemons(daemons, "dd1")
+    with joms.connect(f"stomp://127.0.0.1:{port}", client_id="poisoned") as c:
+        s = c.create_session(transacted=True)
+        t = s.create_topic("orders")
+        sub = s.create_durable_subscriber(t, "audit")
+        s.create_producer(t).send(s.create_text_message("poison", properties={"k": "v"}))
+        s.commit()
+        deliveries = 0
+        while (m := sub.receive(2)) is not None:
+            assert m.text == "poison" and m.redelivered == (deliveries > 0)
+            deliveries += 1
+            s.rollback()
+            assert deliveries <= 10, "redelivered forever"
+        assert deliveries == 7
+        d = c.create_session()
+        dead = d.create_consumer(d.create_queue("DLQ")).receive(10)
+        assert dead is not None and dead.text == "poison" and dead.get_property("k") == "v"
+        assert dead.get_property("original-destination") == "/topic/orders"
+        assert "max_redeliveries" in dead.get_property("dlq-reason")

@@ -348,6 +348,9 @@ class DaemonConfig:
     values: dict[str, Any]
     node: dict[str, Any]
     limits: dict[str, Any] = field(default_factory=dict)
+    joms: dict[str, Any] = field(default_factory=dict)
+    """The ``[joms]`` table as written (checked): the STOMP gateway's JOMS service
+    settings (``joms.service.ServiceConfig``)."""
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -362,7 +365,32 @@ class DaemonConfig:
             raise ConfigError(f"node settings: {exc}") from None
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.values, "node": {**self.node, "limits": dict(self.limits)}}
+        return {
+            **self.values,
+            "node": {**self.node, "limits": dict(self.limits)},
+            "joms": dict(self.joms),
+        }
+
+
+def _joms_settings() -> Any:
+    """``joms.service.config`` (imported here only: the daemon runs without JOMS)."""
+    from joms.service import config
+
+    return config
+
+
+def _check_joms(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``[joms]`` table, checked the way the service will read it (names, types,
+    ranges); a one-line ConfigError otherwise."""
+    try:
+        settings = _joms_settings()
+    except ImportError as exc:  # pragma: no cover - joms ships with dodwan
+        raise ConfigError(f"{where} needs the joms package: {exc}") from None
+    try:
+        settings.ServiceConfig.from_mapping(table)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return dict(table)
 
 
 def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> DaemonConfig:
@@ -370,6 +398,7 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     values = {s.name: s.default for s in SETTINGS}
     node = dict(NODE_DEFAULTS)
     limits: dict[str, Any] = {}
+    joms: dict[str, Any] = {}
     if path is not None:
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
@@ -403,6 +432,10 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
                     if nk not in NODE_FIELDS:
                         raise ConfigError(f"{path}: unknown setting node.{nk}")
                     node[nk] = _check_type(f"{path}: node.{nk}", nv, NODE_DEFAULTS[nk])
+            elif key == "joms":
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{path}: [joms] must be a table")
+                joms = _check_joms(f"{path}: [joms]", value)
             elif key in BY_NAME:
                 values[key] = _check_type(f"{path}: {key}", value, BY_NAME[key].default)
             else:
@@ -449,7 +482,7 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
         )
     if node["request_timeout"] <= node["request_delay"]:
         raise ConfigError("node.request_timeout must be longer than node.request_delay")
-    conf = DaemonConfig(values, node, limits)
+    conf = DaemonConfig(values, node, limits, joms)
     conf.node_config("check")  # what the core itself refuses, as a one-line error
     return conf
 
@@ -578,6 +611,22 @@ def render_markdown() -> str:
     for name, default in LIMIT_DEFAULTS.items():
         rng = _range_text(LIMIT_RANGES.get(name))
         lines.append(f"| `{name}` | `{_toml_value(default)}` | {rng} | {ldocs.get(name, '')} |")
+    joms = _joms_settings()
+    jdefaults = joms.ServiceConfig()
+    lines += [
+        "",
+        "## JOMS settings (`[joms]` table)",
+        "",
+        "Settings of the JOMS service behind the STOMP gateway (`--stomp`), the fields of",
+        "`joms.service.ServiceConfig` (see `docs/joms.md`); checked when the daemon starts.",
+        "Durations are seconds.",
+        "",
+        "| name | default | meaning |",
+        "|---|---|---|",
+    ]
+    for name, doc in joms.field_docs().items():
+        text = " ".join(doc.split())
+        lines.append(f"| `{name}` | `{_toml_value(getattr(jdefaults, name))}` | {text} |")
     lines += [
         "",
         "## Running under a service manager",

@@ -702,6 +702,8 @@ class Daemon:
         gateway = getattr(self._stomp_server, "gateway", None)
         for k, v in getattr(gateway, "counters", {}).items():
             out[f"daemon_stomp_{k}"] = v
+        for k, v in getattr(getattr(gateway, "service", None), "counters", {}).items():
+            out[f"joms_{k}"] = v  # the JOMS service's (order_gaps, dead_lettered, ...)
         if self.pacer is not None:
             out["pacer_sent"] = self.pacer.sent
             out["pacer_dropped"] = self.pacer.dropped
@@ -1116,6 +1118,11 @@ class _ServiceHost:
     @property
     def state_dir(self) -> Path:
         return self._d.state_dir
+
+    @property
+    def joms_config(self) -> dict[str, Any]:
+        """The config file's ``[joms]`` table (settings of the JOMS service it hosts)."""
+        return self._d.config.joms
 
     def now(self) -> float:
         return time.time()

@@ -109,7 +109,7 @@ class _Connection:
     temp_topics: set[str] = field(default_factory=set)
     txs: dict[str, _Tx] = field(default_factory=dict)
     sent: dict[str, int] = field(default_factory=dict)
-    """Topic name -> messages this connection (one producer) published to it."""
+    """Topic name or ``Queue@Host`` -> messages this connection (one producer) sent to it."""
 
 
 @dataclass(slots=True)
@@ -136,7 +136,8 @@ class _Consumer:
     pending: deque[tuple[str, JomsMessage]] = field(default_factory=deque)
     unacked: OrderedDict[str, tuple[str, JomsMessage]] = field(default_factory=OrderedDict)
     reorder: Reorder[tuple[str, JomsMessage]] | None = None
-    """Topic consumers: puts each producer's messages back in order."""
+    """Topic consumers: puts each producer's messages back in order; queue consumers: puts
+    the manager's hand-outs (joms_hand) back in order."""
 
 
 @dataclass(slots=True)

@@ -63,13 +63,15 @@ class ServiceConfig:
     ``dlq-reason``)."""
 
     order_gap_timeout: float = 2.0
-    """A topic consumer holds back a producer's message that arrives before an earlier one
-    (same producer, same topic) until the gap is filled or this long has passed; then it
-    delivers what it holds and counts a gap. 0 = no reordering (arrival order)."""
+    """A topic consumer or a queue's manager holds back a producer's message that arrives
+    before an earlier one (same producer, same destination), and a queue receiver a
+    delivery that arrives before one handed out earlier, until the gap is filled or this
+    long has passed; then it delivers what it holds and counts a gap. 0 = no reordering
+    (arrival order)."""
 
     order_window_bytes: int = 1_048_576
-    """Most body bytes one consumer holds back for reordering; beyond, the oldest held
-    message is delivered at once (a gap is counted)."""
+    """Most body bytes one consumer (or queue manager) holds back for reordering; beyond,
+    the oldest held message is delivered at once (a gap is counted)."""
 
     def __post_init__(self) -> None:
         if self.default_ttl <= 0:

@@ -47,6 +47,7 @@ DELIVERY_COUNT = "jms_delivery_count"  # redeliveries so far (queue deliveries, 
 ORIGINAL_DESTINATION = "jms_original_destination"  # on a dead letter: where it was sent
 DLQ_REASON = "jms_dlq_reason"  # on a dead letter: why it was dead-lettered
 SEQUENCE = "joms_seq"  # "<producer>:<n>": the n-th message of a producer to a destination
+HAND = "joms_hand"  # on a queue delivery: "<manager>/<queue>/<receiver>:<n>", its n-th hand-out
 
 PERSISTENT = "PERSISTENT"
 NON_PERSISTENT = "NON_PERSISTENT"
@@ -67,7 +68,7 @@ DODWAN_SYSTEM = frozenset(
 JOMS_ATTRIBUTES = frozenset(
     {KIND, DEST_ID, DEST_TYPE, MESSAGE_ID, DELIVERY_MODE, TIMESTAMP, EXPIRATION}
     | {CORRELATION_ID, REPLY_TO, TYPE, TYPES, BODY, CONNECTION, REPLY_ID, REDELIVERED, COPY_OF}
-    | {DELIVERY_COUNT, ORIGINAL_DESTINATION, DLQ_REASON, SEQUENCE}
+    | {DELIVERY_COUNT, ORIGINAL_DESTINATION, DLQ_REASON, SEQUENCE, HAND}
 )
 HEADER_IDENTIFIERS = {
     "JMSDeliveryMode": DELIVERY_MODE,

@@ -20,6 +20,7 @@ from .base import (
     selector_matches,
 )
 from .model import Destination, JomsMessage
+from .ordering import Reorder, parse_sequence
 from .queues import ManagedQueue, Pending, Receiver
 
 
@@ -180,9 +181,46 @@ class QueueManagerMixin(ServiceBase):
             self._drop_pending(q, oldest)
             self._count("pending_overflow")
         pend = Pending(f"{int(now * 1e6):020d}{self._id()}", msg, deadline, d.get("id", ""))
-        q.pending[msg.message_id] = pend
-        self._save_pending(q, pend)
+        self._save_pending(q, pend)  # stored at once, also while held back for order
+        self._admit(q, self._queue_in_order(q, pend, now), pend, now)
         self._assign(q, now)
+
+    def _queue_in_order(self, q: ManagedQueue, pend: Pending, now: float) -> list[Pending]:
+        """Per-producer order at the manager: a producer's message that arrives before an
+        earlier one is held back (see joms.service.ordering); what may join the queue now."""
+        seq = parse_sequence(pend.message.sequence) if self.config.order_gap_timeout > 0 else None
+        if seq is None:
+            return [pend]
+        if q.reorder is None:
+            q.reorder = Reorder(self.config.order_gap_timeout, self.config.order_window_bytes)
+        gaps, late = q.reorder.gaps, q.reorder.late
+        out = q.reorder.push(seq[0], seq[1], pend, len(pend.message.body), now)
+        self._count("order_gaps", q.reorder.gaps - gaps)
+        self._count("order_late", q.reorder.late - late)
+        return out
+
+    def _expire_queue_order(self, q: ManagedQueue, now: float) -> None:
+        if q.reorder is None:
+            return
+        gaps = q.reorder.gaps
+        released = q.reorder.expire(now)
+        self._count("order_gaps", q.reorder.gaps - gaps)
+        if released:
+            self._admit(q, released, None, now)
+            self._assign(q, now)
+
+    def _admit(
+        self, q: ManagedQueue, released: list[Pending], arrived: Pending | None, now: float
+    ) -> None:
+        """``released`` join the queue in that order. The hand-out order among equal
+        priorities is ``Pending.seq``: a message held back gets a new one, after the
+        message that just arrived (which keeps its own when it comes first)."""
+        for i, p in enumerate(released):
+            if not (i == 0 and p is arrived):
+                self.store.delete("qpending", q.name + _SEP + p.seq)
+                p.seq = f"{int(now * 1e6):020d}{self._id()}"
+                self._save_pending(q, p)
+            q.pending[p.message.message_id] = p
 
     def _manager_receiver(
         self, q: ManagedQueue, d: Mapping[str, str], p: bytes, now: float
@@ -333,6 +371,13 @@ class QueueManagerMixin(ServiceBase):
             desc[mdl.DELIVERY_COUNT] = str(count)
         desc[mdl.KIND] = mdl.KIND_DELIVERY
         desc[mdl.REPLY_ID] = reply_id
+        receiver = q.receivers.get(reply_id)
+        if receiver is not None:  # numbered, so the receiver can put them back in order
+            if not receiver.epoch:
+                receiver.epoch = self._id()
+            desc[mdl.HAND] = (
+                f"{self.host_id}/{q.name}/{reply_id}/{receiver.epoch}:{receiver.handed + 1}"
+            )
         if pend.core_id:
             desc[mdl.COPY_OF] = pend.core_id
         if redelivered:
@@ -348,6 +393,8 @@ class QueueManagerMixin(ServiceBase):
         except ValueError:
             self._count("queue_delivery_refused")
             return False
+        if receiver is not None:
+            receiver.handed += 1
         pend.assigned = reply_id
         if q.pending.get(pend.message.message_id) is pend:  # not consumed meanwhile
             self._save_pending(q, pend)

@@ -12,6 +12,11 @@ from .base import (
     ServiceBase,
     _Consumer,
 )
+from .model import JomsMessage
+from .ordering import parse_sequence
+
+_DUPLICATE = "\x00duplicate"
+"""Stands for a delivery already received: it only fills its number in the reorder window."""
 
 MAX_RECEIVED_ON_CANCEL = 1000
 """A receiver's cancel names the messages it got from the manager when they are at most
@@ -71,17 +76,46 @@ class QueueReceiverMixin(ServiceBase):
         if msg.destination != cons.dest:
             self._count("filtered_on_delivery")
             return
+        duplicate = msg.message_id in cons.done or msg.message_id in cons.seen
         if msg.message_id in cons.done:
             self._queue_ack(cons, [msg.message_id], [], now)
+        if duplicate:
             self._count("queue_duplicates")
-            return
-        if msg.message_id in cons.seen:
-            self._count("queue_duplicates")
-            return
-        cons.seen.add(msg.message_id)
-        cons.copies[msg.message_id] = [c for c in (d.get("id", ""), d.get(mdl.COPY_OF, "")) if c]
-        cons.pending.append((d.get("id", ""), msg))
-        self._pump(cons, now)
+        else:
+            cons.seen.add(msg.message_id)
+            cons.copies[msg.message_id] = [
+                c for c in (d.get("id", ""), d.get(mdl.COPY_OF, "")) if c
+            ]
+        # a duplicate still fills its place in the manager's numbering (a re-sent copy)
+        item = (_DUPLICATE if duplicate else d.get("id", ""), msg)
+        self._queue_release(cons, self._hand_in_order(cons, d, item, now), now)
+
+    def _hand_in_order(
+        self, cons: _Consumer, d: Mapping[str, str], item: tuple[str, JomsMessage], now: float
+    ) -> list[tuple[str, JomsMessage]]:
+        """The manager numbers its hand-outs to this receiver (``joms_hand``): put them back
+        in the order handed out, holding a later one back like a topic consumer does."""
+        seq = parse_sequence(d.get(mdl.HAND, "")) if cons.reorder is not None else None
+        if cons.reorder is None or seq is None:
+            return [item]
+        gaps, late = cons.reorder.gaps, cons.reorder.late
+        out = cons.reorder.push(seq[0], seq[1], item, len(item[1].body), now)
+        self._count("order_gaps", cons.reorder.gaps - gaps)
+        if item[0] is not _DUPLICATE:  # a copy of a delivery already had is not late
+            self._count("order_late", cons.reorder.late - late)
+        return out
+
+    def _queue_release(
+        self,
+        cons: _Consumer,
+        items: list[tuple[str, JomsMessage]],
+        now: float,
+        *,
+        pump: bool = True,
+    ) -> None:
+        cons.pending.extend(it for it in items if it[0] is not _DUPLICATE)
+        if pump:
+            self._pump(cons, now)
 
     def _queue_ack(
         self,

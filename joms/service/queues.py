@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .model import JomsMessage
+from .ordering import Reorder
 
 
 @dataclass(slots=True)
@@ -29,6 +30,11 @@ class Receiver:
     served: int = 0
     local: bool = False
     """A consumer of this host: it cannot outlive this process (dropped at a restart)."""
+    handed: int = 0
+    """Deliveries published to it (numbered, so it can put them back in order)."""
+    epoch: str = ""
+    """Names this numbering (a receiver created again, or reloaded after a restart, numbers
+    from 1 under a new epoch, which its consumer takes as a new sequence)."""
 
 
 @dataclass(slots=True)
@@ -58,6 +64,8 @@ class ManagedQueue:
     """jms message id -> pending message, in arrival order."""
     last: str = ""
     """reply_id served last (round-robin cursor)."""
+    reorder: Reorder[Pending] | None = None
+    """Puts each producer's messages back in order before they join ``pending``."""
 
 
 class ReceiverPolicy(Protocol):

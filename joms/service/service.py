@@ -51,6 +51,7 @@ from .config import ServiceConfig
 from .directory import DirectoryMixin
 from .events import Event, MessageDispatched
 from .model import Destination, JomsMessage
+from .ordering import Reorder
 from .port import DisseminationPort
 from .queue_manager import QueueManagerMixin
 from .queue_receiver import MAX_RECEIVED_ON_CANCEL, QueueReceiverMixin
@@ -256,7 +257,7 @@ class JomsService(
         for c in self._consumers.values():
             if c.kind == "queue":
                 times.append(c.renew_at)
-            elif c.reorder is not None and (t := c.reorder.next_deadline()) is not None:
+            if c.reorder is not None and (t := c.reorder.next_deadline()) is not None:
                 times.append(t)
         for d in self._durables.values():
             if d.reorder is not None and (t := d.reorder.next_deadline()) is not None:
@@ -264,6 +265,8 @@ class JomsService(
         for q in self._queues.values():
             for r in q.receivers.values():
                 times.append(r.until)
+            if q.reorder is not None and (t := q.reorder.next_deadline()) is not None:
+                times.append(t)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> None:
@@ -271,8 +274,11 @@ class JomsService(
         if self._ack_flush_at is not None and self._ack_flush_at <= now:
             self._flush_acks(now)
         for c in list(self._consumers.values()):
-            if c.kind == "queue" and c.renew_at <= now:
-                self._send_receiver_request(c, now)
+            if c.kind == "queue":
+                if c.renew_at <= now:
+                    self._send_receiver_request(c, now)
+                if c.reorder is not None:
+                    self._queue_release(c, self._expire_order(c.reorder, now), now)
             elif c.reorder is not None:
                 self._topic_release(c, self._expire_order(c.reorder, now), now)
         for d in list(self._durables.values()):
@@ -280,6 +286,7 @@ class JomsService(
                 for item in self._expire_order(d.reorder, now):
                     self._durable_store(d, item, now)
         for q in list(self._queues.values()):
+            self._expire_queue_order(q, now)
             expired = [r for r in q.receivers.values() if r.until <= now]
             for r in expired:
                 self._remove_receiver(q, r.reply_id, now)
@@ -374,10 +381,10 @@ class JomsService(
             return
         if msg.destination.kind == "topic":
             self._note_topic(msg.destination.name, now)
-            if conn is not None:  # number the producer's messages (per-producer order)
-                n = conn.sent.get(msg.destination.name, 0) + 1
-                conn.sent[msg.destination.name] = n
-                msg.sequence = f"{self.host_id}/{conn.id}:{n}"
+        if conn is not None:  # number the producer's messages (per-producer order)
+            n = conn.sent.get(msg.destination.name, 0) + 1
+            conn.sent[msg.destination.name] = n
+            msg.sequence = f"{self.host_id}/{conn.id}:{n}"
         try:
             self._publish_named(
                 mdl.to_descriptor(msg),
@@ -472,6 +479,10 @@ class JomsService(
                 self._ensure_queue(dest.name, now)
             cons.kind = "queue"
             cons.reply_id = f"{self.host_id}.{cid}"
+            if self.config.order_gap_timeout > 0:
+                cons.reorder = Reorder(
+                    self.config.order_gap_timeout, self.config.order_window_bytes
+                )
             cons.core_key = f"{KEY_PREFIX}r:{cid}"
             self.store.put("ephemeral", cons.core_key, b"")
             self._subscribe_core(
@@ -536,6 +547,8 @@ class JomsService(
         elif cons.kind == "topic":
             self._unsubscribe_core(cons.core_key)
         else:
+            if cons.reorder is not None:  # held back for order: never handed to the client
+                self._queue_release(cons, cons.reorder.flush(), now, pump=False)
             released = [m.message_id for _, m in cons.unacked.values()]
             returned = [m.message_id for _, m in cons.pending]  # never handed to the client
             self._unsubscribe_core(cons.core_key)
