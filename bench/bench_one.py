@@ -52,8 +52,9 @@ VARIANTS_1K = [
 ]
 
 
-def variant(sc: Scenario, altruistic: bool, size: str) -> Scenario:
-    """``sc`` with every group's ``altruistic`` set, and 1 kB messages when ``size`` is 1k."""
+def variant(sc: Scenario, altruistic: bool, size: str, max_datagram: int | None = None) -> Scenario:
+    """``sc`` with every group's ``altruistic`` set, 1 kB messages when ``size`` is 1k, and
+    the radio's ``max_datagram`` replaced when given."""
     groups = tuple(
         dataclasses.replace(
             g,
@@ -66,7 +67,10 @@ def variant(sc: Scenario, altruistic: bool, size: str) -> Scenario:
     gens = sc.generate
     if size == "1k":
         gens = tuple(dataclasses.replace(g, size=(1000, 1000)) for g in gens)
-    return dataclasses.replace(sc, groups=groups, generate=gens)
+    radio = sc.radio
+    if max_datagram is not None:
+        radio = dataclasses.replace(radio, max_datagram=max_datagram)
+    return dataclasses.replace(sc, groups=groups, generate=gens, radio=radio)
 
 
 def _peak_rss_mb() -> float:
@@ -78,7 +82,7 @@ def child(spec: dict[str, Any]) -> None:
     from sim.cli import ProgressLines
     from sim.runner import simulate
 
-    sc = variant(load(spec["scenario"]), spec["altruistic"], spec["size"])
+    sc = variant(load(spec["scenario"]), spec["altruistic"], spec["size"], spec.get("max_datagram"))
     until = spec["until"]
     progress = ProgressLines(spec["label"], until, spec["progress"]) if spec["progress"] else None
     with tempfile.TemporaryDirectory() as tmp:
@@ -275,18 +279,25 @@ def _print_pons(label: str, r: dict[str, Any], ours: dict[str, Any] | None) -> N
         )
 
 
-def main(until: float | None, with_1k: bool, skip_pons: bool, progress: float | None) -> None:
+def main(
+    until: float | None,
+    with_1k: bool,
+    skip_pons: bool,
+    progress: float | None,
+    max_datagram: int | None = None,
+) -> None:
     sc = load(TRACE_SCENARIO)
     horizon = float(sc.duration if until is None else until)
     print(
         f"ONE-default workload: {TRACE_SCENARIO.relative_to(ROOT)} on "
-        f"{sc.contacts.path.relative_to(ROOT) if sc.contacts else '?'}, {horizon:.0f} simulated s"
+        f"{sc.contacts.path.relative_to(ROOT) if sc.contacts else '?'}, {horizon:.0f} simulated s, "
+        f"datagrams of at most {max_datagram or sc.radio.max_datagram} bytes"
     )
     ours: dict[str, dict[str, Any]] = {}
     for label, altruistic, size in VARIANTS + (VARIANTS_1K if with_1k else []):
         spec = {
             "scenario": str(TRACE_SCENARIO), "label": label, "altruistic": altruistic,
-            "size": size, "until": horizon, "progress": progress,
+            "size": size, "until": horizon, "progress": progress, "max_datagram": max_datagram,
         }  # fmt: skip
         res = _run_child([sys.executable, __file__, "--child", json.dumps(spec)], 6 * 3600)
         if isinstance(res, str):

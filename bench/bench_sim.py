@@ -138,19 +138,24 @@ def main() -> None:
     ap.add_argument("--skip-pons", action="store_true", help="do not run PONS")
     ap.add_argument("--with-1k", action="store_true",
                     help="one: also the 1 kB message variants (ours and PONS)")  # fmt: skip
+    ap.add_argument("--max-datagram", type=int, metavar="BYTES",
+                    help="one: our runs send datagrams of at most BYTES (the scenario's 1400 "
+                         "otherwise); fewer, larger fragments for the same bytes")  # fmt: skip
     ap.add_argument("--progress", type=float, metavar="SECONDS",
                     help="one: each of our runs prints a progress line every SECONDS on stderr")  # fmt: skip
     args = ap.parse_args()
     if args.until is not None and args.until <= 0:
         ap.error("--until must be > 0")
+    if args.max_datagram is not None and not 256 <= args.max_datagram <= 65507:
+        ap.error("--max-datagram must be between 256 and 65507 bytes")
 
     if args.workload == "one":
         import bench_one
 
-        bench_one.main(args.until, args.with_1k, args.skip_pons, args.progress)
+        bench_one.main(args.until, args.with_1k, args.skip_pons, args.progress, args.max_datagram)
         profile_until = 3600.0 if args.profile_until is None else args.profile_until
         if profile_until > 0:
-            sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb")
+            sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb", args.max_datagram)
             print(
                 f"\n== profile of a {profile_until:.0f} s run, altruistic, 0.5-1 MB (top {args.top})"
             )

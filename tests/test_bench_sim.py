@@ -47,6 +47,18 @@ def test_one_workload_runs_both_variants_and_prints_their_figures() -> None:
     assert "PONS" not in out
 
 
+def test_max_datagram_reaches_our_runs_and_is_checked() -> None:
+    sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb", 16384)
+    assert sc.radio.max_datagram == 16384
+    assert bench_one.variant(sc, True, "mb").radio.max_datagram == 16384  # kept when not given
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_sim.py"), "--workload", "one",
+         "--until", "1", "--skip-pons", "--profile-until", "0", "--max-datagram", "100"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2 and "--max-datagram must be between 256 and 65507" in r.stderr
+
+
 def test_pons_gets_the_trace_contacts_and_our_messages(tmp_path: Path) -> None:
     trace = tmp_path / "t.one.txt.gz"
     with gzip.open(trace, "wt") as f:
