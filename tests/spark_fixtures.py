@@ -11,9 +11,14 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from sim.analysis.session import create_session
 from sim.logs import SCHEMAS  # the contract the analysis reads: fixtures use it as it is
+
+SPARK_GROUP = pytest.mark.xdist_group("spark")
+"""Mark of every test using :func:`shared_spark`: under pytest-xdist they all run on one
+worker, which starts the one JVM (see conftest.py)."""
 
 
 @functools.cache
