@@ -24,8 +24,12 @@ worker, which starts the one JVM (see conftest.py)."""
 @functools.cache
 def shared_spark() -> Any:
     """The test suite's one local SparkSession (2 shuffle partitions keeps tiny jobs fast),
-    stopped when the test process exits."""
-    spark = create_session("local[2]", app_name="dodwan-analysis-tests", shuffle_partitions=2)
+    stopped when the test process exits. Its JVM is the one ``dodwan-sim analyze`` starts for
+    inputs this small (``small_inputs``: C1 JIT only and the class-data archive); query
+    results do not depend on the JIT."""
+    spark = create_session(
+        "local[2]", app_name="dodwan-analysis-tests", shuffle_partitions=2, small_inputs=True
+    )
     atexit.register(spark.stop)
     return spark
 
