@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# pytest-xdist workers for `make test`: most tests wait on real I/O (daemons, brokers,
+# subprocesses), so two workers overlap those waits. Tests sharing a module/session fixture
+# or the Spark session stay on one worker (tests/conftest.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup run demo test lint bench clean
 
@@ -27,7 +31,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy dodwan/core
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

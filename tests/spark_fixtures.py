@@ -11,16 +11,25 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from sim.analysis.session import create_session
 from sim.logs import SCHEMAS  # the contract the analysis reads: fixtures use it as it is
+
+SPARK_GROUP = pytest.mark.xdist_group("spark")
+"""Mark of every test using :func:`shared_spark`: under pytest-xdist they all run on one
+worker, which starts the one JVM (see conftest.py)."""
 
 
 @functools.cache
 def shared_spark() -> Any:
     """The test suite's one local SparkSession (2 shuffle partitions keeps tiny jobs fast),
-    stopped when the test process exits."""
-    spark = create_session("local[2]", app_name="dodwan-analysis-tests", shuffle_partitions=2)
+    stopped when the test process exits. Its JVM is the one ``dodwan-sim analyze`` starts for
+    inputs this small (``small_inputs``: C1 JIT only and the class-data archive); query
+    results do not depend on the JIT."""
+    spark = create_session(
+        "local[2]", app_name="dodwan-analysis-tests", shuffle_partitions=2, small_inputs=True
+    )
     atexit.register(spark.stop)
     return spark
 

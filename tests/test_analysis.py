@@ -14,9 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from spark_fixtures import HAND_MESSAGES, shared_spark, write_hand_run, write_run
+from spark_fixtures import HAND_MESSAGES, SPARK_GROUP, shared_spark, write_hand_run, write_run
 
 from sim.analysis.cli import analyze
+
+pytestmark = SPARK_GROUP
 
 
 @pytest.fixture(scope="session")

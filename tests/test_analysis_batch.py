@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from spark_fixtures import shared_spark
+from spark_fixtures import SPARK_GROUP, shared_spark
 
 from sim.analysis.batch import all_rows, gather, gather_frames, none, one_row
 from sim.analysis.load import _local_parquet_schema, read_table
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [SPARK_GROUP, pytest.mark.timeout(300)]
 
 SCHEMA = T.StructType(
     [

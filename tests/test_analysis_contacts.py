@@ -9,13 +9,15 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from spark_fixtures import shared_spark
+from spark_fixtures import SPARK_GROUP, shared_spark
 
 from sim.analysis import AnalysisError, analyze_contact_trace
 from sim.analysis.cli import analyze
 from sim.analysis.contacts import contact_intervals
 from sim.analysis.load import read_contact_trace
 from sim.mobility.trace import load_trace
+
+pytestmark = SPARK_GROUP
 
 ONE_TRACE = """\
 # hosts 1..3

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_fixtures import shared_spark
+from spark_fixtures import SPARK_GROUP, shared_spark
 
 from sim.analysis import analyze_run, oracle
 from sim.analysis.oracle import OracleNotConverged, oracle_arrivals
+
+pytestmark = SPARK_GROUP
 
 INF = float("inf")
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from spark_fixtures import shared_spark
+from spark_fixtures import SPARK_GROUP, shared_spark
 
 from sim.analysis.stats import ACCURACY, curve_probs, doubles
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [SPARK_GROUP, pytest.mark.timeout(300)]
 
 AWKWARD = [0.1 + 0.2, 1e-300, 5e-324, 1.7976931348623157e308, -0.0, 1 - 1e-16, 123456.789e-20]
 

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,13 @@ from test_daemon_helpers import daemons as daemons
 ARGS = ["--announce-period", "0.5", "--cache-capacity", str(1 << 30)]
 PROTOCOLS = ["mqtt", "stomp", "amqp"]
 BROKER_OF = {"mqtt": "mosquitto", "stomp": "activemq", "amqp": "rabbitmq"}
+
+
+def by_broker(names: Iterable[str]) -> list[Any]:
+    """Parameters naming a protocol, each marked with the xdist group of its session broker:
+    the broker is requested through ``getfixturevalue`` (invisible to conftest.py's
+    grouping), and every test using it must run on the worker that started it."""
+    return [pytest.param(n, marks=pytest.mark.xdist_group(BROKER_OF[n])) for n in names]
 
 
 @dataclass
@@ -56,7 +63,7 @@ class Proto:
         return self.broker.url(f"{exchange}/{topic}"), lambda: AmqpRemote(port, exchange, topic)
 
 
-@pytest.fixture(params=PROTOCOLS)
+@pytest.fixture(params=by_broker(PROTOCOLS))
 def proto(request: pytest.FixtureRequest) -> Iterator[Proto]:
     broker: Broker = request.getfixturevalue(BROKER_OF[request.param])
     restart(broker)  # a failed test may have left it stopped
@@ -392,7 +399,7 @@ def test_uplink_cut_during_an_incoming_burst_every_message_arrives_once(
 ACK_MARKER = {"mqtt": b"\x40", "amqp": b"\x00\x3c\x00\x50"}  # PUBACK, basic.ack
 
 
-@pytest.mark.parametrize("name", sorted(ACK_MARKER))
+@pytest.mark.parametrize("name", by_broker(sorted(ACK_MARKER)))
 def test_a_redelivered_message_without_an_id_is_published_once(
     name: str,
     request: pytest.FixtureRequest,
@@ -438,7 +445,7 @@ COMMIT_MARKER = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(COMMIT_MARKER))
+@pytest.mark.parametrize("name", by_broker(sorted(COMMIT_MARKER)))
 def test_a_commit_whose_answer_is_lost_is_not_sent_again(
     name: str,
     request: pytest.FixtureRequest,

@@ -94,7 +94,13 @@ def home(tmp_path: Path) -> Path:
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DODWAN_", "TMUX"))}
+    # COLUMNS/LINES: the terminal's size is the pane's or the pty's own, never the test
+    # runner's (pytest-xdist workers export COLUMNS=80, which rich would obey)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DODWAN_", "TMUX")) and k not in ("COLUMNS", "LINES")
+    }
     env.update(
         HOME=str(home),
         XDG_DATA_HOME=str(home / "data"),

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from spark_fixtures import SPARK_GROUP, shared_spark
 
 from sim.cli import main
 from sim.runner import simulate
@@ -229,8 +230,6 @@ def test_sweep_command(tmp_path: Path) -> None:
 def spark_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A 2 settings × 3 seeds sweep run through a real local Spark session (local[2]), and
     the same sweep run by local processes."""
-    from spark_fixtures import shared_spark
-
     shared_spark()  # the sweep reuses the test session (local[2]) as its cluster
     base = tmp_path_factory.mktemp("spark-sweep")
     path = small_scenario(base)
@@ -245,6 +244,7 @@ def spark_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"plan": plan, "local": local, "spark": spark_out, "outcomes": outcomes, "done": done}
 
 
+@SPARK_GROUP
 def test_spark_sweep_gives_the_same_runs_as_local_processes(spark_sweep: dict[str, Any]) -> None:
     plan, local, spark_out = spark_sweep["plan"], spark_sweep["local"], spark_sweep["spark"]
     assert all(o.ok for o in spark_sweep["outcomes"]), [o.error for o in spark_sweep["outcomes"]]
@@ -262,6 +262,7 @@ T_975_2 = 4.302652729911275
 """Student t quantile for a two-sided 95 % interval with 2 degrees of freedom (tables)."""
 
 
+@SPARK_GROUP
 def test_analyze_sweep_aggregates_mean_and_ci_over_seeds(
     spark_sweep: dict[str, Any], tmp_path: Path
 ) -> None:

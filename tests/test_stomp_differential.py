@@ -24,6 +24,11 @@ from joms.stomp.frame import Frame, FrameParser, encode
 
 JOMS_HOST = "dj1"
 
+# The targets are session fixtures requested through getfixturevalue (invisible to
+# conftest.py's grouping): under pytest-xdist the module stays on one worker, which starts
+# one ActiveMQ and one JOMS daemon for all its tests.
+pytestmark = pytest.mark.xdist_group("stomp-differential")
+
 
 @dataclass
 class Target:
