@@ -104,6 +104,57 @@ def test_any_key_can_be_swept(tmp_path: Path) -> None:
     assert sc.radio.loss == 0.0
 
 
+def _changed(value: Any) -> Any:
+    """A valid value other than a setting's default (to see that a swept value lands)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    return value * 2 if value else 1.0
+
+
+def test_every_protocol_setting_and_limit_can_be_swept(tmp_path: Path) -> None:
+    """Every [protocol] key and every [protocol.limits] key the scenario format has (the
+    core's NodeConfig and Limits fields) is a sweep key, and its value reaches the hosts."""
+    from sim.protocol import DEFAULTS, LIMIT_DEFAULTS
+
+    path = small_scenario(tmp_path)
+    sets = [(f"protocol.{k}", [_changed(v)]) for k, v in DEFAULTS.items()]
+    sets += [(f"protocol.limits.{k}", [_changed(v)]) for k, v in LIMIT_DEFAULTS.items()]
+    plan = make_plan(path, sets)
+    proto = scenario_for(plan.text, plan.source, plan.settings[0]).groups[0].protocol
+    for k, v in DEFAULTS.items():
+        assert proto.settings[k] == _changed(v), k
+    for k, v in LIMIT_DEFAULTS.items():
+        assert proto.limits[k] == _changed(v), k
+    assert proto.node_config("walker-0").limits.max_ttl == _changed(LIMIT_DEFAULTS["max_ttl"])
+
+
+def test_generator_ranges_can_be_swept(tmp_path: Path) -> None:
+    """The ranges of a ONE-style generator ([min, max] lists) are sweep values like any other."""
+    path = small_scenario(
+        tmp_path,
+        '\n[[traffic.generate]]\nname = "one"\nsources = ["walker"]\n'
+        'destinations = ["walker"]\ninterval = [25, 35]\nsize = [500, 1000]\n',
+    )
+    plan = make_plan(
+        path,
+        [
+            ("traffic.generate[0].interval", parse_values("[5,10],[50,70]")),
+            ("traffic.generate.one.size", parse_values("[100,200]")),
+            ("traffic.generate[0].ttl", parse_values("[60,120]")),
+            ("traffic.generate[0].mode", parse_values("one,all")),
+        ],
+    )
+    assert len(plan.settings) == 4
+    gens = [scenario_for(plan.text, plan.source, s).generate[0] for s in plan.settings]
+    assert [g.interval for g in gens] == [(5.0, 10.0)] * 2 + [(50.0, 70.0)] * 2
+    assert {g.size for g in gens} == {(100, 200)} and {g.ttl for g in gens} == {(60.0, 120.0)}
+    assert [g.mode for g in gens] == ["one", "all", "one", "all"]
+    with pytest.raises(SweepError, match=r"traffic\.generate\[0\]\.interval: must be .*\[10, 5\]"):
+        make_plan(path, [("traffic.generate[0].interval", [[10, 5]])])
+
+
 def test_bad_settings_are_all_reported_before_anything_runs(tmp_path: Path) -> None:
     path = small_scenario(tmp_path)
     with pytest.raises(SweepError) as info:
