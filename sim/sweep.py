@@ -324,6 +324,13 @@ def make_plan(
 # --------------------------------------------------------------------------- storage
 
 
+def open_uri(uri: str) -> tuple[Any, str]:
+    """The pyarrow filesystem of a store URI and the path in it (without the scheme)."""
+    from pyarrow import fs as pafs
+
+    return pafs.FileSystem.from_uri(uri)
+
+
 class Store:
     """The sweep's output folder: a local path or any URI pyarrow.fs opens (s3://, hdfs://,
     file://, ...). Runs are simulated into a local folder and copied when the store is not
@@ -333,7 +340,7 @@ class Store:
         from pyarrow import fs as pafs
 
         if "://" in root and not root.startswith("file://"):
-            self.fs, self.base = pafs.FileSystem.from_uri(root)
+            self.fs, self.base = open_uri(root)
             self.local: Path | None = None
         else:
             local = Path(root[len("file://") :] if root.startswith("file://") else root)
@@ -342,7 +349,12 @@ class Store:
         self.root = root if self.local is None else str(self.local)
 
     def path(self, rel: str) -> str:
+        """``rel`` in the store's filesystem (no scheme: for ``self.fs`` only)."""
         return f"{self.base.rstrip('/')}/{rel}"
+
+    def uri(self, rel: str) -> str:
+        """``rel`` as Spark and other readers open it: a local path, or the store's URI."""
+        return self.path(rel) if self.local is not None else f"{self.root.rstrip('/')}/{rel}"
 
     def exists(self, rel: str) -> bool:
         from pyarrow import fs as pafs

@@ -247,6 +247,39 @@ def test_resume_skips_finished_runs_and_redoes_interrupted_ones(tmp_path: Path) 
     assert (runs[2] / MARKER).is_file()
 
 
+def test_a_sweep_in_a_remote_store_is_written_and_read_back_by_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store pyarrow opens from a URI (s3://, hdfs://...) gives paths without the scheme;
+    the runs handed to Spark must keep it (``bucket/sweep/runs/...`` would be read as a
+    local relative path). The 'remote' store here is a local folder behind the URI."""
+    from pyarrow import fs as pafs
+
+    from sim.analysis.sweep_report import read_sweep
+    from sim.sweep import prepare, run_task
+
+    bucket = tmp_path / "bucket-root"
+    bucket.mkdir()
+    remote = pafs.SubTreeFileSystem(str(bucket), pafs.LocalFileSystem())
+
+    def open_uri(uri: str) -> Any:
+        assert uri.startswith("s3://"), uri
+        return remote, uri[len("s3://") :]  # as pyarrow's S3FileSystem does
+
+    monkeypatch.setattr("sim.sweep.open_uri", open_uri)
+    plan = make_plan(small_scenario(tmp_path), [("protocol.horizon", [1, 2])], seeds=1)
+    root = "s3://results/sweep"
+    _, todo, done = prepare(plan, root)
+    assert len(todo) == 2 and not done
+    outcomes = [run_task(t) for t in todo[:1]]  # what each Spark task runs
+    assert outcomes[0].ok, outcomes[0].error
+    first = bucket / "results" / "sweep" / todo[0].rel
+    assert (first / MARKER).is_file() and (first / "messages.parquet").exists()
+    sweep = read_sweep(root)
+    assert [r.path for r in sweep.runs] == [f"{root}/{todo[0].rel}"]
+    assert sweep.missing == [todo[1].rel]
+
+
 def test_sweep_folder_of_another_scenario_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     run_sweep(make_plan(small_scenario(tmp_path), seeds=1), str(out), jobs=1)

@@ -80,7 +80,7 @@ def read_sweep(path: str) -> SweepInput:
         setting = dict(r.get("setting") or {})
         label = ", ".join(f"{k}={json.dumps(v)}" for k, v in setting.items()) or "(base)"
         name = rel.removeprefix("runs/")
-        runs.append(SweepRun(name, store.path(rel), setting, label, int(r["seed"])))
+        runs.append(SweepRun(name, store.uri(rel), setting, label, int(r["seed"])))
     if not runs:
         raise AnalysisError(f"{path}: no finished run in this sweep (run dodwan-sim sweep first)")
     return SweepInput(store.root, manifest, runs, missing)
