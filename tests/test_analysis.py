@@ -517,6 +517,21 @@ def test_long_runs_have_hours_on_the_time_axis(
     assert "(s)" in saved_figures["delivery_over_time.png"].axes[0].get_xlabel()
 
 
+def test_report_names_a_sweep_runs_setting_as_the_sweep_writes_it(tmp_path: Path) -> None:
+    """Values read as in the scenario file (true, [1,2]), not as Python prints them."""
+    from sim.analysis.report import write_report
+
+    run = _fake_run("r", 600.0, [30.0, 60.0, 90.0])
+    run.metrics["sweep"] = {
+        "setting": {"protocol.altruistic": True, "groups[0].mobility.speed": [1.0, 2.5]},
+        "label": "protocol.altruistic=true, groups[0].mobility.speed=[1.0,2.5]",
+    }
+    write_report([run], tmp_path)
+    html = (tmp_path / "report.html").read_text()
+    assert "scenario <b>long</b>; seed 3; settings protocol.altruistic=true, " in html
+    assert "groups[0].mobility.speed=[1.0,2.5];" in html
+
+
 def test_censored_contacts_are_marked(saved_figures: dict[str, Any], tmp_path: Path) -> None:
     from sim.analysis.report import write_report
 

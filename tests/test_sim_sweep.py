@@ -342,6 +342,26 @@ def test_spark_sweep_gives_the_same_runs_as_local_processes(spark_sweep: dict[st
     assert os.path.isfile(spark_out / "sweep.json")
 
 
+def test_one_run_of_a_sweep_is_reported_alone_with_its_scenario_seed_and_setting(
+    spark_sweep: dict[str, Any], tmp_path: Path
+) -> None:
+    """The single-run report keeps working on a run of a sweep, and names its setting."""
+    from sim.analysis.cli import analyze
+
+    run = spark_sweep["spark"] / "runs" / "protocol.horizon=2" / "seed-3"
+    report = tmp_path / "report"
+    res = CliRunner().invoke(analyze, [str(run), "--out", str(report)])
+    assert res.exit_code == 0, res.output
+    html = (report / "report.html").read_text()
+    assert "scenario <b>quickstart</b>; seed 3; settings protocol.horizon=2;" in html
+    assert "<th>seed-3</th>" in html and (report / "delivery_over_time.png").is_file()
+    assert (
+        (report / "seed-3.MessageStatsReport.txt")
+        .read_text()
+        .startswith("Message stats for scenario quickstart\n")
+    )
+
+
 T_975_2 = 4.302652729911275
 """Student t quantile for a two-sided 95 % interval with 2 degrees of freedom (tables)."""
 

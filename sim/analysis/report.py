@@ -528,9 +528,13 @@ def _describe_source(r: RunResult) -> str:
         parts.append(f"scenario <b>{e(str(run['scenario']))}</b>")
     if run.get("seed") is not None:
         parts.append(f"seed {e(str(run['seed']))}")
-    setting = (r.metrics.get("sweep") or {}).get("setting")
-    if setting:
-        parts.append("settings " + e(", ".join(f"{k}={v}" for k, v in setting.items())))
+    sweep = r.metrics.get("sweep") or {}
+    if sweep.get("setting"):  # the sweep's own label: values as in the scenario file
+        label = sweep.get("label") or ", ".join(
+            f"{k}={v if isinstance(v, str) else json.dumps(v, separators=(',', ':'))}"
+            for k, v in sweep["setting"].items()
+        )
+        parts.append("settings " + e(str(label)))
     if run.get("until") is not None:
         parts.append(f"{fmt(run['until'])} s simulated")
     what = "; ".join(parts)
