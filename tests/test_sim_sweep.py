@@ -412,6 +412,17 @@ def test_analyze_sweep_aggregates_mean_and_ci_over_seeds(
     )
     html = (report / "report.html").read_text()
     assert "Sweep: quickstart" in html and " ± " in html
+    # the table shows the standard deviation next to the mean and the interval
+    from sim.analysis.report import fmt
+
+    m = agg["settings"][1]["metrics"]["delivery_ratio"]
+    cell = f"{fmt(m['mean'])} ± {fmt(m['ci95'])} (sd {fmt(m['std'])})"
+    table = html[html.index("<h2>Sweep: quickstart</h2>") :].split("</table>", 1)[0]
+    assert f"<td>{cell}</td>" in table, table
+    assert "sd = standard deviation" in html
+    notes = html[html.index("</table>", html.index("<h2>Sweep: quickstart</h2>")) :]
+    assert "<li>ONE overhead ratio: The ONE&#x27;s (relayed − delivered) / delivered" in notes
+    assert "<li>efficiency: delivery ratio ÷ oracle delivery ratio; 1 = " in notes
     assert (report / "sweep_protocol.horizon.png").stat().st_size > 1000
     assert (report / "sweep_protocol.horizon.svg").is_file()
     assert '<figure class=\'wide\'><img src="sweep_protocol.horizon.png" width="1280"' in html
