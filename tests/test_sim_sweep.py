@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +308,80 @@ def test_sweep_command(tmp_path: Path) -> None:
     )
     assert invalid.exit_code == 1 and "radio.loss=2" in invalid.output
     assert "must be <= 1.0" in invalid.output and "Traceback" not in invalid.output
+
+
+def _run_in_a_terminal(args: list[str], timeout: float) -> str:
+    """Run a command with a pseudo-terminal as its stdin, stdout and stderr; its output."""
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dodwan-sim"), *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
+    )
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the command exited and closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+        assert proc.wait(timeout=max(deadline - time.monotonic(), 1)) == 0, out.decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return out.decode("utf-8", "replace")
+
+
+def test_the_issues_command_shows_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    """The command as the issue spells it, 3 × 2 settings × 10 seeds, on a real terminal
+    (a pty): a bar with runs done / total and an ETA, one line per run, and a second call
+    skips all 60 runs."""
+    path = small_scenario(tmp_path)
+    path.write_text(
+        path.read_text()
+        .replace("duration = 120.0", "duration = 10.0")
+        .replace("count = 12", "count = 3")
+    )
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--set", "protocol.horizon=1,2,3"]
+    args += ["--set", "protocol.altruistic=true,false", "--seeds", "10", "--out", str(out)]
+    screen = _run_in_a_terminal([*args, "--jobs", "2"], timeout=300)
+    assert "6 setting(s) × 10 seed(s) = 60 run(s)" in screen
+    assert "\x1b[" in screen  # drawn with terminal control sequences: a live bar
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)
+    bars = re.findall(r"sweep ━+╸?╺?━* (\d+)/60 ETA \d+:\d\d:\d\d", plain)
+    assert bars and bars[-1] == "60" and len(set(bars)) > 10, plain[-2000:]
+    assert "[60/60] " in screen and "60 run(s) done, 0 already done, 0 failed" in screen
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert len(manifest["runs"]) == 60
+    assert all((out / r["dir"] / MARKER).is_file() for r in manifest["runs"])
+    assert {tuple(sorted(r["setting"].items())) for r in manifest["runs"]} == {
+        (("protocol.altruistic", a), ("protocol.horizon", h))
+        for h in (1, 2, 3)
+        for a in (True, False)
+    }
+    again = _run_in_a_terminal(args, timeout=120)
+    assert "0 run(s) done, 60 already done, 0 failed" in again
 
 
 @pytest.fixture(scope="module")
