@@ -59,7 +59,7 @@ def main() -> None:
 @click.option("--contacts", type=click.Path(exists=True, dir_okay=False),
               help="Replay this contact trace instead of the scenario's mobility.")  # fmt: skip
 @click.option("--contacts-format", type=click.Choice(["one", "csv"]),
-              help="Trace format (default: csv for *.csv, The ONE's otherwise).")  # fmt: skip
+              help="Trace format (default: csv for *.csv and *.csv.gz, The ONE's otherwise).")  # fmt: skip
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--progress", "every", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Print a progress line (simulated time, events/s, memory, ETA) every "

@@ -204,3 +204,22 @@ def test_both_trace_readers_read_gzip_traces_alike(
     rows = read_contact_trace(spark, str(path), fmt=fmt).collect()
     assert sim_events == _EVENTS
     assert sorted((r["time"], r["a"], r["b"], r["up"]) for r in rows) == _EVENTS
+
+
+def test_both_tools_guess_a_trace_format_from_its_name_alike() -> None:
+    """``run --contacts`` / ``[contacts] trace`` and ``analyze --contacts`` take the same
+    format for the same file name (a gzip CSV trace was The ONE's format to the simulator)."""
+    from sim.analysis.load import _guess_format
+    from sim.scenario import guess_trace_format
+
+    names = {
+        "t.csv": "csv",
+        "T.CSV": "csv",
+        "t.csv.gz": "csv",
+        "t.one.txt": "one",
+        "t.one.txt.gz": "one",
+        "trace": "one",
+    }
+    for name, fmt in names.items():
+        assert (guess_trace_format(Path(name)), _guess_format(name)) == (fmt, fmt), name
+    assert _guess_format("contacts.parquet") == "parquet"  # the analysis reads Parquet too

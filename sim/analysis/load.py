@@ -343,12 +343,8 @@ def _read_lines(spark: SparkSession, path: str, fmt: str) -> DataFrame:
 
 
 def _guess_format(path: str) -> str:
-    low = path.rstrip("/").lower()
-    if low.endswith(".csv") or low.endswith(".csv.gz"):
-        return "csv"
-    if low.endswith(".parquet"):
-        return "parquet"
-    return "one"
+    """Parquet for ``*.parquet``, else what the simulator guesses (``cf.guess_format``)."""
+    return "parquet" if path.rstrip("/").lower().endswith(".parquet") else cf.guess_format(path)
 
 
 def read_contact_trace(spark: SparkSession, path: str, fmt: str = "auto") -> DataFrame:
