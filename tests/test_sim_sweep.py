@@ -187,6 +187,19 @@ def test_sweep_table_in_the_file_and_command_line_override(tmp_path: Path) -> No
     assert res.exit_code == 0, res.output
 
 
+def test_the_shipped_sweep_example_is_the_one_the_readme_and_docs_show() -> None:
+    example = SCENARIOS / "sweep_horizon.toml"
+    plan = make_plan(example)
+    assert plan.keys == ["protocol.horizon", "protocol.altruistic"]
+    assert len(plan.settings) == 6 and plan.seeds == [1, 2, 3, 4, 5] and len(plan.runs()) == 30
+    root = SCENARIOS.parent
+    readme = (root / "README.md").read_text()
+    assert "dodwan-sim sweep scenarios/sweep_horizon.toml --out out/sw" in readme
+    assert "dodwan-sim analyze out/sw --out" in readme
+    docs = (root / "docs" / "scenarios.md").read_text()
+    assert "`sweep_horizon.toml` | 12 | 10 min |" in docs and "## Sweeps: settings × seeds" in docs
+
+
 def test_setting_folder_names_are_stable_and_safe() -> None:
     s = Setting((("groups[0].mobility.speed", [1, 2]), ("protocol.altruistic", True)))
     assert s.slug() == Setting(s.values).slug()
