@@ -410,17 +410,20 @@ def spark_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     local = base / "local"
     run_sweep(plan, str(local), jobs=2)
     spark_out = base / "spark"
-    done: list[int] = []
-    outcomes = run_sweep(
-        plan, f"file://{spark_out}", master="local[2]", report=lambda o, k, n: done.append(k)
-    )
-    return {"plan": plan, "local": local, "spark": spark_out, "outcomes": outcomes, "done": done}
+    args = ["sweep", str(path), "--set", "protocol.horizon=1,2", "--seeds", "3"]
+    args += ["--out", f"file://{spark_out}", "--master", "local[2]"]
+    res = CliRunner().invoke(main, args)  # the command a researcher types, with --master
+    return {"plan": plan, "local": local, "spark": spark_out, "res": res}
 
 
 def test_spark_sweep_gives_the_same_runs_as_local_processes(spark_sweep: dict[str, Any]) -> None:
     plan, local, spark_out = spark_sweep["plan"], spark_sweep["local"], spark_sweep["spark"]
-    assert all(o.ok for o in spark_sweep["outcomes"]), [o.error for o in spark_sweep["outcomes"]]
-    assert sorted(spark_sweep["done"]) == list(range(1, 7))
+    res = spark_sweep["res"]
+    assert res.exit_code == 0, res.output
+    assert "= 6 run(s) into file://" in res.output and "on Spark (local[2])" in res.output
+    done = sorted(int(k) for k in re.findall(r"^\[(\d)/6\] ", res.output, re.M))
+    assert done == [1, 2, 3, 4, 5, 6]  # one progress line per run, as each task finishes
+    assert "6 run(s) done, 0 already done, 0 failed" in res.output
     for r in plan.runs():
         assert (spark_out / r.rel / MARKER).is_file()
         assert tables_of(spark_out / r.rel) == tables_of(local / r.rel)
