@@ -532,6 +532,58 @@ def test_t_quantile_matches_tables() -> None:
     assert one.mean == 0.5 and one.std is None and one.ci is None
 
 
+def test_sweep_plots_show_the_means_with_the_intervals_as_error_bars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Metric vs parameter: a point per value at the mean, error bars of ± the 95 % CI
+    half width, one line per value of the other key."""
+    from matplotlib.container import ErrorbarContainer
+    from matplotlib.figure import Figure
+
+    from sim.analysis.aggregate import aggregate, summarise
+    from sim.analysis.sweep_report import plot_key
+
+    saved: list[Any] = []
+    original = Figure.savefig
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        saved.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    ratios = {
+        (1, False): [0.5, 0.7, 0.6],
+        (2, False): [0.8, 0.9, 0.95],
+        (1, True): [0.9, 0.92, 1.0],
+    }
+    runs = [
+        (
+            f"{h}-{a}-{k}",
+            {"protocol.horizon": h, "protocol.altruistic": a},
+            "",
+            k,
+            {"delivery_ratio": x},
+        )
+        for (h, a), xs in ratios.items()
+        for k, x in enumerate(xs)
+    ]
+    keys = ["protocol.horizon", "protocol.altruistic"]
+    plot_key("protocol.horizon", keys, aggregate(runs), tmp_path / "sweep_h.png")
+    assert (tmp_path / "sweep_h.png").is_file() and (tmp_path / "sweep_h.svg").is_file()
+    ax = saved[0].axes[0]
+    assert ax.get_title() == "delivery ratio" and ax.get_xlabel() == "protocol.horizon"
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 2  # altruistic=false and altruistic=true
+    for bar, altruistic in zip(bars, (False, True), strict=True):
+        points = [(h, summarise(xs)) for (h, a), xs in sorted(ratios.items()) if a == altruistic]
+        line, _, (segments,) = bar.lines
+        assert list(line.get_xdata()) == [h for h, _ in points]
+        assert list(line.get_ydata()) == pytest.approx([s.mean for _, s in points])
+        for seg, (_, s) in zip(segments.get_segments(), points, strict=True):
+            assert [y for _, y in seg] == pytest.approx([s.mean - s.ci, s.mean + s.ci])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
+
+
 def test_a_failing_run_is_reported_and_the_others_finish(tmp_path: Path) -> None:
     """A setting that validates but cannot run (a trace naming host 3 with only 2 hosts)."""
     trace = tmp_path / "t.csv"
