@@ -285,9 +285,16 @@ def _sweep_with_bar(
         return run_sweep(plan, out, master=master, jobs=jobs, report=report)
 
 
-def _sweep_reporter(started: float, echo: Callable[[str], None]) -> Callable[[Any, int, int], None]:
+def _sweep_reporter(
+    started: float, echo: Callable[[str], None], clock: Callable[[], float] = time.monotonic
+) -> Callable[[Any, int, int], None]:
+    before: list[int] = []  # runs done before this call (the first report is run before + 1)
+
     def report(o: Any, k: int, n: int) -> None:
-        eta = (time.monotonic() - started) / k * (n - k) if k else 0.0
+        if not before:
+            before.append(k - 1)
+        made = k - before[0]  # the pace of the runs made by this call
+        eta = (clock() - started) / made * (n - k) if made > 0 else 0.0
         if o.skipped:
             what = "already done"
         elif o.ok:

@@ -323,6 +323,23 @@ def test_sweep_command(tmp_path: Path) -> None:
     assert "must be <= 1.0" in invalid.output and "Traceback" not in invalid.output
 
 
+def test_the_eta_of_a_resumed_sweep_counts_only_the_runs_of_this_call() -> None:
+    """A resumed sweep reports k/n with the runs already done in k; its ETA must come from
+    the pace of the runs made now (50 skipped runs took no time)."""
+    from sim.cli import _sweep_reporter
+    from sim.sweep import Outcome
+
+    now = [0.0]
+    lines: list[str] = []
+    report = _sweep_reporter(0.0, lines.append, clock=lambda: now[0])
+    for k, t in ((51, 100.0), (52, 200.0)):  # 100 s per run, 50 runs were already done
+        now[0] = t
+        report(Outcome(f"r{k}", k, "protocol.horizon=1", True, wall=100.0), k, 60)
+    assert lines[0].startswith("[51/60] protocol.horizon=1 seed 51: 100.0 s")
+    assert lines[0].endswith("(ETA 0:15:00)"), lines  # 9 runs to go
+    assert lines[1].endswith("(ETA 0:13:20)"), lines  # 8 runs to go
+
+
 def _run_in_a_terminal(args: list[str], timeout: float) -> str:
     """Run a command with a pseudo-terminal as its stdin, stdout and stderr; its output."""
     import pty
