@@ -203,6 +203,7 @@ class Plan:
             "scenario": self.name,
             "scenario_file": str(self.source),
             "scenario_sha256": hashlib.sha256(self.text.encode()).hexdigest(),
+            "runs_sha256": runs_digest(self.text),
             "keys": self.keys,
             "values": self.values,
             "seeds": self.seeds,
@@ -210,6 +211,15 @@ class Plan:
                 {"dir": r.rel, "seed": r.seed, "setting": r.setting.as_dict()} for r in self.runs()
             ],
         }
+
+
+def runs_digest(text: str) -> str:
+    """SHA-256 of what a run depends on: the parsed scenario without its ``[sweep]`` table
+    (which only chooses the runs), so comments, layout and [sweep] edits leave it alone."""
+    data = tomllib.loads(text)
+    data.pop("sweep", None)
+    canon = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()
 
 
 def scenario_for(text: str, source: Path, setting: Setting) -> Scenario:
@@ -470,7 +480,11 @@ def prepare(plan: Plan, root: str) -> tuple[Store, list[Task], list[Outcome]]:
             old = json.loads(store.read_text(MANIFEST))
         except ValueError as e:
             raise SweepError(f"{root}/{MANIFEST} is not valid JSON: {e}") from e
-        if old.get("scenario_sha256") != plan.manifest()["scenario_sha256"]:
+        new = plan.manifest()
+        same = old.get("scenario_sha256") == new["scenario_sha256"] or (
+            old.get("runs_sha256") == new["runs_sha256"]
+        )
+        if not same:
             raise SweepError(
                 f"{root} holds a sweep of another scenario file (or the file changed); "
                 "use another --out folder"

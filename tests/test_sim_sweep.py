@@ -294,6 +294,24 @@ def test_a_sweep_in_a_remote_store_is_written_and_read_back_by_uri(
     assert sweep.missing == [todo[1].rel]
 
 
+def test_seeds_and_values_added_to_the_files_sweep_table_resume_the_sweep(tmp_path: Path) -> None:
+    """[sweep] only chooses which runs to make, never what a run is: editing it (or a
+    comment) keeps the folder usable, and only the new runs are made."""
+    path = small_scenario(tmp_path, '\n[sweep]\nseeds = 1\n[sweep.set]\n"radio.loss" = [0.0]\n')
+    out = tmp_path / "sweep"
+    assert [o.skipped for o in run_sweep(make_plan(path), str(out), jobs=1)] == [False]
+    path.write_text(
+        "# two seeds now, and a second loss\n"
+        + path.read_text().replace("seeds = 1", "seeds = 2").replace("[0.0]", "[0.0, 0.5]")
+    )
+    outcomes = run_sweep(make_plan(path), str(out), jobs=1)
+    assert sorted(o.skipped for o in outcomes) == [False, False, False, True]
+    assert all(o.ok for o in outcomes)
+    path.write_text(path.read_text().replace("duration = 120.0", "duration = 100.0"))
+    with pytest.raises(SweepError, match="another scenario"):
+        run_sweep(make_plan(path), str(out), jobs=1)
+
+
 def test_sweep_folder_of_another_scenario_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     run_sweep(make_plan(small_scenario(tmp_path), seeds=1), str(out), jobs=1)
