@@ -619,6 +619,51 @@ def test_sweep_plots_show_the_means_with_the_intervals_as_error_bars(
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
 
 
+def test_a_partly_finished_sweep_is_aggregated_over_the_finished_runs_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """Runs without a marker are left out of the aggregate, counted, and named on the page;
+    a setting with one finished seed shows its mean without an interval."""
+    from sim.analysis.pipeline import RunResult
+    from sim.analysis.report import write_report
+    from sim.analysis.sweep_report import aggregate_results, read_sweep
+
+    out = tmp_path / "sweep"
+    plan = make_plan(small_scenario(tmp_path), [("protocol.horizon", [1, 2])], seeds=2)
+    run_sweep(plan, str(out), jobs=1)
+    unfinished = plan.runs()[3].rel  # horizon 2, seed 2
+    (out / unfinished / MARKER).unlink()
+    sweep = read_sweep(str(out))
+    assert sweep.missing == [unfinished] and len(sweep.runs) == 3
+    results = [
+        RunResult(r.name, r.path, "run", {"delivery_ratio": 0.5 + 0.1 * i, "sweep": {}})
+        for i, r in enumerate(sweep.runs)
+    ]
+    settings = aggregate_results(sweep, results)
+    assert [s.seeds for s in settings] == [[1, 2], [1]]
+    report = tmp_path / "report"
+    write_report(results, report, sweep=(sweep, settings))
+    html = (report / "report.html").read_text()
+    assert "1 run(s) of the sweep have not finished and are left out." in html
+    row = html[html.index("<tr><td>2</td>") :].split("</tr>", 1)[0]
+    assert "<td>1</td><td>0.7</td>" in row  # one seed: the mean, no interval
+    agg = json.loads((report / "aggregate.json").read_text())
+    assert agg["missing_runs"] == [unfinished]
+    assert agg["settings"][1]["metrics"]["delivery_ratio"]["ci95"] is None
+
+
+def test_analyze_a_sweep_with_no_finished_run_is_a_clean_error(tmp_path: Path) -> None:
+    from sim.analysis.cli import analyze
+    from sim.sweep import prepare
+
+    out = tmp_path / "sweep"
+    prepare(make_plan(small_scenario(tmp_path), seeds=2), str(out))  # the manifest, no run
+    res = CliRunner().invoke(analyze, [str(out), "--out", str(tmp_path / "report")])
+    assert res.exit_code == 1, res.output
+    assert "no finished run in this sweep (run dodwan-sim sweep first)" in res.output
+    assert "Traceback" not in res.output
+
+
 def test_a_failing_run_is_reported_and_the_others_finish(tmp_path: Path) -> None:
     """A setting that validates but cannot run (a trace naming host 3 with only 2 hosts)."""
     trace = tmp_path / "t.csv"
