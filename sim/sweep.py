@@ -523,6 +523,12 @@ def run_local(
     return outcomes
 
 
+def run_one_on_spark(sc: Any, task: Task) -> Outcome:
+    """One run as a one-task Spark job (raises when Spark fails the job itself)."""
+    out: list[Outcome] = sc.parallelize([task], 1).map(run_task).collect()
+    return out[0]
+
+
 def run_spark(
     tasks: Sequence[Task],
     master: str,
@@ -541,18 +547,16 @@ def run_spark(
     sc = spark.sparkContext
     width = jobs or max(sc.defaultParallelism, 1)
 
-    def one(t: Task) -> Outcome:
-        out: list[Outcome] = sc.parallelize([t], 1).map(run_task).collect()
-        return out[0]
-
     outcomes = []
     with ThreadPoolExecutor(max_workers=width) as pool:
-        futures = [pool.submit(one, t) for t in tasks]
+        futures = {pool.submit(run_one_on_spark, sc, t): t for t in tasks}
         for f in as_completed(futures):
             try:
                 o = f.result()
             except Exception as e:  # the Spark job itself failed (lost executor...)
-                o = Outcome("?", -1, "?", False, error=f"Spark job failed: {e}")
+                t = futures[f]
+                label = Setting(t.setting).label()
+                o = Outcome(t.rel, t.seed, label, False, error=f"Spark job failed: {e}")
             outcomes.append(o)
             report(o, done + len(outcomes), total)
     return outcomes

@@ -488,6 +488,38 @@ def test_one_run_of_a_sweep_is_reported_alone_with_its_scenario_seed_and_setting
     )
 
 
+def test_a_lost_spark_job_is_reported_against_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When Spark itself fails a run's job (a lost executor...), the failure names that
+    run's setting and seed, and the run is retried by the next call."""
+    from spark_fixtures import shared_spark
+
+    import sim.sweep
+
+    shared_spark()  # the sweep reuses the test session (local[2]) as its cluster
+
+    real = sim.sweep.run_one_on_spark
+
+    def flaky(sc: Any, task: Any) -> Any:
+        if task.seed == 2:
+            raise RuntimeError("executor lost")
+        return real(sc, task)
+
+    monkeypatch.setattr(sim.sweep, "run_one_on_spark", flaky)
+    path = small_scenario(tmp_path)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--seeds", "2", "--out", str(out), "--master", "local[2]"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1, res.output
+    assert "1 run(s) done, 0 already done, 1 failed" in res.output
+    assert "FAILED (base) seed 2: Spark job failed: " in res.output
+    assert "executor lost" in res.output
+    monkeypatch.setattr(sim.sweep, "run_one_on_spark", real)
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "1 run(s) done, 1 already done, 0 failed" in again.output
+
+
 T_975_2 = 4.302652729911275
 """Student t quantile for a two-sided 95 % interval with 2 degrees of freedom (tables)."""
 
