@@ -196,7 +196,7 @@ def _parse_set(
               help="Seeds per setting: the scenario's seed, +1, ... (default: [sweep].seeds "
               "or 1).")  # fmt: skip
 @click.option("--out", "out", required=True, metavar="DIR",
-              help="Sweep folder (a local path, or any URI pyarrow opens with --master).")  # fmt: skip
+              help="Sweep folder (a local path, or any URI pyarrow opens: s3://, hdfs://...).")  # fmt: skip
 @click.option("--master", metavar="URL",
               help="Run on Spark: each simulation is one Spark task (e.g. local[4], "
               "spark://host:7077). Default: local processes.")  # fmt: skip

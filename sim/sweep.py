@@ -573,14 +573,12 @@ def run_sweep(
     """Run every (setting, seed) of ``plan`` not finished yet; return all outcomes."""
     import os
 
-    store, todo, done = prepare(plan, root)
+    _, todo, done = prepare(plan, root)
     total = len(done) + len(todo)
     rep: Report = report or (lambda o, k, n: None)
     if not todo:
         return done
     if master:
         return done + run_spark(todo, master, jobs, rep, len(done), total)
-    if store.local is None:
-        raise SweepError("a store other than a local folder needs --master (Spark)")
     width = jobs or os.cpu_count() or 1
     return done + run_local(todo, min(width, len(todo)), rep, len(done), total)

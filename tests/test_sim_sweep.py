@@ -292,6 +292,10 @@ def test_a_sweep_in_a_remote_store_is_written_and_read_back_by_uri(
     sweep = read_sweep(root)
     assert [r.path for r in sweep.runs] == [f"{root}/{todo[0].rel}"]
     assert sweep.missing == [todo[1].rel]
+    # local processes write to such a store too (no Spark needed to keep results remote)
+    outcomes = run_sweep(plan, root, jobs=1)
+    assert sorted(o.skipped for o in outcomes) == [False, True] and all(o.ok for o in outcomes)
+    assert len(read_sweep(root).runs) == 2 and (bucket / "results/sweep" / todo[1].rel).is_dir()
 
 
 def test_seeds_and_values_added_to_the_files_sweep_table_resume_the_sweep(tmp_path: Path) -> None:
