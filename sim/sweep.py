@@ -338,7 +338,8 @@ def open_uri(uri: str) -> tuple[Any, str]:
     """The pyarrow filesystem of a store URI and the path in it (without the scheme)."""
     from pyarrow import fs as pafs
 
-    return pafs.FileSystem.from_uri(uri)
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs, str(path)
 
 
 class Store:

@@ -307,7 +307,7 @@ def _first_fields(lines: DataFrame) -> list[str] | None:
     first = cf.first_data_line(head)
     if first is not None or len(head) < 64:
         return first
-    found = lines.rdd.map(lambda r: r[0]).filter(lambda line: cf.split_csv(line)).take(1)
+    found = lines.rdd.map(lambda r: r[0]).filter(lambda line: bool(cf.split_csv(line))).take(1)
     return cf.split_csv(found[0]) if found else None
 
 
