@@ -200,6 +200,20 @@ def test_the_shipped_sweep_example_is_the_one_the_readme_and_docs_show() -> None
     assert "`sweep_horizon.toml` | 12 | 10 min |" in docs and "## Sweeps: settings × seeds" in docs
 
 
+def test_validate_checks_every_setting_of_the_sweep_table(tmp_path: Path) -> None:
+    path = small_scenario(
+        tmp_path, '\n[sweep]\nseeds = 3\n[sweep.set]\n"protocol.horizon" = [1, 0]\n'
+    )
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 1 and "1 setting(s) are not valid" in res.output
+    assert "setting protocol.horizon=0:" in res.output and "Traceback" not in res.output
+    path.write_text(path.read_text().replace("[1, 0]", "[1, 2]"))
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert (
+        res.exit_code == 0 and "sweep: 2 setting(s) × 3 seed(s) over protocol.horizon" in res.output
+    )
+
+
 def test_setting_folder_names_are_stable_and_safe() -> None:
     s = Setting((("groups[0].mobility.speed", [1, 2]), ("protocol.altruistic", True)))
     assert s.slug() == Setting(s.values).slug()
