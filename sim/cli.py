@@ -59,7 +59,7 @@ def main() -> None:
 @click.option("--contacts", type=click.Path(exists=True, dir_okay=False),
               help="Replay this contact trace instead of the scenario's mobility.")  # fmt: skip
 @click.option("--contacts-format", type=click.Choice(["one", "csv"]),
-              help="Trace format (default: csv for *.csv, The ONE's otherwise).")  # fmt: skip
+              help="Trace format (default: csv for *.csv and *.csv.gz, The ONE's otherwise).")  # fmt: skip
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--progress", "every", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Print a progress line (simulated time, events/s, memory, ETA) every "
@@ -196,7 +196,7 @@ def _parse_set(
               help="Seeds per setting: the scenario's seed, +1, ... (default: [sweep].seeds "
               "or 1).")  # fmt: skip
 @click.option("--out", "out", required=True, metavar="DIR",
-              help="Sweep folder (a local path, or any URI pyarrow opens with --master).")  # fmt: skip
+              help="Sweep folder (a local path, or any URI pyarrow opens: s3://, hdfs://...).")  # fmt: skip
 @click.option("--master", metavar="URL",
               help="Run on Spark: each simulation is one Spark task (e.g. local[4], "
               "spark://host:7077). Default: local processes.")  # fmt: skip
@@ -285,9 +285,16 @@ def _sweep_with_bar(
         return run_sweep(plan, out, master=master, jobs=jobs, report=report)
 
 
-def _sweep_reporter(started: float, echo: Callable[[str], None]) -> Callable[[Any, int, int], None]:
+def _sweep_reporter(
+    started: float, echo: Callable[[str], None], clock: Callable[[], float] = time.monotonic
+) -> Callable[[Any, int, int], None]:
+    before: list[int] = []  # runs done before this call (the first report is run before + 1)
+
     def report(o: Any, k: int, n: int) -> None:
-        eta = (time.monotonic() - started) / k * (n - k) if k else 0.0
+        if not before:
+            before.append(k - 1)
+        made = k - before[0]  # the pace of the runs made by this call
+        eta = (clock() - started) / made * (n - k) if made > 0 else 0.0
         if o.skipped:
             what = "already done"
         elif o.ok:

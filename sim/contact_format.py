@@ -35,6 +35,13 @@ Layout = tuple[int, int, int, int]
 PLAIN: Layout = (0, 1, 2, 3)
 
 
+def guess_format(name: str) -> str:
+    """The format a trace's file name implies: ``csv`` for ``*.csv`` (also gzipped,
+    ``*.csv.gz``), The ONE's connectivity format otherwise."""
+    low = name.rstrip("/").lower().removesuffix(".gz")
+    return "csv" if low.endswith(".csv") else "one"
+
+
 class FormatError(ValueError):
     """A line that breaks the format (the message says how; callers add file and line)."""
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from dodwan.core.message import APP_SETTABLE, ONCE, SYSTEM_ATTRIBUTES
 from dodwan.core.patterns import Pattern, PatternError
+from sim.contact_format import guess_format
 from sim.external_events import EVENT_ID, Creation, EventsError
 from sim.external_events import parse as parse_events
 from sim.protocol import DEFAULTS as PROTOCOL_DEFAULTS
@@ -1113,5 +1114,6 @@ class _Validator:
 
 
 def guess_trace_format(path: Path) -> str:
-    """``csv`` for ``*.csv`` files, The ONE's connectivity format otherwise."""
-    return "csv" if path.suffix.lower() == ".csv" else "one"
+    """``csv`` for ``*.csv`` (and ``*.csv.gz``) files, The ONE's connectivity format
+    otherwise (``sim.contact_format.guess_format``, which the analysis uses too)."""
+    return guess_format(path.name)

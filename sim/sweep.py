@@ -203,6 +203,7 @@ class Plan:
             "scenario": self.name,
             "scenario_file": str(self.source),
             "scenario_sha256": hashlib.sha256(self.text.encode()).hexdigest(),
+            "runs_sha256": runs_digest(self.text),
             "keys": self.keys,
             "values": self.values,
             "seeds": self.seeds,
@@ -210,6 +211,15 @@ class Plan:
                 {"dir": r.rel, "seed": r.seed, "setting": r.setting.as_dict()} for r in self.runs()
             ],
         }
+
+
+def runs_digest(text: str) -> str:
+    """SHA-256 of what a run depends on: the parsed scenario without its ``[sweep]`` table
+    (which only chooses the runs), so comments, layout and [sweep] edits leave it alone."""
+    data = tomllib.loads(text)
+    data.pop("sweep", None)
+    canon = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()
 
 
 def scenario_for(text: str, source: Path, setting: Setting) -> Scenario:
@@ -324,6 +334,14 @@ def make_plan(
 # --------------------------------------------------------------------------- storage
 
 
+def open_uri(uri: str) -> tuple[Any, str]:
+    """The pyarrow filesystem of a store URI and the path in it (without the scheme)."""
+    from pyarrow import fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs, str(path)
+
+
 class Store:
     """The sweep's output folder: a local path or any URI pyarrow.fs opens (s3://, hdfs://,
     file://, ...). Runs are simulated into a local folder and copied when the store is not
@@ -333,7 +351,7 @@ class Store:
         from pyarrow import fs as pafs
 
         if "://" in root and not root.startswith("file://"):
-            self.fs, self.base = pafs.FileSystem.from_uri(root)
+            self.fs, self.base = open_uri(root)
             self.local: Path | None = None
         else:
             local = Path(root[len("file://") :] if root.startswith("file://") else root)
@@ -342,7 +360,12 @@ class Store:
         self.root = root if self.local is None else str(self.local)
 
     def path(self, rel: str) -> str:
+        """``rel`` in the store's filesystem (no scheme: for ``self.fs`` only)."""
         return f"{self.base.rstrip('/')}/{rel}"
+
+    def uri(self, rel: str) -> str:
+        """``rel`` as Spark and other readers open it: a local path, or the store's URI."""
+        return self.path(rel) if self.local is not None else f"{self.root.rstrip('/')}/{rel}"
 
     def exists(self, rel: str) -> bool:
         from pyarrow import fs as pafs
@@ -458,7 +481,11 @@ def prepare(plan: Plan, root: str) -> tuple[Store, list[Task], list[Outcome]]:
             old = json.loads(store.read_text(MANIFEST))
         except ValueError as e:
             raise SweepError(f"{root}/{MANIFEST} is not valid JSON: {e}") from e
-        if old.get("scenario_sha256") != plan.manifest()["scenario_sha256"]:
+        new = plan.manifest()
+        same = old.get("scenario_sha256") == new["scenario_sha256"] or (
+            old.get("runs_sha256") == new["runs_sha256"]
+        )
+        if not same:
             raise SweepError(
                 f"{root} holds a sweep of another scenario file (or the file changed); "
                 "use another --out folder"
@@ -497,6 +524,12 @@ def run_local(
     return outcomes
 
 
+def run_one_on_spark(sc: Any, task: Task) -> Outcome:
+    """One run as a one-task Spark job (raises when Spark fails the job itself)."""
+    out: list[Outcome] = sc.parallelize([task], 1).map(run_task).collect()
+    return out[0]
+
+
 def run_spark(
     tasks: Sequence[Task],
     master: str,
@@ -515,18 +548,16 @@ def run_spark(
     sc = spark.sparkContext
     width = jobs or max(sc.defaultParallelism, 1)
 
-    def one(t: Task) -> Outcome:
-        out: list[Outcome] = sc.parallelize([t], 1).map(run_task).collect()
-        return out[0]
-
     outcomes = []
     with ThreadPoolExecutor(max_workers=width) as pool:
-        futures = [pool.submit(one, t) for t in tasks]
+        futures = {pool.submit(run_one_on_spark, sc, t): t for t in tasks}
         for f in as_completed(futures):
             try:
                 o = f.result()
             except Exception as e:  # the Spark job itself failed (lost executor...)
-                o = Outcome("?", -1, "?", False, error=f"Spark job failed: {e}")
+                t = futures[f]
+                label = Setting(t.setting).label()
+                o = Outcome(t.rel, t.seed, label, False, error=f"Spark job failed: {e}")
             outcomes.append(o)
             report(o, done + len(outcomes), total)
     return outcomes
@@ -543,14 +574,12 @@ def run_sweep(
     """Run every (setting, seed) of ``plan`` not finished yet; return all outcomes."""
     import os
 
-    store, todo, done = prepare(plan, root)
+    _, todo, done = prepare(plan, root)
     total = len(done) + len(todo)
     rep: Report = report or (lambda o, k, n: None)
     if not todo:
         return done
     if master:
         return done + run_spark(todo, master, jobs, rep, len(done), total)
-    if store.local is None:
-        raise SweepError("a store other than a local folder needs --master (Spark)")
     width = jobs or os.cpu_count() or 1
     return done + run_local(todo, min(width, len(todo)), rep, len(done), total)

@@ -519,6 +519,47 @@ def test_long_runs_have_hours_on_the_time_axis(
     assert "(s)" in saved_figures["delivery_over_time.png"].axes[0].get_xlabel()
 
 
+def test_report_names_a_sweep_runs_setting_as_the_sweep_writes_it(tmp_path: Path) -> None:
+    """Values read as in the scenario file (true, [1,2]), not as Python prints them."""
+    from sim.analysis.report import write_report
+
+    run = _fake_run("r", 600.0, [30.0, 60.0, 90.0])
+    run.metrics["sweep"] = {
+        "setting": {"protocol.altruistic": True, "groups[0].mobility.speed": [1.0, 2.5]},
+        "label": "protocol.altruistic=true, groups[0].mobility.speed=[1.0,2.5]",
+    }
+    write_report([run], tmp_path)
+    html = (tmp_path / "report.html").read_text()
+    assert "scenario <b>long</b>; seed 3; settings protocol.altruistic=true, " in html
+    assert "groups[0].mobility.speed=[1.0,2.5];" in html
+
+
+def test_runs_of_one_scenario_by_hand_get_a_mean_and_ci_column(tmp_path: Path) -> None:
+    """`analyze out/qs out/qs-s2` (one scenario, two seeds, no sweep): besides a column per
+    run, the summary has mean ± 95 % CI over them (the issue's first complaint)."""
+    import math
+
+    from sim.analysis.cli import summary_table
+    from sim.analysis.report import summary_rows, write_report
+
+    a, b = _fake_run("qs", 600.0, [30.0, 60.0]), _fake_run("qs-s2", 600.0, [30.0, 90.0])
+    b.metrics["run"] = {"scenario": "long", "seed": 4}
+    b.metrics["delivery_ratio"] = 0.7
+    write_report([a, b], tmp_path)
+    html = (tmp_path / "report.html").read_text()
+    assert "<th>qs</th><th>qs-s2</th><th>mean ± 95 % CI (2 runs)</th>" in html
+    ci = 12.7062047 * math.sqrt(0.02) / math.sqrt(2)  # t(0.975, 1) · s / √n, s² = 0.02
+    row = html[html.index("<th>delivery ratio</th>") :].split("</tr>", 1)[0]
+    assert f"<td>0.5</td><td>0.7</td><td>0.6 ± {ci:.4g}</td>" in row
+    assert ("delivery ratio", ["0.5", "0.7", f"0.6 ± {ci:.4g}"]) in summary_rows([a, b])
+    assert summary_table([a, b]).columns[-1].header == "mean ± 95 % CI (2 runs)"
+    # runs of different scenarios (or settings) are not averaged
+    b.metrics["run"] = {"scenario": "other", "seed": 4}
+    write_report([a, b], tmp_path)
+    assert "mean ± 95 % CI" not in (tmp_path / "report.html").read_text()
+    assert len(summary_rows([a, b])[0][1]) == 2
+
+
 def test_censored_contacts_are_marked(saved_figures: dict[str, Any], tmp_path: Path) -> None:
     from sim.analysis.report import write_report
 

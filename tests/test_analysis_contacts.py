@@ -144,6 +144,12 @@ TRACE_CORPUS: list[tuple[str, str, str, list[tuple[float, str, str, bool]] | str
     ("csv-header", "csv", "time,a,b,up\n0,1,2,up\n5,1,2,0\n", _EVENTS),
     ("csv-header-any-order", "csv", "A,b,Time,up,note\n1,2,0,1,x\n1,2,5,0,y\n", _EVENTS),
     ("csv-comments", "csv", "# export\ntime,a,b,up\n0,1,2,up # first\n\n5,1,2,down\n", _EVENTS),
+    (
+        "csv-header-after-a-long-preamble",
+        "csv",
+        "# x\n\n" * 40 + "A,b,time,up\n1,2,0,1\n1,2,5,0\n",
+        _EVENTS,
+    ),
     ("self-contact", "one", "0 CONN 1 2 up\n3 CONN 4 4 up\n", "itself"),
     ("self-contact-csv", "csv", "0,3,3,up\n", "itself"),
     ("negative-time", "one", "-1 CONN 1 2 up\n", "finite number >= 0"),
@@ -181,3 +187,41 @@ def test_both_trace_readers_agree_on_the_corpus(
     spark_events = sorted((r["time"], r["a"], r["b"], r["up"]) for r in rows)
     assert sim_events == expected
     assert spark_events == expected
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text"),
+    [("one", "# gz\n0 CONN 1 2 up\n5 CONN 1 2 down\n"), ("csv", "time,a,b,up\n0,1,2,1\n5,1,2,0\n")],
+)
+def test_both_trace_readers_read_gzip_traces_alike(
+    spark: Any, tmp_path: Path, fmt: str, text: str
+) -> None:
+    """``dodwan-sim contacts`` writes .gz traces (and scenarios ship one): both readers
+    decompress them and give the same events."""
+    import gzip
+
+    path = tmp_path / f"trace.{fmt}.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    sim_events = [(e.time, e.a, e.b, e.up) for e in load_trace(path, fmt)]
+    rows = read_contact_trace(spark, str(path), fmt=fmt).collect()
+    assert sim_events == _EVENTS
+    assert sorted((r["time"], r["a"], r["b"], r["up"]) for r in rows) == _EVENTS
+
+
+def test_both_tools_guess_a_trace_format_from_its_name_alike() -> None:
+    """``run --contacts`` / ``[contacts] trace`` and ``analyze --contacts`` take the same
+    format for the same file name (a gzip CSV trace was The ONE's format to the simulator)."""
+    from sim.analysis.load import _guess_format
+    from sim.scenario import guess_trace_format
+
+    names = {
+        "t.csv": "csv",
+        "T.CSV": "csv",
+        "t.csv.gz": "csv",
+        "t.one.txt": "one",
+        "t.one.txt.gz": "one",
+        "trace": "one",
+    }
+    for name, fmt in names.items():
+        assert (guess_trace_format(Path(name)), _guess_format(name)) == (fmt, fmt), name
+    assert _guess_format("contacts.parquet") == "parquet"  # the analysis reads Parquet too

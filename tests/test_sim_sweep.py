@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,57 @@ def test_any_key_can_be_swept(tmp_path: Path) -> None:
     assert sc.radio.loss == 0.0
 
 
+def _changed(value: Any) -> Any:
+    """A valid value other than a setting's default (to see that a swept value lands)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    return value * 2 if value else 1.0
+
+
+def test_every_protocol_setting_and_limit_can_be_swept(tmp_path: Path) -> None:
+    """Every [protocol] key and every [protocol.limits] key the scenario format has (the
+    core's NodeConfig and Limits fields) is a sweep key, and its value reaches the hosts."""
+    from sim.protocol import DEFAULTS, LIMIT_DEFAULTS
+
+    path = small_scenario(tmp_path)
+    sets = [(f"protocol.{k}", [_changed(v)]) for k, v in DEFAULTS.items()]
+    sets += [(f"protocol.limits.{k}", [_changed(v)]) for k, v in LIMIT_DEFAULTS.items()]
+    plan = make_plan(path, sets)
+    proto = scenario_for(plan.text, plan.source, plan.settings[0]).groups[0].protocol
+    for k, v in DEFAULTS.items():
+        assert proto.settings[k] == _changed(v), k
+    for k, v in LIMIT_DEFAULTS.items():
+        assert proto.limits[k] == _changed(v), k
+    assert proto.node_config("walker-0").limits.max_ttl == _changed(LIMIT_DEFAULTS["max_ttl"])
+
+
+def test_generator_ranges_can_be_swept(tmp_path: Path) -> None:
+    """The ranges of a ONE-style generator ([min, max] lists) are sweep values like any other."""
+    path = small_scenario(
+        tmp_path,
+        '\n[[traffic.generate]]\nname = "one"\nsources = ["walker"]\n'
+        'destinations = ["walker"]\ninterval = [25, 35]\nsize = [500, 1000]\n',
+    )
+    plan = make_plan(
+        path,
+        [
+            ("traffic.generate[0].interval", parse_values("[5,10],[50,70]")),
+            ("traffic.generate.one.size", parse_values("[100,200]")),
+            ("traffic.generate[0].ttl", parse_values("[60,120]")),
+            ("traffic.generate[0].mode", parse_values("one,all")),
+        ],
+    )
+    assert len(plan.settings) == 4
+    gens = [scenario_for(plan.text, plan.source, s).generate[0] for s in plan.settings]
+    assert [g.interval for g in gens] == [(5.0, 10.0)] * 2 + [(50.0, 70.0)] * 2
+    assert {g.size for g in gens} == {(100, 200)} and {g.ttl for g in gens} == {(60.0, 120.0)}
+    assert [g.mode for g in gens] == ["one", "all", "one", "all"]
+    with pytest.raises(SweepError, match=r"traffic\.generate\[0\]\.interval: must be .*\[10, 5\]"):
+        make_plan(path, [("traffic.generate[0].interval", [[10, 5]])])
+
+
 def test_bad_settings_are_all_reported_before_anything_runs(tmp_path: Path) -> None:
     path = small_scenario(tmp_path)
     with pytest.raises(SweepError) as info:
@@ -134,6 +186,33 @@ def test_sweep_table_in_the_file_and_command_line_override(tmp_path: Path) -> No
     # a single run of that file ignores [sweep]
     res = CliRunner().invoke(main, ["validate", str(path)])
     assert res.exit_code == 0, res.output
+
+
+def test_the_shipped_sweep_example_is_the_one_the_readme_and_docs_show() -> None:
+    example = SCENARIOS / "sweep_horizon.toml"
+    plan = make_plan(example)
+    assert plan.keys == ["protocol.horizon", "protocol.altruistic"]
+    assert len(plan.settings) == 6 and plan.seeds == [1, 2, 3, 4, 5] and len(plan.runs()) == 30
+    root = SCENARIOS.parent
+    readme = (root / "README.md").read_text()
+    assert "dodwan-sim sweep scenarios/sweep_horizon.toml --out out/sw" in readme
+    assert "dodwan-sim analyze out/sw --out" in readme
+    docs = (root / "docs" / "scenarios.md").read_text()
+    assert "`sweep_horizon.toml` | 12 | 10 min |" in docs and "## Sweeps: settings × seeds" in docs
+
+
+def test_validate_checks_every_setting_of_the_sweep_table(tmp_path: Path) -> None:
+    path = small_scenario(
+        tmp_path, '\n[sweep]\nseeds = 3\n[sweep.set]\n"protocol.horizon" = [1, 0]\n'
+    )
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 1 and "1 setting(s) are not valid" in res.output
+    assert "setting protocol.horizon=0:" in res.output and "Traceback" not in res.output
+    path.write_text(path.read_text().replace("[1, 0]", "[1, 2]"))
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert (
+        res.exit_code == 0 and "sweep: 2 setting(s) × 3 seed(s) over protocol.horizon" in res.output
+    )
 
 
 def test_setting_folder_names_are_stable_and_safe() -> None:
@@ -197,6 +276,61 @@ def test_resume_skips_finished_runs_and_redoes_interrupted_ones(tmp_path: Path) 
     assert (runs[2] / MARKER).is_file()
 
 
+def test_a_sweep_in_a_remote_store_is_written_and_read_back_by_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store pyarrow opens from a URI (s3://, hdfs://...) gives paths without the scheme;
+    the runs handed to Spark must keep it (``bucket/sweep/runs/...`` would be read as a
+    local relative path). The 'remote' store here is a local folder behind the URI."""
+    from pyarrow import fs as pafs
+
+    from sim.analysis.sweep_report import read_sweep
+    from sim.sweep import prepare, run_task
+
+    bucket = tmp_path / "bucket-root"
+    bucket.mkdir()
+    remote = pafs.SubTreeFileSystem(str(bucket), pafs.LocalFileSystem())
+
+    def open_uri(uri: str) -> Any:
+        assert uri.startswith("s3://"), uri
+        return remote, uri[len("s3://") :]  # as pyarrow's S3FileSystem does
+
+    monkeypatch.setattr("sim.sweep.open_uri", open_uri)
+    plan = make_plan(small_scenario(tmp_path), [("protocol.horizon", [1, 2])], seeds=1)
+    root = "s3://results/sweep"
+    _, todo, done = prepare(plan, root)
+    assert len(todo) == 2 and not done
+    outcomes = [run_task(t) for t in todo[:1]]  # what each Spark task runs
+    assert outcomes[0].ok, outcomes[0].error
+    first = bucket / "results" / "sweep" / todo[0].rel
+    assert (first / MARKER).is_file() and (first / "messages.parquet").exists()
+    sweep = read_sweep(root)
+    assert [r.path for r in sweep.runs] == [f"{root}/{todo[0].rel}"]
+    assert sweep.missing == [todo[1].rel]
+    # local processes write to such a store too (no Spark needed to keep results remote)
+    outcomes = run_sweep(plan, root, jobs=1)
+    assert sorted(o.skipped for o in outcomes) == [False, True] and all(o.ok for o in outcomes)
+    assert len(read_sweep(root).runs) == 2 and (bucket / "results/sweep" / todo[1].rel).is_dir()
+
+
+def test_seeds_and_values_added_to_the_files_sweep_table_resume_the_sweep(tmp_path: Path) -> None:
+    """[sweep] only chooses which runs to make, never what a run is: editing it (or a
+    comment) keeps the folder usable, and only the new runs are made."""
+    path = small_scenario(tmp_path, '\n[sweep]\nseeds = 1\n[sweep.set]\n"radio.loss" = [0.0]\n')
+    out = tmp_path / "sweep"
+    assert [o.skipped for o in run_sweep(make_plan(path), str(out), jobs=1)] == [False]
+    path.write_text(
+        "# two seeds now, and a second loss\n"
+        + path.read_text().replace("seeds = 1", "seeds = 2").replace("[0.0]", "[0.0, 0.5]")
+    )
+    outcomes = run_sweep(make_plan(path), str(out), jobs=1)
+    assert sorted(o.skipped for o in outcomes) == [False, False, False, True]
+    assert all(o.ok for o in outcomes)
+    path.write_text(path.read_text().replace("duration = 120.0", "duration = 100.0"))
+    with pytest.raises(SweepError, match="another scenario"):
+        run_sweep(make_plan(path), str(out), jobs=1)
+
+
 def test_sweep_folder_of_another_scenario_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     run_sweep(make_plan(small_scenario(tmp_path), seeds=1), str(out), jobs=1)
@@ -226,6 +360,97 @@ def test_sweep_command(tmp_path: Path) -> None:
     assert "must be <= 1.0" in invalid.output and "Traceback" not in invalid.output
 
 
+def test_the_eta_of_a_resumed_sweep_counts_only_the_runs_of_this_call() -> None:
+    """A resumed sweep reports k/n with the runs already done in k; its ETA must come from
+    the pace of the runs made now (50 skipped runs took no time)."""
+    from sim.cli import _sweep_reporter
+    from sim.sweep import Outcome
+
+    now = [0.0]
+    lines: list[str] = []
+    report = _sweep_reporter(0.0, lines.append, clock=lambda: now[0])
+    for k, t in ((51, 100.0), (52, 200.0)):  # 100 s per run, 50 runs were already done
+        now[0] = t
+        report(Outcome(f"r{k}", k, "protocol.horizon=1", True, wall=100.0), k, 60)
+    assert lines[0].startswith("[51/60] protocol.horizon=1 seed 51: 100.0 s")
+    assert lines[0].endswith("(ETA 0:15:00)"), lines  # 9 runs to go
+    assert lines[1].endswith("(ETA 0:13:20)"), lines  # 8 runs to go
+
+
+def _run_in_a_terminal(args: list[str], timeout: float) -> str:
+    """Run a command with a pseudo-terminal as its stdin, stdout and stderr; its output."""
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dodwan-sim"), *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
+    )
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the command exited and closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+        assert proc.wait(timeout=max(deadline - time.monotonic(), 1)) == 0, out.decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return out.decode("utf-8", "replace")
+
+
+def test_the_issues_command_shows_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    """The command as the issue spells it, 3 × 2 settings × 10 seeds, on a real terminal
+    (a pty): a bar with runs done / total and an ETA, one line per run, and a second call
+    skips all 60 runs."""
+    path = small_scenario(tmp_path)
+    path.write_text(
+        path.read_text()
+        .replace("duration = 120.0", "duration = 10.0")
+        .replace("count = 12", "count = 3")
+    )
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--set", "protocol.horizon=1,2,3"]
+    args += ["--set", "protocol.altruistic=true,false", "--seeds", "10", "--out", str(out)]
+    screen = _run_in_a_terminal([*args, "--jobs", "2"], timeout=300)
+    assert "6 setting(s) × 10 seed(s) = 60 run(s)" in screen
+    assert "\x1b[" in screen  # drawn with terminal control sequences: a live bar
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)
+    bars = re.findall(r"sweep ━+╸?╺?━* (\d+)/60 ETA \d+:\d\d:\d\d", plain)
+    assert bars and bars[-1] == "60" and len(set(bars)) > 10, plain[-2000:]
+    assert "[60/60] " in screen and "60 run(s) done, 0 already done, 0 failed" in screen
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert len(manifest["runs"]) == 60
+    assert all((out / r["dir"] / MARKER).is_file() for r in manifest["runs"])
+    assert {tuple(sorted(r["setting"].items())) for r in manifest["runs"]} == {
+        (("protocol.altruistic", a), ("protocol.horizon", h))
+        for h in (1, 2, 3)
+        for a in (True, False)
+    }
+    again = _run_in_a_terminal(args, timeout=120)
+    assert "0 run(s) done, 60 already done, 0 failed" in again
+
+
 @pytest.fixture(scope="module")
 def spark_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A 2 settings × 3 seeds sweep run through a real local Spark session (local[2]), and
@@ -237,18 +462,21 @@ def spark_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     local = base / "local"
     run_sweep(plan, str(local), jobs=2)
     spark_out = base / "spark"
-    done: list[int] = []
-    outcomes = run_sweep(
-        plan, f"file://{spark_out}", master="local[2]", report=lambda o, k, n: done.append(k)
-    )
-    return {"plan": plan, "local": local, "spark": spark_out, "outcomes": outcomes, "done": done}
+    args = ["sweep", str(path), "--set", "protocol.horizon=1,2", "--seeds", "3"]
+    args += ["--out", f"file://{spark_out}", "--master", "local[2]"]
+    res = CliRunner().invoke(main, args)  # the command a researcher types, with --master
+    return {"plan": plan, "local": local, "spark": spark_out, "res": res}
 
 
 @SPARK_GROUP
 def test_spark_sweep_gives_the_same_runs_as_local_processes(spark_sweep: dict[str, Any]) -> None:
     plan, local, spark_out = spark_sweep["plan"], spark_sweep["local"], spark_sweep["spark"]
-    assert all(o.ok for o in spark_sweep["outcomes"]), [o.error for o in spark_sweep["outcomes"]]
-    assert sorted(spark_sweep["done"]) == list(range(1, 7))
+    res = spark_sweep["res"]
+    assert res.exit_code == 0, res.output
+    assert "= 6 run(s) into file://" in res.output and "on Spark (local[2])" in res.output
+    done = sorted(int(k) for k in re.findall(r"^\[(\d)/6\] ", res.output, re.M))
+    assert done == [1, 2, 3, 4, 5, 6]  # one progress line per run, as each task finishes
+    assert "6 run(s) done, 0 already done, 0 failed" in res.output
     for r in plan.runs():
         assert (spark_out / r.rel / MARKER).is_file()
         assert tables_of(spark_out / r.rel) == tables_of(local / r.rel)
@@ -256,6 +484,58 @@ def test_spark_sweep_gives_the_same_runs_as_local_processes(spark_sweep: dict[st
     again = run_sweep(plan, f"file://{spark_out}", master="local[2]")
     assert all(o.skipped for o in again)
     assert os.path.isfile(spark_out / "sweep.json")
+
+
+def test_one_run_of_a_sweep_is_reported_alone_with_its_scenario_seed_and_setting(
+    spark_sweep: dict[str, Any], tmp_path: Path
+) -> None:
+    """The single-run report keeps working on a run of a sweep, and names its setting."""
+    from sim.analysis.cli import analyze
+
+    run = spark_sweep["spark"] / "runs" / "protocol.horizon=2" / "seed-3"
+    report = tmp_path / "report"
+    res = CliRunner().invoke(analyze, [str(run), "--out", str(report)])
+    assert res.exit_code == 0, res.output
+    html = (report / "report.html").read_text()
+    assert "scenario <b>quickstart</b>; seed 3; settings protocol.horizon=2;" in html
+    assert "<th>seed-3</th>" in html and (report / "delivery_over_time.png").is_file()
+    assert (
+        (report / "seed-3.MessageStatsReport.txt")
+        .read_text()
+        .startswith("Message stats for scenario quickstart\n")
+    )
+
+
+def test_a_lost_spark_job_is_reported_against_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When Spark itself fails a run's job (a lost executor...), the failure names that
+    run's setting and seed, and the run is retried by the next call."""
+    from spark_fixtures import shared_spark
+
+    import sim.sweep
+
+    shared_spark()  # the sweep reuses the test session (local[2]) as its cluster
+
+    real = sim.sweep.run_one_on_spark
+
+    def flaky(sc: Any, task: Any) -> Any:
+        if task.seed == 2:
+            raise RuntimeError("executor lost")
+        return real(sc, task)
+
+    monkeypatch.setattr(sim.sweep, "run_one_on_spark", flaky)
+    path = small_scenario(tmp_path)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--seeds", "2", "--out", str(out), "--master", "local[2]"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1, res.output
+    assert "1 run(s) done, 0 already done, 1 failed" in res.output
+    assert "FAILED (base) seed 2: Spark job failed: " in res.output
+    assert "executor lost" in res.output
+    monkeypatch.setattr(sim.sweep, "run_one_on_spark", real)
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "1 run(s) done, 1 already done, 0 failed" in again.output
 
 
 T_975_2 = 4.302652729911275
@@ -309,6 +589,17 @@ def test_analyze_sweep_aggregates_mean_and_ci_over_seeds(
     )
     html = (report / "report.html").read_text()
     assert "Sweep: quickstart" in html and " ± " in html
+    # the table shows the standard deviation next to the mean and the interval
+    from sim.analysis.report import fmt
+
+    m = agg["settings"][1]["metrics"]["delivery_ratio"]
+    cell = f"{fmt(m['mean'])} ± {fmt(m['ci95'])} (sd {fmt(m['std'])})"
+    table = html[html.index("<h2>Sweep: quickstart</h2>") :].split("</table>", 1)[0]
+    assert f"<td>{cell}</td>" in table, table
+    assert "sd = standard deviation" in html
+    notes = html[html.index("</table>", html.index("<h2>Sweep: quickstart</h2>")) :]
+    assert "<li>ONE overhead ratio: The ONE&#x27;s (relayed − delivered) / delivered" in notes
+    assert "<li>efficiency: delivery ratio ÷ oracle delivery ratio; 1 = " in notes
     assert (report / "sweep_protocol.horizon.png").stat().st_size > 1000
     assert (report / "sweep_protocol.horizon.svg").is_file()
     assert '<figure class=\'wide\'><img src="sweep_protocol.horizon.png" width="1280"' in html
@@ -325,6 +616,103 @@ def test_t_quantile_matches_tables() -> None:
     assert t_quantile(0.99, 4) == pytest.approx(4.6041, abs=1e-4)
     one = summarise([0.5])
     assert one.mean == 0.5 and one.std is None and one.ci is None
+
+
+def test_sweep_plots_show_the_means_with_the_intervals_as_error_bars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Metric vs parameter: a point per value at the mean, error bars of ± the 95 % CI
+    half width, one line per value of the other key."""
+    from matplotlib.container import ErrorbarContainer
+    from matplotlib.figure import Figure
+
+    from sim.analysis.aggregate import aggregate, summarise
+    from sim.analysis.sweep_report import plot_key
+
+    saved: list[Any] = []
+    original = Figure.savefig
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        saved.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    ratios = {
+        (1, False): [0.5, 0.7, 0.6],
+        (2, False): [0.8, 0.9, 0.95],
+        (1, True): [0.9, 0.92, 1.0],
+    }
+    runs = [
+        (
+            f"{h}-{a}-{k}",
+            {"protocol.horizon": h, "protocol.altruistic": a},
+            "",
+            k,
+            {"delivery_ratio": x},
+        )
+        for (h, a), xs in ratios.items()
+        for k, x in enumerate(xs)
+    ]
+    keys = ["protocol.horizon", "protocol.altruistic"]
+    plot_key("protocol.horizon", keys, aggregate(runs), tmp_path / "sweep_h.png")
+    assert (tmp_path / "sweep_h.png").is_file() and (tmp_path / "sweep_h.svg").is_file()
+    ax = saved[0].axes[0]
+    assert ax.get_title() == "delivery ratio" and ax.get_xlabel() == "protocol.horizon"
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 2  # altruistic=false and altruistic=true
+    for bar, altruistic in zip(bars, (False, True), strict=True):
+        points = [(h, summarise(xs)) for (h, a), xs in sorted(ratios.items()) if a == altruistic]
+        line, _, (segments,) = bar.lines
+        assert list(line.get_xdata()) == [h for h, _ in points]
+        assert list(line.get_ydata()) == pytest.approx([s.mean for _, s in points])
+        for seg, (_, s) in zip(segments.get_segments(), points, strict=True):
+            assert [y for _, y in seg] == pytest.approx([s.mean - s.ci, s.mean + s.ci])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
+
+
+def test_a_partly_finished_sweep_is_aggregated_over_the_finished_runs_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """Runs without a marker are left out of the aggregate, counted, and named on the page;
+    a setting with one finished seed shows its mean without an interval."""
+    from sim.analysis.pipeline import RunResult
+    from sim.analysis.report import write_report
+    from sim.analysis.sweep_report import aggregate_results, read_sweep
+
+    out = tmp_path / "sweep"
+    plan = make_plan(small_scenario(tmp_path), [("protocol.horizon", [1, 2])], seeds=2)
+    run_sweep(plan, str(out), jobs=1)
+    unfinished = plan.runs()[3].rel  # horizon 2, seed 2
+    (out / unfinished / MARKER).unlink()
+    sweep = read_sweep(str(out))
+    assert sweep.missing == [unfinished] and len(sweep.runs) == 3
+    results = [
+        RunResult(r.name, r.path, "run", {"delivery_ratio": 0.5 + 0.1 * i, "sweep": {}})
+        for i, r in enumerate(sweep.runs)
+    ]
+    settings = aggregate_results(sweep, results)
+    assert [s.seeds for s in settings] == [[1, 2], [1]]
+    report = tmp_path / "report"
+    write_report(results, report, sweep=(sweep, settings))
+    html = (report / "report.html").read_text()
+    assert "1 run(s) of the sweep have not finished and are left out." in html
+    row = html[html.index("<tr><td>2</td>") :].split("</tr>", 1)[0]
+    assert "<td>1</td><td>0.7</td>" in row  # one seed: the mean, no interval
+    agg = json.loads((report / "aggregate.json").read_text())
+    assert agg["missing_runs"] == [unfinished]
+    assert agg["settings"][1]["metrics"]["delivery_ratio"]["ci95"] is None
+
+
+def test_analyze_a_sweep_with_no_finished_run_is_a_clean_error(tmp_path: Path) -> None:
+    from sim.analysis.cli import analyze
+    from sim.sweep import prepare
+
+    out = tmp_path / "sweep"
+    prepare(make_plan(small_scenario(tmp_path), seeds=2), str(out))  # the manifest, no run
+    res = CliRunner().invoke(analyze, [str(out), "--out", str(tmp_path / "report")])
+    assert res.exit_code == 1, res.output
+    assert "no finished run in this sweep (run dodwan-sim sweep first)" in res.output
+    assert "Traceback" not in res.output
 
 
 def test_a_failing_run_is_reported_and_the_others_finish(tmp_path: Path) -> None:

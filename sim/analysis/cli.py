@@ -21,7 +21,7 @@ from sim.analysis.errors import SPARK_ERRORS, AnalysisError, brief
 from sim.analysis.load import TRACE_FORMATS, precheck_run_dir, precheck_trace, run_name
 from sim.analysis.oracle import DEFAULT_MAX_ITERATIONS, OracleNotConverged
 from sim.analysis.pipeline import RunResult, analyze_contact_trace, analyze_run
-from sim.analysis.report import summary_rows, write_frames, write_report
+from sim.analysis.report import mean_column, summary_rows, write_frames, write_report
 from sim.analysis.session import DEFAULT_MASTER, create_session, small_local_inputs
 from sim.analysis.sweep_report import (
     SWEEP_METRICS,
@@ -49,6 +49,9 @@ def summary_table(results: Sequence[RunResult]) -> Table:
     table.add_column("metric")
     for r in results:
         table.add_column(r.name, justify="right")
+    mean_head = mean_column(results)
+    if mean_head is not None:
+        table.add_column(mean_head, justify="right")
     for label, values in summary_rows(results):
         table.add_row(label, *values)
     return table

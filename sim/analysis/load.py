@@ -300,13 +300,23 @@ def _line_parser(fmt: str, layout: cf.Layout, header: list[str] | None) -> Any:
     return parse
 
 
+def _first_fields(lines: DataFrame) -> list[str] | None:
+    """The CSV fields of the first line that is not blank nor a comment (as the simulator
+    finds it): the first 64 lines on the driver, the rest only if those are all comments."""
+    head = [r[0] for r in lines.limit(64).collect()]
+    first = cf.first_data_line(head)
+    if first is not None or len(head) < 64:
+        return first
+    found = lines.rdd.map(lambda r: r[0]).filter(lambda line: bool(cf.split_csv(line))).take(1)
+    return cf.split_csv(found[0]) if found else None
+
+
 def _read_lines(spark: SparkSession, path: str, fmt: str) -> DataFrame:
     """Parse a ONE or CSV trace in Spark (Python tasks running the shared line parser)."""
     lines = spark.read.text(path)
     layout, header = cf.PLAIN, None
     if fmt == "csv":
-        head = [r[0] for r in lines.limit(64).collect()]  # where a header would be
-        first = cf.first_data_line(head)
+        first = _first_fields(lines)  # where a header would be, however far down
         try:
             found = cf.csv_layout(first) if first else None
         except cf.FormatError as e:
@@ -333,12 +343,8 @@ def _read_lines(spark: SparkSession, path: str, fmt: str) -> DataFrame:
 
 
 def _guess_format(path: str) -> str:
-    low = path.rstrip("/").lower()
-    if low.endswith(".csv") or low.endswith(".csv.gz"):
-        return "csv"
-    if low.endswith(".parquet"):
-        return "parquet"
-    return "one"
+    """Parquet for ``*.parquet``, else what the simulator guesses (``cf.guess_format``)."""
+    return "parquet" if path.rstrip("/").lower().endswith(".parquet") else cf.guess_format(path)
 
 
 def read_contact_trace(spark: SparkSession, path: str, fmt: str = "auto") -> DataFrame:

@@ -500,17 +500,48 @@ img { max-width: 100%; height: auto; }
 """
 
 
+def mean_column(results: Sequence[RunResult]) -> str | None:
+    """The header of a mean ± CI column when ``results`` are several runs of one scenario
+    with one setting (seeds run by hand); None otherwise."""
+    if len(results) < 2 or any(r.kind != "run" for r in results):
+        return None
+    same = {
+        (
+            lookup(r.metrics, "run.scenario"),
+            json.dumps(lookup(r.metrics, "sweep.setting"), sort_keys=True, default=str),
+        )
+        for r in results
+    }
+    if len(same) != 1 or lookup(results[0].metrics, "run.scenario") is None:
+        return None
+    return f"mean ± 95 % CI ({len(results)} runs)"
+
+
+def _mean_ci(values: Sequence[Any]) -> str:
+    """Mean ± Student-t 95 % CI half width of the values, '-' unless all are numbers."""
+    from sim.analysis.aggregate import summarise
+
+    nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(nums) != len(values) or not all(math.isfinite(v) for v in nums):
+        return "-"
+    m = summarise(nums)
+    return fmt(m.mean) if m.ci is None else f"{fmt(m.mean)} ± {fmt(m.ci)}"
+
+
 def summary_rows(results: Sequence[RunResult]) -> list[tuple[str, list[str]]]:
-    """(label, one formatted value per run) for every summary row some run has."""
+    """(label, one formatted value per run, then the mean ± CI when :func:`mean_column`)
+    for every summary row some run has."""
     return [(label, values) for _, label, values in _summary_rows(results)]
 
 
 def _summary_rows(results: Sequence[RunResult]) -> list[tuple[str, str, list[str]]]:
     rows = []
+    with_mean = mean_column(results) is not None
     for path, label in SUMMARY_ROWS:
         values = [lookup(r.metrics, path) for r in results]
         if any(v is not None for v in values):
-            rows.append((path, label, [fmt(v) for v in values]))
+            texts = [fmt(v) for v in values] + ([_mean_ci(values)] if with_mean else [])
+            rows.append((path, label, texts))
     return rows
 
 
@@ -528,9 +559,13 @@ def _describe_source(r: RunResult) -> str:
         parts.append(f"scenario <b>{e(str(run['scenario']))}</b>")
     if run.get("seed") is not None:
         parts.append(f"seed {e(str(run['seed']))}")
-    setting = (r.metrics.get("sweep") or {}).get("setting")
-    if setting:
-        parts.append("settings " + e(", ".join(f"{k}={v}" for k, v in setting.items())))
+    sweep = r.metrics.get("sweep") or {}
+    if sweep.get("setting"):  # the sweep's own label: values as in the scenario file
+        label = sweep.get("label") or ", ".join(
+            f"{k}={v if isinstance(v, str) else json.dumps(v, separators=(',', ':'))}"
+            for k, v in sweep["setting"].items()
+        )
+        parts.append("settings " + e(str(label)))
     if run.get("until") is not None:
         parts.append(f"{fmt(run['until'])} s simulated")
     what = "; ".join(parts)
@@ -571,6 +606,9 @@ def write_html(
 ) -> Path:
     e = html.escape
     head = "".join(f"<th>{e(r.name)}</th>" for r in results)
+    mean_head = mean_column(results)
+    if mean_head is not None:
+        head += f"<th>{e(mean_head)}</th>"
     body = "".join(
         f"<tr><th>{e(label)}</th>{''.join(f'<td>{e(v)}</td>' for v in values)}"
         f"<td class='note'>{e(EXPLAIN.get(path, ''))}</td></tr>"

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 from sim.analysis.aggregate import SettingResult, aggregate
 from sim.analysis.errors import AnalysisError
 from sim.analysis.pipeline import RunResult
-from sim.analysis.report import DPI, clean_json, fmt, safe_name, save_figure, write_csv
+from sim.analysis.report import DPI, EXPLAIN, clean_json, fmt, safe_name, save_figure, write_csv
 
 SWEEP_METRICS: tuple[tuple[str, str], ...] = (
     ("delivery_ratio", "delivery ratio"),
@@ -80,7 +80,7 @@ def read_sweep(path: str) -> SweepInput:
         setting = dict(r.get("setting") or {})
         label = ", ".join(f"{k}={json.dumps(v)}" for k, v in setting.items()) or "(base)"
         name = rel.removeprefix("runs/")
-        runs.append(SweepRun(name, store.path(rel), setting, label, int(r["seed"])))
+        runs.append(SweepRun(name, store.uri(rel), setting, label, int(r["seed"])))
     if not runs:
         raise AnalysisError(f"{path}: no finished run in this sweep (run dodwan-sim sweep first)")
     return SweepInput(store.root, manifest, runs, missing)
@@ -99,11 +99,14 @@ def _value_text(v: Any) -> str:
     return json.dumps(v) if isinstance(v, list | dict) else str(v)
 
 
-def mean_ci(s: SettingResult, path: str) -> str:
+def mean_ci(s: SettingResult, path: str, sd: bool = False) -> str:
+    """``mean ± CI half width`` of a metric (``(sd s)`` appended with ``sd``)."""
     m = s.metrics.get(path)
     if m is None:
         return "-"
-    return fmt(m.mean) if m.ci is None else f"{fmt(m.mean)} ± {fmt(m.ci)}"
+    if m.ci is None:
+        return fmt(m.mean)
+    return f"{fmt(m.mean)} ± {fmt(m.ci)}" + (f" (sd {fmt(m.std)})" if sd else "")
 
 
 def summary_csv_rows(
@@ -209,10 +212,11 @@ def write_sweep(
         "<tr>"
         + "".join(f"<td>{e(_value_text(s.setting.get(k)))}</td>" for k in keys)
         + f"<td>{len(s.seeds)}</td>"
-        + "".join(f"<td>{e(mean_ci(s, p))}</td>" for p, _ in metrics)
+        + "".join(f"<td>{e(mean_ci(s, p, sd=True))}</td>" for p, _ in metrics)
         + "</tr>"
         for s in settings
     )
+    notes = "".join(f"<li>{e(label)}: {e(EXPLAIN[p])}</li>" for p, label in metrics if p in EXPLAIN)
     missing = (
         f"<p class='warn'>{len(sweep.missing)} run(s) of the sweep have not finished and are "
         "left out.</p>"
@@ -224,9 +228,11 @@ def write_sweep(
         f"<p>{len(settings)} setting(s) × seeds {e(', '.join(map(str, seeds)))} "
         f"({len(sweep.runs)} runs) from {e(str(sweep.manifest.get('scenario_file')))}. "
         "Each cell: mean ± half width of the 95 % confidence interval of the mean over seeds "
-        "(Student t, n − 1 degrees of freedom). Every metric: "
+        "(Student t, n − 1 degrees of freedom), sd = standard deviation over seeds. "
+        "Every metric: "
         '<a href="sweep_summary.csv">sweep_summary.csv</a>, '
         '<a href="aggregate.json">aggregate.json</a>.</p>'
         f"{missing}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        f"<ul class='note'>{notes}</ul>"
     )
     return pngs, ["sweep_summary.csv"], section
