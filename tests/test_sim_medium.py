@@ -131,3 +131,5 @@ def test_a_lone_broadcast_is_scheduled_when_anything_could_see_its_arrival() -> 
     assert medium.silent == 0
     medium.send(1, b"e" * 10, None)  # now alone, idle, links fixed: not scheduled
     assert medium.silent == 1
+    env.run()
+    assert got == [] and medium.delivered == 0  # no link ever came up
