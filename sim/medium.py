@@ -90,7 +90,8 @@ class Medium:
         key = (now + (end - now), NORMAL, next(self.env._eid))
         queue = self.queues[sender]
         if (
-            not queue
+            dest is None
+            and not queue
             and not self.neighbours[sender]
             and key[0] < self.links_fixed_until
             and not self.idle_needed(sender)

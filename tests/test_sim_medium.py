@@ -131,5 +131,8 @@ def test_a_lone_broadcast_is_scheduled_when_anything_could_see_its_arrival() -> 
     assert medium.silent == 0
     medium.send(1, b"e" * 10, None)  # now alone, idle, links fixed: not scheduled
     assert medium.silent == 1
+    medium.send(0, b"f" * 10, 1)  # a unicast to a host out of range is counted on arrival
+    assert medium.silent == 1
     env.run()
     assert got == [] and medium.delivered == 0  # no link ever came up
+    assert medium.unreachable == 1
