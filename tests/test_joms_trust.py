@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,19 @@ import joms
 
 def _stomp_daemons(daemons: Callable[..., DaemonProc], *names: str) -> list[int]:
     return [port for _, port in _stomp_procs(daemons, *names)]
+
+
+@contextmanager
+def _two_clients(
+    daemons: Callable[..., DaemonProc], a: str, b: str
+) -> Iterator[tuple[joms.Connection, joms.Connection]]:
+    """Daemons ``a`` and ``b`` on one group, and a Python API client connected to each."""
+    p1, p2 = _stomp_daemons(daemons, a, b)
+    with (
+        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
+        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
+    ):
+        yield c1, c2
 
 
 def _stomp_procs(
@@ -44,11 +58,7 @@ def _stomp_procs(
 
 def test_one_producers_messages_keep_their_order_across_daemons(daemons) -> None:
     """Defect 2: 50 messages of one session to a topic, subscriber on another host."""
-    p1, p2 = _stomp_daemons(daemons, "o1", "o2")
-    with (
-        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
-        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
-    ):
+    with _two_clients(daemons, "o1", "o2") as (c1, c2):
         s2 = c2.create_session()
         sub = s2.create_consumer(s2.create_topic("ticks"))
         s1 = c1.create_session()
@@ -147,11 +157,7 @@ def test_received_messages_are_read_only_until_cleared(daemons) -> None:
 def test_plain_queue_name_on_a_non_manager_host_joins_the_existing_queue(daemons) -> None:
     """Defect 7: ``receive -q Jobs`` on h2 while Jobs is managed by h1 must not create an
     empty Jobs@h2; a remote worker takes its share of the jobs."""
-    p1, p2 = _stomp_daemons(daemons, "j1", "j2")
-    with (
-        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
-        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
-    ):
+    with _two_clients(daemons, "j1", "j2") as (c1, c2):
         s1 = c1.create_session()
         jobs = s1.create_queue("Jobs")  # Jobs@j1
         local = s1.create_consumer(jobs)  # creates the queue on j1, which advertises it
@@ -177,11 +183,7 @@ def test_plain_queue_name_on_a_non_manager_host_joins_the_existing_queue(daemons
 
 
 def test_temporary_topic_through_the_python_api(daemons) -> None:
-    p1, p2 = _stomp_daemons(daemons, "tt1", "tt2")
-    with (
-        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
-        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
-    ):
+    with _two_clients(daemons, "tt1", "tt2") as (c1, c2):
         s1 = c1.create_session()
         answers = s1.create_temporary_topic()
         replies = s1.create_consumer(answers)
@@ -343,11 +345,7 @@ def test_topic_wildcards_across_daemons(daemons) -> None:
     """``/topic/news.>`` and ``news.*`` (ActiveMQ's spelling) subscribed on one host get
     what another host publishes: the wildcard travels as a DoDWAN profile, so the network
     carries the matching topics to the subscriber and not the others."""
-    p1, p2 = _stomp_daemons(daemons, "w1", "w2")
-    with (
-        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
-        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
-    ):
+    with _two_clients(daemons, "w1", "w2") as (c1, c2):
         s2 = c2.create_session()
         deep = s2.create_consumer(s2.create_topic("news.>"))
         one = s2.create_consumer(s2.create_topic("news.*"))
@@ -383,11 +381,7 @@ def test_one_producers_queue_messages_reach_the_manager_in_order(daemons) -> Non
     """JMS 1.1 §4.4.10 holds for queues too: 50 messages one session sends to Seq@q2 from
     another host are consumed on the manager's host in the order sent (they reached the
     manager in reverse and were handed out in arrival order: 1,225 inversions)."""
-    p1, p2 = _stomp_daemons(daemons, "q1", "q2")
-    with (
-        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
-        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
-    ):
+    with _two_clients(daemons, "q1", "q2") as (c1, c2):
         s2 = c2.create_session()
         cons = s2.create_consumer(s2.create_queue("Seq"))  # Seq@q2, managed on q2
         s1 = c1.create_session()
@@ -401,11 +395,7 @@ def test_one_producers_queue_messages_reach_the_manager_in_order(daemons) -> Non
 def test_a_remote_queue_receiver_gets_the_managers_hand_outs_in_order(daemons) -> None:
     """The other leg: producer on the manager's host, consumer on another host. The
     manager's deliveries to it crossed the network in reverse (1,225 inversions)."""
-    p1, p2 = _stomp_daemons(daemons, "r1", "r2")
-    with (
-        joms.connect(f"stomp://127.0.0.1:{p2}") as c2,
-        joms.connect(f"stomp://127.0.0.1:{p1}") as c1,
-    ):
+    with _two_clients(daemons, "r1", "r2") as (c1, c2):
         s2 = c2.create_session()
         s2.create_consumer(s2.create_queue("Seq")).close()  # creates Seq@r2
         s1 = c1.create_session()
