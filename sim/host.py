@@ -8,6 +8,7 @@ SimPy timeout at the node's earliest deadline. Hosts with nothing due cost nothi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from sim.joms_traffic import JomsHost
 from sim.medium import Medium
 
+Quiet = Callable[[int, float], float]
+"""``quiet(index, now)``: see :attr:`SimHost.quiet`."""
+
 
 class SimHost:
     """One simulated host: its index, name, node and the SimPy timer driving it."""
@@ -28,6 +32,7 @@ class SimHost:
         "_dest",
         "armed",
         "broadcast",
+        "caught_up",
         "deliveries",
         "env",
         "index",
@@ -36,6 +41,7 @@ class SimHost:
         "name",
         "node",
         "pending",
+        "quiet",
         "recorder",
         "timer_fires",
     )
@@ -65,6 +71,11 @@ class SimHost:
         self.timer_fires = 0
         self.joms: JomsHost | None = None
         """The host's JOMS service when the scenario gives it JOMS traffic."""
+        self.quiet: Quiet | None = None
+        """``quiet(index, now)``: a time before which no link of this host comes up and
+        nothing else touches it; None: the host is never run ahead (see :meth:`_catch_up`)."""
+        self.caught_up = 0
+        """Timers handled ahead of the clock by :meth:`_catch_up`."""
 
     def receive(self, sender: str, data: bytes) -> None:
         """A datagram from ``sender`` (its host name is its address) finished arriving."""
@@ -73,23 +84,28 @@ class SimHost:
 
     def service(self) -> None:
         """Pull everything the node has to say, then re-arm its timer."""
+        self._pull(self.env.now)
+        self.arm()
+
+    def _pull(self, now: float, quiet_until: float = -math.inf) -> None:
+        """Send what the node has to say at ``now``, drain its events and trace records
+        (``quiet_until``: no link of this host comes up before then, see :meth:`_catch_up`)."""
         node = self.node
-        now = self.env.now
         joms = self.joms
         if joms is not None:
             self._service_joms(joms, now)
-        out = node.datagrams_to_send(now, self.medium.ready_bytes(self.index))
+        out = node.datagrams_to_send(now, self.medium.ready_bytes(self.index, now))
         if out:
             send, me, bcast = self.medium.send, self.index, self.broadcast
             for data, dest in out:
                 if dest == bcast:
-                    send(me, data, None)
+                    send(me, data, None, now, quiet_until)
                     continue
                 target = self._dest(dest)
                 if target is None:  # an address no host has: nobody can receive it
                     self.medium.unreachable += 1
                 else:
-                    send(me, data, target)
+                    send(me, data, target, now, quiet_until)
         ev = node.next_event()
         while ev is not None:
             if isinstance(ev, MessageDelivered):
@@ -98,7 +114,6 @@ class SimHost:
         records = node.pop_trace()
         if records:
             self.recorder.trace(self.name, records)
-        self.arm()
 
     def _service_joms(self, joms: JomsHost, now: float) -> None:
         """Core deliveries to the JOMS service, its dispatches to the messages table."""
@@ -124,11 +139,21 @@ class SimHost:
         armed = self.armed
         if armed is not None and armed <= t:
             return  # the pending timeout fires first and re-arms
+        self._arm_at(t)
+
+    def _arm_at(self, t: float, callback: Callable[[simpy.Event], None] | None = None) -> None:
         self.armed = t
         env = self.env
         ev = env.timeout(t - env.now if t > env.now else 0.0)
-        ev.callbacks.append(self._on_timer)
+        ev.callbacks.append(self._on_timer if callback is None else callback)
         self.pending = ev
+
+    def _on_rearm(self, ev: simpy.Event) -> None:
+        """The last timer run ahead is due (see :meth:`_catch_up`): arm the next one."""
+        if ev is self.pending:
+            self.armed = None
+            self.pending = None
+            self.arm()
 
     def _on_timer(self, ev: simpy.Event) -> None:
         if ev is not self.pending:
@@ -143,4 +168,49 @@ class SimHost:
             node.handle_timer(now=t if t > now else now)
         if self.joms is not None:
             self.joms.handle_timer(now)
-        self.service()
+        self._pull(now)
+        last = self._catch_up(now, self.quiet) if self.quiet is not None else None
+        if last is None:
+            self.arm()
+        else:
+            # Its next timeout is armed when the last timer it ran ahead would have fired,
+            # as it would have been without running ahead: SimPy orders timeouts due at one
+            # time (two hosts' expiries of a message) by when they were armed.
+            self._arm_at(last, self._on_rearm)
+
+    def _catch_up(self, now: float, quiet: Quiet) -> float | None:
+        """A host alone runs its next timers right here rather than through SimPy, while
+        they only announce its presence to nobody: same calls, same times, same bytes.
+
+        Each is handled at the time its SimPy timeout would fire (``now + (t - now)``) as
+        long as: no link of the host is up and none comes up before the datagrams it sends
+        have finished arriving (``quiet``, less a margin; a later arrival is scheduled as
+        usual and ends the catch-up), nothing of its own is in the air or queued, it has no
+        JOMS service, and the core has nothing else due then (``get_timer(presence=False)``
+        — what else a timer does, such as expiry, writes log rows, which must keep their
+        order). Nothing else can touch the host meanwhile: the simulation's ``quiet`` says
+        until when (its next link-up, its next publication, the end of the run). Its log
+        rows are totals, which do not depend on order. Returns the time of the last timer
+        run ahead (None: none was)."""
+        medium, me, node = self.medium, self.index, self.node
+        if self.joms is not None or medium.neighbours[me] or medium.queues[me]:
+            return None
+        horizon = quiet(me, now)
+        until = horizon - medium.alone_margin
+        last = None
+        while not node.fragments_queued and not medium.queues[me]:
+            t = node.get_timer()
+            if t is None:
+                break
+            fire = now + (t - now) if t > now else now  # when env.timeout(t - now) fires
+            if fire >= until:
+                break
+            other = node.get_timer(presence=False)
+            if other is not None and other <= (t if t > fire else fire):
+                break
+            now = last = fire
+            self.timer_fires += 1
+            self.caught_up += 1
+            node.handle_timer(now=t if t > now else now)
+            self._pull(now, horizon)
+        return last

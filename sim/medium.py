@@ -55,6 +55,10 @@ class Medium:
         """Called with a sender's index when its radio has sent everything queued."""
         self.idle_needed: Callable[[int], bool] = _always
         """Whether ``on_idle`` could do anything for a sender now (see :meth:`send`)."""
+        self.alone_margin = 65536 * self.seconds_per_byte
+        """How long before a link of a host alone may come up it stops being run ahead of
+        the clock (see ``SimHost._catch_up``): the air time of 64 KiB, more than what a
+        host's timer sends at once, so its datagrams have arrived before."""
         self.links_fixed_until = -math.inf
         """No link comes up before this time (set by whoever drives the links; strictly
         before it, a datagram sent by a host without neighbours reaches nobody)."""
@@ -65,9 +69,10 @@ class Medium:
         self.silent = 0
         """Broadcasts sent while alone, whose arrival was not scheduled (see :meth:`send`)."""
 
-    def ready_bytes(self, sender: int) -> int:
-        """Bytes ``sender`` may queue now: what keeps its radio busy ``LOOKAHEAD`` ahead."""
-        backlog = max(0.0, self.free_at[sender] - self.env.now)
+    def ready_bytes(self, sender: int, now: float | None = None) -> int:
+        """Bytes ``sender`` may queue at ``now`` (default: the clock's time): what keeps its
+        radio busy ``LOOKAHEAD`` ahead."""
+        backlog = max(0.0, self.free_at[sender] - (self.env.now if now is None else now))
         return int(max(0.0, LOOKAHEAD - backlog) / self.seconds_per_byte)
 
     def link_up(self, i: int, j: int) -> None:
@@ -78,9 +83,21 @@ class Medium:
         self.neighbours[i].discard(j)
         self.neighbours[j].discard(i)
 
-    def send(self, sender: int, data: bytes, dest: int | None) -> float:
-        """Queue a datagram (``dest`` None = broadcast); return when it finishes arriving."""
-        now = self.env.now
+    def send(
+        self,
+        sender: int,
+        data: bytes,
+        dest: int | None,
+        now: float | None = None,
+        quiet_until: float = -math.inf,
+    ) -> float:
+        """Queue a datagram (``dest`` None = broadcast); return when it finishes arriving.
+
+        ``now`` (default: the clock's time) and ``quiet_until`` serve a host alone that is
+        let run ahead of the clock (see ``SimHost``): it sends at its own time ``now``, and
+        no link of its comes up before ``quiet_until``."""
+        if now is None:
+            now = self.env.now
         start = max(now, self.free_at[sender])
         end = start + len(data) * self.seconds_per_byte
         self.free_at[sender] = end
@@ -93,7 +110,7 @@ class Medium:
             dest is None
             and not queue
             and not self.neighbours[sender]
-            and key[0] < self.links_fixed_until
+            and (key[0] < self.links_fixed_until or key[0] < quiet_until)
             and not self.idle_needed(sender)
         ):
             # Nobody can be in range when it arrives and its arrival would do nothing (no

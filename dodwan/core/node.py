@@ -428,18 +428,24 @@ class Node(
             "largest_holder": mem.largest_share(),
         }
 
-    def get_timer(self) -> float | None:
+    def get_timer(self, *, presence: bool = True) -> float | None:
         """Earliest absolute time at which :meth:`handle_timer` must be called.
 
         A node that has not handled any input yet returns 0.0 ("as soon as possible"), so
         the runner's first ``handle_timer(now)`` starts its announcements.
+
+        ``presence=False`` leaves out the announcement and beacon deadlines: when anything
+        else is due (purges, housekeeping, requests, deliveries put off), None if nothing
+        is. Before then a timer only tells the neighbours this host is here: a runner that
+        knows nobody can hear it (a simulator's host alone) may handle those timers ahead
+        of its other hosts' events, since nothing else of the node changes.
         """
         if self._next_announce is None:
             return 0.0
-        t = self._next_announce
+        t = self._next_announce if presence else math.inf
         if self._next_housekeeping is not None and self._next_housekeeping < t:
             t = self._next_housekeeping
-        if self._next_beacon is not None and self._next_beacon < t:
+        if presence and self._next_beacon is not None and self._next_beacon < t:
             t = self._next_beacon
         if self._pending_at:
             t = min(t, min(self._pending_at.values()))
@@ -452,7 +458,7 @@ class Node(
             t = min(t, oldest + self.config.request_timeout)
         if self._inflation_retry_at is not None and self._inflation_retry_at < t:
             t = self._inflation_retry_at
-        return t
+        return t if t < math.inf else None
 
     def handle_timer(self, now: float) -> None:
         """Do whatever was due at or before ``now``."""
