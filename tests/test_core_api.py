@@ -130,3 +130,23 @@ def test_trace_records_carry_the_injected_now() -> None:
     quiet = Node(NodeConfig(host_id="b"), rng=random.Random(0))
     quiet.publish({"t": "x"}, b"abc", deadline=100, now=1)
     assert quiet.pop_trace() == []
+
+
+def test_get_timer_without_presence_says_when_anything_but_announcing_is_due() -> None:
+    node = Node(NodeConfig(host_id="a", beacon_period=1.0, announce_period=5.0), random.Random(3))
+    node.handle_timer(now=0.0)
+    # alone: the next beacon or announcement comes first; housekeeping after the
+    # neighbour timeout (3 x announce_period) is the only other deadline
+    assert node.get_timer() is not None and node.get_timer() <= 5.0  # type: ignore[operator]
+    assert node.get_timer(presence=False) == 15.0
+    node.publish({"topic": "t"}, b"x", deadline=9.0, now=0.5)
+    assert node.get_timer(presence=False) == 9.0  # its expiry
+    t = node.get_timer()
+    assert t is not None and t < 9.0
+    while (t := node.get_timer()) is not None and t < 9.0:  # presence only, until then
+        node.handle_timer(now=t)
+        node.datagrams_to_send(now=t)
+        assert node.cache_usage()["messages"] == 1
+    node.handle_timer(now=9.0)
+    assert node.cache_usage()["messages"] == 0
+    assert node.get_timer(presence=False) is not None
