@@ -436,9 +436,10 @@ class Node(
 
         ``presence=False`` leaves out the announcement and beacon deadlines: when anything
         else is due (purges, housekeeping, requests, deliveries put off), None if nothing
-        is. Before then a timer only tells the neighbours this host is here: a runner that
-        knows nobody can hear it (a simulator's host alone) may handle those timers ahead
-        of its other hosts' events, since nothing else of the node changes.
+        is. Before then a timer only tells the neighbours this host is here: what it does
+        depends on this node alone and traces nothing but the datagrams it sends, so a
+        runner that knows nobody can hear them (a simulator's host alone) may handle those
+        timers ahead of its other hosts' events.
         """
         if self._next_announce is None:
             return 0.0
