@@ -17,6 +17,10 @@ read with pyarrow; no Spark):
   delivered, where relayed counts every completed transfer of a message to a host (here:
   each ``complete`` event at a host other than the message's origin, final recipients
   included) and delivered the delivered target pairs;
+* where the pairs not delivered went (``delivery_diagnosis.py``): the share of pairs whose
+  destination met a host holding a complete copy and still did not get the message, and
+  of those whose destination never met one; complete-copy hours per message (origin and
+  carriers, creation to deadline); transfers started that never completed;
 * the issue's goals, met or not.
 
 Variants: ``1k`` (``one_default_1k.toml``: altruistic, 1 kB), ``mb`` (``one_default.toml``:
@@ -258,6 +262,7 @@ def child(spec: dict[str, Any]) -> None:
         res = simulate(sc, out, until=until)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         fig = figures(out, res.until)
+        fig |= diagnosis_figures(out, res.until)
     fig |= {
         "until": res.until,
         "hosts": res.hosts,
@@ -267,6 +272,20 @@ def child(spec: dict[str, Any]) -> None:
         "publish_refused": res.counters.get("sim_publish_refused", 0),
     }
     print(json.dumps(fig), flush=True)
+
+
+def diagnosis_figures(run_dir: Path, until: float) -> dict[str, Any]:
+    """Where the pairs went (``delivery_diagnosis``): the shares that met a complete holder
+    and were not delivered, and that never met one; copy hours; failed transfers."""
+    from delivery_diagnosis import diagnose  # it imports this module
+
+    d = diagnose(run_dir, until)
+    return {
+        "met_not_delivered_share": d["share"]["met_not_delivered"],
+        "never_met_share": d["share"]["never_met"],
+        "copy_hours_mean": d["copy_hours_mean"],
+        "transfers_never_completed": d["transfers_never_completed"],
+    }
 
 
 def run_child(tree: Path, spec: dict[str, Any]) -> dict[str, Any] | str:
@@ -302,6 +321,10 @@ ROWS: list[tuple[str, str, Fmt]] = [
     ("delivery ratio", "delivery_ratio", _num(3)),
     ("oracle ratio", "oracle_ratio", _num(3)),
     ("efficiency (delivery / oracle)", "efficiency", _num(3)),
+    ("met complete holder, undelivered", "met_not_delivered_share", _num(3)),
+    ("never met a complete holder", "never_met_share", _num(3)),
+    ("complete-copy hours per message", "copy_hours_mean", _num(2)),
+    ("transfers never completed", "transfers_never_completed", _num(0)),
     ("median delay (s)", "delay_median", _num(0)),
     ("oracle median delay (s)", "oracle_delay_median", _num(0)),
     ("bytes sent per delivered byte", "bytes_per_delivered_byte", _num(2)),

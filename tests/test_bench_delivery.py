@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_delivery  # noqa: E402
+import delivery_diagnosis  # noqa: E402
 
 TINY = """
 name = "tiny_one"
@@ -210,6 +211,15 @@ def test_a_few_simulated_minutes_print_what_the_logs_say(tmp_path: Path) -> None
         want = _recomputed(run, 300.0)
         assert want["target pairs"] > 10
         assert 0 < want["delivered pairs"] < want["target pairs"]  # not a trivial run
+        # where the pairs went: delivery_diagnosis (tested on hand-made logs) of these logs
+        d = delivery_diagnosis.diagnose(run, 300.0)
+        assert d["met_not_delivered"] + d["never_met"] > 0
+        want |= {
+            "met complete holder, undelivered": d["share"]["met_not_delivered"],
+            "never met a complete holder": d["share"]["never_met"],
+            "complete-copy hours per message": d["copy_hours_mean"],
+            "transfers never completed": d["transfers_never_completed"],
+        }
         for label, value in want.items():
             printed = rows[label][column]
             digits = len(printed.partition(".")[2])
