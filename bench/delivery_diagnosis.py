@@ -37,16 +37,13 @@ Interval = tuple[str, float, float]
 """(host, start, end) of one complete copy."""
 
 
-def holdings(run_dir: Path, until: float) -> dict[str, list[Interval]]:
-    """Message id -> the intervals during which a host held a complete copy."""
-    ev = _read(
-        run_dir, "messages", ["time", "host", "msg_id", "event"],
-        filters=[("event", "in", ["created", "complete", "evicted"])],
-    )  # fmt: skip
-    rows = sorted(zip(ev["time"], ev["host"], ev["msg_id"], ev["event"], strict=True))
+def holdings(rows: list[tuple[float, str, str, str]], until: float) -> dict[str, list[Interval]]:
+    """Message id -> the intervals during which a host held a complete copy, from the
+    ``(time, host, msg_id, event)`` rows of the ``messages`` table (any order; only
+    ``created``, ``complete`` and ``evicted`` count)."""
     since: dict[tuple[str, str], float] = {}
     out: dict[str, list[Interval]] = defaultdict(list)
-    for t, h, m, e in rows:
+    for t, h, m, e in sorted(r for r in rows if r[3] in ("created", "complete", "evicted")):
         key = (m, h)
         if e == "evicted":
             start = since.pop(key, None)
@@ -79,25 +76,28 @@ def diagnose(run_dir: Path, until: float | None = None) -> dict[str, Any]:
         targets[m].add(h)
     ev = _read(
         run_dir, "messages", ["time", "host", "msg_id", "event", "bytes"],
-        filters=[("event", "in", ["created", "fragment", "complete", "delivered"])],
+        filters=[("event", "in", ["created", "fragment", "complete", "evicted", "delivered"])],
     )  # fmt: skip
     delivered: dict[tuple[str, str], float] = {}
     size: dict[str, int] = {}
     frags: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     completed: set[tuple[str, str]] = set()
+    lifecycle: list[tuple[float, str, str, str]] = []
     for t, h, m, e, b in zip(*ev.values(), strict=True):
+        if e == "fragment":
+            f = frags[(m, h)]
+            f[0] += 1
+            f[1] += b
+            continue
+        lifecycle.append((t, h, m, e))
         if e == "delivered":
             if t < delivered.get((m, h), float("inf")):
                 delivered[(m, h)] = t
         elif e == "created":
             size[m] = b
-        elif e == "fragment":
-            f = frags[(m, h)]
-            f[0] += 1
-            f[1] += b
-        else:
+        elif e == "complete":
             completed.add((m, h))
-    held = holdings(run_dir, until)
+    held = holdings(lifecycle, until)
     contacts: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for a, b, s, e in contact_intervals(run_dir, until):
         contacts[(a, b)].append((s, e))
