@@ -74,6 +74,20 @@ def test_state_dropped_for_another_reason_is_given_up_like_an_eviction() -> None
     assert given_up == [("profile", ("h", 1))] and mem.total == 0 and len(mem) == 0
 
 
+def test_an_owner_whose_item_was_released_can_still_be_made_to_give_up() -> None:
+    # Found by the property test below: "a" holds 1 + 47 bytes; "b" takes over the 1-byte
+    # item with 54. That released a's item without telling the ledger's heap a's new total,
+    # so a's stale entries were skipped, the budget was never enforced on a, and the total
+    # stayed at 101 of 100.
+    held: dict[tuple[str, Hashable], str] = {}
+    mem = RemoteMemory(100, lambda kind, key: held.__delitem__((kind, key)))
+    for owner, key, cost in (("a", 0, 1), ("a", 1, 47), ("b", 0, 54)):
+        mem.charge(owner, "descriptor", key, cost)
+        held["descriptor", key] = owner
+    assert mem.total == 54 and mem.total <= mem.budget
+    assert held == {("descriptor", 0): "b"}  # a's item was given up, b's own one kept
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

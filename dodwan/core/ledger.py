@@ -78,7 +78,11 @@ class RemoteMemory:
         del owned[item]
         self.total -= cost
         if owned:
-            self._totals[owner] -= cost
+            total = self._totals[owner] - cost
+            self._totals[owner] = total
+            # its heap entries now name a larger total and are skipped as stale: without a
+            # fresh one, this owner would never be asked to give anything up again
+            self._push(owner, total)
         else:
             del self._owned[owner]
             del self._totals[owner]
@@ -141,9 +145,7 @@ class RemoteMemory:
                 heapq.heappop(self._heap)
                 spared.append((owner, self._totals[owner]))
                 continue
-            self.release(*victim)
-            if owner in self._totals:
-                self._push(owner, self._totals[owner])
+            self.release(*victim)  # pushes the owner's new total
             self.evicted += 1
             self._evict(*victim)
         for owner, total in spared:
