@@ -25,6 +25,8 @@ import itertools
 import math
 from collections.abc import Hashable, Iterable
 
+from mypy_extensions import trait
+
 from . import wire
 from .cache import Cached
 from .node_state import NodeState
@@ -34,6 +36,7 @@ _ACKS_FLOODED = 256  # acks sent to a new neighbour, at most (the newest)
 _ACK_COST = 120  # bytes one remembered ack costs beyond its id (dict slot, heap entry)
 
 
+@trait
 class AcksMixin(NodeState):
     """The acknowledgement part of :class:`~dodwan.core.node.Node`."""
 
@@ -73,9 +76,9 @@ class AcksMixin(NodeState):
     def _flood_acks(self, now: float) -> None:
         """A new neighbour came in range: tell it (and whoever hears) the newest acks,
         at most once per ``beacon_period``."""
-        if not self._acked or now < self._acks_flooded_at + self.config.beacon_period:
+        if not self._acked or now < self._times.acks_flooded_at + self.config.beacon_period:
             return
-        self._acks_flooded_at = now
+        self._times.acks_flooded_at = now
         live = (k for k, d in reversed(self._acked.items()) if d > now)
         newest = list(itertools.islice(live, _ACKS_FLOODED))
         if newest:

@@ -8,6 +8,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from mypy_extensions import trait
+
 from . import message as m
 from .errors import WireError
 from .events import MessageEvicted
@@ -104,6 +106,7 @@ class Cached:
         return (tier, trust, 1 if h.persistent else 0, h.priority, h.date)
 
 
+@trait
 class CacheMixin(NodeState):
     """The cache part of :class:`~dodwan.core.node.Node`."""
 

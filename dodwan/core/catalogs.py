@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
+from mypy_extensions import trait
+
 from . import message as m
 from . import wire
 from .bits import all_of
@@ -30,6 +32,7 @@ _DEFERRED_STARTS = 256  # offers remembered as put off for want of room, at most
 _CLOCK_SKEW = 3600.0  # how far a peer's clock may be ahead when its deadlines are checked
 
 
+@trait
 class CatalogsMixin(NodeState):
     """The catalog part of :class:`~dodwan.core.node.Node`."""
 

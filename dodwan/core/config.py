@@ -7,6 +7,7 @@ settings from anywhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from .limits import Limits
 from .wire import ENTRY_MAX_COPIES as MAX_COPY_BUDGET  # it travels in 7 bits of a flags byte
@@ -138,14 +139,37 @@ class NodeConfig:
         return self.neighbour_timeout or 3.0 * self.announce_period
 
 
+def _class_body(cls: type) -> list[Any]:
+    """The statements of ``cls``'s definition, parsed from its module's source file (found
+    next to its package's ``__init__``, so also for a module compiled by mypyc, whose
+    ``__file__`` is the compiled library: ``inspect.getsource`` fails there)."""
+    import ast
+    import inspect
+    import sys
+    from pathlib import Path
+
+    try:
+        return list(ast.parse(inspect.getsource(cls)).body[0].body)  # type: ignore[attr-defined]
+    except (OSError, TypeError):
+        pass
+    package, _, leaf = cls.__module__.rpartition(".")
+    where = getattr(sys.modules[package], "__path__", []) if package else []
+    for folder in where:
+        source = Path(folder) / f"{leaf}.py"
+        if source.is_file():
+            for node in ast.parse(source.read_text(encoding="utf-8")).body:
+                if isinstance(node, ast.ClassDef) and node.name == cls.__qualname__:
+                    return list(node.body)
+    raise LookupError(f"no source for {cls.__module__}.{cls.__qualname__}")
+
+
 def attribute_docs(cls: type) -> dict[str, str]:
     """Field name -> the docstring written under it, for a dataclass (for generated
     documentation and CLI help); "" for a field without one."""
     import ast
-    import inspect
     import itertools
 
-    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
+    body = _class_body(cls)
     docs: dict[str, str] = {}
     for node, nxt in itertools.pairwise(body):
         if (

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from mypy_extensions import trait
+
 from . import message as m
 from .cache import Cached
 from .errors import WireError
@@ -97,6 +99,7 @@ def check_public_key(key: object) -> str:
 _INFLATION_RETRY = 10.0  # seconds between looks at deliveries waiting for an allowance
 
 
+@trait
 class DeliveryMixin(NodeState):
     """The subscription and delivery part of :class:`~dodwan.core.node.Node`."""
 

@@ -7,6 +7,8 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
+from mypy_extensions import trait
+
 from . import wire
 from .bits import indexes
 from .events import NeighbourFound, NeighbourLost
@@ -19,6 +21,7 @@ PROMPT_ANNOUNCE = 0.1  # max delay of the announcement answering a new neighbour
 PROMPT_GAP = 0.25  # prompt announcements (profile change, new offer) at most this often
 
 
+@trait
 class GossipMixin(NodeState):
     """The neighbour and profile-gossip part of :class:`~dodwan.core.node.Node`."""
 
@@ -147,7 +150,7 @@ class GossipMixin(NodeState):
                 self._recompute_known(now)
             n = Neighbour(sender, source, now)
             self._neighbours[sender] = n
-            self._beacon_scale = 1.0
+            self._times.beacon_scale = 1.0
             self._events.append(NeighbourFound(sender, source))
             self._count("neighbours_found")
             self._relays_due = True
@@ -196,7 +199,7 @@ class GossipMixin(NodeState):
         """Forget neighbour ``h`` and what was queued for it or asked of it."""
         self._remote.release("offers", h)
         del self._neighbours[h]
-        self._beacon_scale = 1.0
+        self._times.beacon_scale = 1.0
         self._pending.pop(h, None)
         self._send_classes.clear()  # a requester gone: classes again
         for msg_id, asked in list(self._send_for.items()):
@@ -244,7 +247,9 @@ class GossipMixin(NodeState):
         there to hear it: a profile change, or something a neighbour now wants."""
         if not self._neighbours:
             return
-        at = max(now, self._last_announce + PROMPT_GAP) + self._rng.uniform(0, PROMPT_ANNOUNCE)
+        at = max(now, self._times.last_announce + PROMPT_GAP) + self._rng.uniform(
+            0, PROMPT_ANNOUNCE
+        )
         if self._next_announce is None or at < self._next_announce:
             self._next_announce = at
 
@@ -264,9 +269,9 @@ class GossipMixin(NodeState):
         them); it is back to ``beacon_period`` when a neighbour comes or goes, and stays
         there while the node is alone — waiting for a contact is when beacons matter."""
         base, j = self.config.beacon_period, self.config.announce_jitter
-        period = base * self._beacon_scale
-        if self._outbox or self._last_sent + period * (1 - j) > now:
-            last = now if self._outbox else self._last_sent
+        period = base * self._times.beacon_scale
+        if self._outbox or self._times.last_sent + period * (1 - j) > now:
+            last = now if self._outbox else self._times.last_sent
             self._next_beacon = last + period * self._rng.uniform(1 - j, 1 + j)
             return
         version, pieces = self._own_profile.version, len(self._own_pieces)
@@ -278,14 +283,14 @@ class GossipMixin(NodeState):
         self._count("beacons_sent")
         if self._neighbours:
             most = max(1.0, self.config.announce_period / base)
-            self._beacon_scale = min(self._beacon_scale * 2, most)
+            self._times.beacon_scale = min(self._times.beacon_scale * 2, most)
         else:
-            self._beacon_scale = 1.0
-        self._next_beacon = now + base * self._beacon_scale * self._rng.uniform(1 - j, 1 + j)
+            self._times.beacon_scale = 1.0
+        self._next_beacon = now + base * self._times.beacon_scale * self._rng.uniform(1 - j, 1 + j)
 
     def _announce(self, now: float) -> None:
         self._seq += 1
-        self._last_announce = now
+        self._times.last_announce = now
         self._beacon_bytes = b""
         version, pieces = self._own_profile.version, len(self._own_pieces)
         bare = wire.encode_announce(

@@ -33,7 +33,7 @@ from .events import Event, TraceRecord
 from .gossip import PROMPT_ANNOUNCE, PROMPT_GAP, GossipMixin
 from .ledger import RemoteMemory
 from .matcher import Matcher
-from .node_state import NodeState, TraceSink
+from .node_state import NodeState, Timings, TraceSink
 from .offers import Offers
 from .patterns import PatternError, Profile
 from .profiles import ProfileBook
@@ -125,7 +125,7 @@ class Node(
         self._deferred = {}
         self._acked = {}
         self._acked_heap = []
-        self._acks_flooded_at = -math.inf
+        self._times = Timings()
         self._retries = {}
 
         self._pending = {}  # target -> msg -> mask to request
@@ -141,10 +141,7 @@ class Node(
         self._relays_sent = b""  # the relayed references of the last full list
         self._relays_due = True  # send the full list next time (a neighbour arrived)
         self._next_announce = None
-        self._last_announce = float("-inf")
         self._next_beacon = None
-        self._beacon_scale = 1.0  # the beacon period's multiplier (see _beacon)
-        self._last_sent = float("-inf")
         self._beacon_bytes = b""
         self._next_housekeeping = None
         lim, sources = self._limits, 4 * self._limits.max_neighbours

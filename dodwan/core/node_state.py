@@ -11,10 +11,13 @@ and type-checked on its own.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
+
+from mypy_extensions import trait
 
 from . import message as m
 from . import wire
@@ -44,10 +47,33 @@ WANT_NO, WANT_CARRY, WANT_FOR, WANT_OWN = 0, 1, 2, 3
 wanted for a host within the horizon; wanted for a subscription here."""
 
 
+class Timings:
+    """The float state the parts share, on an object of its own: mypyc (2.4.1) miscompiles
+    float attributes of a trait that another trait sets, so :class:`NodeState`, a trait,
+    holds none (see :mod:`dodwan.native`)."""
+
+    __slots__ = ("acks_flooded_at", "beacon_scale", "last_announce", "last_sent")
+
+    def __init__(self) -> None:
+        self.acks_flooded_at = -math.inf
+        """When acks were last sent to a new neighbour (see ``AcksMixin._flood_acks``)."""
+        self.last_announce = -math.inf
+        self.beacon_scale = 1.0
+        """The beacon period's multiplier (see ``GossipMixin._beacon``)."""
+        self.last_sent = -math.inf
+
+
+@trait
 class NodeState:
-    """The state every part of a node shares, and the helpers they all use."""
+    """The state every part of a node shares, and the helpers they all use.
+
+    A mypyc trait, as every part is: :class:`~dodwan.core.node.Node` inherits from all of
+    them, and mypyc compiles multiple inheritance only from traits. At run time without
+    mypyc, ``@trait`` does nothing.
+    """
 
     config: NodeConfig
+    _times: Timings
     host_id: str
     _limits: Limits
     _rng: random.Random
@@ -124,8 +150,6 @@ class NodeState:
     _acked: dict[str, float]
     """Messages published ``once`` known to be delivered -> their deadline (see ``acks``)."""
     _acked_heap: list[tuple[float, str]]
-    _acks_flooded_at: float
-    """When acks were last sent to a new neighbour (see ``AcksMixin._flood_acks``)."""
     _granted: dict[str, dict[str, int]]
     """Message -> carriers that asked for it while it had a copy budget -> the fragments
     sent since: once all are, the carrier holds a copy with half the budget, and this
@@ -151,11 +175,7 @@ class NodeState:
     _relays_due: bool
     """Send the full relayed list next time (a neighbour arrived)."""
     _next_announce: float | None
-    _last_announce: float
     _next_beacon: float | None
-    _beacon_scale: float
-    """The beacon period's multiplier (see ``GossipMixin._beacon``)."""
-    _last_sent: float
     _beacon_bytes: bytes
     _next_housekeeping: float | None
     _complete_origins: dict[str, None]
@@ -190,70 +210,148 @@ class NodeState:
             else:
                 self._trace.append(TraceRecord(now, kind, msg_id, size, hops, detail))
 
-    if TYPE_CHECKING:
-        # What one part calls in another (defined in the module named above each group).
-        # node
-        def _schedule_basics(self, now: float) -> None: ...
-        # cache
-        def _add_history(self, msg_id: str, key: str, deadline: float) -> None: ...
-        def _assemble(self, c: Cached) -> bytes | None: ...
-        def _drop(self, msg_id: str, now: float, reason: str) -> None: ...
-        def _index(self, c: Cached) -> None: ...
-        def _make_room(self, needed: int, incoming: Cached, now: float) -> bool: ...
-        def _release(self, msg_id: str) -> None: ...
-        def _refresh_left(self, msg_id: str) -> None: ...
-        def _reserve(
-            self,
-            msg_id: str,
-            zsize: int,
-            now: float,
-            origin: str,
-            force: bool = False,
-            address: Hashable | None = None,
-        ) -> bool: ...
-        def _within_address_share(self, address: Hashable, zsize: int) -> bool: ...
-        def _resume_deferred(self, now: float) -> None: ...
-        def _room_for(self, origin: str, zsize: int, rank: EvictRank) -> bool: ...
-        def _incoming_rank(self, header: m.Header, own: bool) -> EvictRank: ...
-        def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool: ...
-        # acks
-        def _ack_delivered(self, c: Cached, now: float) -> None: ...
-        def _send_acks(self, ids: Iterable[str], now: float) -> None: ...
-        def _flood_acks(self, now: float) -> None: ...
-        def _forget_ack(self, msg_id: str) -> None: ...
-        # delivery
-        def _deliver(
-            self,
-            c: Cached,
-            now: float,
-            only: str | None = None,
-            payload: bytes | None = None,
-            zpayload: bytes | None = None,
-        ) -> None: ...
-        # gossip
-        def _piece_room(self) -> int: ...
-        def _prompt(self, now: float) -> None: ...
-        def _prompt_announce(self, msg_id: str, now: float) -> None: ...
-        def _rebuild_own_profile(self) -> None: ...
-        def _recompute_known(self, now: float) -> None: ...
-        def _settle_known(self, now: float) -> None: ...
-        def _profile_given_up(self, host: str, version: int) -> None: ...
-        def _charge_all_matches(self) -> None: ...
-        # catalogs
-        def _decode_due(self, msg_id: str, zdesc: bytes) -> bool: ...
-        def _catalog(self, now: float, room: int, budget: int) -> list[list[bytes]]: ...
-        def _descriptor_of(
-            self, msg_id: str, zdesc: bytes, owner: Hashable
-        ) -> tuple[dict[str, str], m.Header] | None: ...
-        def _forget_descriptor(self, msg_id: str) -> None: ...
-        def _offers_given_up(self, host: str) -> None: ...
-        def _offer_matches(self, host: str) -> None: ...
-        def _offer_rank(self, c: Cached) -> Rank: ...
-        def _on_catalog_entries(
-            self, n: Neighbour, entries: Sequence[wire.CatalogEntry], now: float
-        ) -> None: ...
-        def _too_long_lived(self, header: m.Header, now: float) -> bool: ...
-        def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> int: ...
-        # transfers
-        def _queue_request(self, target: str, msg_id: str, offered: int, now: float) -> None: ...
-        def _unqueue(self, msg_id: str) -> None: ...
+    # What one part calls in another, defined in the module named above each group. These
+    # are real methods rather than declarations for the type checker only, so that mypyc
+    # can compile the parts as traits (see dodwan/native.py); Node's parts override them.
+    # node
+    def _schedule_basics(self, now: float) -> None:
+        raise NotImplementedError
+
+    # cache
+    def _add_history(self, msg_id: str, key: str, deadline: float) -> None:
+        raise NotImplementedError
+
+    def _assemble(self, c: Cached) -> bytes | None:
+        raise NotImplementedError
+
+    def _drop(self, msg_id: str, now: float, reason: str) -> None:
+        raise NotImplementedError
+
+    def _index(self, c: Cached) -> None:
+        raise NotImplementedError
+
+    def _make_room(self, needed: int, incoming: Cached, now: float) -> bool:
+        raise NotImplementedError
+
+    def _release(self, msg_id: str) -> None:
+        raise NotImplementedError
+
+    def _refresh_left(self, msg_id: str) -> None:
+        raise NotImplementedError
+
+    def _reserve(
+        self,
+        msg_id: str,
+        zsize: int,
+        now: float,
+        origin: str,
+        force: bool = False,
+        address: Hashable | None = None,
+    ) -> bool:
+        raise NotImplementedError
+
+    def _within_address_share(self, address: Hashable, zsize: int) -> bool:
+        raise NotImplementedError
+
+    def _resume_deferred(self, now: float) -> None:
+        raise NotImplementedError
+
+    def _room_for(self, origin: str, zsize: int, rank: EvictRank) -> bool:
+        raise NotImplementedError
+
+    def _incoming_rank(self, header: m.Header, own: bool) -> EvictRank:
+        raise NotImplementedError
+
+    def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool:
+        raise NotImplementedError
+
+    # acks
+    def _ack_delivered(self, c: Cached, now: float) -> None:
+        raise NotImplementedError
+
+    def _send_acks(self, ids: Iterable[str], now: float) -> None:
+        raise NotImplementedError
+
+    def _flood_acks(self, now: float) -> None:
+        raise NotImplementedError
+
+    def _forget_ack(self, msg_id: str) -> None:
+        raise NotImplementedError
+
+    # delivery
+    def _deliver(
+        self,
+        c: Cached,
+        now: float,
+        only: str | None = None,
+        payload: bytes | None = None,
+        zpayload: bytes | None = None,
+    ) -> None:
+        raise NotImplementedError
+
+    # gossip
+    def _piece_room(self) -> int:
+        raise NotImplementedError
+
+    def _prompt(self, now: float) -> None:
+        raise NotImplementedError
+
+    def _prompt_announce(self, msg_id: str, now: float) -> None:
+        raise NotImplementedError
+
+    def _rebuild_own_profile(self) -> None:
+        raise NotImplementedError
+
+    def _recompute_known(self, now: float) -> None:
+        raise NotImplementedError
+
+    def _settle_known(self, now: float) -> None:
+        raise NotImplementedError
+
+    def _profile_given_up(self, host: str, version: int) -> None:
+        raise NotImplementedError
+
+    def _charge_all_matches(self) -> None:
+        raise NotImplementedError
+
+    # catalogs
+    def _decode_due(self, msg_id: str, zdesc: bytes) -> bool:
+        raise NotImplementedError
+
+    def _catalog(self, now: float, room: int, budget: int) -> list[list[bytes]]:
+        raise NotImplementedError
+
+    def _descriptor_of(
+        self, msg_id: str, zdesc: bytes, owner: Hashable
+    ) -> tuple[dict[str, str], m.Header] | None:
+        raise NotImplementedError
+
+    def _forget_descriptor(self, msg_id: str) -> None:
+        raise NotImplementedError
+
+    def _offers_given_up(self, host: str) -> None:
+        raise NotImplementedError
+
+    def _offer_matches(self, host: str) -> None:
+        raise NotImplementedError
+
+    def _offer_rank(self, c: Cached) -> Rank:
+        raise NotImplementedError
+
+    def _on_catalog_entries(
+        self, n: Neighbour, entries: Sequence[wire.CatalogEntry], now: float
+    ) -> None:
+        raise NotImplementedError
+
+    def _too_long_lived(self, header: m.Header, now: float) -> bool:
+        raise NotImplementedError
+
+    def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> int:
+        raise NotImplementedError
+
+    # transfers
+    def _queue_request(self, target: str, msg_id: str, offered: int, now: float) -> None:
+        raise NotImplementedError
+
+    def _unqueue(self, msg_id: str) -> None:
+        raise NotImplementedError

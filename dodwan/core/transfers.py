@@ -8,6 +8,8 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Hashable
 
+from mypy_extensions import trait
+
 from . import message as m
 from . import wire
 from .bits import first_bits
@@ -26,6 +28,7 @@ BROADCAST = "<broadcast>"
 """Destination meaning: every neighbour in radio range."""
 
 
+@trait
 class TransfersMixin(NodeState):
     """The request and fragment part of :class:`~dodwan.core.node.Node`."""
 
@@ -47,7 +50,7 @@ class TransfersMixin(NodeState):
             self._fill_fragments(out, budget)
             self._count("fragments_sent", len(out) - head)
         if out:
-            self._last_sent = now
+            self._times.last_sent = now
             counters = self.counters
             counters["datagrams_sent"] = counters.get("datagrams_sent", 0) + len(out)
             counters["bytes_sent"] = counters.get("bytes_sent", 0) + sum(map(len, out))
