@@ -8,6 +8,13 @@ STAMP  := $(VENV)/.installed
 # subprocesses), so two workers overlap those waits. Tests sharing a module/session fixture
 # or the Spark session stay on one worker (tests/conftest.py). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
+# The protocol core compiled with mypyc into build/native/ (dodwan/native: used only while
+# it matches the sources; DODWAN_NATIVE=0 runs pure Python). NATIVE=0 skips building it.
+NATIVE ?= 1
+NATIVE_STAMP := build/native/manifest.json
+ifeq ($(NATIVE),1)
+CORE_BUILD := $(NATIVE_STAMP)
+endif
 
 .PHONY: setup run demo test lint bench clean
 
@@ -17,21 +24,26 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(NATIVE_STAMP): $(STAMP) $(wildcard dodwan/core/*.py) $(wildcard dodwan/native/*.py)
+	$(BIN)/python -m dodwan.native build
+
+setup: $(STAMP) $(CORE_BUILD)
 
 # The main job: simulate the islands scenario with the real protocol on every host, then
 # analyse its logs with Spark (local mode); prints the summary table and the report's path.
-run: $(STAMP)
+run: $(STAMP) $(CORE_BUILD)
 	$(BIN)/dodwan-sim run scenarios/islands.toml --out out/islands
 	$(BIN)/dodwan-sim analyze out/islands --out out/report
 
 demo: $(STAMP)
 	$(BIN)/python -m dodwan.demo
 
-test: $(STAMP)
+test: $(STAMP) $(CORE_BUILD)
 	$(BIN)/ruff check .
 	$(BIN)/mypy dodwan/core
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	# the core's own tests again on the pure Python core (the run above used the build)
+	DODWAN_NATIVE=0 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider tests/test_core_*.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -39,4 +51,4 @@ lint: $(STAMP)
 	$(BIN)/mypy dodwan/core
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) build/native

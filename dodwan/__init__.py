@@ -1,6 +1,10 @@
 """DoDWAN: delay-tolerant, content-based publish/subscribe for disconnected mobile networks."""
 
-from .core import (
+from . import native
+
+native.activate()  # before the core is imported: its compiled build, if built for it
+
+from .core import (  # noqa: E402
     BROADCAST,
     CacheFullError,
     Limits,

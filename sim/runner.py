@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from dodwan import native
 from dodwan.core.node import CacheFullError
 from sim import joms_traffic
 from sim.host import SimHost
@@ -429,6 +430,7 @@ def simulate(
         "seed": sim.seed,
         "until": sim.until,
         "version": pkg_version,
+        "core": "compiled" if native.active() else "python",
         "cache_sample_period": scenario.cache_sample_period,
         "contacts_trace": str(sim.contacts.path) if sim.contacts else None,
         "complete": False,

@@ -328,11 +328,11 @@ class Daemon:
                 "unwritten": len(self.store._unwritten),
             }
         if self.node is not None:
-            extra["node"] = {
-                k: len(v)
-                for k, v in vars(self.node).items()
-                if k.startswith("_") and isinstance(v, (dict, list, set))
-            }
+            # dir(), not vars(): the compiled core's objects have no __dict__
+            node = self.node
+            private = (k for k in dir(node) if k.startswith("_") and not k.startswith("__"))
+            tables = ((k, getattr(node, k, None)) for k in private)
+            extra["node"] = {k: len(v) for k, v in tables if isinstance(v, (dict, list, set))}
         if self.admin is not None:
             extra["admin_streams"] = len(self.admin._streams)
         if self.sinks is not None:

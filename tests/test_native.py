@@ -1,0 +1,151 @@
+"""The core compiled with mypyc (``dodwan/native``): used only when built from the sources
+at hand, and giving the same runs as the pure Python core."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dodwan.core.node
+from dodwan import native
+from sim.runner import simulate
+from sim.scenario import load
+
+ROOT = Path(__file__).resolve().parent.parent
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_sim_golden import digest  # noqa: E402
+
+
+def _fake_build(tmp: Path) -> tuple[Path, Path]:
+    """A core of two modules and a 'build' of them (empty files in the right places)."""
+    core, build = tmp / "core", tmp / "build"
+    core.mkdir(parents=True)
+    (core / "__init__.py").write_text("")
+    (core / "a.py").write_text("A = 1\n")
+    (core / "b.py").write_text("B = 2\n")
+    (build / "dodwan" / "core").mkdir(parents=True)
+    for name in ("a", "b"):
+        (build / "dodwan" / "core" / f"{name}{SUFFIX}").write_bytes(b"")
+    (build / f"0123__mypyc{SUFFIX}").write_bytes(b"")
+    manifest = {
+        "suffix": SUFFIX,
+        "sources": {
+            n: hashlib.sha256((core / n).read_bytes()).hexdigest() for n in ("a.py", "b.py")
+        },
+        "groups": ["0123__mypyc"],
+    }
+    (build / "manifest.json").write_text(json.dumps(manifest))
+    return core, build
+
+
+def test_a_build_of_these_very_sources_is_used(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv(native.ENV, raising=False)
+    core, build = _fake_build(tmp_path)
+    modules, why = native.status(build, core)
+    assert modules == {
+        "dodwan.core.a": build / "dodwan" / "core" / f"a{SUFFIX}",
+        "dodwan.core.b": build / "dodwan" / "core" / f"b{SUFFIX}",
+        "0123__mypyc": build / f"0123__mypyc{SUFFIX}",
+    }
+    assert "2 core modules" in why
+
+
+def test_a_stale_build_is_never_used(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv(native.ENV, raising=False)
+    core, build = _fake_build(tmp_path)
+    (core / "a.py").write_text("A = 3\n")  # edited after the build
+    modules, why = native.status(build, core)
+    assert modules is None and why.endswith("changed since the native build: a.py")
+
+    core, build = _fake_build(tmp_path / "added")
+    (core / "c.py").write_text("C = 1\n")  # a module the build does not have
+    modules, why = native.status(build, core)
+    assert modules is None and "c.py" in why
+
+    core, build = _fake_build(tmp_path / "removed")
+    (core / "b.py").unlink()
+    modules, why = native.status(build, core)
+    assert modules is None and "b.py" in why
+
+
+def test_a_build_for_another_interpreter_or_an_incomplete_one_is_not_used(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.delenv(native.ENV, raising=False)
+    core, build = _fake_build(tmp_path)
+    manifest = json.loads((build / "manifest.json").read_text())
+    (build / "manifest.json").write_text(json.dumps({**manifest, "suffix": ".cpython-39.so"}))
+    modules, why = native.status(build, core)
+    assert modules is None and "built for .cpython-39.so" in why
+
+    core, build = _fake_build(tmp_path / "incomplete")
+    (build / "dodwan" / "core" / f"b{SUFFIX}").unlink()
+    modules, why = native.status(build, core)
+    assert modules is None and "missing" in why and f"b{SUFFIX}" in why
+
+    core, build = _fake_build(tmp_path / "garbled")
+    (build / "manifest.json").write_text("{not json")
+    modules, why = native.status(build, core)
+    assert modules is None and "unreadable manifest" in why
+
+    modules, why = native.status(tmp_path / "nowhere", core)
+    assert modules is None and "no native build" in why
+
+
+def test_dodwan_native_0_runs_pure_python(tmp_path: Path, monkeypatch) -> None:
+    core, build = _fake_build(tmp_path)
+    monkeypatch.setenv(native.ENV, "0")
+    assert native.status(build, core) == (None, "DODWAN_NATIVE=0")
+    code = "import dodwan.core.node as n; from dodwan import native; print(n.__file__, native.describe())"
+    env = {**os.environ, native.ENV: "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split()[0].endswith("node.py")
+    assert "pure Python core: DODWAN_NATIVE=0" in done.stdout
+
+
+def _built() -> bool:
+    return (native.BUILD / native.MANIFEST).is_file()
+
+
+def test_this_suite_runs_the_compiled_core_when_it_is_built() -> None:
+    """``make test`` builds it first: there, the suite must exercise the compiled core."""
+    if os.environ.get(native.ENV) == "0":
+        pytest.skip("DODWAN_NATIVE=0: this run checks the pure Python core")
+    if not _built() and not os.environ.get("CI"):
+        pytest.skip("no native build (`python -m dodwan.native build`, or `make setup`)")
+    assert native.active(), native.describe()
+    assert dodwan.core.node.__file__.endswith(SUFFIX)
+    assert "compiled core" in native.describe()
+
+
+def test_pure_python_and_compiled_cores_give_the_same_run(tmp_path: Path) -> None:
+    if not native.active():
+        pytest.skip("this process runs the pure Python core: " + native.describe())
+    scenario = ROOT / "scenarios" / "trace.toml"
+    simulate(load(scenario), tmp_path / "compiled", until=1800.0)
+    code = (
+        "import sys; from pathlib import Path; from sim.runner import simulate; "
+        "from sim.scenario import load; "
+        f"simulate(load(Path({str(scenario)!r})), Path(sys.argv[1]), until=1800.0)"
+    )
+    env = {**os.environ, native.ENV: "0"}
+    subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "python")], env=env, cwd=ROOT, check=True
+    )
+    runs = {
+        name: json.loads((tmp_path / name / "run.json").read_text())
+        for name in ("compiled", "python")
+    }
+    assert runs["compiled"]["core"] == "compiled" and runs["python"]["core"] == "python"
+    assert runs["compiled"]["counters"]["sim_deliveries"] > 0
+    assert digest(tmp_path / "compiled") == digest(tmp_path / "python")
