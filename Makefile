@@ -38,11 +38,12 @@ run: $(STAMP) $(CORE_BUILD)
 demo: $(STAMP)
 	$(BIN)/python -m dodwan.demo
 
+# The suite runs on the compiled core (when built), then the core's own tests again on the
+# pure Python core.
 test: $(STAMP) $(CORE_BUILD)
 	$(BIN)/ruff check .
 	$(BIN)/mypy dodwan/core
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
-	# the core's own tests again on the pure Python core (the run above used the build)
 	DODWAN_NATIVE=0 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider tests/test_core_*.py
 
 lint: $(STAMP)

@@ -212,7 +212,7 @@ class NodeState:
 
     # What one part calls in another, defined in the module named above each group. These
     # are real methods rather than declarations for the type checker only, so that mypyc
-    # can compile the parts as traits (see dodwan/native.py); Node's parts override them.
+    # can compile the parts as traits (see dodwan/native/); Node's parts override them.
     # node
     def _schedule_basics(self, now: float) -> None:
         raise NotImplementedError
