@@ -148,3 +148,14 @@ def test_pure_python_and_compiled_cores_give_the_same_run(tmp_path: Path) -> Non
     assert runs["compiled"]["core"] == "compiled" and runs["python"]["core"] == "python"
     assert runs["compiled"]["counters"]["sim_deliveries"] > 0
     assert digest(tmp_path / "compiled") == digest(tmp_path / "python")
+
+
+def test_a_failed_build_says_so_and_keeps_the_previous_one(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "native"
+    out.mkdir()
+    (out / native.MANIFEST).write_text("{}")  # the previous build
+    monkeypatch.setattr(native, "_SETUP", "import sys; print('no compiler'); sys.exit(3)")
+    with pytest.raises(RuntimeError, match=r"mypyc failed \(exit 3\)\nno compiler"):
+        native.build(out)
+    assert (out / native.MANIFEST).read_text() == "{}"
+    assert [p.name for p in tmp_path.iterdir()] == ["native"]  # no work files left behind

@@ -14,8 +14,8 @@ only if:
 
 Otherwise the pure Python modules run, and :func:`status` says why. An edit to a core
 module therefore takes effect at once (in pure Python) until the next build: a stale build
-is never used. The two run the same code and give the same results, byte for byte (the
-golden-digest test runs both); the compiled one runs the simulator's ONE-default workload
+is never used. The two run the same code and give the same results, byte for byte
+(``tests/test_native.py`` compares a simulation's logs); the compiled one runs the simulator's ONE-default workload
 in a little over half the CPU time (``docs/performance.md``).
 
 Compiled code checks argument and attribute types at run time where Python does not; the
@@ -142,19 +142,19 @@ _SETUP = """
 import sys
 from setuptools import setup
 from mypyc.build import mypycify
-paths, c_dir = sys.argv[1:-4], sys.argv[-4]
+*paths, c_dir, lib_dir, temp_dir = sys.argv[1:]
 setup(
     name="dodwan-native",
     ext_modules=mypycify(paths, opt_level="3", target_dir=c_dir),
-    script_args=["build_ext", "--build-lib", sys.argv[-3], "--build-temp", sys.argv[-2]],
+    script_args=["build_ext", "--build-lib", lib_dir, "--build-temp", temp_dir],
     py_modules=[],
 )
 """.strip()
 
 
-def build(out: Path = BUILD, core: Path = CORE, quiet: bool = True) -> None:
+def build(out: Path = BUILD, quiet: bool = True) -> None:
     """Compile the core into ``out`` (replaced only once the whole build succeeded)."""
-    paths = sources(core)
+    paths = sources()
     manifest = {"suffix": _suffix(), "sources": digests(paths)}
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="native-", dir=out.parent) as tmp:
@@ -168,7 +168,6 @@ def build(out: Path = BUILD, core: Path = CORE, quiet: bool = True) -> None:
             str(work / "c"),
             str(lib),
             str(work / "temp"),
-            "--",
         ]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=quiet, text=True, check=False)
         if done.returncode != 0:
