@@ -159,3 +159,24 @@ def test_a_failed_build_says_so_and_keeps_the_previous_one(tmp_path: Path, monke
         native.build(out)
     assert (out / native.MANIFEST).read_text() == "{}"
     assert [p.name for p in tmp_path.iterdir()] == ["native"]  # no work files left behind
+
+
+def test_a_simulation_on_the_pure_python_core_says_why(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    monkeypatch.delenv(native.ENV, raising=False)
+    monkeypatch.setattr(native, "_active", None)
+    monkeypatch.setattr(native, "_reason", "core changed since the native build: bits.py")
+    args = ["run", str(ROOT / "scenarios" / "quickstart.toml"), "--until", "30", "--quiet"]
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(
+        "note: pure Python core: core changed since the native build: bits.py"
+    )
+    assert "quickstart: 12 hosts" in result.stdout and "note:" not in result.stdout
+
+    monkeypatch.setenv(native.ENV, "0")  # asked for: nothing to say
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0 and result.stderr == ""
