@@ -689,6 +689,16 @@ def render_markdown() -> str:
         "`DODWAN_MEMTRACE_PERIOD` seconds (default 30); `DODWAN_TRACEMALLOC=N` adds tracemalloc",
         "snapshots with `N` frames.",
         "",
+        "## Which protocol core runs (`DODWAN_NATIVE`)",
+        "",
+        "The daemon, the simulator and every other program import the protocol core compiled",
+        "with mypyc when `build/native/` holds a build made from the core's current sources",
+        "(`make setup` makes it; `python -m dodwan.native build` remakes it), and the pure Python",
+        "core otherwise; both behave the same. `DODWAN_NATIVE=0` forces the pure Python core.",
+        "`python -m dodwan.native status` prints which core a process would run and why (for",
+        "example `pure Python core: core changed since the native build: gossip.py`); a",
+        "simulation's `run.json` records it as `core`.",
+        "",
     ]
     return "\n".join(lines)
 
