@@ -228,7 +228,10 @@ class AdminServer:
             elif raw:
                 body = self._json_object(raw)
             if method == "POST" and path == "/follow":
-                await self._stream(reader, writer, self.app.follow(body))
+                try:
+                    await self._stream(reader, writer, self.app.follow(body))
+                except ConnectionError:  # the client reset the connection mid-stream: it left
+                    log.debug("follow client %s went away", writer.get_extra_info("peername"))
                 return
             response = await self._route(method, path, query, body)
         except ApiError as exc:
