@@ -41,6 +41,18 @@ def _slow_socket(port: int) -> socket.socket:
     return s
 
 
+def _follow(s: socket.socket, topic: str) -> socket.socket:
+    """Open a follow stream of ``topic`` on ``s`` (read up to its first line)."""
+    body = json.dumps({"patterns": {"topic": topic}}).encode()
+    s.sendall(
+        b"POST /follow HTTP/1.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    assert b"subscribed" in _read_until(s, b"subscribed")
+    return s
+
+
 def _read_until(s: socket.socket, marker: bytes) -> bytes:
     data = b""
     while marker not in data:
@@ -111,14 +123,7 @@ def test_follow_stream_that_never_reads_is_bounded_in_bytes(daemons) -> None:
     d = daemons("f", "--group", random_group(), "--fragment-cache", "0",
                 "--follow-window", str(4 << 20))  # fmt: skip
     port = _admin_port(d)
-    slow = _slow_socket(port)
-    body = json.dumps({"patterns": {"topic": "f"}}).encode()
-    slow.sendall(
-        b"POST /follow HTTP/1.1\r\nContent-Type: application/json\r\n"
-        + f"Content-Length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-    assert b"subscribed" in _read_until(slow, b"subscribed")
+    slow = _follow(_slow_socket(port), "f")
     assert d.proc is not None
     rss0 = _rss(d.proc.pid)
     for _ in range(40):
@@ -141,14 +146,7 @@ def test_a_follow_client_that_resets_while_the_daemon_writes_is_no_error(daemons
     import struct
 
     d = daemons("z", "--group", random_group(), "--fragment-cache", "0")
-    slow = _slow_socket(_admin_port(d))
-    body = json.dumps({"patterns": {"topic": "z"}}).encode()
-    slow.sendall(
-        b"POST /follow HTTP/1.1\r\nContent-Type: application/json\r\n"
-        + f"Content-Length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-    assert b"subscribed" in _read_until(slow, b"subscribed")
+    slow = _follow(_slow_socket(_admin_port(d)), "z")
     subscribed = d.status()["subscriptions"]
     for _ in range(6):  # 6 MiB: far more than both sockets' buffers hold
         d.client().publish_bytes(os.urandom(1 << 20), attributes={"topic": "z"})

@@ -30,10 +30,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from pathlib import Path
@@ -154,6 +151,10 @@ setup(
 
 def build(out: Path = BUILD, quiet: bool = True) -> None:
     """Compile the core into ``out`` (replaced only once the whole build succeeded)."""
+    import shutil  # here, not at the top: every ``import dodwan`` loads this module
+    import subprocess
+    import tempfile
+
     paths = sources()
     manifest = {"suffix": _suffix(), "sources": digests(paths)}
     out.parent.mkdir(parents=True, exist_ok=True)
