@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_sim_golden import digest
 
 import dodwan.core.node
 from dodwan import native
@@ -20,8 +21,6 @@ from sim.scenario import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_sim_golden import digest  # noqa: E402
 
 
 def _fake_build(tmp: Path) -> tuple[Path, Path]:
