@@ -136,8 +136,12 @@ n, until = cfg["hosts"], cfg["until"]
 plan = SharedPlan(contacts=[
     CoreContact((s, e), (a, b), cfg["rate"], 0.0, 0.0, 0.0) for s, e, a, b in cfg["contacts"]])
 net = pons.NetworkSettings("contactplan", range=0, contactplan=plan)
-nodes = pons.generate_nodes(
-    n, net=[net], router=pons.routing.EpidemicRouter(capacity=cfg["cache"]))
+ROUTERS = {
+    "epidemic": lambda: pons.routing.EpidemicRouter(capacity=cfg["cache"]),
+    # The ONE's default for its Spray-and-Wait router: binary, 6 copies.
+    "spray": lambda: pons.routing.SprayAndWaitRouter(copies=6, binary=True, capacity=cfg["cache"]),
+}
+nodes = pons.generate_nodes(n, net=[net], router=ROUTERS[cfg["router"]]())
 
 def creations(netsim):
     env = netsim.env
@@ -145,7 +149,8 @@ def creations(netsim):
         if t > env.now:
             yield env.timeout(t - env.now)
         netsim.routing_stats["created"] += 1
-        netsim.nodes[src].router.add(pons.Message(mid, src, dst, size, env.now, ttl=cfg["ttl"]))
+        netsim.nodes[src].router.add(pons.Message(mid, src, dst, size, env.now, ttl=cfg["ttl"],
+                                                  metadata={}))
 
 sim = pons.NetSim(until, nodes, world_size=(1, 1), config={"movement_logger": False,
                   "peers_logger": False})
@@ -187,8 +192,17 @@ def one_contacts(path: Path, until: float) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def pons_config(sc: Scenario, until: float) -> dict[str, Any]:
+PONS_ROUTERS = ("epidemic", "spray")
+"""PONS routers the comparison can run: epidemic, and binary Spray-and-Wait with 6 copies
+(The ONE's default for that router). Not PRoPHET: pons-dtn 0.2.1's PRoPHET router stops
+with an IndexError in ``make_room_for`` once 5 MB buffers fill (its used-bytes count
+drifts from its store)."""
+
+
+def pons_config(sc: Scenario, until: float, router: str = "epidemic") -> dict[str, Any]:
     """PONS' inputs: the scenario's contact trace and the messages it generates."""
+    if router not in PONS_ROUTERS:
+        raise ValueError(f"unknown PONS router {router!r} (one of {', '.join(PONS_ROUTERS)})")
     if sc.contacts is None or sc.contacts.format != "one":
         raise ValueError(f"{sc.name}: needs a ONE contact trace in [contacts]")
     names = sc.host_names()
@@ -205,18 +219,24 @@ def pons_config(sc: Scenario, until: float) -> dict[str, Any]:
         "ttl": int(ttls.pop()) if ttls else 3600,
         "contacts": one_contacts(sc.contacts.path, until),
         "messages": as_events(sc, pubs),
+        "router": router,
     }
 
 
-def run_pons(sc: Scenario, until: float, timeout: float) -> dict[str, Any] | str:
+def run_pons(
+    sc: Scenario, until: float, timeout: float, router: str = "epidemic"
+) -> dict[str, Any] | str:
     try:
         import pons  # noqa: F401
     except ImportError:
         return "PONS is not installed; install it with: pip install '.[bench]' (pons-dtn)"
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(pons_config(sc, until), f)
+        json.dump(pons_config(sc, until, router), f)
     try:
-        return _run_child([sys.executable, "-c", PONS_SCRIPT, f.name], timeout)
+        res = _run_child([sys.executable, "-c", PONS_SCRIPT, f.name], timeout)
+        if isinstance(res, dict):
+            res["router"] = router
+        return res
     finally:
         Path(f.name).unlink()
 
@@ -263,13 +283,19 @@ def _print_goal(r: dict[str, Any]) -> None:
 def _print_pons(label: str, r: dict[str, Any], ours: dict[str, Any] | None) -> None:
     st, net = r["stats"], r["net"]
     hs = float(r["host_seconds"])
-    print(f"== PONS, same trace and messages ({label}), epidemic, {r['until']:.0f} simulated s")
+    print(
+        f"== PONS, same trace and messages ({label}), {r.get('router', 'epidemic')}, "
+        f"{r['until']:.0f} simulated s"
+    )
     print(f"wall time            {r['wall']:10.1f} s (run only, set-up excluded)")
     print(f"cpu time             {r['cpu']:10.1f} s")
     print(f"host-seconds / s     {hs / r['wall']:10,.0f}  ({hs / r['cpu']:,.0f} per CPU second)")
     print(f"peak RSS             {r['rss_mb']:10.0f} MB")
     print(f"transmissions        {net['tx']:10,}  (whole messages, {net['rx']:,} received)")
-    print(f"messages             {st['created']:10,} created, {st['delivered']:,} delivered")
+    print(
+        f"messages             {st['created']:10,} created, {st['delivered']:,} delivered "
+        f"({st['delivered'] / max(1, st['created']):.3f})"
+    )
     if ours is not None:
         o_hs = ours["hosts"] * ours["until"]
         print(
@@ -285,6 +311,7 @@ def main(
     skip_pons: bool,
     progress: float | None,
     max_datagram: int | None = None,
+    pons_routers: tuple[str, ...] = ("epidemic",),
 ) -> None:
     sc = load(TRACE_SCENARIO)
     horizon = float(sc.duration if until is None else until)
@@ -313,12 +340,13 @@ def main(
     for size, label in (("mb", "0.5-1 MB"), ("1k", "1 kB")):
         if size == "1k" and not with_1k:
             continue
-        pres = run_pons(variant(sc, True, size), horizon, 6 * 3600)
-        if isinstance(pres, str):
-            print(f"== PONS ({label}): {pres}")
-            continue
-        _print_pons(label, pres, ours.get(f"True/{size}"))
-        sys.stdout.flush()
+        for router in pons_routers:
+            pres = run_pons(variant(sc, True, size), horizon, 6 * 3600, router)
+            if isinstance(pres, str):
+                print(f"== PONS ({label}, {router}): {pres}")
+                continue
+            _print_pons(label, pres, ours.get(f"True/{size}"))
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

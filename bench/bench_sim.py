@@ -138,6 +138,9 @@ def main() -> None:
     ap.add_argument("--skip-pons", action="store_true", help="do not run PONS")
     ap.add_argument("--with-1k", action="store_true",
                     help="one: also the 1 kB message variants (ours and PONS)")  # fmt: skip
+    ap.add_argument("--pons-router", action="append", metavar="NAME",
+                    help="one: PONS router to compare with (epidemic, spray: binary "
+                         "Spray-and-Wait with 6 copies); repeatable, default epidemic")  # fmt: skip
     ap.add_argument("--max-datagram", type=int, metavar="BYTES",
                     help="one: our runs send datagrams of at most BYTES (the scenario's 1400 "
                          "otherwise); fewer, larger fragments for the same bytes")  # fmt: skip
@@ -152,7 +155,15 @@ def main() -> None:
     if args.workload == "one":
         import bench_one
 
-        bench_one.main(args.until, args.with_1k, args.skip_pons, args.progress, args.max_datagram)
+        routers = tuple(args.pons_router or ["epidemic"])
+        unknown = [r for r in routers if r not in bench_one.PONS_ROUTERS]
+        if unknown:
+            ap.error(
+                f"--pons-router: unknown {unknown[0]!r} (one of {', '.join(bench_one.PONS_ROUTERS)})"
+            )
+        bench_one.main(
+            args.until, args.with_1k, args.skip_pons, args.progress, args.max_datagram, routers
+        )
         profile_until = 3600.0 if args.profile_until is None else args.profile_until
         if profile_until > 0:
             sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb", args.max_datagram)

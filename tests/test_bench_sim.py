@@ -80,6 +80,20 @@ def test_pons_gets_the_trace_contacts_and_our_messages(tmp_path: Path) -> None:
     assert all(500_000 <= m[4] <= 1_000_000 for m in cfg["messages"])
     small = bench_one.pons_config(bench_one.variant(sc, True, "1k"), 600.0)
     assert {m[4] for m in small["messages"]} == {1000}
+    assert cfg["router"] == "epidemic"
+    assert bench_one.pons_config(sc, 600.0, "spray")["router"] == "spray"
+    with pytest.raises(ValueError, match="unknown PONS router 'maxprop'"):
+        bench_one.pons_config(sc, 600.0, "maxprop")
+
+
+def test_unknown_pons_router_is_a_usage_error() -> None:
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_sim.py"), "--workload", "one",
+         "--until", "1", "--pons-router", "maxprop"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "--pons-router: unknown 'maxprop' (one of epidemic, spray)" in r.stderr
 
 
 def test_variants_change_only_altruism_and_size() -> None:
@@ -95,11 +109,12 @@ def test_variants_change_only_altruism_and_size() -> None:
 def test_pons_runs_five_minutes_of_the_workload() -> None:
     pytest.importorskip("pons", reason="PONS (pons-dtn, the bench extra) is not installed")
     sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb")
-    res = bench_one.run_pons(sc, 300.0, 300)
-    assert isinstance(res, dict), res
-    assert res["until"] == 300
-    assert res["stats"]["created"] == len(schedule(sc, sc.host_names(), 300.0))
-    assert res["net"]["tx"] > 0 and res["wall"] > 0
+    for router in bench_one.PONS_ROUTERS:
+        res = bench_one.run_pons(sc, 300.0, 300, router)
+        assert isinstance(res, dict), (router, res)
+        assert res["until"] == 300 and res["router"] == router
+        assert res["stats"]["created"] == len(schedule(sc, sc.host_names(), 300.0))
+        assert res["net"]["tx"] > 0 and res["wall"] > 0
 
 
 def test_bundled_trace_is_what_one_default_mobility_makes(tmp_path: Path) -> None:
