@@ -234,6 +234,17 @@ class Recorder:
 
         return record
 
+    def datagram_totals(
+        self, host: str, sent: Mapping[str, list[int]], received: Mapping[str, list[int]]
+    ) -> None:
+        """Add ``host``'s totals per datagram kind ([count, bytes]) to the datagrams table,
+        as its node keeps them when it traces no record per datagram."""
+        for direction, totals in (("sent", sent), ("received", received)):
+            for kind, (count, size) in totals.items():
+                tot = self.datagrams.setdefault((host, kind, direction), [0, 0])
+                tot[0] += count
+                tot[1] += size
+
     def trace(self, host: str, records: Iterable[Any]) -> None:
         """Consume core ``TraceRecord``s of one host (hosts without a sink)."""
         record = self.sink(host)

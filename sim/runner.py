@@ -100,7 +100,12 @@ class Simulation:
                     trace=name in joms_names,  # JOMS hosts filter their trace first
                 )
                 sink = None if name in joms_names else self.recorder.sink(name)
-                node = Node(cfg, rng=py_rng(self.seed, "node", name), trace_sink=sink)
+                # The datagrams table holds totals: a host with a sink keeps them in its
+                # node (no record per datagram), read at the end (``finish``).
+                node = Node(
+                    cfg, rng=py_rng(self.seed, "node", name), trace_sink=sink,
+                    trace_datagrams=sink is None,
+                )  # fmt: skip
                 host = SimHost(
                     index[name], name, node, self.env, self.medium, self.recorder, BROADCAST,
                     lambda addr: index.get(str(addr)),
@@ -359,6 +364,13 @@ class Simulation:
         if self.finished:
             return
         self.finished = True
+        for host in self.hosts:
+            if host.joms is None:
+                self.recorder.datagram_totals(
+                    host.name,
+                    host.node.datagrams_sent_by_kind,
+                    host.node.datagrams_received_by_kind,
+                )
         for q, host in self.queue_targets.rows(self.joms_consumed):
             self.recorder.row(
                 "targets", msg_id=q.msg_id, host=host, origin=q.origin, created=q.created,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -151,3 +152,56 @@ def test_get_timer_without_presence_says_when_anything_but_announcing_is_due() -
     assert node.cache_usage()["messages"] == 0
     after = node.get_timer(presence=False)
     assert after is not None and after > 9.0  # the expiry is no longer due: housekeeping is
+
+
+def _exchange(trace_datagrams: bool) -> tuple[dict[str, Node], dict[str, list[tuple[Any, ...]]]]:
+    """Two nodes in contact for 30 s, b subscribed to what a publishes, every trace record
+    kept per host."""
+    records: dict[str, list[tuple[Any, ...]]] = {"a": [], "b": []}
+    nodes = {
+        h: Node(
+            NodeConfig(host_id=h),
+            rng=random.Random(7),
+            trace_sink=lambda *r, h=h: records[h].append(r),
+            trace_datagrams=trace_datagrams,
+        )
+        for h in "ab"
+    }
+    nodes["b"].subscribe({"topic": "news"}, now=0.0)
+    nodes["a"].publish(
+        {"topic": "news"}, random.Random(1).randbytes(20_000), deadline=3600, now=0.0
+    )
+    for step in range(300):
+        t = step / 10
+        for h, node in nodes.items():
+            due = node.get_timer()
+            if due is not None and due <= t:
+                node.handle_timer(now=t)
+            for data, _dest in node.datagrams_to_send(now=t):
+                nodes["b" if h == "a" else "a"].receive_datagram(data, h, now=t)
+    return nodes, records
+
+
+def test_datagram_totals_stand_in_for_per_datagram_records_when_asked() -> None:
+    traced, with_rows = _exchange(trace_datagrams=True)
+    quiet, without = _exchange(trace_datagrams=False)
+    assert any(isinstance(e, MessageDelivered) for e in iter(quiet["b"].next_event, None))
+    per_datagram = ("datagram_sent", "datagram_received")
+    for h in "ab":
+        assert not [r for r in without[h] if r[1] in per_datagram]
+        # everything else is traced as before, in the same order
+        assert without[h] == [r for r in with_rows[h] if r[1] not in per_datagram]
+        for kind, direction in (("datagram_sent", "sent"), ("datagram_received", "received")):
+            want: dict[str, list[int]] = {}
+            for r in with_rows[h]:
+                if r[1] == kind:
+                    tot = want.setdefault(r[5], [0, 0])
+                    tot[0] += 1
+                    tot[1] += r[3]
+            assert want, (h, kind)  # both hosts sent and received
+            for node in (traced[h], quiet[h]):
+                assert getattr(node, f"datagrams_{direction}_by_kind") == want
+        assert (
+            sum(n for n, _ in quiet[h].datagrams_sent_by_kind.values())
+            == (quiet[h].counters["datagrams_sent"])
+        )

@@ -60,11 +60,17 @@ class Node(
         store: Store | None = None,
         *,
         trace_sink: TraceSink | None = None,
+        trace_datagrams: bool = True,
     ) -> None:
         """``trace_sink``, when given, receives every trace record as
         ``sink(time, kind, msg_id, size, hops, detail)`` the moment it happens, instead of
         :meth:`pop_trace` collecting :class:`TraceRecord` objects (a simulator writing
-        columnar logs of millions of records needs no object per record)."""
+        columnar logs of millions of records needs no object per record).
+
+        ``trace_datagrams=False`` leaves out the ``datagram_sent`` and ``datagram_received``
+        records, one per datagram: :attr:`datagrams_sent_by_kind` and
+        :attr:`datagrams_received_by_kind` keep their totals per kind in any case (a
+        simulator that only logs totals reads them at the end)."""
         if not isinstance(config, NodeConfig):
             raise TypeError("config must be a NodeConfig")
         if not isinstance(rng, random.Random):
@@ -79,6 +85,9 @@ class Node(
         self._trace = []
         self._trace_sink = trace_sink
         self._tracing = config.trace or trace_sink is not None
+        self._trace_datagrams = trace_datagrams
+        self.datagrams_sent_by_kind = {}
+        self.datagrams_received_by_kind = {}
         self._outbox = []
         self._send_queue = {}
         self._send_for = {}
@@ -396,8 +405,14 @@ class Node(
         counters = self.counters
         counters["datagrams_received"] = counters.get("datagrams_received", 0) + 1
         counters["bytes_received"] = counters.get("bytes_received", 0) + size
-        if self._tracing:
-            kind = wire.KIND_NAMES.get(data[3], "?")
+        kind = wire.KIND_NAMES.get(data[3], "?")
+        total = self.datagrams_received_by_kind.get(kind)
+        if total is None:
+            self.datagrams_received_by_kind[kind] = [1, size]
+        else:
+            total[0] += 1
+            total[1] += size
+        if self._tracing and self._trace_datagrams:
             self._tr(now, "datagram_received", size=size, detail=kind)
         try:
             self._heard(dg.sender, source, now)

@@ -83,6 +83,12 @@ class NodeState:
     _trace: list[TraceRecord]
     _trace_sink: TraceSink | None
     _tracing: bool
+    _trace_datagrams: bool
+    """Whether each datagram sent or received is a trace record (see ``Node.__init__``)."""
+    datagrams_sent_by_kind: dict[str, list[int]]
+    """Datagram kind (``wire.KIND_NAMES``) -> [datagrams sent, bytes]."""
+    datagrams_received_by_kind: dict[str, list[int]]
+    """Datagram kind -> [datagrams received and decoded, bytes]."""
     _outbox: list[bytes]
     """Control datagrams produced and not yet pulled by the runner."""
     _send_queue: dict[str, OrderedDict[int, int]]

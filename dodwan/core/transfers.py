@@ -54,9 +54,16 @@ class TransfersMixin(NodeState):
             counters = self.counters
             counters["datagrams_sent"] = counters.get("datagrams_sent", 0) + len(out)
             counters["bytes_sent"] = counters.get("bytes_sent", 0) + sum(map(len, out))
-            if self._tracing:
-                for dg in out:
-                    kind = wire.KIND_NAMES.get(dg[3], "?")
+            totals, trace = self.datagrams_sent_by_kind, self._tracing and self._trace_datagrams
+            for dg in out:
+                kind = wire.KIND_NAMES.get(dg[3], "?")
+                total = totals.get(kind)
+                if total is None:
+                    totals[kind] = [1, len(dg)]
+                else:
+                    total[0] += 1
+                    total[1] += len(dg)
+                if trace:
                     self._tr(now, "datagram_sent", size=len(dg), detail=kind)
         return [(dg, BROADCAST) for dg in out]
 
