@@ -79,8 +79,13 @@ class SimHost:
 
     def receive(self, sender: str, data: bytes) -> None:
         """A datagram from ``sender`` (its host name is its address) finished arriving."""
-        self.node.receive_datagram(data, sender, now=self.env.now)
-        self.service()
+        node, now = self.node, self.env.now
+        node.receive_datagram(data, sender, now=now)
+        # Most datagrams received (fragments) leave the node nothing to say: pulling would
+        # return nothing and change nothing.
+        if node.has_output or self.joms is not None:
+            self._pull(now)
+        self.arm()
 
     def service(self) -> None:
         """Pull everything the node has to say, then re-arm its timer."""

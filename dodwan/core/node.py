@@ -505,6 +505,13 @@ class Node(
         """Pop the oldest pending event, or None."""
         return self._events.popleft() if self._events else None
 
+    @property
+    def has_output(self) -> bool:
+        """Whether :meth:`datagrams_to_send`, :meth:`next_event` or :meth:`pop_trace` may
+        return anything now. False: none of them would (a runner may skip them until the
+        next input, timer or idle link)."""
+        return bool(self._outbox or self._send_queue or self._events or self._trace)
+
     def pop_trace(self) -> list[TraceRecord]:
         """Take the trace records accumulated so far (empty unless ``config.trace``)."""
         out = self._trace
