@@ -50,7 +50,9 @@ class Medium:
             deque() for _ in range(n)
         ]
         """Per sender: ((arrival time, priority, event id), data, dest) of what its radio is sending, in order."""
-        self.arrivals = [_Arrival(self, i) for i in range(n)]
+        self.arrival_events = [_ArrivalEvent(_Arrival(self, i)) for i in range(n)]
+        """Per sender, what SimPy's queue holds for the arrival at the head of its queue
+        (one at a time: the next is scheduled once it has arrived)."""
         self.on_idle: Callable[[int], None] | None = None
         """Called with a sender's index when its radio has sent everything queued."""
         self.idle_needed: Callable[[int], bool] = _always
@@ -72,8 +74,9 @@ class Medium:
     def ready_bytes(self, sender: int, now: float | None = None) -> int:
         """Bytes ``sender`` may queue at ``now`` (default: the clock's time): what keeps its
         radio busy ``LOOKAHEAD`` ahead."""
-        backlog = max(0.0, self.free_at[sender] - (self.env.now if now is None else now))
-        return int(max(0.0, LOOKAHEAD - backlog) / self.seconds_per_byte)
+        backlog = self.free_at[sender] - (self.env.now if now is None else now)
+        room = LOOKAHEAD - backlog if backlog > 0.0 else LOOKAHEAD
+        return int(room / self.seconds_per_byte) if room > 0.0 else 0
 
     def link_up(self, i: int, j: int) -> None:
         self.neighbours[i].add(j)
@@ -98,8 +101,8 @@ class Medium:
         no link of its comes up before ``quiet_until``."""
         if now is None:
             now = self.env.now
-        start = max(now, self.free_at[sender])
-        end = start + len(data) * self.seconds_per_byte
+        free = self.free_at[sender]
+        end = (free if free > now else now) + len(data) * self.seconds_per_byte
         self.free_at[sender] = end
         self.sent += 1
         # The arrival's place in SimPy's event order, taken now as a timeout started now
@@ -125,12 +128,9 @@ class Medium:
 
     def _schedule(self, sender: int, key: tuple[float, int, int]) -> None:
         """Put an arrival in SimPy's queue at its place ``key`` (time, priority, id)."""
-        env = self.env
-        ev = simpy.Event(env)
-        ev._ok = True  # SimPy internals: a triggered event, as a Timeout is
-        ev._value = None
-        ev.callbacks.append(self.arrivals[sender])
-        heapq.heappush(env._queue, (*key, ev))
+        ev = self.arrival_events[sender]
+        ev.callbacks = ev.arrive  # SimPy's step takes them and sets None
+        heapq.heappush(self.env._queue, (key[0], key[1], key[2], ev))
 
     def _arrive_run(self, sender: int) -> None:
         """The head of ``sender``'s queue has arrived; so may the datagrams behind it.
@@ -177,6 +177,20 @@ class Medium:
 
 def _always(_sender: int) -> bool:
     return True
+
+
+class _ArrivalEvent:
+    """What SimPy's step needs of a triggered event (``callbacks``, ``_ok``, ``_value``),
+    without building a ``simpy.Event`` per datagram; one per sender, used again for each
+    of its arrivals."""
+
+    __slots__ = ("_ok", "_value", "arrive", "callbacks")
+
+    def __init__(self, arrival: _Arrival) -> None:
+        self._ok = True
+        self._value = None
+        self.arrive = [arrival]
+        self.callbacks: list[_Arrival] | None = None
 
 
 class _Arrival:

@@ -46,6 +46,10 @@ class FakeNode:
 
     fragments_queued = 0
 
+    @property
+    def has_output(self) -> bool:
+        return bool(self.outbox)
+
     def next_event(self) -> None:
         return None
 
