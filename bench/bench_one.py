@@ -143,6 +143,35 @@ ROUTERS = {
 }
 nodes = pons.generate_nodes(n, net=[net], router=ROUTERS[cfg["router"]]())
 
+if cfg["radio"] == "serial":
+    # One radio per host, as in our medium: a host's transmissions go one after another
+    # (PONS starts each at once, in parallel, whatever else the host is sending); each
+    # still arrives only if the pair is in contact at its end.
+    import pons.node
+    from pons.net.common import BROADCAST_ADDR
+    from simpy.util import start_delayed
+
+    busy = [0.0] * n
+
+    def serial_send(self, netsim, to_nid, msg):
+        now = netsim.env.now
+        for net in self.net.values():
+            nbrs = self.neighbors[net.name]
+            targets = list(nbrs) if to_nid == BROADCAST_ADDR else [to_nid] if to_nid in nbrs else []
+            if not targets:
+                continue
+            try:
+                tx = net.tx_time_for_contact(now, self.node_id, targets[0], msg.size)
+            except Exception:
+                continue
+            end = max(now, busy[self.node_id]) + tx
+            busy[self.node_id] = end
+            for nid in targets:
+                netsim.net_stats["tx"] += 1
+                start_delayed(netsim.env, netsim.nodes[nid].on_recv(netsim, self.node_id, msg), end - now)
+
+    pons.node.Node.send = serial_send
+
 def creations(netsim):
     env = netsim.env
     for t, mid, src, dst, size in cfg["messages"]:
@@ -192,6 +221,12 @@ def one_contacts(path: Path, until: float) -> list[tuple[int, int, int, int]]:
     return out
 
 
+PONS_RADIOS = ("parallel", "serial")
+"""How PONS' hosts transmit: ``parallel`` is PONS as it is (every transmission starts at
+once and takes size / rate, however many a host has under way: its routers hand a peer
+their whole store at each scan); ``serial`` gives each host one radio, as our medium does
+(its transmissions queue one after another)."""
+
 PONS_ROUTERS = ("epidemic", "spray")
 """PONS routers the comparison can run: epidemic, and binary Spray-and-Wait with 6 copies
 (The ONE's default for that router). Not PRoPHET: pons-dtn 0.2.1's PRoPHET router stops
@@ -199,10 +234,14 @@ with an IndexError in ``make_room_for`` once 5 MB buffers fill (its used-bytes c
 drifts from its store)."""
 
 
-def pons_config(sc: Scenario, until: float, router: str = "epidemic") -> dict[str, Any]:
+def pons_config(
+    sc: Scenario, until: float, router: str = "epidemic", radio: str = "parallel"
+) -> dict[str, Any]:
     """PONS' inputs: the scenario's contact trace and the messages it generates."""
     if router not in PONS_ROUTERS:
         raise ValueError(f"unknown PONS router {router!r} (one of {', '.join(PONS_ROUTERS)})")
+    if radio not in PONS_RADIOS:
+        raise ValueError(f"unknown PONS radio {radio!r} (one of {', '.join(PONS_RADIOS)})")
     if sc.contacts is None or sc.contacts.format != "one":
         raise ValueError(f"{sc.name}: needs a ONE contact trace in [contacts]")
     names = sc.host_names()
@@ -220,22 +259,23 @@ def pons_config(sc: Scenario, until: float, router: str = "epidemic") -> dict[st
         "contacts": one_contacts(sc.contacts.path, until),
         "messages": as_events(sc, pubs),
         "router": router,
+        "radio": radio,
     }
 
 
 def run_pons(
-    sc: Scenario, until: float, timeout: float, router: str = "epidemic"
+    sc: Scenario, until: float, timeout: float, router: str = "epidemic", radio: str = "parallel"
 ) -> dict[str, Any] | str:
     try:
         import pons  # noqa: F401
     except ImportError:
         return "PONS is not installed; install it with: pip install '.[bench]' (pons-dtn)"
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(pons_config(sc, until, router), f)
+        json.dump(pons_config(sc, until, router, radio), f)
     try:
         res = _run_child([sys.executable, "-c", PONS_SCRIPT, f.name], timeout)
         if isinstance(res, dict):
-            res["router"] = router
+            res["router"], res["radio"] = router, radio
         return res
     finally:
         Path(f.name).unlink()
@@ -284,7 +324,7 @@ def _print_pons(label: str, r: dict[str, Any], ours: dict[str, Any] | None) -> N
     st, net = r["stats"], r["net"]
     hs = float(r["host_seconds"])
     print(
-        f"== PONS, same trace and messages ({label}), {r.get('router', 'epidemic')}, "
+        f"== PONS, same trace and messages ({label}), {r['router']}, {r['radio']} radio, "
         f"{r['until']:.0f} simulated s"
     )
     print(f"wall time            {r['wall']:10.1f} s (run only, set-up excluded)")
@@ -312,6 +352,7 @@ def main(
     progress: float | None,
     max_datagram: int | None = None,
     pons_routers: tuple[str, ...] = ("epidemic",),
+    pons_radios: tuple[str, ...] = ("parallel",),
 ) -> None:
     sc = load(TRACE_SCENARIO)
     horizon = float(sc.duration if until is None else until)
@@ -340,13 +381,14 @@ def main(
     for size, label in (("mb", "0.5-1 MB"), ("1k", "1 kB")):
         if size == "1k" and not with_1k:
             continue
-        for router in pons_routers:
-            pres = run_pons(variant(sc, True, size), horizon, 6 * 3600, router)
-            if isinstance(pres, str):
-                print(f"== PONS ({label}, {router}): {pres}")
-                continue
-            _print_pons(label, pres, ours.get(f"True/{size}"))
-            sys.stdout.flush()
+        for radio in pons_radios:
+            for router in pons_routers:
+                pres = run_pons(variant(sc, True, size), horizon, 6 * 3600, router, radio)
+                if isinstance(pres, str):
+                    print(f"== PONS ({label}, {router}, {radio} radio): {pres}")
+                    continue
+                _print_pons(label, pres, ours.get(f"True/{size}"))
+                sys.stdout.flush()
 
 
 if __name__ == "__main__":

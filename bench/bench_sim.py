@@ -141,6 +141,10 @@ def main() -> None:
     ap.add_argument("--pons-router", action="append", metavar="NAME",
                     help="one: PONS router to compare with (epidemic, spray: binary "
                          "Spray-and-Wait with 6 copies); repeatable, default epidemic")  # fmt: skip
+    ap.add_argument("--pons-radio", action="append", metavar="MODE",
+                    help="one: how PONS' hosts transmit: parallel (PONS as it is: every "
+                         "transmission at once) or serial (one radio per host, as ours); "
+                         "repeatable, default parallel")  # fmt: skip
     ap.add_argument("--max-datagram", type=int, metavar="BYTES",
                     help="one: our runs send datagrams of at most BYTES (the scenario's 1400 "
                          "otherwise); fewer, larger fragments for the same bytes")  # fmt: skip
@@ -161,9 +165,16 @@ def main() -> None:
             ap.error(
                 f"--pons-router: unknown {unknown[0]!r} (one of {', '.join(bench_one.PONS_ROUTERS)})"
             )
+        radios = tuple(args.pons_radio or ["parallel"])
+        unknown = [r for r in radios if r not in bench_one.PONS_RADIOS]
+        if unknown:
+            ap.error(
+                f"--pons-radio: unknown {unknown[0]!r} (one of {', '.join(bench_one.PONS_RADIOS)})"
+            )
         bench_one.main(
-            args.until, args.with_1k, args.skip_pons, args.progress, args.max_datagram, routers
-        )
+            args.until, args.with_1k, args.skip_pons, args.progress, args.max_datagram, routers,
+            radios,
+        )  # fmt: skip
         profile_until = 3600.0 if args.profile_until is None else args.profile_until
         if profile_until > 0:
             sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb", args.max_datagram)

@@ -84,16 +84,27 @@ def test_pons_gets_the_trace_contacts_and_our_messages(tmp_path: Path) -> None:
     assert bench_one.pons_config(sc, 600.0, "spray")["router"] == "spray"
     with pytest.raises(ValueError, match="unknown PONS router 'maxprop'"):
         bench_one.pons_config(sc, 600.0, "maxprop")
+    assert cfg["radio"] == "parallel"
+    assert bench_one.pons_config(sc, 600.0, radio="serial")["radio"] == "serial"
+    with pytest.raises(ValueError, match="unknown PONS radio 'duplex'"):
+        bench_one.pons_config(sc, 600.0, radio="duplex")
 
 
-def test_unknown_pons_router_is_a_usage_error() -> None:
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--pons-router", "maxprop", "--pons-router: unknown 'maxprop' (one of epidemic, spray)"),
+        ("--pons-radio", "duplex", "--pons-radio: unknown 'duplex' (one of parallel, serial)"),
+    ],
+)
+def test_unknown_pons_router_or_radio_is_a_usage_error(option: str, value: str, says: str) -> None:
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "bench_sim.py"), "--workload", "one",
-         "--until", "1", "--pons-router", "maxprop"],
+         "--until", "1", option, value],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 2
-    assert "--pons-router: unknown 'maxprop' (one of epidemic, spray)" in r.stderr
+    assert says in r.stderr
 
 
 def test_variants_change_only_altruism_and_size() -> None:
@@ -109,12 +120,17 @@ def test_variants_change_only_altruism_and_size() -> None:
 def test_pons_runs_five_minutes_of_the_workload() -> None:
     pytest.importorskip("pons", reason="PONS (pons-dtn, the bench extra) is not installed")
     sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb")
+    received = {}
     for router in bench_one.PONS_ROUTERS:
-        res = bench_one.run_pons(sc, 300.0, 300, router)
-        assert isinstance(res, dict), (router, res)
-        assert res["until"] == 300 and res["router"] == router
-        assert res["stats"]["created"] == len(schedule(sc, sc.host_names(), 300.0))
-        assert res["net"]["tx"] > 0 and res["wall"] > 0
+        for radio in bench_one.PONS_RADIOS:
+            res = bench_one.run_pons(sc, 600.0, 300, router, radio)
+            assert isinstance(res, dict), (router, radio, res)
+            assert res["until"] == 600 and (res["router"], res["radio"]) == (router, radio)
+            assert res["stats"]["created"] == len(schedule(sc, sc.host_names(), 600.0))
+            assert res["net"]["tx"] > 0 and res["wall"] > 0
+            received[router, radio] = res["net"]["rx"]
+    # One radio per host: epidemic's whole-store hand-overs queue, and fewer arrive in time.
+    assert received["epidemic", "serial"] < received["epidemic", "parallel"]
 
 
 def test_bundled_trace_is_what_one_default_mobility_makes(tmp_path: Path) -> None:
