@@ -304,8 +304,9 @@ class CacheMixin(NodeState):
 
     def _assemble(self, c: Cached) -> bytes | None:
         parts = []
+        get = self._memory.get_fragment if self._memory is not None else self._store.get_fragment
         for i in range(c.header.frags):
-            chunk = self._store.get_fragment(c.header.msg_id, i)
+            chunk = get(c.header.msg_id, i)
             if chunk is None:
                 return None
             parts.append(chunk)

@@ -32,7 +32,7 @@ from .offers import Offers, Rank
 from .patterns import Profile
 from .profiles import Pieces, ProfileBook
 from .signing import Signer
-from .store import Store
+from .store import MemoryStore, Store
 
 if TYPE_CHECKING:
     from .cache import Cached, EvictRank
@@ -79,6 +79,9 @@ class NodeState:
     _rng: random.Random
     _signer: Signer | None
     _store: Store
+    _memory: MemoryStore | None
+    """``_store`` when it is a :class:`MemoryStore` (the simulator's): the per-fragment
+    calls go to it directly, compiled, rather than through the ``Store`` protocol."""
     _events: deque[Event]
     _trace: list[TraceRecord]
     _trace_sink: TraceSink | None

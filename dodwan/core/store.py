@@ -80,7 +80,8 @@ class MemoryStore:
         self._fragments.setdefault(msg_id, {}).update(enumerate(chunks))
 
     def get_fragment(self, msg_id: str, index: int) -> bytes | None:
-        return self._fragments.get(msg_id, {}).get(index)
+        frags = self._fragments.get(msg_id)
+        return None if frags is None else frags.get(index)
 
     def iter_messages(self) -> Iterable[tuple[MessageMeta, list[int]]]:
         for msg_id, meta in self._messages.items():

@@ -104,8 +104,12 @@ class Request:
     """(message id, ((first fragment, count), ...))"""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fragment:
+    """Not frozen, unlike the other decoded datagrams: mypyc compiles only non-frozen
+    dataclasses into native classes, and one is built per fragment received (most of the
+    traffic). Treat it as immutable all the same."""
+
     sender: str
     msg_id: str
     hops: int
