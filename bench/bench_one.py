@@ -168,7 +168,18 @@ if cfg["radio"] == "serial":
             busy[self.node_id] = end
             for nid in targets:
                 netsim.net_stats["tx"] += 1
-                start_delayed(netsim.env, netsim.nodes[nid].on_recv(netsim, self.node_id, msg), end - now)
+                start_delayed(netsim.env, arrive(netsim, net, self.node_id, nid, msg), end - now)
+
+    def arrive(netsim, net, frm, to, msg):
+        # PONS checks the receiver's neighbour list, refreshed at its scans (every 2 s):
+        # here the contact itself must last until the transfer ends.
+        plan, now = net.contactplan, netsim.env.now
+        if plan.has_contact(now, frm, to) or plan.has_contact(now, to, frm):
+            yield from netsim.nodes[to].on_recv(netsim, frm, msg)
+        else:
+            netsim.net_stats["drop"] += 1
+            netsim.nodes[frm].router._on_tx_failed(msg.unique_id(), to)
+            yield netsim.env.timeout(0)
 
     pons.node.Node.send = serial_send
 
@@ -222,10 +233,13 @@ def one_contacts(path: Path, until: float) -> list[tuple[int, int, int, int]]:
 
 
 PONS_RADIOS = ("parallel", "serial")
-"""How PONS' hosts transmit: ``parallel`` is PONS as it is (every transmission starts at
-once and takes size / rate, however many a host has under way: its routers hand a peer
-their whole store at each scan); ``serial`` gives each host one radio, as our medium does
-(its transmissions queue one after another)."""
+"""How PONS' hosts transmit. ``parallel`` is PONS as it is: every transmission starts at
+once and takes size / rate, however many a host has under way (its routers hand a peer
+their whole store at each scan), and it arrives if the receiver still lists the sender
+as a neighbour, a list each host refreshes at its scans (every 2 s), so a transfer may
+end up to 2 s after its contact did. ``serial`` is the physics of our medium: one radio
+per host (its transmissions queue one after another), and a transfer arrives only if the
+pair is still in contact when it ends."""
 
 PONS_ROUTERS = ("epidemic", "spray")
 """PONS routers the comparison can run: epidemic, and binary Spray-and-Wait with 6 copies
