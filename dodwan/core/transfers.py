@@ -81,17 +81,35 @@ class TransfersMixin(NodeState):
         cur = self._sending
         if cur is not None and cur not in self._send_queue:
             cur = None
-        best, best_key = "", (2, 0, False, 0, 0)
+        # The best key (class, fragments left), compared field by field: on a tie the one
+        # asked first (earlier in the queue) stays best. No tuple is built per message.
+        best, b_direct, b_prio, b_transient, b_left = "", 0, 0, False, 0
         cur_class: tuple[int, int, bool] | None = None
-        for order, (msg_id, q) in enumerate(self._send_queue.items()):
-            key = (*self._send_class(msg_id), len(q), order)
+        for msg_id, q in self._send_queue.items():
+            direct, prio, transient = cls = self._send_class(msg_id)
+            left = len(q)
             if msg_id == cur:
-                cur_class = key[:3]
-            if not best or key < best_key:
-                best, best_key = msg_id, key
+                cur_class = cls
+            if (
+                not best
+                or direct < b_direct
+                or (direct == b_direct and prio < b_prio)
+                or (direct == b_direct and prio == b_prio and transient < b_transient)
+                or (
+                    direct == b_direct
+                    and prio == b_prio
+                    and transient == b_transient
+                    and left < b_left
+                )
+            ):
+                best, b_direct, b_prio, b_transient, b_left = msg_id, direct, prio, transient, left
         # the message under way goes on unless one of a better class (direct, priority,
         # persistent) was asked for meanwhile
-        if cur is not None and cur_class is not None and cur_class <= best_key[:3]:
+        if (
+            cur is not None
+            and cur_class is not None
+            and cur_class <= (b_direct, b_prio, b_transient)
+        ):
             return cur
         self._sending = best
         return best
