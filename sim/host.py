@@ -34,6 +34,7 @@ class SimHost:
         "broadcast",
         "caught_up",
         "deliveries",
+        "drains_trace",
         "env",
         "index",
         "joms",
@@ -76,6 +77,9 @@ class SimHost:
         nothing else touches it; None: the host is never run ahead (see :meth:`_catch_up`)."""
         self.caught_up = 0
         """Timers handled ahead of the clock by :meth:`_catch_up`."""
+        self.drains_trace = True
+        """Whether the node's trace records are pulled (``pop_trace``); False for a node
+        given a ``trace_sink``, which keeps none."""
 
     def receive(self, sender: str, data: bytes) -> None:
         """A datagram from ``sender`` (its host name is its address) finished arriving."""
@@ -99,26 +103,19 @@ class SimHost:
         joms = self.joms
         if joms is not None:
             self._service_joms(joms, now)
-        out = node.datagrams_to_send(now, self.medium.ready_bytes(self.index, now))
+        medium = self.medium
+        out = node.datagrams_to_send(now, medium.ready_bytes(self.index, now))
         if out:
-            send, me, bcast = self.medium.send, self.index, self.broadcast
-            for data, dest in out:
-                if dest == bcast:
-                    send(me, data, None, now, quiet_until)
-                    continue
-                target = self._dest(dest)
-                if target is None:  # an address no host has: nobody can receive it
-                    self.medium.unreachable += 1
-                else:
-                    send(me, data, target, now, quiet_until)
+            medium.send_all(self.index, out, self.broadcast, self._dest, now, quiet_until)
         ev = node.next_event()
         while ev is not None:
             if isinstance(ev, MessageDelivered):
                 self.deliveries += 1
             ev = node.next_event()
-        records = node.pop_trace()
-        if records:
-            self.recorder.trace(self.name, records)
+        if self.drains_trace:
+            records = node.pop_trace()
+            if records:
+                self.recorder.trace(self.name, records)
 
     def _service_joms(self, joms: JomsHost, now: float) -> None:
         """Core deliveries to the JOMS service, its dispatches to the messages table."""

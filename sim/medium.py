@@ -14,7 +14,7 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import simpy
 from simpy.core import NORMAL
@@ -45,6 +45,8 @@ class Medium:
         self.rng = rng
         self.deliver = deliver
         self.neighbours: list[set[int]] = [set() for _ in range(n)]
+        self._in_order: list[list[int] | None] = [None] * n
+        """Per host, its neighbours in order (None: to sort again after a link change)."""
         self.free_at = [0.0] * n
         self.queues: list[deque[tuple[tuple[float, int, int], bytes, int | None]]] = [
             deque() for _ in range(n)
@@ -81,10 +83,35 @@ class Medium:
     def link_up(self, i: int, j: int) -> None:
         self.neighbours[i].add(j)
         self.neighbours[j].add(i)
+        self._in_order[i] = self._in_order[j] = None
 
     def link_down(self, i: int, j: int) -> None:
         self.neighbours[i].discard(j)
         self.neighbours[j].discard(i)
+        self._in_order[i] = self._in_order[j] = None
+
+    def send_all(
+        self,
+        sender: int,
+        out: list[tuple[bytes, Hashable]],
+        broadcast: Hashable,
+        dest_index: Callable[[Hashable], int | None],
+        now: float,
+        quiet_until: float = -math.inf,
+    ) -> None:
+        """:meth:`send` each of ``out``, a node's ``(data, address)`` pairs in order: the
+        ``broadcast`` address to every neighbour, any other to the host ``dest_index``
+        gives (none: an address no host has, counted as unreachable)."""
+        send = self.send
+        for data, dest in out:
+            if dest == broadcast:
+                send(sender, data, None, now, quiet_until)
+                continue
+            target = dest_index(dest)
+            if target is None:  # an address no host has: nobody can receive it
+                self.unreachable += 1
+            else:
+                send(sender, data, target, now, quiet_until)
 
     def send(
         self,
@@ -160,7 +187,9 @@ class Medium:
     def arrive(self, sender: int, data: bytes, dest: int | None) -> None:
         nbrs = self.neighbours[sender]
         if dest is None:
-            receivers = sorted(nbrs)
+            receivers = self._in_order[sender]
+            if receivers is None:
+                receivers = self._in_order[sender] = sorted(nbrs)
         elif dest in nbrs:
             receivers = [dest]
         else:

@@ -100,6 +100,7 @@ class Simulation:
                     trace=name in joms_names,  # JOMS hosts filter their trace first
                 )
                 sink = None if name in joms_names else self.recorder.sink(name)
+                drains_trace = sink is None
                 # The datagrams table holds totals: a host with a sink keeps them in its
                 # node (no record per datagram), read at the end (``finish``).
                 node = Node(
@@ -110,6 +111,7 @@ class Simulation:
                     index[name], name, node, self.env, self.medium, self.recorder, BROADCAST,
                     lambda addr: index.get(str(addr)),
                 )  # fmt: skip
+                host.drains_trace = drains_trace
                 self.hosts.append(host)
         self.medium.on_idle = self._idle
         self.medium.idle_needed = self._idle_needed
