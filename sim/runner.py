@@ -105,7 +105,7 @@ class Simulation:
                 # node (no record per datagram), read at the end (``finish``).
                 node = Node(
                     cfg, rng=py_rng(self.seed, "node", name), trace_sink=sink,
-                    trace_datagrams=sink is None,
+                    trace_datagrams=drains_trace,
                 )  # fmt: skip
                 host = SimHost(
                     index[name], name, node, self.env, self.medium, self.recorder, BROADCAST,
@@ -367,7 +367,7 @@ class Simulation:
             return
         self.finished = True
         for host in self.hosts:
-            if host.joms is None:
+            if not host.drains_trace:  # its node kept the totals (see ``__init__``)
                 self.recorder.datagram_totals(
                     host.name,
                     host.node.datagrams_sent_by_kind,

@@ -205,3 +205,29 @@ def test_datagram_totals_stand_in_for_per_datagram_records_when_asked() -> None:
             sum(n for n, _ in quiet[h].datagrams_sent_by_kind.values())
             == (quiet[h].counters["datagrams_sent"])
         )
+
+
+def test_has_output_says_whether_pulling_would_return_anything() -> None:
+    node = Node(NodeConfig(host_id="a1", trace=True), rng=random.Random(1))
+    assert not node.has_output
+    node.handle_timer(now=0.0)  # schedules the first announcement, a little later
+    assert not node.has_output and node.datagrams_to_send(now=0.0) == []
+    t = node.get_timer()
+    assert t is not None
+    node.handle_timer(now=t)
+    assert node.has_output
+    assert node.datagrams_to_send(now=t)
+    assert node.has_output  # its trace records are still waiting
+    assert node.pop_trace()
+    assert not node.has_output
+    assert node.datagrams_to_send(now=t) == [] and node.next_event() is None
+    node.subscribe({"topic": "news"}, now=t)
+    node.datagrams_to_send(now=t)
+    node.pop_trace()
+    assert not node.has_output
+    node.publish({"topic": "news"}, b"x", deadline=t + 100, now=t)  # delivered here
+    node.datagrams_to_send(now=t)
+    node.pop_trace()
+    assert node.has_output  # the delivery event is waiting
+    assert isinstance(node.next_event(), MessageDelivered)
+    assert not node.has_output
