@@ -401,6 +401,52 @@ def report(v: Variant, until: float, results: list[tuple[str, dict[str, Any] | s
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------- reference routers (PONS)
+
+
+def pons_report(v: Variant, results: list[tuple[str, str, dict[str, Any] | str]]) -> str:
+    """The issue's reference routers replayed by PONS on the variant's own contacts and
+    messages: ``(router, radio, PONS' result or why there is none)`` per run."""
+    lines = [f"== {v.label}: reference routers on the same contacts and messages (PONS)"]
+    lines.append(
+        f"  {'router':<10}{'radio':<10}{'delivered':>10}{'delivery':>10}{'ONE overhead':>14}"
+    )
+    for router, radio, r in results:
+        if isinstance(r, str):
+            lines.append(f"  {router:<10}{radio:<10}  {r}")
+            continue
+        st = r["stats"]
+        created, delivered = st["created"], st["delivered"]
+        ratio = delivered / created if created else None
+        overhead = (st["relayed"] - delivered) / delivered if delivered else None
+        lines.append(
+            f"  {router:<10}{radio:<10}{delivered:>10,}{_num(3)(ratio):>10}{_num(2)(overhead):>14}"
+        )
+    lines.append("  (parallel: PONS as it is, every transfer at once, arriving if the peer was")
+    lines.append("  listed at the last 2 s scan; serial: our medium's physics, one radio per host,")
+    lines.append("  the contact must last until the transfer ends; see bench/bench_one.py)")
+    return "\n".join(lines)
+
+
+def run_references(v: Variant, until: float) -> str:
+    """Run PONS' routers on a variant that replays a ONE contact trace (see ``--pons``)."""
+    import bench_one
+
+    from sim.scenario import load
+
+    sc = load(scenario_in(ROOT, v))
+    if sc.contacts is None or sc.contacts.format != "one":
+        return f"== {v.label}: no ONE contact trace, so PONS cannot replay its contacts (use --variant trace)"
+    horizon = until or float(sc.duration)
+    results: list[tuple[str, str, dict[str, Any] | str]] = []
+    for radio in bench_one.PONS_RADIOS:
+        for router in bench_one.PONS_ROUTERS:
+            results.append(
+                (router, radio, bench_one.run_pons(sc, horizon, 6 * 3600, router, radio))
+            )
+    return pons_report(v, results)
+
+
 # ----------------------------------------------------------------------------------- main
 
 
@@ -430,6 +476,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel child processes")
     ap.add_argument("--logs", type=Path, help="keep each run's logs in DIR/<tree>-<variant>")
+    ap.add_argument(
+        "--pons",
+        action="store_true",
+        help="also run PONS' Epidemic and Spray-and-Wait routers on the same contacts and "
+        "messages (variants that replay a ONE trace: trace), as PONS is and with our medium's physics",
+    )
     args = ap.parse_args(argv)  # fmt: skip
     if args.child:
         child(json.loads(args.child))
@@ -459,6 +511,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for v in variants:
             rows = [(n, r) for (jv, n, _), r in zip(jobs, results, strict=True) if jv is v]
             print(report(v, args.until, rows), flush=True)
+            if args.pons:
+                print(run_references(v, args.until), flush=True)
 
 
 if __name__ == "__main__":

@@ -262,3 +262,34 @@ def test_the_report_says_what_the_ratios_leave_out_and_which_run_failed() -> Non
     assert "(ours: 4 publications refused by a full cache have no target pairs" in text
     assert "goal: delivery >= 0.95 x oracle     ours: NOT met (0.500 x)" in text
     assert "(goals are for the 12 h run; this run covers 0.02 h)" in text
+
+
+def test_reference_routers_report_delivery_and_overhead() -> None:
+    v = bench_delivery.VARIANTS["trace"]
+    stats = {"created": 200, "delivered": 50, "relayed": 550}
+    out = bench_delivery.pons_report(
+        v,
+        [
+            ("epidemic", "parallel", {"stats": stats}),
+            ("spray", "serial", {"stats": {"created": 200, "delivered": 0, "relayed": 7}}),
+            ("spray", "parallel", "did not finish within 60 s"),
+        ],
+    )
+    rows = out.splitlines()
+    assert rows[0] == f"== {v.label}: reference routers on the same contacts and messages (PONS)"
+    assert re.search(r"^  epidemic +parallel +50 +0\.250 +10\.00$", out, re.M), out
+    assert re.search(r"^  spray +serial +0 +0\.000 +-$", out, re.M), out
+    assert "  spray     parallel    did not finish within 60 s" in rows
+
+
+def test_reference_routers_need_a_one_trace() -> None:
+    out = bench_delivery.run_references(bench_delivery.VARIANTS["mb"], 60.0)
+    assert "no ONE contact trace" in out and "--variant trace" in out
+
+
+def test_reference_routers_run_on_the_trace_variant() -> None:
+    pytest.importorskip("pons", reason="PONS (pons-dtn, the bench extra) is not installed")
+    out = bench_delivery.run_references(bench_delivery.VARIANTS["trace"], 300.0)
+    for router in ("epidemic", "spray"):
+        for radio in ("parallel", "serial"):
+            assert re.search(rf"^  {router} +{radio} +\d+ +[\d.]+ ", out, re.M), out
