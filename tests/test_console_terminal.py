@@ -41,6 +41,15 @@ needs_tmux = pytest.mark.skipif(
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]|\x1b\][^\x07]*\x07")
 
 
+def foreground() -> None:
+    """``preexec_fn`` of a command a test stops with SIGINT as Ctrl-C would: it gets SIGINT
+    and SIGQUIT at their defaults, as a terminal's foreground job does. A suite started as
+    a background job of a non-interactive shell (``nohup make test &``) runs with both
+    ignored, its children inherit that, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -443,8 +452,9 @@ class Follower:
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
-        )
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
+            preexec_fn=foreground,  # it is stopped with Ctrl-C
+        )  # fmt: skip
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -569,3 +579,27 @@ def test_commands_piped_on_stdin(net: tuple[Host, Host], home: Path) -> None:
     assert "error: unknown command 'bogus'" in err
     assert "queues:  Box" in out
     assert "daemon     " not in out  # nothing after exit
+
+
+def test_ctrl_c_reaches_a_command_even_where_the_suite_ignores_sigint() -> None:
+    """The suite may run with SIGINT ignored (a background job of a non-interactive shell):
+    ``foreground`` gives the commands it stops with Ctrl-C the default disposition back."""
+    code = "import signal, time; print(repr(signal.getsignal(signal.SIGINT)), flush=True); time.sleep(30)"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as such a suite inherits it
+    try:
+        ignored = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        restored = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, preexec_fn=foreground
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        assert ignored.stdout is not None and restored.stdout is not None
+        assert ignored.stdout.readline().strip() == repr(signal.SIG_IGN)
+        assert "default_int_handler" in restored.stdout.readline()
+        restored.send_signal(signal.SIGINT)
+        assert restored.wait(10) != 0  # KeyboardInterrupt ended it
+    finally:
+        for p in (ignored, restored):
+            p.kill()
+            p.wait()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_console_terminal import Pane, _env, _free_port
+from test_console_terminal import Pane, _env, _free_port, foreground
 from test_daemon_helpers import random_group, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,7 +134,7 @@ def _kill(shell: Shell, line: str) -> None:
 def _follow(shell: Shell, line: str) -> None:
     proc = subprocess.Popen(
         shlex.split(line, comments=True), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env=shell.env, cwd=ROOT,
+        text=True, env=shell.env, cwd=ROOT, preexec_fn=foreground,  # stopped with Ctrl-C
     )  # fmt: skip
     lines: list[str] = []
 
