@@ -57,6 +57,8 @@ class SimHost:
         recorder: Recorder,
         broadcast: Hashable,
         dest_index: Callable[[Hashable], int | None],
+        *,
+        drains_trace: bool = True,
     ) -> None:
         self.index = index
         self.name = name
@@ -77,9 +79,10 @@ class SimHost:
         nothing else touches it; None: the host is never run ahead (see :meth:`_catch_up`)."""
         self.caught_up = 0
         """Timers handled ahead of the clock by :meth:`_catch_up`."""
-        self.drains_trace = True
+        self.drains_trace = drains_trace
         """Whether the node's trace records are pulled (``pop_trace``); False for a node
-        given a ``trace_sink``, which keeps none."""
+        given a ``trace_sink``, which keeps none (and then keeps datagram totals instead of
+        a record per datagram, which the simulation reads at the end)."""
 
     def receive(self, sender: str, data: bytes) -> None:
         """A datagram from ``sender`` (its host name is its address) finished arriving."""

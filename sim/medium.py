@@ -45,6 +45,8 @@ class Medium:
         self.rng = rng
         self.deliver = deliver
         self.neighbours: list[set[int]] = [set() for _ in range(n)]
+        """Per host, the hosts in range: change them only through :meth:`link_up` and
+        :meth:`link_down`, which keep ``_in_order`` in step."""
         self._in_order: list[list[int] | None] = [None] * n
         """Per host, its neighbours in order (None: to sort again after a link change)."""
         self.free_at = [0.0] * n

@@ -109,9 +109,8 @@ class Simulation:
                 )  # fmt: skip
                 host = SimHost(
                     index[name], name, node, self.env, self.medium, self.recorder, BROADCAST,
-                    lambda addr: index.get(str(addr)),
+                    lambda addr: index.get(str(addr)), drains_trace=drains_trace,
                 )  # fmt: skip
-                host.drains_trace = drains_trace
                 self.hosts.append(host)
         self.medium.on_idle = self._idle
         self.medium.idle_needed = self._idle_needed
@@ -367,7 +366,7 @@ class Simulation:
             return
         self.finished = True
         for host in self.hosts:
-            if not host.drains_trace:  # its node kept the totals (see ``__init__``)
+            if not host.drains_trace:  # its node kept the totals (see ``SimHost``)
                 self.recorder.datagram_totals(
                     host.name,
                     host.node.datagrams_sent_by_kind,

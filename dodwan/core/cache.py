@@ -304,9 +304,8 @@ class CacheMixin(NodeState):
 
     def _assemble(self, c: Cached) -> bytes | None:
         parts = []
-        get = self._memory.get_fragment if self._memory is not None else self._store.get_fragment
         for i in range(c.header.frags):
-            chunk = get(c.header.msg_id, i)
+            chunk = self._get_fragment(c.header.msg_id, i)
             if chunk is None:
                 return None
             parts.append(chunk)

@@ -80,7 +80,7 @@ class Node(
         self._rng = rng
         self._signer = Signer(config.signing_key) if config.signing_key is not None else None
         self._store = store if store is not None else MemoryStore()
-        self._memory = self._store if isinstance(self._store, MemoryStore) else None
+        self._memory_store = self._store if isinstance(self._store, MemoryStore) else None
         self._events = deque()
         self._trace = []
         self._trace_sink = trace_sink
@@ -425,7 +425,7 @@ class Node(
             self._count("internal_errors")
             self._tr(now, "datagram_dropped", size=size, detail="internal error")
         self._settle_known(now)
-        if self._memory is None:  # a MemoryStore has nothing to commit
+        if self._memory_store is None:  # a MemoryStore has nothing to commit
             self._store.commit()
 
     def remote_memory_usage(self) -> dict[str, int]:

@@ -79,9 +79,10 @@ class NodeState:
     _rng: random.Random
     _signer: Signer | None
     _store: Store
-    _memory: MemoryStore | None
+    _memory_store: MemoryStore | None
     """``_store`` when it is a :class:`MemoryStore` (the simulator's): the per-fragment
-    calls go to it directly, compiled, rather than through the ``Store`` protocol."""
+    calls go to it directly, compiled, rather than through the ``Store`` protocol (see
+    :meth:`_get_fragment`)."""
     _events: deque[Event]
     _trace: list[TraceRecord]
     _trace_sink: TraceSink | None
@@ -202,6 +203,19 @@ class NodeState:
 
     def _count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
+
+    def _get_fragment(self, msg_id: str, index: int) -> bytes | None:
+        mem = self._memory_store
+        if mem is not None:
+            return mem.get_fragment(msg_id, index)
+        return self._store.get_fragment(msg_id, index)
+
+    def _put_fragment(self, msg_id: str, index: int, chunk: bytes) -> None:
+        mem = self._memory_store
+        if mem is not None:
+            mem.put_fragment(msg_id, index, chunk)
+        else:
+            self._store.put_fragment(msg_id, index, chunk)
 
     def _tr(
         self,

@@ -130,7 +130,6 @@ class TransfersMixin(NodeState):
         return cls
 
     def _fill_fragments(self, out: list[bytes], budget: int | None) -> None:
-        mem, get = self._memory, self._store.get_fragment
         used = 0
         while self._send_queue and (budget is None or used < budget):
             msg_id = self._next_to_send()
@@ -148,9 +147,7 @@ class TransfersMixin(NodeState):
                     index, hops = q.popitem(last=False)  # in request order
                     if not have >> index & 1:
                         continue
-                    chunk = (
-                        mem.get_fragment(msg_id, index) if mem is not None else get(msg_id, index)
-                    )
+                    chunk = self._get_fragment(msg_id, index)
                     if chunk is None:
                         continue
                     if own:
@@ -418,10 +415,7 @@ class TransfersMixin(NodeState):
                 self._count("cache_full")
                 self._give_up(dg.msg_id, keep_room=True)
                 return
-        if self._memory is not None:
-            self._memory.put_fragment(dg.msg_id, dg.index, dg.chunk)
-        else:
-            self._store.put_fragment(dg.msg_id, dg.index, dg.chunk)
+        self._put_fragment(dg.msg_id, dg.index, dg.chunk)
         c.have |= 1 << dg.index
         c.count += 1
         c.nbytes += size
