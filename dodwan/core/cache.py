@@ -302,14 +302,20 @@ class CacheMixin(NodeState):
             heapq.heappush(self._history_heap, (deadline, msg_id))
         self._store.add_history(msg_id, key, deadline)
 
-    def _assemble(self, c: Cached) -> bytes | None:
+    def _chunks(self, c: Cached) -> list[bytes] | None:
+        """The stored fragments of ``c`` in order (None if one is missing)."""
         parts = []
+        msg_id = c.header.msg_id
         for i in range(c.header.frags):
-            chunk = self._get_fragment(c.header.msg_id, i)
+            chunk = self._get_fragment(msg_id, i)
             if chunk is None:
                 return None
             parts.append(chunk)
-        return b"".join(parts)
+        return parts
+
+    def _assemble(self, c: Cached) -> bytes | None:
+        parts = self._chunks(c)
+        return None if parts is None else b"".join(parts)
 
     def _incoming_rank(self, header: m.Header, own: bool) -> EvictRank:
         """The rank a message this host is about to ask for will make room with."""

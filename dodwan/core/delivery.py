@@ -225,9 +225,10 @@ class DeliveryMixin(NodeState):
         now: float,
         only: str | None = None,
         payload: bytes | None = None,
-        zpayload: bytes | None = None,
+        chunks: list[bytes] | None = None,
     ) -> None:
-        """Deliver a complete message to each matching subscription not yet served."""
+        """Deliver a complete message to each matching subscription not yet served
+        (``chunks``: its fragments, already verified)."""
         msg_id = c.header.msg_id
         done = self._history.get(msg_id, _NONE)
         desc = c.descriptor
@@ -245,11 +246,11 @@ class DeliveryMixin(NodeState):
         if payload is None:
             if not self._inflation_allowed(c, now):
                 return
-            z = zpayload if zpayload is not None else self._assemble(c)
+            z = b"".join(chunks) if chunks is not None else self._assemble(c)
             try:
                 if z is None:
                     raise WireError("missing fragment")
-                payload = m.inflate_payload(z, c.header, verified=zpayload is not None)
+                payload = m.inflate_payload(z, c.header, verified=chunks is not None)
             except WireError:
                 self._count("corrupt_messages")
                 self._drop(msg_id, now, "corrupt")

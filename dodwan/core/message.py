@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import zstandard
@@ -219,6 +219,29 @@ def verify_payload(zpayload: bytes, header: Header) -> None:
     if len(zpayload) != header.zsize or payload_digest(zpayload) != header.zhash:
         raise WireError("payload digest mismatch")
     if _declared_size(zpayload) != header.size:
+        raise WireError("payload declares another size")
+
+
+_FRAME_HEADER_MAX = 18
+"""Bytes of a zstd frame's header at most (where it declares the content size)."""
+
+
+def verify_chunks(chunks: Sequence[bytes], header: Header) -> None:
+    """:func:`verify_payload` of ``b"".join(chunks)``, without joining them: a carrier that
+    completes a message it does not deliver here never needs it in one piece."""
+    h = hashlib.blake2b(digest_size=16)
+    n = 0
+    for chunk in chunks:
+        h.update(chunk)
+        n += len(chunk)
+    if n != header.zsize or h.hexdigest() != header.zhash:
+        raise WireError("payload digest mismatch")
+    head = b""
+    for chunk in chunks:
+        head += chunk[: _FRAME_HEADER_MAX - len(head)]
+        if len(head) >= _FRAME_HEADER_MAX:
+            break
+    if _declared_size(head) != header.size:
         raise WireError("payload declares another size")
 
 

@@ -377,11 +377,15 @@ class Node(
         """Feed one datagram heard from ``source``. Never raises for bad peer input."""
         if self._next_announce is None or self._next_housekeeping is None:
             self._schedule_basics(now)
-        size = len(data) if isinstance(data, bytes | bytearray) else 0
+        if isinstance(data, bytes):  # what a runner gives: no copy, no call
+            size = len(data)
+        else:
+            size = len(data) if isinstance(data, bytearray) else 0
         try:
             if size > 65535:
                 raise WireError("oversized")
-            data = bytes(data)
+            if not isinstance(data, bytes):
+                data = bytes(data)
             # Fragments are most of the traffic and rarely heard twice by one process: decoded
             # directly; the cache helps the other kinds, which a simulator's hosts share.
             if size > _CACHED_DECODE_MAX or (size > 4 and data[3] == wire.FRAGMENT):

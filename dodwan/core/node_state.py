@@ -247,6 +247,9 @@ class NodeState:
     def _assemble(self, c: Cached) -> bytes | None:
         raise NotImplementedError
 
+    def _chunks(self, c: Cached) -> list[bytes] | None:
+        raise NotImplementedError
+
     def _drop(self, msg_id: str, now: float, reason: str) -> None:
         raise NotImplementedError
 
@@ -308,7 +311,7 @@ class NodeState:
         now: float,
         only: str | None = None,
         payload: bytes | None = None,
-        zpayload: bytes | None = None,
+        chunks: list[bytes] | None = None,
     ) -> None:
         raise NotImplementedError
 

@@ -473,11 +473,11 @@ class TransfersMixin(NodeState):
         self._entry_cache.pop(msg_id, None)
         for pending in self._pending.values():
             pending.pop(msg_id, None)
-        z = self._assemble(c)
-        try:
-            if z is None:
+        chunks = self._chunks(c)  # verified without joining them: most carried copies are
+        try:  # not delivered here, and never need the payload in one piece
+            if chunks is None:
                 raise WireError("missing fragment")
-            m.verify_payload(z, c.header)
+            m.verify_chunks(chunks, c.header)
         except WireError:
             self._count("corrupt_messages")
             self._drop(msg_id, now, "corrupt")
@@ -488,7 +488,7 @@ class TransfersMixin(NodeState):
         self._add_history(msg_id, "", c.header.deadline)
         self._offers.add(msg_id, self._offer_rank(c))  # now ranked as complete
         self._prompt_announce(msg_id, now)
-        self._deliver(c, now, zpayload=z)
+        self._deliver(c, now, chunks=chunks)
 
     def _asked(self, msg_id: str, mask: int, now: float) -> None:
         """``mask`` of ``msg_id`` was asked for (by us, or by a neighbour we overheard)."""
