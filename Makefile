@@ -8,10 +8,12 @@ STAMP  := $(VENV)/.installed
 # subprocesses), so two workers overlap those waits. Tests sharing a module/session fixture
 # or the Spark session stay on one worker (tests/conftest.py). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-# The protocol core compiled with mypyc into build/native/ (dodwan/native: used only while
-# it matches the sources; DODWAN_NATIVE=0 runs pure Python). NATIVE=0 skips building it.
+# The protocol core (and the simulator's per-datagram modules) compiled with mypyc into
+# build/native/ (dodwan/native: used only while it matches the sources; DODWAN_NATIVE=0 runs
+# pure Python). NATIVE=0 skips building it.
 NATIVE ?= 1
 NATIVE_STAMP := build/native/manifest.json
+SIM_COMPILED := sim/medium.py sim/host.py sim/logs.py
 ifeq ($(NATIVE),1)
 CORE_BUILD := $(NATIVE_STAMP)
 endif
@@ -24,7 +26,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-$(NATIVE_STAMP): $(STAMP) $(wildcard dodwan/core/*.py) $(wildcard dodwan/native/*.py)
+$(NATIVE_STAMP): $(STAMP) $(wildcard dodwan/core/*.py) $(wildcard dodwan/native/*.py) $(SIM_COMPILED)
 	$(BIN)/python -m dodwan.native build
 
 setup: $(STAMP) $(CORE_BUILD)
@@ -42,14 +44,14 @@ demo: $(STAMP)
 # pure Python core.
 test: $(STAMP) $(CORE_BUILD)
 	$(BIN)/ruff check .
-	$(BIN)/mypy dodwan/core
+	$(BIN)/mypy dodwan/core $(SIM_COMPILED)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 	DODWAN_NATIVE=0 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -p no:cacheprovider tests/test_core_*.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy dodwan/core
+	$(BIN)/mypy dodwan/core $(SIM_COMPILED)
 
 clean:
 	rm -rf $(VENV) build/native

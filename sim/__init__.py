@@ -6,3 +6,5 @@ loss, one datagram at a time per sender), ``host`` (the SimPy adapter around a c
 ``Node``), ``traffic`` (publishers, subscribers, targets), ``logs`` (Parquet tables),
 ``runner`` (wires a run together), ``cli`` (the ``dodwan-sim`` command).
 """
+
+import dodwan  # noqa: F401  (first: puts the native build in front, see dodwan.native)

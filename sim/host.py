@@ -10,16 +10,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import simpy
 
 from dodwan.core.events import MessageDelivered
 from sim.logs import Recorder
-
-if TYPE_CHECKING:
-    from sim.joms_traffic import JomsHost
 from sim.medium import Medium
+
+
+class JomsService(Protocol):
+    """What a host's JOMS service is to its adapter (``sim.joms_traffic.JomsHost``; named
+    by this protocol, so that this module compiles without the JOMS service's modules)."""
+
+    def on_event(self, ev: MessageDelivered, now: float) -> bool: ...
+    def filter_trace(self, records: list[Any]) -> list[Any]: ...
+    def pump(self, now: float) -> int: ...
+    def timer(self) -> float | None: ...
+    def handle_timer(self, now: float) -> None: ...
+
 
 Quiet = Callable[[int, float], float]
 """``quiet(index, now)``: see :attr:`SimHost.quiet`."""
@@ -72,7 +81,7 @@ class SimHost:
         self.pending: simpy.Event | None = None
         self.deliveries = 0
         self.timer_fires = 0
-        self.joms: JomsHost | None = None
+        self.joms: JomsService | None = None
         """The host's JOMS service when the scenario gives it JOMS traffic."""
         self.quiet: Quiet | None = None
         """``quiet(index, now)``: a time before which no link of this host comes up and
@@ -120,7 +129,7 @@ class SimHost:
             if records:
                 self.recorder.trace(self.name, records)
 
-    def _service_joms(self, joms: JomsHost, now: float) -> None:
+    def _service_joms(self, joms: JomsService, now: float) -> None:
         """Core deliveries to the JOMS service, its dispatches to the messages table."""
         node = self.node
         ev = node.next_event()
@@ -219,3 +228,18 @@ class SimHost:
             node.handle_timer(now=t if t > now else now)
             self._pull(now, horizon)
         return last
+
+
+class Receivers:
+    """The medium's ``deliver`` for a list of hosts: hands a datagram to its receiver under
+    the sender's name (its address). A class rather than a closure, so that, compiled, the
+    call to :meth:`SimHost.receive` is a direct one."""
+
+    __slots__ = ("hosts", "names")
+
+    def __init__(self, hosts: list[SimHost], names: list[str]) -> None:
+        self.hosts = hosts
+        self.names = names
+
+    def __call__(self, receiver: int, sender: int, data: bytes) -> None:
+        self.hosts[receiver].receive(self.names[sender], data)

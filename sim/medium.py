@@ -15,9 +15,10 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable, Hashable
+from typing import Any
 
 import simpy
-from simpy.core import NORMAL
+from simpy.core import NORMAL  # type: ignore[attr-defined]
 
 LOOKAHEAD = 0.05
 """Seconds of air time a host is asked to fill ahead (:meth:`Medium.ready_bytes`): the
@@ -159,7 +160,8 @@ class Medium:
         """Put an arrival in SimPy's queue at its place ``key`` (time, priority, id)."""
         ev = self.arrival_events[sender]
         ev.callbacks = ev.arrive  # SimPy's step takes them and sets None
-        heapq.heappush(self.env._queue, (key[0], key[1], key[2], ev))
+        queue: list[Any] = self.env._queue  # SimPy's event queue (see _ArrivalEvent)
+        heapq.heappush(queue, (key[0], key[1], key[2], ev))
 
     def _arrive_run(self, sender: int) -> None:
         """The head of ``sender``'s queue has arrived; so may the datagrams behind it.

@@ -22,7 +22,7 @@ import simpy
 from dodwan import native
 from dodwan.core.node import CacheFullError
 from sim import joms_traffic
-from sim.host import SimHost
+from sim.host import Receivers, SimHost
 from sim.logs import FLUSH_ROWS, SCHEMA_VERSION, Recorder, write_run_json
 from sim.medium import Medium
 from sim.mobility.ahead import LinksAhead
@@ -82,15 +82,15 @@ class Simulation:
         self.names = scenario.host_names()
         self.group_of = scenario.group_of()
         self.index = index = {h: i for i, h in enumerate(self.names)}
+        self.hosts: list[SimHost] = []
         self.medium = Medium(
             self.env,
             len(self.names),
             scenario.radio.bit_rate,
             scenario.radio.loss,
             py_rng(self.seed, "medium"),
-            self._deliver,
+            Receivers(self.hosts, self.names),
         )
-        self.hosts: list[SimHost] = []
         joms_names = set(joms_traffic.joms_hosts(scenario))
         for g in scenario.groups:
             for name in g.host_names():
@@ -169,9 +169,6 @@ class Simulation:
         """Whether :meth:`_idle` would do anything for ``sender`` (it only serves queued
         fragments, and only requests from neighbours queue them)."""
         return self.hosts[sender].node.fragments_queued > 0
-
-    def _deliver(self, receiver: int, sender: int, data: bytes) -> None:
-        self.hosts[receiver].receive(self.names[sender], data)
 
     def _link(self, i: int, j: int, up: bool) -> None:
         a, b = self.names[i], self.names[j]

@@ -15,6 +15,9 @@ import pytest
 from test_sim_golden import digest
 
 import dodwan.core.node
+import sim.host
+import sim.logs
+import sim.medium
 from dodwan import native
 from sim.runner import simulate
 from sim.scenario import load
@@ -24,7 +27,8 @@ SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 def _fake_build(tmp: Path) -> tuple[Path, Path]:
-    """A core of two modules and a 'build' of them (empty files in the right places)."""
+    """A core of two modules and a 'build' of them (empty files in the right places); the
+    tests pass ``sim=None``: no simulator modules in these fake builds."""
     core, build = tmp / "core", tmp / "build"
     core.mkdir(parents=True)
     (core / "__init__.py").write_text("")
@@ -37,7 +41,8 @@ def _fake_build(tmp: Path) -> tuple[Path, Path]:
     manifest = {
         "suffix": SUFFIX,
         "sources": {
-            n: hashlib.sha256((core / n).read_bytes()).hexdigest() for n in ("a.py", "b.py")
+            f"dodwan.core.{n}": hashlib.sha256((core / f"{n}.py").read_bytes()).hexdigest()
+            for n in ("a", "b")
         },
         "groups": ["0123__mypyc"],
     }
@@ -48,31 +53,58 @@ def _fake_build(tmp: Path) -> tuple[Path, Path]:
 def test_a_build_of_these_very_sources_is_used(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv(native.ENV, raising=False)
     core, build = _fake_build(tmp_path)
-    modules, why = native.status(build, core)
+    modules, why = native.status(build, core, None)
     assert modules == {
         "dodwan.core.a": build / "dodwan" / "core" / f"a{SUFFIX}",
         "dodwan.core.b": build / "dodwan" / "core" / f"b{SUFFIX}",
         "0123__mypyc": build / f"0123__mypyc{SUFFIX}",
     }
-    assert "2 core modules" in why
+    assert "2 modules" in why
+
+
+def test_the_simulators_per_datagram_modules_are_built_with_the_core(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``sim=`` adds :data:`native.SIM_MODULES`: an edit to one of them makes the build
+    stale like an edit to the core (then everything runs pure Python)."""
+    monkeypatch.delenv(native.ENV, raising=False)
+    assert set(native.sources()) >= {"sim.medium", "sim.host", "sim.logs", "dodwan.core.node"}
+    core, build = _fake_build(tmp_path)
+    sim = tmp_path / "sim"
+    sim.mkdir()
+    for name in native.SIM_MODULES:
+        (sim / f"{name}.py").write_text(f"NAME = {name!r}\n")
+    modules, why = native.status(build, core, sim)
+    assert modules is None and why.endswith("sim.host, sim.logs, sim.medium")
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["sources"].update(native.digests(native.sources(core, sim)))
+    (build / "manifest.json").write_text(json.dumps(manifest))
+    (build / "sim").mkdir()
+    for name in native.SIM_MODULES:
+        (build / "sim" / f"{name}{SUFFIX}").write_bytes(b"")
+    modules, why = native.status(build, core, sim)
+    assert modules is not None and modules["sim.medium"] == build / "sim" / f"medium{SUFFIX}"
+    (sim / "logs.py").write_text("NAME = 'edited'\n")
+    modules, why = native.status(build, core, sim)
+    assert modules is None and why.endswith("changed since the native build: sim.logs")
 
 
 def test_a_stale_build_is_never_used(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv(native.ENV, raising=False)
     core, build = _fake_build(tmp_path)
     (core / "a.py").write_text("A = 3\n")  # edited after the build
-    modules, why = native.status(build, core)
-    assert modules is None and why.endswith("changed since the native build: a.py")
+    modules, why = native.status(build, core, None)
+    assert modules is None and why.endswith("changed since the native build: dodwan.core.a")
 
     core, build = _fake_build(tmp_path / "added")
     (core / "c.py").write_text("C = 1\n")  # a module the build does not have
-    modules, why = native.status(build, core)
-    assert modules is None and "c.py" in why
+    modules, why = native.status(build, core, None)
+    assert modules is None and "dodwan.core.c" in why
 
     core, build = _fake_build(tmp_path / "removed")
     (core / "b.py").unlink()
-    modules, why = native.status(build, core)
-    assert modules is None and "b.py" in why
+    modules, why = native.status(build, core, None)
+    assert modules is None and "dodwan.core.b" in why
 
 
 def test_a_build_for_another_interpreter_or_an_incomplete_one_is_not_used(
@@ -82,27 +114,27 @@ def test_a_build_for_another_interpreter_or_an_incomplete_one_is_not_used(
     core, build = _fake_build(tmp_path)
     manifest = json.loads((build / "manifest.json").read_text())
     (build / "manifest.json").write_text(json.dumps({**manifest, "suffix": ".cpython-39.so"}))
-    modules, why = native.status(build, core)
+    modules, why = native.status(build, core, None)
     assert modules is None and "built for .cpython-39.so" in why
 
     core, build = _fake_build(tmp_path / "incomplete")
     (build / "dodwan" / "core" / f"b{SUFFIX}").unlink()
-    modules, why = native.status(build, core)
+    modules, why = native.status(build, core, None)
     assert modules is None and "missing" in why and f"b{SUFFIX}" in why
 
     core, build = _fake_build(tmp_path / "garbled")
     (build / "manifest.json").write_text("{not json")
-    modules, why = native.status(build, core)
+    modules, why = native.status(build, core, None)
     assert modules is None and "unreadable manifest" in why
 
-    modules, why = native.status(tmp_path / "nowhere", core)
+    modules, why = native.status(tmp_path / "nowhere", core, None)
     assert modules is None and "no native build" in why
 
 
 def test_dodwan_native_0_runs_pure_python(tmp_path: Path, monkeypatch) -> None:
     core, build = _fake_build(tmp_path)
     monkeypatch.setenv(native.ENV, "0")
-    assert native.status(build, core) == (None, "DODWAN_NATIVE=0")
+    assert native.status(build, core, None) == (None, "DODWAN_NATIVE=0")
     code = "import dodwan.core.node as n; from dodwan import native; print(n.__file__, native.describe())"
     env = {**os.environ, native.ENV: "0"}
     done = subprocess.run(
@@ -123,6 +155,8 @@ def test_this_suite_runs_the_compiled_core_when_it_is_built() -> None:
         pytest.skip(f"{why}; `make setup` builds it")
     assert native.active(), native.describe()
     assert dodwan.core.node.__file__.endswith(SUFFIX)
+    for module in (sim.medium, sim.host, sim.logs):
+        assert module.__file__ is not None and module.__file__.endswith(SUFFIX), module
     assert "compiled core" in native.describe()
 
 
@@ -167,12 +201,14 @@ def test_a_simulation_on_the_pure_python_core_says_why(tmp_path: Path, monkeypat
 
     monkeypatch.delenv(native.ENV, raising=False)
     monkeypatch.setattr(native, "_active", None)
-    monkeypatch.setattr(native, "_reason", "core changed since the native build: bits.py")
+    monkeypatch.setattr(
+        native, "_reason", "sources changed since the native build: dodwan.core.bits"
+    )
     args = ["run", str(ROOT / "scenarios" / "quickstart.toml"), "--until", "30", "--quiet"]
     result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a")])
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith(
-        "note: pure Python core: core changed since the native build: bits.py"
+        "note: pure Python core: sources changed since the native build: dodwan.core.bits"
     )
     assert "quickstart: 12 hosts" in result.stdout and "note:" not in result.stdout
 

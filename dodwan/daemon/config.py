@@ -696,7 +696,7 @@ def render_markdown() -> str:
         "(`make setup` makes it; `python -m dodwan.native build` remakes it), and the pure Python",
         "core otherwise; both behave the same. `DODWAN_NATIVE=0` forces the pure Python core.",
         "`python -m dodwan.native status` prints which core a process would run and why (for",
-        "example `pure Python core: core changed since the native build: gossip.py`); a",
+        "example `pure Python core: sources changed since the native build: dodwan.core.gossip`); a",
         "simulation's `run.json` records it as `core`.",
         "",
     ]

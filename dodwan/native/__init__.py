@@ -1,25 +1,29 @@
 """The protocol core compiled with mypyc, used only when built from the sources at hand.
 
 ``python -m dodwan.native build`` (run by ``make setup``) compiles the modules of
-:mod:`dodwan.core` (all but its ``__init__``) with mypyc into ``build/native/``, outside the
-source tree, and writes there a manifest: the interpreter it was built for and the SHA-256
-of every source file it was built from. When :mod:`dodwan` is imported, :func:`activate`
+:mod:`dodwan.core` (all but its ``__init__``), with the simulator's modules on its
+per-datagram path (:data:`SIM_MODULES`: the radio medium, the host adapter, the log
+columns), with mypyc into ``build/native/``, outside the source tree, and writes there a
+manifest: the interpreter it was built for and the SHA-256 of every source file it was
+built from. When :mod:`dodwan` is imported (:mod:`sim` imports it first), :func:`activate`
 puts that build in front of the sources (an import hook for those modules alone) if and
 only if:
 
-* ``DODWAN_NATIVE`` is not ``0`` (set it to run the pure Python core);
+* ``DODWAN_NATIVE`` is not ``0`` (set it to run pure Python);
 * the manifest names this interpreter's extension suffix;
 * every source file it lists still has the digest it was built from, and no core module
   was added or removed since.
 
-Otherwise the pure Python modules run, and :func:`status` says why. An edit to a core
-module therefore takes effect at once (in pure Python) until the next build: a stale build
-is never used. The two run the same code and give the same results, byte for byte
-(``tests/test_native.py`` compares a simulation's logs); the compiled one runs the simulator's ONE-default workload
-in a little over half the CPU time (``docs/performance.md``).
+Otherwise the pure Python modules run, all of them, and :func:`status` says why. An edit
+to a compiled module therefore takes effect at once (in pure Python) until the next build:
+a stale build is never used. The two run the same code and give the same results, byte for
+byte (``tests/test_native.py`` compares a simulation's logs); the compiled one runs the
+simulator's ONE-default workload in a little over half the CPU time
+(``docs/performance.md``).
 
 Compiled code checks argument and attribute types at run time where Python does not; the
-core's tests run against both builds (``make test``).
+core's tests run against both builds (``make test``), and the compiled modules are type
+checked strictly (``mypy``, ``pyproject.toml``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
@@ -47,21 +51,36 @@ _active: dict[str, Path] | None = None
 _reason = "not checked yet"
 
 
-def sources(core: Path = CORE) -> list[Path]:
-    """The core modules mypyc compiles: every ``.py`` of the package but ``__init__``."""
-    return sorted(p for p in core.glob("*.py") if p.name != "__init__.py")
+SIM = ROOT / "sim"
+SIM_MODULES = ("medium", "host", "logs")
+"""The simulator's modules on its per-datagram path (the radio, the SimPy adapter around a
+node, the log columns), compiled with the core: a fragment crosses them on every hop."""
 
 
-def digests(paths: Sequence[Path]) -> dict[str, str]:
-    """File name -> SHA-256 of its bytes."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+def sources(core: Path = CORE, sim: Path | None = SIM) -> dict[str, Path]:
+    """Module name -> source file, for what mypyc compiles: every core module (every
+    ``.py`` of the package but ``__init__``) and the simulator's :data:`SIM_MODULES`."""
+    found = {f"{PACKAGE}.{p.stem}": p for p in sorted(core.glob("*.py")) if p.name != "__init__.py"}
+    if sim is not None:
+        for name in SIM_MODULES:
+            path = sim / f"{name}.py"
+            if path.is_file():
+                found[f"sim.{name}"] = path
+    return found
+
+
+def digests(paths: Mapping[str, Path]) -> dict[str, str]:
+    """Module name -> SHA-256 of its source file's bytes."""
+    return {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in paths.items()}
 
 
 def _suffix() -> str:
     return importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
-def status(build: Path = BUILD, core: Path = CORE) -> tuple[dict[str, Path] | None, str]:
+def status(
+    build: Path = BUILD, core: Path = CORE, sim: Path | None = SIM
+) -> tuple[dict[str, Path] | None, str]:
     """``(module name -> compiled file, reason)`` if the build at ``build`` may be used for
     the sources in ``core``, else ``(None, why not)``."""
     if os.environ.get(ENV, "1") == "0":
@@ -75,23 +94,24 @@ def status(build: Path = BUILD, core: Path = CORE) -> tuple[dict[str, Path] | No
     if manifest.get("suffix") != _suffix():
         return None, f"built for {manifest.get('suffix')}, this interpreter loads {_suffix()}"
     built = manifest.get("sources", {})
-    now = digests(sources(core))
+    now = digests(sources(core, sim))
     if built != now:
         changed = sorted(set(built) ^ set(now) | {n for n in built if built[n] != now.get(n)})
-        return None, "core changed since the native build: " + ", ".join(changed)
+        return None, "sources changed since the native build: " + ", ".join(changed)
     modules: dict[str, Path] = {}
     for name in now:
-        modules[f"{PACKAGE}.{name[:-3]}"] = build / "dodwan" / "core" / (name[:-3] + _suffix())
+        *package, leaf = name.split(".")
+        modules[name] = build.joinpath(*package, leaf + _suffix())
     for group in manifest.get("groups", []):
         modules[group] = build / (group + _suffix())
     missing = [str(p) for p in modules.values() if not p.is_file()]
     if missing:
         return None, "native build incomplete, missing " + ", ".join(missing)
-    return modules, f"native build of {len(now)} core modules in {build}"
+    return modules, f"native build of {len(now)} modules in {build}"
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Finds the compiled core modules (and mypyc's shared library) in the build."""
+    """Finds the compiled modules (and mypyc's shared library) in the build."""
 
     def __init__(self, modules: dict[str, Path]) -> None:
         self.modules = modules
@@ -118,7 +138,7 @@ def activate() -> bool:
     if modules is None:
         return False
     if any(name in sys.modules for name in modules):
-        _reason = "core modules were imported before the native build could be put first"
+        _reason = "compiled modules were imported before the native build could be put first"
         return False
     _active = modules
     sys.meta_path.insert(0, _Finder(modules))
@@ -165,7 +185,7 @@ def build(out: Path = BUILD, quiet: bool = True) -> None:
             sys.executable,
             "-c",
             _SETUP,
-            *(str(p.relative_to(ROOT)) for p in paths),
+            *(str(p.relative_to(ROOT)) for p in paths.values()),
             str(work / "c"),
             str(lib),
             str(work / "temp"),
