@@ -215,13 +215,15 @@ def test_fuzz_mutated_valid_datagrams_never_escape(
 
 def test_fragment_encoding_follows_the_documented_layout() -> None:
     varints = {0: b"\x00", 1: b"\x01", 127: b"\x7f", 128: b"\x80\x01", 300: b"\xac\x02",
-               65535: b"\xff\xff\x03"}  # fmt: skip
+               16383: b"\xff\x7f", 16384: b"\x80\x80\x01", 65535: b"\xff\xff\x03"}  # fmt: skip
     head = wire.MAGIC + bytes((wire.VERSION, wire.FRAGMENT)) + b"\x02a1" + b"\x02m1" + b"\x02"
     for index, varint in varints.items():
         expected = head + varint + b"\x02\x01\x02" + b"chunk"
         prefix, suffix = wire.fragment_encoder("a1", "m1", b"\x01\x02")
         assert wire.encode_fragment_fast(prefix, suffix, 2, index, b"chunk") == expected
         assert wire.encode_fragment("a1", "m1", 2, index, b"\x01\x02", b"chunk") == expected
+        far = wire.encode_fragment_fast(prefix, suffix, 300, index, b"chunk")  # hops cap at 255
+        assert far == head[:-1] + b"\xff" + varint + b"\x02\x01\x02" + b"chunk"
         assert wire.decode(expected, LIMITS) == wire.Fragment(
             "a1", "m1", 2, index, b"\x01\x02", b"chunk"
         )

@@ -70,7 +70,10 @@ class TransfersMixin(NodeState):
     @property
     def fragments_queued(self) -> int:
         """Requested fragments not handed to the runner yet (see ``budget`` above)."""
-        return sum(map(len, self._send_queue.values()))
+        n = 0
+        for q in self._send_queue.values():
+            n += len(q)
+        return n
 
     def _next_to_send(self) -> str:
         """The message to send fragments of next: the one being sent until it is done (a

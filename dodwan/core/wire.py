@@ -154,6 +154,10 @@ Datagram = Announce | Catalog | Request | Fragment | ProfilePiece | ProfileReque
 
 
 _ONE_BYTE = tuple(bytes((i,)) for i in range(0x80))
+_BYTE = tuple(bytes((i,)) for i in range(0x100))
+_TWO_BYTE_VARINT = tuple(bytes((i & 0x7F | 0x80, i >> 7)) for i in range(0x4000))
+"""The varint of each n below 2**14 that takes two bytes (n >= 0x80; a fragment index of
+a message of up to ~20 MB), made once rather than per fragment sent."""
 """The varints below 128 (one byte each): most lengths and counts."""
 
 
@@ -511,8 +515,13 @@ def encode_fragment_fast(
     prefix: bytes, suffix: bytes, hops: int, index: int, chunk: bytes
 ) -> bytes:
     """One fragment datagram from the parts :func:`fragment_encoder` made once per message."""
-    idx = bytes((index,)) if index < 0x80 else _varint(index)
-    return b"".join((prefix, bytes((min(hops, 255),)), idx, suffix, chunk))
+    if index < 0x80:
+        idx = _ONE_BYTE[index]
+    elif index < 0x4000:
+        idx = _TWO_BYTE_VARINT[index]
+    else:
+        idx = _varint(index)
+    return b"".join((prefix, _BYTE[hops if hops < 255 else 255], idx, suffix, chunk))
 
 
 def fragment_overhead(sender: str, msg_id: str, zdesc_len: int) -> int:
