@@ -95,8 +95,9 @@ class SimHost:
 
     def receive(self, sender: str, data: bytes) -> None:
         """A datagram from ``sender`` (its host name is its address) finished arriving."""
-        node, now = self.node, self.env.now
-        node.receive_datagram(data, sender, now=now)
+        node = self.node
+        now: float = self.env.now
+        node.receive_datagram(data, sender, now)  # positional: a faster call, compiled
         # Most datagrams received (fragments) leave the node nothing to say: pulling would
         # return nothing and change nothing.
         if node.has_output or self.joms is not None:
@@ -143,7 +144,7 @@ class SimHost:
         self.deliveries += joms.pump(now)
 
     def arm(self) -> None:
-        t = self.node.get_timer()
+        t: float | None = self.node.get_timer()
         if self.joms is not None:
             tj = self.joms.timer()
             if tj is not None and (t is None or tj < t):
@@ -174,12 +175,12 @@ class SimHost:
             return  # superseded by an earlier deadline
         self.armed = None
         self.pending = None
-        now = self.env.now
+        now: float = self.env.now
         node = self.node
-        t = node.get_timer()
+        t: float | None = node.get_timer()  # typed: compiled, float arithmetic is native
         if t is not None and t <= now + 1e-9:
             self.timer_fires += 1
-            node.handle_timer(now=t if t > now else now)
+            node.handle_timer(t if t > now else now)
         if self.joms is not None:
             self.joms.handle_timer(now)
         self._pull(now)
@@ -213,27 +214,28 @@ class SimHost:
         until = horizon - medium.alone_margin
         last = None
         while not node.fragments_queued and not medium.queues[me]:
-            t = node.get_timer()
+            t: float | None = node.get_timer()
             if t is None:
                 break
             fire = now + (t - now) if t > now else now  # when env.timeout(t - now) fires
             if fire >= until:
                 break
-            other = node.get_timer(presence=False)
+            other: float | None = node.get_timer(presence=False)
             if other is not None and other <= (t if t > fire else fire):
                 break
             now = last = fire
             self.timer_fires += 1
             self.caught_up += 1
-            node.handle_timer(now=t if t > now else now)
+            node.handle_timer(t if t > now else now)
             self._pull(now, horizon)
         return last
 
 
-class Receivers:
-    """The medium's ``deliver`` for a list of hosts: hands a datagram to its receiver under
-    the sender's name (its address). A class rather than a closure, so that, compiled, the
-    call to :meth:`SimHost.receive` is a direct one."""
+class Hosts:
+    """The simulation's hosts as the medium sees them: its ``deliver`` (the receiver takes
+    the datagram under the sender's name, its address), ``on_idle`` and ``idle_needed``. A
+    class rather than closures or runner methods, so that, compiled, these per-datagram
+    calls are direct ones."""
 
     __slots__ = ("hosts", "names")
 
@@ -243,3 +245,14 @@ class Receivers:
 
     def __call__(self, receiver: int, sender: int, data: bytes) -> None:
         self.hosts[receiver].receive(self.names[sender], data)
+
+    def idle(self, sender: int) -> None:
+        """A radio went idle: its node may have more requested fragments to send."""
+        host = self.hosts[sender]
+        if host.node.fragments_queued:
+            host.service()
+
+    def idle_needed(self, sender: int) -> bool:
+        """Whether :meth:`idle` would do anything for ``sender`` (it only serves queued
+        fragments, and only requests from neighbours queue them)."""
+        return bool(self.hosts[sender].node.fragments_queued > 0)

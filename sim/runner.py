@@ -22,7 +22,7 @@ import simpy
 from dodwan import native
 from dodwan.core.node import CacheFullError
 from sim import joms_traffic
-from sim.host import Receivers, SimHost
+from sim.host import Hosts, SimHost
 from sim.logs import FLUSH_ROWS, SCHEMA_VERSION, Recorder, write_run_json
 from sim.medium import Medium
 from sim.mobility.ahead import LinksAhead
@@ -83,13 +83,14 @@ class Simulation:
         self.group_of = scenario.group_of()
         self.index = index = {h: i for i, h in enumerate(self.names)}
         self.hosts: list[SimHost] = []
+        self._wiring = Hosts(self.hosts, self.names)
         self.medium = Medium(
             self.env,
             len(self.names),
             scenario.radio.bit_rate,
             scenario.radio.loss,
             py_rng(self.seed, "medium"),
-            Receivers(self.hosts, self.names),
+            self._wiring,
         )
         joms_names = set(joms_traffic.joms_hosts(scenario))
         for g in scenario.groups:
@@ -112,8 +113,8 @@ class Simulation:
                     lambda addr: index.get(str(addr)), drains_trace=drains_trace,
                 )  # fmt: skip
                 self.hosts.append(host)
-        self.medium.on_idle = self._idle
-        self.medium.idle_needed = self._idle_needed
+        self.medium.on_idle = self._wiring.idle
+        self.medium.idle_needed = self._wiring.idle_needed
         self.targets = Targets(scenario)
         self.joms_targets = joms_traffic.JomsTargets(scenario)
         self.joms_publications = joms_traffic.schedule(scenario, self.names, self.until, self.seed)
@@ -158,17 +159,6 @@ class Simulation:
 
     def _now(self) -> float:
         return float(self.env.now)
-
-    def _idle(self, sender: int) -> None:
-        """A radio went idle: its node may have more requested fragments to send."""
-        host = self.hosts[sender]
-        if host.node.fragments_queued:
-            host.service()
-
-    def _idle_needed(self, sender: int) -> bool:
-        """Whether :meth:`_idle` would do anything for ``sender`` (it only serves queued
-        fragments, and only requests from neighbours queue them)."""
-        return self.hosts[sender].node.fragments_queued > 0
 
     def _link(self, i: int, j: int, up: bool) -> None:
         a, b = self.names[i], self.names[j]
