@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,8 +31,35 @@ PACKAGES = {
 }
 
 
+_ports = random.Random()  # seeded from the OS: each test worker draws its own ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out as source ports of outgoing connections."""
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    return lo, hi
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port nothing listens on, for a server started later. Drawn outside the
+    kernel's ephemeral range: a port bound to 0 and released is an ephemeral one, which any
+    connection made meanwhile (the other test worker's, or a readiness probe's own) may take
+    as its source port before the server binds it; RabbitMQ, seconds to boot, then failed
+    with ``eaddrinuse``."""
+    lo, hi = _ephemeral_range()
+    candidates = range(10000, lo) if lo > 11000 else range(hi + 1, 65536)
+    for _ in range(200):
+        port = _ports.choice(candidates)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # that range is crowded: any free port will do
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

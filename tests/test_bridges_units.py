@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from brokers import free_port
+from brokers import _ephemeral_range, free_port
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
@@ -255,3 +256,16 @@ def test_admin_api_refuses_bad_bindings_and_keeps_the_daemon_running(
     assert out.returncode == 0 and "1 unsent message(s) dropped" in out.stdout
     assert c.get("/bridges") == [] and "bridge:hq" not in str(c.get("/subscriptions"))
     assert d.alive
+
+
+def test_broker_ports_are_drawn_outside_the_ephemeral_range() -> None:
+    """A broker's port is chosen before it boots (RabbitMQ: seconds). Drawn from the
+    ephemeral range, it could become some connection's source port meanwhile, and the broker
+    then failed to listen (``eaddrinuse``, seen in CI); outside it, nothing takes it."""
+    lo, hi = _ephemeral_range()
+    ports = {free_port() for _ in range(50)}
+    assert len(ports) > 40  # drawn at random, not one port for every broker
+    for port in ports:
+        assert not lo <= port <= hi
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # and free
