@@ -169,12 +169,17 @@ def test_plain_queue_name_on_a_non_manager_host_joins_the_existing_queue(daemons
         remote.message_listener = lambda m: got["remote"].append(m.text)
         prod = s1.create_producer(jobs)
         sent = 0
-        # the remote receiver's request reaches j1 through the network: keep producing
-        # (bounded) until the remote worker has had jobs too
-        while sent < 300 and (sent < 20 or not got["remote"]):
-            prod.send(s1.create_text_message(f"job{sent}"))
-            sent += 1
-        wait_for(lambda: len(got["local"]) + len(got["remote"]) >= sent, what="all jobs")
+        # the remote receiver's request reaches j1 through the network (announcements every
+        # 0.2 s): keep producing, ten jobs at a time, each ten taken before the next, until
+        # the remote worker has had jobs too (bounded in jobs and time). Sent at once, 300
+        # jobs could all be taken locally before the request arrived (a flaky failure).
+        deadline = time.monotonic() + 15.0
+        while sent < 2000 and (sent < 20 or not got["remote"]) and time.monotonic() < deadline:
+            for _ in range(10):
+                prod.send(s1.create_text_message(f"job{sent}"))
+                sent += 1
+            n = sent
+            wait_for(lambda n=n: len(got["local"]) + len(got["remote"]) >= n, what="the jobs")
         assert sorted(got["local"] + got["remote"], key=lambda t: int(t[3:])) == [
             f"job{i}" for i in range(sent)
         ]  # each job exactly once
