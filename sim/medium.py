@@ -107,7 +107,7 @@ class Medium:
         gives (none: an address no host has, counted as unreachable)."""
         send = self.send
         for data, dest in out:
-            if dest == broadcast:
+            if dest is broadcast or dest == broadcast:
                 send(sender, data, None, now, quiet_until)
                 continue
             target = dest_index(dest)

@@ -11,6 +11,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dodwan.core.bits import all_of, first_bits, indexes
 
@@ -65,3 +67,17 @@ def test_fragment_masks() -> None:
     assert indexes(0) == [] and indexes(0b101001) == [0, 3, 5]
     assert first_bits(0b101101, 2) == 0b000101
     assert first_bits(0b101101, 10) == 0b101101 and first_bits(0b1000, 0) == 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    mask=st.one_of(
+        st.integers(0, (1 << 3000) - 1), st.integers(0, 12).map(lambda k: (1 << (64 * k)) - 1)
+    ),
+    n=st.integers(-2, 3100),
+)
+def test_first_bits_is_the_n_lowest_set_bits(mask: int, n: int) -> None:
+    """Word by word, the same as taking the lowest set bit ``n`` times (whole words of set
+    bits, cuts at word ends, more bits asked than set)."""
+    want = [i for i in range(mask.bit_length()) if mask >> i & 1][: max(n, 0)]
+    assert first_bits(mask, n) == sum(1 << i for i in want)
