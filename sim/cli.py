@@ -86,7 +86,7 @@ def run(
     horizon = until if until is not None else sc.duration
     if not native.active() and os.environ.get(native.ENV) != "0":
         # a researcher who edited the core should know why the run is slower
-        click.echo(f"note: {native.describe()} (the compiled one runs ~1.8x faster)", err=True)
+        click.echo(f"note: {native.describe()} (the compiled one runs ~2.2x faster)", err=True)
     try:
         if every is not None:
             result = simulate(
