@@ -246,7 +246,7 @@ def test_a_transfer_whose_first_fragment_finds_no_room_is_not_asked_again() -> N
             for node, peer, name in ((a, h, "a"), (h, a, "h")):
                 node.handle_timer(t)
                 for data, _ in node.datagrams_to_send(t):
-                    if hold_fragments and data[3] == wire.FRAGMENT:
+                    if hold_fragments and data[3] in wire.FRAGMENT_KINDS:
                         held.append(data)
                     else:
                         peer.receive_datagram(data, name, now=t)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import random
 import re
@@ -31,7 +32,8 @@ def vectors() -> dict[str, bytes]:
 def test_documented_vectors_encode_and_decode() -> None:
     v = vectors()
     assert set(v) == {
-        "announce", "catalog", "request", "fragment", "profile", "profile_request", "ack",
+        "announce", "catalog", "request", "fragment", "fragment_by_digest", "profile",
+        "profile_request", "ack",
     }  # fmt: skip
     assert wire.decode(v["ack"], LIMITS) == wire.Ack("b2", (("m1", 300), ("m2", 5)))
     assert [v["ack"]] == wire.encode_acks("b2", [("m1", 300), ("m2", 5)], 1400)
@@ -57,6 +59,13 @@ def test_documented_vectors_encode_and_decode() -> None:
     frag = wire.decode(v["fragment"], LIMITS)
     assert frag == wire.Fragment("a1", "m1", 2, 1, b"\x01\x02", b"chunk")
     assert v["fragment"] == wire.encode_fragment("a1", "m1", 2, 1, b"\x01\x02", b"chunk")
+    digest = hashlib.blake2b(b"\x01\x02", digest_size=8).digest()
+    assert wire.decode(v["fragment_by_digest"], LIMITS) == wire.Fragment(
+        "a1", "m1", 2, 1, b"", b"chunk", digest
+    )
+    assert v["fragment_by_digest"] == wire.encode_fragment_by_digest(
+        "a1", "m1", 2, 1, b"\x01\x02", b"chunk"
+    )
     piece = ((("lang", "en|fr"),),)
     assert wire.decode(v["profile"], LIMITS) == wire.ProfilePiece(
         "b2", "c3", 0x0A0B0C0D, 1, 0, piece
@@ -72,7 +81,7 @@ def test_documented_vectors_encode_and_decode() -> None:
 def test_every_truncation_of_every_vector_is_rejected_cleanly() -> None:
     for name, data in vectors().items():
         for cut in range(len(data)):
-            if name == "fragment" and cut > len(data) - len(b"chunk"):
+            if name.startswith("fragment") and cut > len(data) - len(b"chunk"):
                 continue  # a shorter chunk is still a well-formed fragment
             try:
                 wire.decode(data[:cut], LIMITS)
@@ -258,12 +267,16 @@ def test_inline_fragment_decoder_agrees_with_the_general_one(
     flip: tuple[int, int],
 ) -> None:
     limits = Limits(max_descriptor_bytes=8192, max_fragments=50000)
-    data = wire.encode_fragment(sender, msg_id, hops, index, zdesc, chunk)
-    variants = [data, data[: len(data) - cut]]
-    if flip[0] < len(data):
-        mutated = bytearray(data)
-        mutated[flip[0]] = flip[1]
-        variants.append(bytes(mutated))
+    variants = []
+    for data in (
+        wire.encode_fragment(sender, msg_id, hops, index, zdesc, chunk),
+        wire.encode_fragment_by_digest(sender, msg_id, hops, index, zdesc, chunk),
+    ):
+        variants += [data, data[: len(data) - cut]]
+        if flip[0] < len(data):
+            mutated = bytearray(data)
+            mutated[flip[0]] = flip[1]
+            variants.append(bytes(mutated))
     for d in variants:
         if len(d) > 4:
             fast = _outcome(wire._decode_fragment, d, limits)

@@ -65,6 +65,9 @@ class Cached:
     copies: int = 0
     """Copy budget of this copy (``NodeConfig.copy_budget``): 0 none; 1 for subscribers
     only; more: altruistic carriers may take half of it."""
+    zref: bytes = b""
+    """The descriptor's digest (``wire.descriptor_digest``), once a fragment by digest
+    needed it: computed once per message, not per fragment."""
 
     @property
     def complete(self) -> bool:

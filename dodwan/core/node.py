@@ -388,7 +388,7 @@ class Node(
                 data = bytes(data)
             # Fragments are most of the traffic and rarely heard twice by one process: decoded
             # directly; the cache helps the other kinds, which a simulator's hosts share.
-            if size > _CACHED_DECODE_MAX or (size > 4 and data[3] == wire.FRAGMENT):
+            if size > _CACHED_DECODE_MAX or (size > 4 and data[3] in wire.FRAGMENT_KINDS):
                 # a large datagram (only a peer with a large max_datagram sends those, or an
                 # attacker) decodes to large objects: not kept in the shared decode cache
                 dg = wire.decode(data, self._limits)

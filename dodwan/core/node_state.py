@@ -100,11 +100,13 @@ class NodeState:
     _send_for: dict[str, set[str]]
     """Per queued message, the neighbours that asked for it (gone ones are forgotten)."""
     _sending: str | None
+    """The message being sent: served until its queue is empty before another starts."""
     _send_classes: dict[str, tuple[int, tuple[int, int, bool]]]
     """Queued message -> (interest epoch, its sending class); see ``_send_class``."""
-    _encoders: dict[str, tuple[bytes, bytes]]
-    """Queued message -> the fixed parts of its fragment datagrams."""
-    """The message being sent: served until its queue is empty before another starts."""
+    _encoders: dict[str, tuple[bytes, bytes, bytes, bytes]]
+    """Queued message -> the fixed parts of its fragment datagrams: prefix and suffix of
+    the form with the descriptor, then of the form sent by digest (the same again when
+    ``fragments_by_digest`` is off)."""
     counters: dict[str, int]
     _cache: dict[str, Cached]
     _cache_bytes: int

@@ -25,6 +25,10 @@ _RETRIES_KEPT = 65536  # retry counts kept, at most
 _GRANTS_PER_MESSAGE = 64  # carriers being handed half of a message's copy budget, at most
 
 BROADCAST = "<broadcast>"
+DESCRIPTOR_EVERY = 16
+"""With ``fragments_by_digest``, the fragments whose index is a multiple of this still
+carry the descriptor: a host that comes into range during a transfer, without the offer
+that holds the descriptor, keeps what it overhears after at most 15 fragments."""
 """Destination meaning: every neighbour in radio range."""
 
 
@@ -141,7 +145,14 @@ class TransfersMixin(NodeState):
             if c is not None:
                 pre = self._encoders.get(msg_id)
                 if pre is None:
-                    pre = wire.fragment_encoder(self.host_id, msg_id, c.meta.zdesc)
+                    zdesc = c.meta.zdesc
+                    full = wire.fragment_encoder(self.host_id, msg_id, zdesc)
+                    lean = (
+                        wire.fragment_encoder(self.host_id, msg_id, zdesc, by_digest=True)
+                        if self.config.fragments_by_digest
+                        else full
+                    )
+                    pre = (full[0], full[1], lean[0], lean[1])
                     self._encoders[msg_id] = pre
                 own = c.meta.local and not c.handed
                 have = c.have
@@ -155,7 +166,10 @@ class TransfersMixin(NodeState):
                         continue
                     if own:
                         self._sent_own(c, index)
-                    dg = wire.encode_fragment_fast(pre[0], pre[1], hops, index, chunk)
+                    if index % DESCRIPTOR_EVERY:
+                        dg = wire.encode_fragment_fast(pre[2], pre[3], hops, index, chunk)
+                    else:  # every 16th carries the descriptor, for hosts that lack it
+                        dg = wire.encode_fragment_fast(pre[0], pre[1], hops, index, chunk)
                     out.append(dg)
                     used += len(dg)
                     sent |= 1 << index
@@ -322,9 +336,15 @@ class TransfersMixin(NodeState):
 
     def _on_fragment(self, dg: wire.Fragment, now: float) -> None:
         c = self._cache.get(dg.msg_id)
+        zdesc = dg.zdesc
+        if dg.zref:  # by digest: a descriptor this host holds already
+            zdesc = self._descriptor_named(c, dg.msg_id, dg.zref)
+            if not zdesc:
+                self._count("fragments_unknown_descriptor")
+                return
         descriptor: dict[str, str] = {}
         if c is not None:
-            if dg.zdesc != c.meta.zdesc:
+            if zdesc != c.meta.zdesc:
                 raise WireError("descriptor mismatch")
             if c.complete or c.have >> dg.index & 1:
                 self._count("fragments_duplicate")
@@ -335,10 +355,10 @@ class TransfersMixin(NodeState):
                 self._count("fragments_duplicate")
                 return
             address = self._neighbours[dg.sender].address
-            if self._decode_due(dg.msg_id, dg.zdesc) and not self._decodes.take(address, now):
+            if self._decode_due(dg.msg_id, zdesc) and not self._decodes.take(address, now):
                 self._count("descriptors_deferred")
                 return
-            decoded = self._descriptor_of(dg.msg_id, dg.zdesc, address)
+            decoded = self._descriptor_of(dg.msg_id, zdesc, address)
             if decoded is None:
                 raise WireError("bad descriptor")
             descriptor, header = decoded
@@ -360,22 +380,42 @@ class TransfersMixin(NodeState):
             raise WireError("fragment index out of range")
         if len(dg.chunk) != header.fragment_length(dg.index):
             raise WireError("fragment length mismatch")
-        self._store_fragment(c, dg, header, descriptor, now)
+        self._store_fragment(c, dg, zdesc, header, descriptor, now)
+
+    def _descriptor_named(self, c: Cached | None, msg_id: str, zref: bytes) -> bytes:
+        """The compressed descriptor of ``msg_id`` this host holds (its copy's, or one
+        decoded from an offer), if ``zref`` names it; b"" when it holds none. WireError
+        when it names another one."""
+        if c is not None:
+            if not c.zref:
+                c.zref = wire.descriptor_digest(c.meta.zdesc)
+            held, digest = c.meta.zdesc, c.zref
+        else:
+            decoded = self._zdesc_cache.get(msg_id)
+            if decoded is None:
+                return b""
+            held = decoded[0]
+            digest = wire.descriptor_digest(held)
+        if digest != zref:
+            raise WireError("descriptor mismatch")
+        return held
 
     def _store_fragment(
         self,
         c: Cached | None,
         dg: wire.Fragment,
+        zdesc: bytes,
         header: m.Header,
         descriptor: dict[str, str],
         now: float,
     ) -> None:
-        """Store a validated fragment; ``descriptor`` is the decoded one when ``c`` is None."""
+        """Store a validated fragment of the message whose compressed descriptor is
+        ``zdesc``; ``descriptor`` is the decoded one when ``c`` is None."""
         size = len(dg.chunk)
-        extra = size if c is not None else size + len(dg.zdesc)
+        extra = size if c is not None else size + len(zdesc)
         if c is None:
             c = Cached(
-                MessageMeta(dg.msg_id, dg.zdesc, dg.hops, False, now),
+                MessageMeta(dg.msg_id, zdesc, dg.hops, False, now),
                 descriptor,
                 header,
                 progress=now,
@@ -393,7 +433,7 @@ class TransfersMixin(NodeState):
                 # free room (or it is for this host): a transfer that was not asked for must
                 # not evict the partial sets this host is reassembling
                 free = self.config.cache_capacity - self._cache_bytes - self._reserved_bytes
-                if not c.own and header.zsize + len(dg.zdesc) > free:
+                if not c.own and header.zsize + len(zdesc) > free:
                     self._count("overheard_no_room")
                     self._give_up(dg.msg_id)
                     return
@@ -407,7 +447,7 @@ class TransfersMixin(NodeState):
                 self._give_up(dg.msg_id)
                 return
             self._store.put_message(c.meta)
-            c.nbytes = len(dg.zdesc)
+            c.nbytes = len(zdesc)
             self._index(c)
         else:
             if not self._within_origin_quota(c, extra, now):

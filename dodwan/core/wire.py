@@ -9,6 +9,7 @@ anything beyond the :class:`~dodwan.core.limits.Limits` raise :class:`WireError`
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ FRAGMENT = 4
 PROFILE = 5
 PROFILE_REQUEST = 6
 ACK = 7
+FRAGMENT_BY_DIGEST = 8
 KIND_NAMES = {
     ANNOUNCE: "announce",
     CATALOG: "catalog",
@@ -33,7 +35,11 @@ KIND_NAMES = {
     PROFILE: "profile",
     PROFILE_REQUEST: "profile_request",
     ACK: "ack",
+    FRAGMENT_BY_DIGEST: "fragment",  # a fragment all the same (logs count them as such)
 }
+FRAGMENT_KINDS = (FRAGMENT, FRAGMENT_BY_DIGEST)
+DESCRIPTOR_DIGEST_SIZE = 8
+"""Bytes of the descriptor digest a fragment by digest carries instead of the descriptor."""
 
 MAX_HOST_ID = 64
 MAX_MSG_ID = 128
@@ -115,7 +121,11 @@ class Fragment:
     hops: int
     index: int
     zdesc: bytes
+    """The compressed descriptor; empty in a fragment by digest."""
     chunk: bytes
+    zref: bytes = b""
+    """A fragment by digest (``FRAGMENT_BY_DIGEST``): the :func:`descriptor_digest` of the
+    descriptor it belongs to, which the receiver must already hold; empty otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +256,14 @@ class _Reader:
             return self.blob(maximum).decode("utf-8")
         except UnicodeDecodeError:
             raise WireError("invalid utf-8") from None
+
+    def fixed(self, n: int) -> bytes:
+        end = self.pos + n
+        if end > len(self.data):
+            raise WireError("truncated")
+        b = bytes(self.data[self.pos : end])
+        self.pos = end
+        return b
 
     def rest(self) -> bytes:
         b = bytes(self.data[self.pos :])
@@ -504,11 +522,28 @@ def encode_fragment(
     return encode_fragment_fast(prefix, suffix, hops, index, chunk)
 
 
-def fragment_encoder(sender: str, msg_id: str, zdesc: bytes) -> tuple[bytes, bytes]:
+def descriptor_digest(zdesc: bytes) -> bytes:
+    """What a fragment by digest carries instead of the compressed descriptor ``zdesc``."""
+    return hashlib.blake2b(zdesc, digest_size=DESCRIPTOR_DIGEST_SIZE).digest()
+
+
+def fragment_encoder(
+    sender: str, msg_id: str, zdesc: bytes, by_digest: bool = False
+) -> tuple[bytes, bytes]:
     """The parts of a message's fragment datagrams that do not change between fragments:
     ``prefix + bytes((hops,)) + varint(index) + suffix + chunk`` equals
-    :func:`encode_fragment`."""
+    :func:`encode_fragment` (``by_digest``: :func:`encode_fragment_by_digest`)."""
+    if by_digest:
+        return _header(FRAGMENT_BY_DIGEST, sender) + _str(msg_id), descriptor_digest(zdesc)
     return _header(FRAGMENT, sender) + _str(msg_id), _blob(zdesc)
+
+
+def encode_fragment_by_digest(
+    sender: str, msg_id: str, hops: int, index: int, zdesc: bytes, chunk: bytes
+) -> bytes:
+    """A fragment naming its descriptor by digest rather than carrying it."""
+    prefix, suffix = fragment_encoder(sender, msg_id, zdesc, by_digest=True)
+    return encode_fragment_fast(prefix, suffix, hops, index, chunk)
 
 
 def encode_fragment_fast(
@@ -613,14 +648,18 @@ def _decode_fragment(data: bytes, limits: Limits) -> Fragment:
                 return _decode_fragment_general(data, limits)
             index = (index & 0x7F) | b << 7
             q += 1
-        z = data[q]
-        q += 1
-        if z >= 0x80:
-            b = data[q]
-            if b >= 0x80:
-                return _decode_fragment_general(data, limits)
-            z = (z & 0x7F) | b << 7
+        by_digest = data[3] == FRAGMENT_BY_DIGEST
+        if by_digest:
+            z = DESCRIPTOR_DIGEST_SIZE
+        else:
+            z = data[q]
             q += 1
+            if z >= 0x80:
+                b = data[q]
+                if b >= 0x80:
+                    return _decode_fragment_general(data, limits)
+                z = (z & 0x7F) | b << 7
+                q += 1
     except IndexError:
         return _decode_fragment_general(data, limits)
     end = q + z
@@ -633,6 +672,8 @@ def _decode_fragment(data: bytes, limits: Limits) -> Fragment:
         raise WireError("invalid utf-8") from None
     if not sender:
         raise WireError("empty sender")
+    if by_digest:
+        return Fragment(sender, msg_id, hops, index, b"", data[end:], data[q:end])
     return Fragment(sender, msg_id, hops, index, data[q:end], data[end:])
 
 
@@ -643,13 +684,17 @@ def _decode_fragment_general(data: bytes, limits: Limits) -> Fragment:
     msg_id = r.text(MAX_MSG_ID)
     hops = r.u8()
     index = r.varint(limits.max_fragments)
-    zdesc = r.blob(limits.max_descriptor_bytes)
+    by_digest = data[3] == FRAGMENT_BY_DIGEST
+    if by_digest:
+        zdesc, zref = b"", r.fixed(DESCRIPTOR_DIGEST_SIZE)
+    else:
+        zdesc, zref = r.blob(limits.max_descriptor_bytes), b""
     if not sender:
         raise WireError("empty sender")
     chunk = r.rest()
     if not chunk:
         raise WireError("empty fragment")
-    return Fragment(sender, msg_id, hops, index, zdesc, chunk)
+    return Fragment(sender, msg_id, hops, index, zdesc, chunk, zref)
 
 
 @functools.lru_cache(maxsize=256)
@@ -666,7 +711,7 @@ def decode(data: bytes, limits: Limits) -> Datagram:
     if data[2] != VERSION:
         raise WireError("version")
     kind = data[3]
-    if kind == FRAGMENT:
+    if kind in FRAGMENT_KINDS:
         return _decode_fragment(data, limits)
     r = _Reader(data, 4)
     sender = r.text(MAX_HOST_ID)
@@ -741,13 +786,4 @@ def decode(data: bytes, limits: Limits) -> Datagram:
             req.append((msg_id, _decode_ranges(r, limits.max_fragments)))
         r.end()
         return Request(sender, target, tuple(req))
-    if kind == FRAGMENT:
-        msg_id = r.text(MAX_MSG_ID)
-        hops = r.u8()
-        index = r.varint(limits.max_fragments)
-        zdesc = r.blob(limits.max_descriptor_bytes)
-        chunk = r.rest()
-        if not chunk:
-            raise WireError("empty fragment")
-        return Fragment(sender, msg_id, hops, index, zdesc, chunk)
-    raise WireError("unknown kind")
+    raise WireError("unknown kind")  # fragments were decoded above
