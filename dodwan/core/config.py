@@ -75,12 +75,13 @@ class NodeConfig:
 
     fragments_by_digest: bool = True
     """Fragments this host sends name their message's compressed descriptor by an 8-byte
-    digest instead of carrying it: about 150 bytes less per fragment of a typical message,
-    12 % of the air time of a 1,400-byte fragment. Every fragment answers a request, and
+    digest instead of carrying it, but for every 16th: about 150 bytes less on 15 fragments
+    of 16 of a typical message, 11 % of the air time of 1,400-byte fragments (see
+    docs/protocol.md, fragment by digest). Every fragment answers a request, and
     a requester holds the descriptor (from the catalog it asked from, or in its partial
     copy); a host that overhears a fragment by digest without holding its descriptor drops
-    it (``fragments_unknown_descriptor``), until one of the fragments that still carry it
-    (every 16th) comes. Fragments of both forms are always accepted.
+    it (``fragments_unknown_descriptor``), until one of those that still carry it comes.
+    Fragments of both forms are always accepted.
     False: fragments carry the descriptor, for peers that predate fragments by digest
     (they drop those as an unknown kind)."""
 

@@ -164,11 +164,11 @@ Datagram = Announce | Catalog | Request | Fragment | ProfilePiece | ProfileReque
 
 
 _ONE_BYTE = tuple(bytes((i,)) for i in range(0x80))
+"""The varints below 128 (one byte each): most lengths and counts."""
 _BYTE = tuple(bytes((i,)) for i in range(0x100))
 _TWO_BYTE_VARINT = tuple(bytes((i & 0x7F | 0x80, i >> 7)) for i in range(0x4000))
 """The varint of each n below 2**14 that takes two bytes (n >= 0x80; a fragment index of
 a message of up to ~20 MB), made once rather than per fragment sent."""
-"""The varints below 128 (one byte each): most lengths and counts."""
 
 
 def _varint(n: int) -> bytes:
