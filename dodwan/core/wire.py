@@ -243,13 +243,7 @@ class _Reader:
         return value
 
     def blob(self, maximum: int) -> bytes:
-        n = self.varint(maximum)
-        end = self.pos + n
-        if end > len(self.data):
-            raise WireError("truncated")
-        b = bytes(self.data[self.pos : end])
-        self.pos = end
-        return b
+        return self.fixed(self.varint(maximum))
 
     def text(self, maximum: int) -> str:
         try:
@@ -258,6 +252,7 @@ class _Reader:
             raise WireError("invalid utf-8") from None
 
     def fixed(self, n: int) -> bytes:
+        """The next ``n`` bytes."""
         end = self.pos + n
         if end > len(self.data):
             raise WireError("truncated")
