@@ -25,11 +25,11 @@ _RETRIES_KEPT = 65536  # retry counts kept, at most
 _GRANTS_PER_MESSAGE = 64  # carriers being handed half of a message's copy budget, at most
 
 BROADCAST = "<broadcast>"
+"""Destination meaning: every neighbour in radio range."""
 DESCRIPTOR_EVERY = 16
 """With ``fragments_by_digest``, the fragments whose index is a multiple of this still
 carry the descriptor: a host that comes into range during a transfer, without the offer
 that holds the descriptor, keeps what it overhears after at most 15 fragments."""
-"""Destination meaning: every neighbour in radio range."""
 
 
 @trait
