@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from brokers import free_port as _free_port  # outside the ephemeral range
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 
 import joms as jms
@@ -48,12 +49,6 @@ def foreground() -> None:
     ignored, its children inherit that, and Python then never raises KeyboardInterrupt."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Host:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from brokers import free_port as _free_port  # outside the ephemeral range
 from test_daemon_helpers import daemons as daemons
 from test_daemon_helpers import random_group, wait_for
 
@@ -41,12 +42,6 @@ def _cycles() -> int:
     if env:
         return max(1, int(env) // 2)
     return 25 if os.environ.get("CI", "").lower() == "true" else 5
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Consumer(stomp.ConnectionListener):  # type: ignore[misc]

@@ -7,17 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from brokers import free_port as _free_port  # outside the ephemeral range
 from click.testing import CliRunner
 from test_daemon_helpers import daemons as daemons
 from test_daemon_helpers import random_group, wait_for
 
 from dodwan.cli import cli
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_stomp_gateway_answers_connect(daemons) -> None:

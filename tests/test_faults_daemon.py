@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from brokers import free_port
 from click.testing import CliRunner
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
@@ -433,9 +434,7 @@ def test_disk_full_stomp_sends_are_confirmed_only_once_stored(
     holds exactly the messages it confirmed (also after a restart)."""
     from joms.stomp.frame import Frame, FrameParser, encode
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # outside the ephemeral range (see tests/brokers.py)
     a = DaemonProc(
         small_disk / "a",
         ["--group", random_group(), "--host-id", "A", "--stomp", f"127.0.0.1:{port}"],
