@@ -18,6 +18,8 @@ from .offers import Rank
 from .store import MessageMeta
 
 _ROOM_SCAN = 64  # cached messages looked at, at most, to tell whether a transfer fits
+_SEEN_HOLDERS = 8  # other hosts seen holding a message complete: counted up to this many
+_SEEN_MESSAGES = 8192  # messages whose holders are remembered, at most (the oldest goes)
 
 
 def _add(totals: dict[Any, int], key: Any, delta: int) -> None:
@@ -68,6 +70,9 @@ class Cached:
     zref: bytes = b""
     """The descriptor's digest (``wire.descriptor_digest``), once a fragment by digest
     needed it: computed once per message, not per fragment."""
+    seen_age: float = 0.0
+    """Seconds a complete copy carried for others counts as older than it is, for the
+    other hosts seen holding the message (``NodeConfig.seen_copy_age``)."""
 
     @property
     def complete(self) -> bool:
@@ -89,7 +94,8 @@ class Cached:
         publications already handed on, which would otherwise crowd carried messages out
         until their deadline); messages subscribed here; then this host's own publications
         not yet handed on — which only expiry or the local user removes. Within a tier:
-        non-persistent, low priority, old first.
+        non-persistent, low priority, old first; a complete copy carried for others counts
+        as older for each other host seen holding the message (``seen_age``).
 
         ``arriving``: the rank its fragments make room with as they arrive — a transfer
         this host asked for counts as the complete message it is becoming, so it may evict
@@ -103,7 +109,7 @@ class Cached:
         elif self.own and not self.meta.local:
             tier, trust = 2, 0
         elif self.count == h.frags or (arriving and self.asked):
-            tier, trust = 1, 1
+            return (1, 1, 1 if h.persistent else 0, h.priority, h.date - self.seen_age)
         else:
             tier, trust = 0, 1 if self.credible else 0
         return (tier, trust, 1 if h.persistent else 0, h.priority, h.date)
@@ -325,7 +331,39 @@ class CacheMixin(NodeState):
         meta = MessageMeta(header.msg_id, b"", 0, False, 0.0)
         credible = header.origin in self._complete_origins
         c = Cached(meta, {}, header, own=own, credible=credible, asked=True)
+        c.seen_age = self._seen_age(header)
         return c.rank(arriving=True)
+
+    def _seen_age(self, header: m.Header, least: int = 0) -> float:
+        """What :attr:`Cached.seen_age` is for a message with this header, from the other
+        hosts seen holding it complete (at least ``least``: one for a publication of this
+        host handed on)."""
+        seen = self._copies_seen.get(header.msg_id)
+        holders = max(least, len(seen) if seen is not None else 0)
+        if not holders:
+            return 0.0
+        return holders * self.config.seen_copy_age * max(0.0, header.deadline - header.date)
+
+    def _seen_complete(self, msg_id: str, host: str) -> None:
+        """Neighbour ``host`` offered ``msg_id`` complete: one more copy elsewhere (each
+        host counted once, up to ``_SEEN_HOLDERS``), which moves a complete copy carried
+        here for others earlier in the eviction order."""
+        if not self.config.seen_copy_age:
+            return
+        copies_seen = self._copies_seen
+        seen = copies_seen.get(msg_id)
+        if seen is None:
+            if len(copies_seen) >= _SEEN_MESSAGES:
+                del copies_seen[next(iter(copies_seen))]
+            seen = copies_seen[msg_id] = set()
+        elif host in seen or len(seen) >= _SEEN_HOLDERS:
+            return
+        seen.add(host)
+        c = self._cache.get(msg_id)
+        if c is not None:
+            c.seen_age = self._seen_age(c.header, 1 if c.handed else 0)
+            if c.complete:  # its place in the heap moves (the old entry is skipped)
+                heapq.heappush(self._evict_heap, (c.rank(), msg_id))
 
     def _evictable_below(self, rank: EvictRank, needed: int) -> int:
         """Bytes of cached messages ranked below ``rank`` (what a message of that rank may

@@ -276,6 +276,8 @@ class CatalogsMixin(NodeState):
             elif n.budgets:
                 n.budgets.pop(e.msg_id, None)
             if c is not None:
+                if e.have is None and e.zdesc == c.meta.zdesc:
+                    self._seen_complete(e.msg_id, n.host_id)
                 if c.header.once and e.msg_id in self._acked:
                     acked.append(e.msg_id)  # delivered already: tell it
                     continue
@@ -292,6 +294,8 @@ class CatalogsMixin(NodeState):
             decoded = self._descriptor_of(e.msg_id, e.zdesc, n.address)
             if decoded is None or decoded[1].frags != e.frags or decoded[1].deadline <= now:
                 continue
+            if e.have is None:
+                self._seen_complete(e.msg_id, n.host_id)
             if self._too_long_lived(decoded[1], now):
                 continue
             if decoded[1].once and e.msg_id in self._acked:

@@ -73,6 +73,13 @@ class NodeConfig:
     deliver. 0: no budget (every altruistic carrier may take a copy, as epidemic routing
     does). A host honours the budget a message carries whatever its own setting."""
 
+    seen_copy_age: float = 0.4
+    """How much older a complete copy carried for others counts, in the eviction order, for
+    each other host seen offering that message complete (up to 8), as a share of the
+    message's lifetime (deadline less date). Copies held by many go first, so that a full
+    cache keeps what few others hold (as RAPID and MaxProp value rare copies). 0: the
+    oldest carried copy goes first, whatever is seen (epidemic routing's drop-oldest)."""
+
     fragments_by_digest: bool = True
     """Fragments this host sends name their message's compressed descriptor by an 8-byte
     digest instead of carrying it, but for every 16th: about 150 bytes less on 15 fragments
@@ -136,6 +143,8 @@ class NodeConfig:
             raise ValueError("request_window must be >= 1")
         if not 0 <= self.copy_budget <= MAX_COPY_BUDGET:
             raise ValueError(f"copy_budget must be between 0 (none) and {MAX_COPY_BUDGET}")
+        if not 0 <= self.seen_copy_age <= 10:
+            raise ValueError("seen_copy_age must be between 0 (off) and 10 lifetimes")
         if self.max_catalog_datagrams < 1:
             raise ValueError("max_catalog_datagrams must be >= 1")
         if self.signing_key is not None and (

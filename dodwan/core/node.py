@@ -117,6 +117,7 @@ class Node(
         self._remote = RemoteMemory(self._limits.max_remote_memory, self._give_up_remote)
         self._known_stale = False
         self._zdesc_cache = {}
+        self._copies_seen = {}
         self._bad_zdesc = set()
 
         self._subs = {}

@@ -134,6 +134,8 @@ class NodeState:
     _history_deadline: dict[str, float]
     _history_heap: list[tuple[float, str]]
     _entry_cache: dict[str, bytes]
+    _copies_seen: dict[str, set[str]]
+    """Message id -> the other hosts seen offering it complete (see ``_seen_complete``)."""
     _zdesc_cache: dict[str, tuple[bytes, dict[str, str], m.Header]]
     """Descriptors peers offered, decoded once: id -> (compressed, decoded, header), each
     charged to ``_remote`` as ``("descriptor", id)``."""
@@ -288,6 +290,12 @@ class NodeState:
         raise NotImplementedError
 
     def _incoming_rank(self, header: m.Header, own: bool) -> EvictRank:
+        raise NotImplementedError
+
+    def _seen_age(self, header: m.Header, least: int = 0) -> float:
+        raise NotImplementedError
+
+    def _seen_complete(self, msg_id: str, host: str) -> None:
         raise NotImplementedError
 
     def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool:

@@ -222,6 +222,7 @@ class TransfersMixin(NodeState):
         c.sent |= 1 << index
         if c.sent == (1 << c.header.frags) - 1:
             c.handed = True
+            c.seen_age = self._seen_age(c.header, 1)  # another host holds it now
             heapq.heappush(self._evict_heap, (c.rank(), c.header.msg_id))
 
     def _missing(self, msg_id: str, offered: int, now: float) -> int:
@@ -424,6 +425,7 @@ class TransfersMixin(NodeState):
             c.credible = header.origin in self._complete_origins
             c.asked = dg.msg_id in self._requested
             c.copies = self._copies_received(c, dg.sender)
+            c.seen_age = self._seen_age(header)
             if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
                 self._give_up(dg.msg_id)

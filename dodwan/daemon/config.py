@@ -239,6 +239,7 @@ NODE_RANGES: dict[str, tuple[float, float]] = {
     "request_window": (1, 65536),
     "copy_budget": (0, MAX_COPY_BUDGET),
     "partial_timeout": (1, 365 * DAY),
+    "seen_copy_age": (0, 10),
     "max_catalog_datagrams": (1, 1024),
     "compression_level": (1, 22),
 }
