@@ -32,7 +32,8 @@ def _add(totals: dict[Any, int], key: Any, delta: int) -> None:
 
 
 EvictRank = tuple[int, int, int, int, float]
-"""``(tier, origin seen complete, persistent, priority, date)``: see :meth:`Cached.rank`."""
+"""``(tier, origin seen complete, persistent, priority, date)`` (for a complete copy carried
+for others, its date less ``seen_age``): see :meth:`Cached.rank`."""
 
 
 class CacheFullError(ValueError):
