@@ -48,7 +48,7 @@ def _carrier_after_three_offers(seen_copy_age: float) -> tuple[VirtualNetwork, d
 
 
 def test_a_full_carrier_evicts_the_copy_others_hold_and_keeps_the_rare_one() -> None:
-    net, ids = _carrier_after_three_offers(seen_copy_age=0.4)
+    net, ids = _carrier_after_three_offers(seen_copy_age=0.2)
     k = net.node("k")
     assert sorted(k._copies_seen[ids["B"]]) == ["x", "y"]
     assert sorted(k._copies_seen[ids["A"]]) == ["a"]
