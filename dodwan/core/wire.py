@@ -635,26 +635,16 @@ def _decode_fragment(data: bytes, limits: Limits) -> Fragment:
             return _decode_fragment_general(data, limits)
         q = p + 1 + k
         hops = data[q]
-        index = data[q + 1]
-        q += 2
-        if index >= 0x80:
-            b = data[q]
-            if b >= 0x80:
-                return _decode_fragment_general(data, limits)
-            index = (index & 0x7F) | b << 7
-            q += 1
+        index, q = _short_varint(data, q + 1)
+        if index < 0:
+            return _decode_fragment_general(data, limits)
         by_digest = data[3] == FRAGMENT_BY_DIGEST
         if by_digest:
             z = DESCRIPTOR_DIGEST_SIZE
         else:
-            z = data[q]
-            q += 1
-            if z >= 0x80:
-                b = data[q]
-                if b >= 0x80:
-                    return _decode_fragment_general(data, limits)
-                z = (z & 0x7F) | b << 7
-                q += 1
+            z, q = _short_varint(data, q)
+            if z < 0:
+                return _decode_fragment_general(data, limits)
     except IndexError:
         return _decode_fragment_general(data, limits)
     end = q + z
@@ -670,6 +660,18 @@ def _decode_fragment(data: bytes, limits: Limits) -> Fragment:
     if by_digest:
         return Fragment(sender, msg_id, hops, index, b"", data[end:], data[q:end])
     return Fragment(sender, msg_id, hops, index, data[q:end], data[end:])
+
+
+def _short_varint(data: bytes, q: int) -> tuple[int, int]:
+    """The varint at ``q`` and the position after it, if it takes one or two bytes;
+    ``(-1, q)`` if it takes more (IndexError past the end)."""
+    v = data[q]
+    if v < 0x80:
+        return v, q + 1
+    b = data[q + 1]
+    if b >= 0x80:
+        return -1, q
+    return (v & 0x7F) | b << 7, q + 2
 
 
 def _decode_fragment_general(data: bytes, limits: Limits) -> Fragment:
