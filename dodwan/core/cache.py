@@ -20,6 +20,7 @@ from .store import MessageMeta
 _ROOM_SCAN = 64  # cached messages looked at, at most, to tell whether a transfer fits
 _SEEN_HOLDERS = 8  # other hosts seen holding a message complete: counted up to this many
 _SEEN_MESSAGES = 8192  # messages whose holders are remembered, at most (the oldest goes)
+_MET_HOSTS = 256  # other hosts whose contacts are counted, at most (the least recently met goes)
 
 
 def _add(totals: dict[Any, int], key: Any, delta: int) -> None:
@@ -74,6 +75,9 @@ class Cached:
     seen_age: float = 0.0
     """Seconds a complete copy carried for others counts as older than it is, for the
     other hosts seen holding the message (``NodeConfig.seen_copy_age``)."""
+    unmet_age: float = 0.0
+    """Seconds a complete copy carried for others counts as older than it is, as this host
+    rarely meets the hosts that want it (``NodeConfig.unmet_copy_age``)."""
 
     @property
     def complete(self) -> bool:
@@ -110,7 +114,13 @@ class Cached:
         elif self.own and not self.meta.local:
             tier, trust = 2, 0
         elif self.count == h.frags or (arriving and self.asked):
-            return (1, 1, 1 if h.persistent else 0, h.priority, h.date - self.seen_age)
+            return (
+                1,
+                1,
+                1 if h.persistent else 0,
+                h.priority,
+                h.date - self.seen_age - self.unmet_age,
+            )
         else:
             tier, trust = 0, 1 if self.credible else 0
         return (tier, trust, 1 if h.persistent else 0, h.priority, h.date)
@@ -344,6 +354,33 @@ class CacheMixin(NodeState):
         if not holders:
             return 0.0
         return holders * self.config.seen_copy_age * max(0.0, header.deadline - header.date)
+
+    def _met_host(self, host: str) -> None:
+        """A contact with ``host`` began: one more in its count (the host least recently
+        met is forgotten when ``_MET_HOSTS`` are counted)."""
+        if not self.config.unmet_copy_age:
+            return
+        met = self._met
+        n = met.pop(host, 0)
+        if not n and len(met) >= _MET_HOSTS:
+            del met[next(iter(met))]
+        met[host] = n + 1
+
+    def _unmet_age(self, c: Cached) -> float:
+        """What :attr:`Cached.unmet_age` is for ``c``: ``unmet_copy_age`` of its lifetime
+        over one plus the contacts with the hosts met whose profile, the newest held here,
+        matches it (set when the copy is first stored, or handed on if published here: a
+        sum over the hosts met, not done again as contacts come)."""
+        k = self.config.unmet_copy_age
+        if not k:
+            return 0.0
+        contacts = 0
+        for host, n in self._met.items():
+            prof = self._profiles.latest(host)
+            if prof is not None and prof.matches(c.descriptor):
+                contacts += n
+        h = c.header
+        return k * max(0.0, h.deadline - h.date) / (1 + contacts)
 
     def _seen_complete(self, msg_id: str, host: str) -> None:
         """Neighbour ``host`` offered ``msg_id`` complete: one more copy elsewhere (each

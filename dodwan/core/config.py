@@ -80,6 +80,15 @@ class NodeConfig:
     cache keeps what few others hold (as RAPID and MaxProp value rare copies). 0: the
     oldest carried copy goes first, whatever is seen (epidemic routing's drop-oldest)."""
 
+    unmet_copy_age: float = 0.4
+    """How much older a complete copy carried for others counts, in the eviction order, when
+    this host rarely meets the hosts that want it: this share of the message's lifetime
+    (deadline less date), divided by one plus the contacts this host has had with hosts
+    whose profile, as last known here, matches the message (the last 256 hosts met).
+    Copies this host is likely to hand to a subscriber itself are kept longer, as PRoPHET's
+    delivery predictability and MaxProp's delivery likelihood favour them. 0: contacts
+    are not counted."""
+
     fragments_by_digest: bool = True
     """Fragments this host sends name their message's compressed descriptor by an 8-byte
     digest instead of carrying it, but for every 16th: about 150 bytes less on 15 fragments
@@ -145,6 +154,8 @@ class NodeConfig:
             raise ValueError(f"copy_budget must be between 0 (none) and {MAX_COPY_BUDGET}")
         if not 0 <= self.seen_copy_age <= 10:
             raise ValueError("seen_copy_age must be between 0 (off) and 10 lifetimes")
+        if not 0 <= self.unmet_copy_age <= 10:
+            raise ValueError("unmet_copy_age must be between 0 (off) and 10 lifetimes")
         if self.max_catalog_datagrams < 1:
             raise ValueError("max_catalog_datagrams must be >= 1")
         if self.signing_key is not None and (

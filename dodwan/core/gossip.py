@@ -153,6 +153,7 @@ class GossipMixin(NodeState):
             self._times.beacon_scale = 1.0
             self._events.append(NeighbourFound(sender, source))
             self._count("neighbours_found")
+            self._met_host(sender)
             self._relays_due = True
             self._offer_matches(sender)  # back in range, profile already known
             self._flood_acks(now)

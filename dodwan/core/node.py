@@ -118,6 +118,7 @@ class Node(
         self._known_stale = False
         self._zdesc_cache = {}
         self._copies_seen = {}
+        self._met = {}
         self._bad_zdesc = set()
 
         self._subs = {}

@@ -136,6 +136,9 @@ class NodeState:
     _entry_cache: dict[str, bytes]
     _copies_seen: dict[str, set[str]]
     """Message id -> the other hosts seen offering it complete (see ``_seen_complete``)."""
+    _met: dict[str, int]
+    """Contacts this host had with each other host (the last ``cache._MET_HOSTS`` met,
+    least recently met first), for ``NodeConfig.unmet_copy_age``."""
     _zdesc_cache: dict[str, tuple[bytes, dict[str, str], m.Header]]
     """Descriptors peers offered, decoded once: id -> (compressed, decoded, header), each
     charged to ``_remote`` as ``("descriptor", id)``."""
@@ -290,6 +293,12 @@ class NodeState:
         raise NotImplementedError
 
     def _incoming_rank(self, header: m.Header, own: bool) -> EvictRank:
+        raise NotImplementedError
+
+    def _unmet_age(self, c: Cached) -> float:
+        raise NotImplementedError
+
+    def _met_host(self, host: str) -> None:
         raise NotImplementedError
 
     def _seen_age(self, header: m.Header, least: int = 0) -> float:

@@ -182,6 +182,14 @@ class ProfileBook:
             self._cache[host] = self._cache.pop(host)  # most recently used last
         return hit
 
+    def latest(self, host: str) -> Profile | None:
+        """The newest compiled version held of ``host``'s profile (None: none is), without
+        moving it in the eviction order."""
+        versions = self._cache.get(host)
+        if not versions:
+            return None
+        return versions[next(reversed(versions))][0]
+
     def versions(self) -> int:
         """Compiled versions held, all hosts together."""
         return sum(len(v) for v in self._cache.values())

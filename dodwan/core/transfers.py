@@ -223,6 +223,7 @@ class TransfersMixin(NodeState):
         if c.sent == (1 << c.header.frags) - 1:
             c.handed = True
             c.seen_age = self._seen_age(c.header, 1)  # another host holds it now
+            c.unmet_age = self._unmet_age(c)
             heapq.heappush(self._evict_heap, (c.rank(), c.header.msg_id))
 
     def _missing(self, msg_id: str, offered: int, now: float) -> int:
@@ -426,6 +427,7 @@ class TransfersMixin(NodeState):
             c.asked = dg.msg_id in self._requested
             c.copies = self._copies_received(c, dg.sender)
             c.seen_age = self._seen_age(header)
+            c.unmet_age = self._unmet_age(c)
             if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
                 self._give_up(dg.msg_id)

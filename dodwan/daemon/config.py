@@ -240,6 +240,7 @@ NODE_RANGES: dict[str, tuple[float, float]] = {
     "copy_budget": (0, MAX_COPY_BUDGET),
     "partial_timeout": (1, 365 * DAY),
     "seen_copy_age": (0, 10),
+    "unmet_copy_age": (0, 10),
     "max_catalog_datagrams": (1, 1024),
     "compression_level": (1, 22),
 }

@@ -1,0 +1,86 @@
+"""A full carrier evicts first the carried copies whose subscribers it rarely meets
+(``NodeConfig.unmet_copy_age``): a cache keeps what this host is likely to hand over."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from dodwan import Node, NodeConfig
+from dodwan.core import cache
+from dodwan.virtual import VirtualNetwork
+
+SIZE = 200_000
+TTL = 1e5
+
+
+def _carrier_after_meeting_d(unmet_copy_age: float) -> tuple[VirtualNetwork, dict[str, str]]:
+    """Carrier k (room for two messages) met d three times, never e; then it fetches A (for
+    d, older) and B (for e, newer); then z's C comes and one of them must go."""
+    net = VirtualNetwork(seed=5)
+    for host in ("a", "b", "z", "d", "e"):
+        net.add(host)
+    net.subscribe("d", {"dest": "d"})
+    net.subscribe("e", {"dest": "e"})
+    size_probe = net.add("p")
+    probe = size_probe.publish({"dest": "e"}, os.urandom(SIZE), TTL, 0.0)
+    size = size_probe.cache_entry(probe)["stored_bytes"]
+    k = net.add(
+        "k",
+        altruistic=True,
+        cache_capacity=int(2.5 * size),
+        seen_copy_age=0.0,  # only the contacts decide here
+        unmet_copy_age=unmet_copy_age,
+    )
+    for _ in range(3):
+        net.meet("k", "d")
+    ids = {"A": net.publish("a", {"dest": "d"}, os.urandom(SIZE), ttl=TTL)}
+    net.link("k", "a")
+    net.run(30, stop=lambda: (k.cache_entry(ids["A"]) or {}).get("complete") is True)
+    net.unlink("k", "a")
+    net.run(10)
+    ids["B"] = net.publish("b", {"dest": "e"}, os.urandom(SIZE), ttl=TTL)
+    net.link("k", "b")
+    net.run(30, stop=lambda: (k.cache_entry(ids["B"]) or {}).get("complete") is True)
+    net.unlink("k", "b")
+    assert {c["id"] for c in k.cache_listing() if c["complete"]} == {ids["A"], ids["B"]}
+    net.run(10)
+    ids["C"] = net.publish("z", {"dest": "e"}, os.urandom(SIZE), ttl=TTL)
+    net.link("k", "z")
+    net.run(30, stop=lambda: (k.cache_entry(ids["C"]) or {}).get("complete") is True)
+    return net, ids
+
+
+def test_a_full_carrier_keeps_the_copy_for_the_host_it_meets_and_evicts_the_other() -> None:
+    net, ids = _carrier_after_meeting_d(unmet_copy_age=0.4)
+    k = net.node("k")
+    assert k._met == {"d": 3, "a": 1, "b": 1, "z": 1}
+    assert k._cache[ids["A"]].unmet_age == pytest.approx(0.4 * TTL / 4)  # 3 contacts with d
+    assert k._cache[ids["C"]].unmet_age == pytest.approx(0.4 * TTL)  # nobody met wants it
+    assert {c["id"] for c in k.cache_listing()} == {ids["A"], ids["C"]}  # B, newer, went
+
+
+def test_without_it_the_oldest_carried_copy_goes() -> None:
+    net, ids = _carrier_after_meeting_d(unmet_copy_age=0.0)
+    k = net.node("k")
+    assert k._met == {}
+    assert {c["id"] for c in k.cache_listing()} == {ids["B"], ids["C"]}  # drop-oldest
+
+
+def test_contacts_are_counted_for_a_bounded_number_of_hosts_least_recent_first_out() -> None:
+    k = Node(NodeConfig(host_id="k", altruistic=True), rng=random.Random(3))
+    k._met_host("h0")
+    for i in range(1, cache._MET_HOSTS + 10):
+        k._met_host(f"h{i}")
+        k._met_host("h0")  # met again and again: never the least recent
+    assert len(k._met) == cache._MET_HOSTS
+    assert k._met["h0"] == cache._MET_HOSTS + 10
+    assert "h1" not in k._met and f"h{cache._MET_HOSTS + 9}" in k._met
+
+
+@pytest.mark.parametrize("value", [-0.1, 10.5, float("nan")])
+def test_unmet_copy_age_out_of_range_is_refused(value: float) -> None:
+    with pytest.raises(ValueError, match="unmet_copy_age"):
+        NodeConfig(host_id="k", unmet_copy_age=value)
