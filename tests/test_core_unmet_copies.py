@@ -36,20 +36,16 @@ def _carrier_after_meeting_d(unmet_copy_age: float) -> tuple[VirtualNetwork, dic
     )
     for _ in range(3):
         net.meet("k", "d")
-    ids = {"A": net.publish("a", {"dest": "d"}, os.urandom(SIZE), ttl=TTL)}
-    net.link("k", "a")
-    net.run(30, stop=lambda: (k.cache_entry(ids["A"]) or {}).get("complete") is True)
-    net.unlink("k", "a")
-    net.run(10)
-    ids["B"] = net.publish("b", {"dest": "e"}, os.urandom(SIZE), ttl=TTL)
-    net.link("k", "b")
-    net.run(30, stop=lambda: (k.cache_entry(ids["B"]) or {}).get("complete") is True)
-    net.unlink("k", "b")
-    assert {c["id"] for c in k.cache_listing() if c["complete"]} == {ids["A"], ids["B"]}
-    net.run(10)
-    ids["C"] = net.publish("z", {"dest": "e"}, os.urandom(SIZE), ttl=TTL)
-    net.link("k", "z")
-    net.run(30, stop=lambda: (k.cache_entry(ids["C"]) or {}).get("complete") is True)
+    ids: dict[str, str] = {}
+    for name, publisher, dest in (("A", "a", "d"), ("B", "b", "e"), ("C", "z", "e")):
+        if name == "C":
+            held = {c["id"] for c in k.cache_listing() if c["complete"]}
+            assert held == {ids["A"], ids["B"]}
+        msg_id = ids[name] = net.publish(publisher, {"dest": dest}, os.urandom(SIZE), ttl=TTL)
+        net.link("k", publisher)
+        net.run(30, stop=lambda m=msg_id: (k.cache_entry(m) or {}).get("complete") is True)
+        net.unlink("k", publisher)
+        net.run(10)
     return net, ids
 
 
