@@ -73,7 +73,7 @@ class NodeConfig:
     deliver. 0: no budget (every altruistic carrier may take a copy, as epidemic routing
     does). A host honours the budget a message carries whatever its own setting."""
 
-    seen_copy_age: float = 0.2
+    seen_copy_age: float = 0.4
     """How much older a complete copy carried for others counts, in the eviction order, for
     each other host seen offering that message complete (up to 8), as a share of the
     message's lifetime (deadline less date). Copies held by many go first, so that a full
