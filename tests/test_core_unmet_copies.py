@@ -80,3 +80,23 @@ def test_contacts_are_counted_for_a_bounded_number_of_hosts_least_recent_first_o
 def test_unmet_copy_age_out_of_range_is_refused(value: float) -> None:
     with pytest.raises(ValueError, match="unmet_copy_age"):
         NodeConfig(host_id="k", unmet_copy_age=value)
+
+
+def test_an_own_publication_handed_on_takes_its_age_from_the_contacts_with_its_subscribers() -> (
+    None
+):
+    """A host's own publication joins the carried copies once every fragment has gone out:
+    from then on it counts as older by the share its subscribers' contacts leave."""
+    net = VirtualNetwork(seed=7)
+    net.add("d")
+    net.subscribe("d", {"dest": "d"})
+    p = net.add("p", seen_copy_age=0.0, unmet_copy_age=0.4)
+    net.add("k", altruistic=True)
+    for _ in range(2):
+        net.meet("p", "d")
+    msg_id = net.publish("p", {"dest": "d"}, os.urandom(SIZE), ttl=TTL)
+    assert p._cache[msg_id].unmet_age == 0.0  # not handed on: the top tier ignores it
+    net.link("p", "k")  # a carrier, not a subscriber, takes every fragment
+    net.run(30, stop=lambda: p._cache[msg_id].handed)
+    assert p._cache[msg_id].handed
+    assert p._cache[msg_id].unmet_age == pytest.approx(0.4 * TTL / 3)  # 2 contacts with d
