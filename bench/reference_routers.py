@@ -1,14 +1,17 @@
-"""The issue-14 reference routers (Epidemic, binary Spray-and-Wait, MaxProp) with The ONE's
-transfer physics, on the contacts and messages of a scenario that replays a ONE trace.
+"""The issue-14 reference routers (Epidemic, binary Spray-and-Wait, PRoPHET, MaxProp) with
+The ONE's transfer physics or our medium's, on the contacts and messages of a scenario that
+replays a ONE trace.
 
 The issue's goal (0.56 delivered) is MaxProp's figure on The ONE's Helsinki map. PONS has
 no MaxProp, and its physics are kinder or harsher than The ONE's (see
 ``bench_one.PONS_RADIOS``). This is a small message-level model of what The ONE's
 ``ActiveRouter`` does, so that the routers the issue names run on *our* contacts:
 
-* a host takes part in one transfer at a time, sending or receiving (The ONE's
-  ``isTransferring``); a message of ``size`` bytes takes ``size / rate`` seconds and is
-  lost, freeing both hosts, if the contact ends first;
+* physics ``one``: a host takes part in one transfer at a time, sending or receiving (The
+  ONE's ``isTransferring``); physics ``medium``: a host sends one message at a time but
+  receives from any number of senders at once, as our medium's radios do (no broadcast:
+  every transfer is to one host); either way a message of ``size`` bytes takes
+  ``size / rate`` seconds and is lost if the contact ends first;
 * when a host is free it first offers messages whose destination is a free neighbour
   (``exchangeDeliverableMessages``), then what its router chooses; a receiver refuses a
   message it holds or had delivered, and makes room for a new one by its router's drop
@@ -31,7 +34,8 @@ Routers (as their papers and The ONE describe them; written here, not ported):
   by hop count, the rest by cost; drops from the other end; never to a host already on the
   message's path; delivery acknowledgements flooded at each contact purge the copies.
 
-Run: ``.venv/bin/python bench/reference_routers.py [--router maxprop] [--until S] [--seed N]``.
+Run: ``.venv/bin/python bench/reference_routers.py [--router maxprop] [--physics medium]
+[--until S] [--seed N]``.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from sim.scenario import Scenario, load  # noqa: E402
 from sim.traffic import as_events, schedule  # noqa: E402
 
 ROUTERS = ("epidemic", "spray", "prophet", "maxprop")
+PHYSICS = ("one", "medium")
 PROPHET_INIT, PROPHET_BETA, PROPHET_GAMMA, PROPHET_UNIT = 0.75, 0.25, 0.98, 30.0
 """PRoPHET's constants as The ONE's router takes them by default (P_enc max, transitivity,
 aging per time unit of 30 s)."""
@@ -85,7 +90,7 @@ class Host:
     store: dict[str, Copy] = field(default_factory=dict)  # in order received
     used: int = 0
     nbrs: set[int] = field(default_factory=set)
-    transfer: Transfer | None = None
+    transfer: Transfer | None = None  # what it sends (physics one: or receives)
     seen: set[str] = field(default_factory=set)  # delivered here or acknowledged
     # MaxProp
     probs: dict[int, float] = field(default_factory=dict)
@@ -124,10 +129,16 @@ def trace_contacts(path: Path, until: float) -> list[tuple[float, int, int, bool
 class World:
     """The hosts, their contacts and transfers, and one router's decisions."""
 
-    def __init__(self, router: str, n: int, capacity: int, rate: float) -> None:
+    def __init__(
+        self, router: str, n: int, capacity: int, rate: float, physics: str = "one"
+    ) -> None:
         if router not in ROUTERS:
             raise ValueError(f"unknown router {router!r} (one of {', '.join(ROUTERS)})")
+        if physics not in PHYSICS:
+            raise ValueError(f"unknown physics {physics!r} (one of {', '.join(PHYSICS)})")
         self.router = router
+        self.exclusive = physics == "one"
+        self.inflight: set[tuple[int, str]] = set()  # (receiver, message) under way
         self.rate = rate
         self.hosts = [Host(i, capacity) for i in range(n)]
         self.now = 0.0
@@ -184,10 +195,13 @@ class World:
         ha, hb = self.hosts[a], self.hosts[b]
         ha.nbrs.discard(b)
         hb.nbrs.discard(a)
-        tr = ha.transfer
-        if tr is not None and {tr.sender, tr.receiver} == {a, b}:
-            self.aborted += 1
-            ha.transfer = hb.transfer = None
+        for h in (ha, hb):
+            tr = h.transfer
+            if tr is not None and tr.sender == h.idx and {tr.sender, tr.receiver} == {a, b}:
+                self.aborted += 1
+                self.inflight.discard((tr.receiver, tr.copy.msg.mid))
+                ha.transfer = None if ha.transfer is tr else ha.transfer
+                hb.transfer = None if hb.transfer is tr else hb.transfer
         if self.router == "maxprop":
             for h, peer in ((ha, b), (hb, a)):
                 sent = h.contact_bytes.pop(peer, 0)
@@ -195,14 +209,18 @@ class World:
                 h.avg_bytes += (sent - h.avg_bytes) / min(h.contacts_done, 100)
         self.try_start(ha)
         self.try_start(hb)
-        for p in list(ha.nbrs) + list(hb.nbrs):
-            self.try_start(self.hosts[p])
+        if self.exclusive:  # neighbours may have waited for these two to be free
+            for p in list(ha.nbrs) + list(hb.nbrs):
+                self.try_start(self.hosts[p])
 
     def transfer_done(self, tr: Transfer) -> None:
         s, r = self.hosts[tr.sender], self.hosts[tr.receiver]
         if s.transfer is not tr:
             return  # aborted when the contact ended
-        s.transfer = r.transfer = None
+        s.transfer = None
+        if r.transfer is tr:
+            r.transfer = None
+        self.inflight.discard((r.idx, tr.copy.msg.mid))
         self.relayed += 1
         msg = tr.copy.msg
         if self.router == "maxprop":
@@ -227,8 +245,9 @@ class World:
                 r.used += msg.size
         for h in (s, r):
             self.try_start(h)
-        for p in list(s.nbrs) + list(r.nbrs):
-            self.try_start(self.hosts[p])
+        if self.exclusive:
+            for p in list(s.nbrs) + list(r.nbrs):
+                self.try_start(self.hosts[p])
 
     def expire(self, h: Host) -> None:
         for mid in [mid for mid, c in h.store.items() if c.msg.deadline <= self.now]:
@@ -239,16 +258,18 @@ class World:
         h.used -= c.msg.size
 
     def try_start(self, h: Host) -> None:
-        """If ``h`` is free, start its next transfer to a free neighbour, if any."""
+        """If ``h`` is free, start its next transfer to a neighbour that can receive, if any."""
         if h.transfer is not None or not h.nbrs:
             return
         self.expire(h)
-        free = sorted(p for p in h.nbrs if self.hosts[p].transfer is None)
+        hosts = self.hosts
+        free = sorted(p for p in h.nbrs if not self.exclusive or hosts[p].transfer is None)
         if not free:
             return
         for p in free:  # deliverable messages first
             for c in h.store.values():
-                if c.msg.dst == p and c.msg.mid not in self.hosts[p].seen:
+                mid = c.msg.mid
+                if c.msg.dst == p and mid not in hosts[p].seen and (p, mid) not in self.inflight:
                     self.start(h, self.hosts[p], c)
                     return
         if self.router == "prophet":
@@ -272,6 +293,8 @@ class World:
         mid = c.msg.mid
         if mid in peer.store or mid in peer.seen or c.msg.dst == peer.idx:
             return False
+        if (peer.idx, mid) in self.inflight:
+            return False
         if self.router == "spray" and c.copies <= 1:
             return False
         if self.router == "maxprop" and peer.idx in c.path:
@@ -283,7 +306,10 @@ class World:
 
     def start(self, h: Host, peer: Host, c: Copy) -> None:
         tr = Transfer(h.idx, peer.idx, c, self.now + c.msg.size / self.rate)
-        h.transfer = peer.transfer = tr
+        h.transfer = tr
+        if self.exclusive:
+            peer.transfer = tr
+        self.inflight.add((peer.idx, c.msg.mid))
         self.at(tr.end, "done", tr)
 
     # ------------------------------------------------------------------ routers
@@ -413,7 +439,7 @@ class World:
         return head, rest
 
 
-def simulate(sc: Scenario, router: str, until: float) -> dict[str, float]:
+def simulate(sc: Scenario, router: str, until: float, physics: str = "one") -> dict[str, float]:
     """One router on the scenario's trace and messages; its figures."""
     if sc.contacts is None or sc.contacts.format != "one":
         raise ValueError(f"{sc.name}: needs a ONE contact trace in [contacts]")
@@ -421,7 +447,7 @@ def simulate(sc: Scenario, router: str, until: float) -> dict[str, float]:
     pubs = schedule(sc, names, until)
     rate = sc.radio.bit_rate / 8
     capacity = max(g.protocol.cache_capacity for g in sc.groups)
-    w = World(router, len(names), capacity, rate)
+    w = World(router, len(names), capacity, rate, physics)
     for t, a, b, up in trace_contacts(sc.contacts.path, until):
         w.at(t, "up" if up else "down", (a, b))
     ttls = {p.ttl for p in pubs}
@@ -451,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", type=Path, default=ROOT / "scenarios" / "one_default_trace.toml")
     ap.add_argument("--router", action="append", choices=ROUTERS)
+    ap.add_argument("--physics", choices=PHYSICS, default="one")
     ap.add_argument("--until", type=float)
     ap.add_argument("--seed", type=int)
     args = ap.parse_args(argv)
@@ -461,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         sc = dataclasses.replace(sc, seed=args.seed)
     until = float(sc.duration if args.until is None else args.until)
     for router in args.router or list(ROUTERS):
-        r = simulate(sc, router, until)
+        r = simulate(sc, router, until, args.physics)
         print(
             f"{router:9} delivered {r['delivered']:5} of {r['messages']} ({r['ratio']:.3f}), "
             f"relayed {r['relayed']:6}, ONE overhead {r['overhead']:6.1f}, "

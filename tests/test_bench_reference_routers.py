@@ -18,8 +18,8 @@ RATE = 250_000.0  # bytes per second: a 250 kB message takes 1 s
 KB250 = 250_000
 
 
-def world(router: str, n: int = 3, capacity: int = 1_000_000) -> World:
-    return World(router, n, capacity, RATE)
+def world(router: str, n: int = 3, capacity: int = 1_000_000, physics: str = "one") -> World:
+    return World(router, n, capacity, RATE, physics)
 
 
 def contact(w: World, a: int, b: int, start: float, end: float) -> None:
@@ -58,6 +58,25 @@ def test_a_carrier_relays_and_a_host_sends_one_message_at_a_time() -> None:
     assert w.delivered == {"M1": 11.0}
     assert w.relayed == 3 and w.aborted == 1
     assert [c.hops for c in w.hosts[1].store.values()] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("physics", "delivered", "aborted"),
+    [("one", {"A": 1.5}, 1), ("medium", {"A": 1.5, "B": 1.5}, 0)],
+)
+def test_the_one_receives_one_message_at_a_time_our_medium_from_every_sender(
+    physics: str, delivered: dict[str, float], aborted: int
+) -> None:
+    w = world("epidemic", physics=physics)
+    w.at(0.0, "create", msg("A", 0, 2))
+    w.at(0.0, "create", msg("B", 1, 2))
+    contact(w, 0, 2, 0.5, 2.0)
+    contact(w, 1, 2, 0.5, 2.0)
+    w.run(100.0)
+    # under The ONE's physics host 2 takes one message at a time: the second sender
+    # starts when the first is done and is cut off; our medium's radios send at once
+    assert w.delivered == delivered
+    assert w.aborted == aborted
 
 
 def test_a_full_receiver_drops_its_oldest_copy_for_epidemic() -> None:
