@@ -209,9 +209,10 @@ class World:
                 h.avg_bytes += (sent - h.avg_bytes) / min(h.contacts_done, 100)
         self.try_start(ha)
         self.try_start(hb)
-        if self.exclusive:  # neighbours may have waited for these two to be free
-            for p in list(ha.nbrs) + list(hb.nbrs):
-                self.try_start(self.hosts[p])
+        # neighbours may have waited for these two to be free, or for a transfer to one of
+        # them that was just cut (The ONE tries again at every update)
+        for p in list(ha.nbrs) + list(hb.nbrs):
+            self.try_start(self.hosts[p])
 
     def transfer_done(self, tr: Transfer) -> None:
         s, r = self.hosts[tr.sender], self.hosts[tr.receiver]
@@ -245,9 +246,8 @@ class World:
                 r.used += msg.size
         for h in (s, r):
             self.try_start(h)
-        if self.exclusive:
-            for p in list(s.nbrs) + list(r.nbrs):
-                self.try_start(self.hosts[p])
+        for p in list(s.nbrs) + list(r.nbrs):
+            self.try_start(self.hosts[p])
 
     def expire(self, h: Host) -> None:
         for mid in [mid for mid, c in h.store.items() if c.msg.deadline <= self.now]:
