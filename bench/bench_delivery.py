@@ -28,10 +28,13 @@ altruistic, 0.5-1 MB), ``trace`` (``one_default_trace.toml``: the 0.5-1 MB traff
 bundled ONE contact trace), or the path of any scenario file. With ``--baseline REV`` every
 variant also runs on a checkout of REV in a temporary git worktree, in the same invocation,
 and the two columns are printed side by side with their ratio. Each tree runs its own copy
-of the scenario file when it has one.
+of the scenario file when it has one. For variants that replay a ONE trace, ``--pons``
+adds PONS' routers and ``--models`` the four routers the issue names in the message-level
+model of ``reference_routers.py``, on the same contacts and messages.
 
     .venv/bin/python bench/bench_delivery.py --until 10800 --baseline 3cd20bd --jobs 2
     .venv/bin/python bench/bench_delivery.py --variant 1k --until 3600
+    .venv/bin/python bench/bench_delivery.py --variant trace --models
 """
 
 from __future__ import annotations
@@ -447,6 +450,49 @@ def run_references(v: Variant, until: float) -> str:
     return pons_report(v, results)
 
 
+def model_report(v: Variant, results: list[tuple[str, str, dict[str, Any]]]) -> str:
+    """The issue's reference routers in ``bench/reference_routers.py``'s message-level
+    model, on the variant's own contacts and messages: ``(router, physics, figures)``."""
+    lines = [f"== {v.label}: reference routers on the same contacts and messages (model)"]
+    lines.append(
+        f"  {'router':<10}{'physics':<10}{'delivered':>10}{'delivery':>10}{'ONE overhead':>14}"
+        f"{'median delay':>14}"
+    )
+    for router, physics, r in results:
+        n = r["delivered"]
+        lines.append(
+            f"  {router:<10}{physics:<10}{n:>10,}{_num(3)(r['ratio']):>10}"
+            f"{_num(2)(r['overhead'] if n else None):>14}"
+            f"{_num(0)(r['median_delay'] if n else None):>12} s"
+        )
+    lines.append(
+        "  (one: The ONE's physics, a host in one transfer at a time, sending or receiving;"
+    )
+    lines.append("  medium: our medium's, a host sends one at a time and receives from any number;")
+    lines.append(
+        "  whole messages, lost if the contact ends first; see bench/reference_routers.py)"
+    )
+    return "\n".join(lines)
+
+
+def run_models(v: Variant, until: float) -> str:
+    """Run the model's four routers under both physics (see ``--models``)."""
+    import reference_routers
+
+    from sim.scenario import load
+
+    sc = load(scenario_in(ROOT, v))
+    if sc.contacts is None or sc.contacts.format != "one":
+        return f"== {v.label}: no ONE contact trace, so the model cannot replay its contacts (use --variant trace)"
+    horizon = until or float(sc.duration)
+    results = [
+        (router, physics, reference_routers.simulate(sc, router, horizon, physics))
+        for physics in reference_routers.PHYSICS
+        for router in reference_routers.ROUTERS
+    ]
+    return model_report(v, results)
+
+
 # ----------------------------------------------------------------------------------- main
 
 
@@ -482,6 +528,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="also run PONS' Epidemic and Spray-and-Wait routers on the same contacts and "
         "messages (variants that replay a ONE trace: trace), as PONS is and with our medium's physics",
     )
+    ap.add_argument(
+        "--models",
+        action="store_true",
+        help="also run Epidemic, Spray-and-Wait, PRoPHET and MaxProp in a message-level model "
+        "(bench/reference_routers.py) on the same contacts and messages (trace variants), with "
+        "The ONE's physics and ours",
+    )
     args = ap.parse_args(argv)  # fmt: skip
     if args.child:
         child(json.loads(args.child))
@@ -513,6 +566,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(report(v, args.until, rows), flush=True)
             if args.pons:
                 print(run_references(v, args.until), flush=True)
+            if args.models:
+                print(run_models(v, args.until), flush=True)
 
 
 if __name__ == "__main__":

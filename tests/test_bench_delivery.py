@@ -293,3 +293,28 @@ def test_reference_routers_run_on_the_trace_variant() -> None:
     for router in ("epidemic", "spray"):
         for radio in ("parallel", "serial"):
             assert re.search(rf"^  {router} +{radio} +\d+ +[\d.]+ ", out, re.M), out
+
+
+def test_model_routers_report_delivery_overhead_and_delay() -> None:
+    v = bench_delivery.VARIANTS["trace"]
+    out = bench_delivery.model_report(
+        v,
+        [
+            ("maxprop", "medium", {"delivered": 50, "ratio": 0.25, "overhead": 10.0, "median_delay": 3000.0}),
+            ("epidemic", "one", {"delivered": 0, "ratio": 0.0, "overhead": float("inf"), "median_delay": float("nan")}),
+        ],
+    )  # fmt: skip
+    assert (
+        out.splitlines()[0]
+        == f"== {v.label}: reference routers on the same contacts and messages (model)"
+    )
+    assert re.search(r"^  maxprop +medium +50 +0\.250 +10\.00 +3,000 s$", out, re.M), out
+    assert re.search(r"^  epidemic +one +0 +0\.000 +- +- s$", out, re.M), out
+
+
+def test_model_routers_need_a_one_trace_and_run_on_the_trace_variant() -> None:
+    assert "no ONE contact trace" in bench_delivery.run_models(bench_delivery.VARIANTS["mb"], 60.0)
+    out = bench_delivery.run_models(bench_delivery.VARIANTS["trace"], 600.0)
+    for router in ("epidemic", "spray", "prophet", "maxprop"):
+        for physics in ("one", "medium"):
+            assert re.search(rf"^  {router} +{physics} +\d+ +[\d.]+ ", out, re.M), out
