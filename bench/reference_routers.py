@@ -26,6 +26,10 @@ Routers (as their papers and The ONE describe them; written here, not ported):
   the oldest received;
 * ``spray``: binary Spray-and-Wait, 6 copies (The ONE's default): a copy with n > 1 hands
   ceil(n / 2) on and keeps floor(n / 2); with 1 it waits for the destination;
+* ``prophet``: PRoPHET (Lindgren et al.) with The ONE's constants: delivery
+  predictabilities raised at each meeting, aged every 30 s, passed on transitively; a
+  message goes to a neighbour likelier to meet its destination, likeliest first (GRTRMax);
+  drop the oldest received;
 * ``maxprop``: MaxProp (Burgess et al., INFOCOM 2006): meeting probabilities (on meeting
   j, f(j) += 1 and normalise) exchanged at each contact with every host's newest vector
   heard; a message's cost is the cheapest path to its destination, each hop x -> y costing
@@ -41,13 +45,13 @@ Run: ``.venv/bin/python bench/reference_routers.py [--router maxprop] [--physics
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import heapq
 import math
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +68,7 @@ aging per time unit of 30 s)."""
 SPRAY_COPIES = 6
 
 
-@dataclass(slots=True)
+@dataclasses.dataclass(slots=True)
 class Msg:
     mid: str
     src: int
@@ -74,7 +78,7 @@ class Msg:
     deadline: float
 
 
-@dataclass(slots=True)
+@dataclasses.dataclass(slots=True)
 class Copy:
     msg: Msg
     hops: int
@@ -83,26 +87,28 @@ class Copy:
     copies: int = 1
 
 
-@dataclass(slots=True)
+@dataclasses.dataclass(slots=True)
 class Host:
     idx: int
     capacity: int
-    store: dict[str, Copy] = field(default_factory=dict)  # in order received
+    store: dict[str, Copy] = dataclasses.field(default_factory=dict)  # in order received
     used: int = 0
-    nbrs: set[int] = field(default_factory=set)
+    nbrs: set[int] = dataclasses.field(default_factory=set)
     transfer: Transfer | None = None  # what it sends (physics one: or receives)
-    seen: set[str] = field(default_factory=set)  # delivered here or acknowledged
-    # MaxProp
-    probs: dict[int, float] = field(default_factory=dict)
-    known: dict[int, tuple[float, dict[int, float]]] = field(default_factory=dict)
+    seen: set[str] = dataclasses.field(default_factory=set)  # delivered here or acknowledged
+    # MaxProp's meeting probabilities, PRoPHET's delivery predictabilities
+    probs: dict[int, float] = dataclasses.field(default_factory=dict)
+    known: dict[int, tuple[float, dict[int, float]]] = dataclasses.field(
+        default_factory=dict
+    )  # MaxProp
     aged: float = 0.0  # PRoPHET: when its predictabilities were last aged
-    costs: dict[int, dict[int, float]] = field(default_factory=dict)  # from a host
-    contact_bytes: dict[int, int] = field(default_factory=dict)
+    costs: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)  # from a host
+    contact_bytes: dict[int, int] = dataclasses.field(default_factory=dict)
     avg_bytes: float = 0.0
     contacts_done: int = 0
 
 
-@dataclass(slots=True)
+@dataclasses.dataclass(slots=True)
 class Transfer:
     sender: int
     receiver: int
@@ -175,7 +181,7 @@ class World:
     def create(self, msg: Msg) -> None:
         h = self.hosts[msg.src]
         c = Copy(msg, 0, self.now, (msg.src,), SPRAY_COPIES if self.router == "spray" else 1)
-        if self.make_room(h, msg.size, None):
+        if self.make_room(h, msg.size):
             h.store[msg.mid] = c
             h.used += msg.size
         self.try_start(h)
@@ -237,7 +243,7 @@ class World:
         elif msg.mid in s.store and msg.mid not in r.store and msg.mid not in r.seen:
             held = s.store[msg.mid]
             copies = math.ceil(held.copies / 2) if self.router == "spray" else 1
-            if self.make_room(r, msg.size, None):
+            if self.make_room(r, msg.size):
                 if self.router == "spray":
                     held.copies -= copies
                 r.store[msg.mid] = Copy(
@@ -299,7 +305,7 @@ class World:
             return False
         if self.router == "maxprop" and peer.idx in c.path:
             return False
-        if not self.make_room(peer, c.msg.size, None):
+        if not self.make_room(peer, c.msg.size):
             return False
         self.start(h, peer, c)
         return True
@@ -357,7 +363,7 @@ class World:
         rest.sort(key=lambda c: costs.get(c.msg.dst, math.inf))
         return head + rest
 
-    def make_room(self, h: Host, size: int, keep: str | None) -> bool:
+    def make_room(self, h: Host, size: int) -> bool:
         """Drop by the router's order until ``size`` more bytes fit; False if they cannot
         (a message being sent is never dropped)."""
         if size > h.capacity:
@@ -373,7 +379,7 @@ class World:
         for c in victims:
             if h.used + size <= h.capacity:
                 break
-            if c.msg.mid in (busy, keep):
+            if c.msg.mid == busy:
                 continue
             self.drop(h, c.msg.mid)
         return h.used + size <= h.capacity
@@ -483,8 +489,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     sc = load(args.scenario)
     if args.seed is not None:
-        import dataclasses
-
         sc = dataclasses.replace(sc, seed=args.seed)
     until = float(sc.duration if args.until is None else args.until)
     for router in args.router or list(ROUTERS):
