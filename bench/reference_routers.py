@@ -36,7 +36,10 @@ Routers (as their papers and The ONE describe them; written here, not ported):
   1 - f_x(y); messages within the hop-count threshold (the first bytes of the buffer in
   hop order, up to the average bytes a contact carried, at most half the buffer) go first
   by hop count, the rest by cost; drops from the other end; never to a host already on the
-  message's path; delivery acknowledgements flooded at each contact purge the copies.
+  message's path; delivery acknowledgements flooded at each contact purge the copies;
+* ``maxprop1`` (not one of the issue's, and not run unless named): MaxProp with one-hop
+  costs, 1 - f_peer(dst), no path through other hosts: what DoDWAN's own predictor
+  (``unmet_copy_age``: contacts with the subscribers) can know.
 
 Run: ``.venv/bin/python bench/reference_routers.py [--router maxprop] [--physics medium]
 [--until S] [--seed N]``.
@@ -61,6 +64,7 @@ from sim.scenario import Scenario, load  # noqa: E402
 from sim.traffic import as_events, schedule  # noqa: E402
 
 ROUTERS = ("epidemic", "spray", "prophet", "maxprop")
+EXTRA_ROUTERS = ("maxprop1",)
 PHYSICS = ("one", "medium")
 PROPHET_INIT, PROPHET_BETA, PROPHET_GAMMA, PROPHET_UNIT = 0.75, 0.25, 0.98, 30.0
 """PRoPHET's constants as The ONE's router takes them by default (P_enc max, transitivity,
@@ -138,11 +142,14 @@ class World:
     def __init__(
         self, router: str, n: int, capacity: int, rate: float, physics: str = "one"
     ) -> None:
-        if router not in ROUTERS:
-            raise ValueError(f"unknown router {router!r} (one of {', '.join(ROUTERS)})")
+        if router not in ROUTERS + EXTRA_ROUTERS:
+            raise ValueError(
+                f"unknown router {router!r} (one of {', '.join(ROUTERS + EXTRA_ROUTERS)})"
+            )
         if physics not in PHYSICS:
             raise ValueError(f"unknown physics {physics!r} (one of {', '.join(PHYSICS)})")
-        self.router = router
+        self.one_hop = router == "maxprop1"
+        self.router = "maxprop" if self.one_hop else router
         self.exclusive = physics == "one"
         self.inflight: set[tuple[int, str]] = set()  # (receiver, message) under way
         self.rate = rate
@@ -415,6 +422,10 @@ class World:
         hit = h.costs.get(source)
         if hit is not None:
             return hit
+        if self.one_hop:
+            vec = h.probs if source == h.idx else h.known.get(source, (0.0, {}))[1]
+            h.costs[source] = {y: 1.0 - p for y, p in vec.items()}
+            return h.costs[source]
         vectors = {x: vec for x, (_, vec) in h.known.items()}
         vectors[h.idx] = h.probs
         dist: dict[int, float] = {source: 0.0}
@@ -482,7 +493,7 @@ def simulate(sc: Scenario, router: str, until: float, physics: str = "one") -> d
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", type=Path, default=ROOT / "scenarios" / "one_default_trace.toml")
-    ap.add_argument("--router", action="append", choices=ROUTERS)
+    ap.add_argument("--router", action="append", choices=ROUTERS + EXTRA_ROUTERS)
     ap.add_argument("--physics", choices=PHYSICS, default="one")
     ap.add_argument("--until", type=float)
     ap.add_argument("--seed", type=int)

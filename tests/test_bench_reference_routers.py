@@ -160,3 +160,16 @@ def test_the_script_prints_every_router_on_the_bundled_trace() -> None:
     lines = r.stdout.splitlines()
     assert [line.split()[0] for line in lines] == list(ROUTERS)
     assert all(" delivered " in line and "ONE overhead" in line for line in lines)
+
+
+def test_maxprop_costs_go_through_other_hosts_its_one_hop_variant_does_not() -> None:
+    for router, cost_to_3 in (("maxprop", 1.0), ("maxprop1", None)):
+        w = world(router, n=4)
+        contact(w, 2, 3, 0.0, 0.5)  # 2 met 3
+        contact(w, 1, 2, 1.0, 1.5)  # 1 met 2, and learnt 2's vector
+        contact(w, 0, 1, 2.0, 2.5)  # 0 learnt both
+        w.run(10.0)
+        costs = w.maxprop_costs(w.hosts[0], 1)  # from 1, as 0 knows it
+        # 1 -> 2 costs 1 - f_1(2) = 0.5 (1 met 0 and 2 once each); 2 -> 3 costs 1 - 0.5
+        assert costs.get(3) == cost_to_3, router
+        assert costs[2] == 0.5
