@@ -56,9 +56,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
 from trees import trees as source_trees
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -431,15 +434,24 @@ def pons_report(v: Variant, results: list[tuple[str, str, dict[str, Any] | str]]
     return "\n".join(lines)
 
 
-def run_references(v: Variant, until: float) -> str:
-    """Run PONS' routers on a variant that replays a ONE contact trace (see ``--pons``)."""
-    import bench_one
-
+def _trace_scenario(v: Variant, who: str) -> Scenario | str:
+    """The variant's scenario when it replays a ONE contact trace, else the line saying
+    that ``who`` cannot replay its contacts."""
     from sim.scenario import load
 
     sc = load(scenario_in(ROOT, v))
     if sc.contacts is None or sc.contacts.format != "one":
-        return f"== {v.label}: no ONE contact trace, so PONS cannot replay its contacts (use --variant trace)"
+        return f"== {v.label}: no ONE contact trace, so {who} cannot replay its contacts (use --variant trace)"
+    return sc
+
+
+def run_references(v: Variant, until: float) -> str:
+    """Run PONS' routers on a variant that replays a ONE contact trace (see ``--pons``)."""
+    import bench_one
+
+    sc = _trace_scenario(v, "PONS")
+    if isinstance(sc, str):
+        return sc
     horizon = until or float(sc.duration)
     results: list[tuple[str, str, dict[str, Any] | str]] = []
     for radio in bench_one.PONS_RADIOS:
@@ -479,11 +491,9 @@ def run_models(v: Variant, until: float) -> str:
     """Run the model's four routers under both physics (see ``--models``)."""
     import reference_routers
 
-    from sim.scenario import load
-
-    sc = load(scenario_in(ROOT, v))
-    if sc.contacts is None or sc.contacts.format != "one":
-        return f"== {v.label}: no ONE contact trace, so the model cannot replay its contacts (use --variant trace)"
+    sc = _trace_scenario(v, "the model")
+    if isinstance(sc, str):
+        return sc
     horizon = until or float(sc.duration)
     results = [
         (router, physics, reference_routers.simulate(sc, router, horizon, physics))
