@@ -60,6 +60,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sim.contact_format import FormatError, parse_one_line  # noqa: E402
 from sim.scenario import Scenario, load  # noqa: E402
 from sim.traffic import as_events, schedule  # noqa: E402
 
@@ -121,18 +122,19 @@ class Transfer:
 
 
 def trace_contacts(path: Path, until: float) -> list[tuple[float, int, int, bool]]:
-    """``(time, a, b, up)`` of a ONE connectivity trace, up to ``until``."""
+    """``(time, a, b, up)`` of a ONE connectivity trace before ``until``, in time order
+    (lines parsed as the simulator's replay parses them; host ids are indices)."""
     opener = gzip.open if path.suffix == ".gz" else open
     out: list[tuple[float, int, int, bool]] = []
     with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            fields = line.split("#", 1)[0].split()
-            if len(fields) != 5 or fields[1] != "CONN":
-                continue
-            t = float(fields[0])
-            if t >= until:
-                break
-            out.append((t, int(fields[2]), int(fields[3]), fields[4] == "up"))
+        for n, line in enumerate(f, 1):
+            try:
+                ev = parse_one_line(line)
+            except FormatError as e:
+                raise ValueError(f"{path}:{n}: {e}") from None
+            if ev is not None and ev[0] < until:
+                out.append((ev[0], int(ev[1]), int(ev[2]), ev[3]))
+    out.sort(key=lambda e: e[0])
     return out
 
 
