@@ -59,10 +59,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
+from trees import trees as source_trees
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario
-from trees import trees as source_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL = 43200.0
