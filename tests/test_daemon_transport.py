@@ -103,6 +103,56 @@ class _NoOffload(_FillsUp):
         raise OSError(errno.EIO, "Input/output error")
 
 
+class _NotYetUsable(_FillsUp):
+    """A socket whose address cannot be used yet (an IPv6 address still tentative right after
+    its link came up): every send fails with EADDRNOTAVAIL while ``failing``."""
+
+    failing = True
+    offloaded = 0
+
+    def sendto(self, data: bytes, dest: object) -> int:
+        if self.failing:
+            raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+        return super().sendto(data, dest)
+
+    def sendmsg(self, buffers: list[bytes], anc: list[Any], flags: int, dest: object) -> int:
+        if self.failing:
+            raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+        self.offloaded += 1
+        return super().sendmsg(buffers, anc, flags, dest)
+
+
+def test_a_passing_send_error_does_not_turn_offload_off() -> None:
+    async def main() -> tuple[list[bytes], UdpTransport, _NotYetUsable]:
+        medium = medium_for(random_group(), "lo")
+        rx = _plain_receiver(medium)
+        t = UdpTransport(medium)
+        await t.start(lambda d, a: None)
+        assert t._tx_sock is not None
+        sock = _NotYetUsable(t._tx_sock, room=10**9)
+        t._tx_sock = sock  # type: ignore[assignment]
+        t.send_many([b"early" * 200] * 5)  # lost, and counted: the address is not usable yet
+        sock.failing = False
+        later = [bytes([i]) * 1000 for i in range(20)]
+        t.send_many(later)
+        loop = asyncio.get_running_loop()
+        got: list[bytes] = []
+        while len(got) < len(later):
+            try:
+                got.append(await asyncio.wait_for(loop.sock_recv(rx, 65535), 10))
+            except TimeoutError:
+                break
+        t.close()
+        rx.close()
+        return got, t, sock
+
+    got, t, sock = asyncio.run(main())
+    assert t.send_errors == 5
+    assert t.offload and t.offload_error is None
+    assert sock.offloaded == 1  # the later run went out in one offloaded call
+    assert got == [bytes([i]) * 1000 for i in range(20)]
+
+
 def test_send_many_keeps_order_when_the_socket_buffer_fills() -> None:
     count = 3000
 

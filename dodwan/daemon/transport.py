@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import fcntl
 import ipaddress
 import socket
@@ -255,6 +256,11 @@ GSO_MAX_SEGMENTS = 64
 """Most datagrams handed to the kernel in one segmentation-offload call."""
 GSO_MAX_BYTES = 65000
 """Most bytes in one such call (an IPv4 UDP payload is at most 65,507 bytes)."""
+NO_GSO_ERRNOS = frozenset({errno.EIO, errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP})
+"""Errors of an offloaded send that mean the system cannot offload (an interface without
+checksum offload, a kernel without ``UDP_SEGMENT``): offload is then off for good. Any
+other error (an address not usable yet, a network down for a moment) fails only that run,
+whose datagrams are then tried one by one like any other."""
 
 
 def gso_groups(datagrams: list[bytes]) -> list[tuple[int, int]]:
@@ -483,9 +489,10 @@ class UdpTransport:
                     continue
                 except (BlockingIOError, InterruptedError):
                     return start
-                except OSError as exc:  # no GSO here: one datagram per call from now on
-                    self.offload = False
-                    self.offload_error = exc.strerror or str(exc)
+                except OSError as exc:
+                    if exc.errno in NO_GSO_ERRNOS:  # one datagram per call from now on
+                        self.offload = False
+                        self.offload_error = exc.strerror or str(exc)
             for k in range(start, end):
                 try:
                     sendto(datagrams[k], dest)
