@@ -6,6 +6,7 @@ import asyncio
 import errno
 import random
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -122,37 +123,6 @@ class _NotYetUsable(_FillsUp):
         return super().sendmsg(buffers, anc, flags, dest)
 
 
-def test_a_passing_send_error_does_not_turn_offload_off() -> None:
-    async def main() -> tuple[list[bytes], UdpTransport, _NotYetUsable]:
-        medium = medium_for(random_group(), "lo")
-        rx = _plain_receiver(medium)
-        t = UdpTransport(medium)
-        await t.start(lambda d, a: None)
-        assert t._tx_sock is not None
-        sock = _NotYetUsable(t._tx_sock, room=10**9)
-        t._tx_sock = sock  # type: ignore[assignment]
-        t.send_many([b"early" * 200] * 5)  # lost, and counted: the address is not usable yet
-        sock.failing = False
-        later = [bytes([i]) * 1000 for i in range(20)]
-        t.send_many(later)
-        loop = asyncio.get_running_loop()
-        got: list[bytes] = []
-        while len(got) < len(later):
-            try:
-                got.append(await asyncio.wait_for(loop.sock_recv(rx, 65535), 10))
-            except TimeoutError:
-                break
-        t.close()
-        rx.close()
-        return got, t, sock
-
-    got, t, sock = asyncio.run(main())
-    assert t.send_errors == 5
-    assert t.offload and t.offload_error is None
-    assert sock.offloaded == 1  # the later run went out in one offloaded call
-    assert got == [bytes([i]) * 1000 for i in range(20)]
-
-
 def test_send_many_keeps_order_when_the_socket_buffer_fills() -> None:
     count = 3000
 
@@ -199,16 +169,28 @@ def test_gso_groups_are_equal_sized_runs_within_the_caps() -> None:
 
 
 def _receive_all(
-    fake: type[_FillsUp] | None, datagrams: list[bytes]
-) -> tuple[list[bytes], UdpTransport]:
-    async def main() -> tuple[list[bytes], UdpTransport]:
+    fake: type[_FillsUp] | None,
+    datagrams: list[bytes],
+    early: list[bytes] | None = None,
+    then: Callable[[_FillsUp], None] | None = None,
+) -> tuple[list[bytes], UdpTransport, _FillsUp | None]:
+    """Send ``early`` (not waited for), call ``then`` on the fake socket, send ``datagrams``
+    and read them back on loopback."""
+
+    async def main() -> tuple[list[bytes], UdpTransport, _FillsUp | None]:
         medium = medium_for(random_group(), "lo")
         rx = _plain_receiver(medium)
         t = UdpTransport(medium)
         await t.start(lambda d, a: None)
+        sock = None
         if fake is not None:
             assert t._tx_sock is not None
-            t._tx_sock = fake(t._tx_sock, room=10**9)  # type: ignore[assignment]
+            sock = fake(t._tx_sock, room=10**9)
+            t._tx_sock = sock  # type: ignore[assignment]
+        if early:
+            t.send_many(early)
+        if then is not None and sock is not None:
+            then(sock)
         t.send_many(datagrams)
         loop = asyncio.get_running_loop()
         got: list[bytes] = []
@@ -219,7 +201,7 @@ def _receive_all(
                 break
         t.close()
         rx.close()
-        return got, t
+        return got, t, sock
 
     return asyncio.run(main())
 
@@ -228,16 +210,30 @@ def test_offloaded_runs_arrive_as_the_same_datagrams() -> None:
     rnd = random.Random(4)
     sizes = [1400] * 100 + [600] + [1400] * 10 + [77]
     datagrams = [rnd.randbytes(n) for n in sizes]
-    got, t = _receive_all(None, datagrams)
+    got, t, _ = _receive_all(None, datagrams)
     assert t.offload and t.offload_error is None
     assert got == datagrams
 
 
 def test_a_system_without_offload_falls_back_to_one_datagram_per_call() -> None:
     datagrams = [bytes([i]) * 1000 for i in range(30)]
-    got, t = _receive_all(_NoOffload, datagrams)
+    got, t, _ = _receive_all(_NoOffload, datagrams)
     assert not t.offload and t.offload_error == "Input/output error"
     assert got == datagrams and t.send_errors == 0
+
+
+def test_a_passing_send_error_does_not_turn_offload_off() -> None:
+    def usable(sock: _FillsUp) -> None:
+        assert isinstance(sock, _NotYetUsable)
+        sock.failing = False
+
+    later = [bytes([i]) * 1000 for i in range(20)]
+    # the early ones are lost, and counted: the address is not usable yet
+    got, t, sock = _receive_all(_NotYetUsable, later, early=[b"early" * 200] * 5, then=usable)
+    assert t.send_errors == 5
+    assert t.offload and t.offload_error is None
+    assert isinstance(sock, _NotYetUsable) and sock.offloaded == 1  # later: one offloaded call
+    assert got == later
 
 
 @pytest.mark.parametrize("keyed", [False, True])
