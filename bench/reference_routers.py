@@ -1,6 +1,6 @@
 """The issue-14 reference routers (Epidemic, binary Spray-and-Wait, PRoPHET, MaxProp) with
 The ONE's transfer physics or our medium's, on the contacts and messages of a scenario that
-replays a ONE trace.
+replays a contact trace.
 
 The issue's goal (0.56 delivered) is MaxProp's figure on The ONE's Helsinki map. PONS has
 no MaxProp, and its physics are kinder or harsher than The ONE's (see
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import heapq
 import math
 import statistics
@@ -60,7 +59,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.contact_format import FormatError, parse_one_line  # noqa: E402
+from sim.mobility.trace import load_trace, map_hosts  # noqa: E402
 from sim.scenario import Scenario, load  # noqa: E402
 from sim.traffic import as_events, schedule  # noqa: E402
 
@@ -121,21 +120,13 @@ class Transfer:
     end: float
 
 
-def trace_contacts(path: Path, until: float) -> list[tuple[float, int, int, bool]]:
-    """``(time, a, b, up)`` of a ONE connectivity trace before ``until``, in time order
-    (lines parsed as the simulator's replay parses them; host ids are indices)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    out: list[tuple[float, int, int, bool]] = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            try:
-                ev = parse_one_line(line)
-            except FormatError as e:
-                raise ValueError(f"{path}:{n}: {e}") from None
-            if ev is not None and ev[0] < until:
-                out.append((ev[0], int(ev[1]), int(ev[2]), ev[3]))
-    out.sort(key=lambda e: e[0])
-    return out
+def trace_contacts(
+    path: Path, fmt: str, hosts: list[str], until: float
+) -> list[tuple[float, int, int, bool]]:
+    """``(time, a, b, up)`` of a contact trace before ``until``, in time order, read as the
+    simulator's replay reads it (``sim.mobility.trace``: The ONE's format or CSV, hosts by
+    name or 0-based index)."""
+    return [e for e in map_hosts(load_trace(path, fmt), hosts) if e[0] < until]
 
 
 class World:
@@ -285,23 +276,19 @@ class World:
             for c in h.store.values():
                 mid = c.msg.mid
                 if c.msg.dst == p and mid not in hosts[p].seen and (p, mid) not in self.inflight:
-                    self.start(h, self.hosts[p], c)
+                    self.start(h, hosts[p], c)
                     return
-        if self.router == "prophet":
-            for p in free:
-                for c in self.prophet_order(h, self.hosts[p]):
-                    if self.offer_to(h, self.hosts[p], c):
-                        return
-            return
-        if self.router != "maxprop":
+        if self.router in ("epidemic", "spray"):  # each message to any neighbour lacking it
             for c in self.order(h):
                 for p in free:
-                    if self.offer_to(h, self.hosts[p], c):
+                    if self.offer_to(h, hosts[p], c):
                         return
             return
-        for p in free:  # MaxProp orders by what the neighbour's paths cost
-            for c in self.order(h, p):
-                if self.offer_to(h, self.hosts[p], c):
+        for p in free:  # PRoPHET and MaxProp order by what each neighbour can do
+            peer = hosts[p]
+            ordered = self.prophet_order(h, peer) if self.router == "prophet" else self.order(h, p)
+            for c in ordered:
+                if self.offer_to(h, peer, c):
                     return
 
     def offer_to(self, h: Host, peer: Host, c: Copy) -> bool:
@@ -460,14 +447,14 @@ class World:
 
 def simulate(sc: Scenario, router: str, until: float, physics: str = "one") -> dict[str, float]:
     """One router on the scenario's trace and messages; its figures."""
-    if sc.contacts is None or sc.contacts.format != "one":
-        raise ValueError(f"{sc.name}: needs a ONE contact trace in [contacts]")
+    if sc.contacts is None:
+        raise ValueError(f"{sc.name}: needs a contact trace in [contacts]")
     names = sc.host_names()
     pubs = schedule(sc, names, until)
     rate = sc.radio.bit_rate / 8
     capacity = max(g.protocol.cache_capacity for g in sc.groups)
     w = World(router, len(names), capacity, rate, physics)
-    for t, a, b, up in trace_contacts(sc.contacts.path, until):
+    for t, a, b, up in trace_contacts(sc.contacts.path, sc.contacts.format, names, until):
         w.at(t, "up" if up else "down", (a, b))
     ttls = {p.ttl for p in pubs}
     if len(ttls) > 1:

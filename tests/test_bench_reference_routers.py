@@ -175,17 +175,23 @@ def test_maxprop_costs_go_through_other_hosts_its_one_hop_variant_does_not() -> 
         assert costs[2] == 0.5
 
 
-def test_a_trace_is_read_in_time_order_and_a_bad_line_is_named(tmp_path: Path) -> None:
+def test_a_trace_is_read_as_the_simulator_reads_it_in_time_order_up_to_the_horizon(
+    tmp_path: Path,
+) -> None:
     from reference_routers import trace_contacts
 
+    from sim.mobility.trace import TraceError
+
+    hosts = ["h0", "h1", "h2"]
     good = tmp_path / "t.one.txt"
     good.write_text(
-        "5 CONN 0 1 up  # a comment\n2 CONN 1 2 up\n\n9 CONN 0 1 down\n7 CONN 1 2 down\n"
+        "5 CONN 0 1 up  # a comment\n2 CONN h1 2 up\n\n9 CONN 0 1 down\n7 CONN 1 2 down\n"
     )
-    assert trace_contacts(good, 8.0) == [(2.0, 1, 2, True), (5.0, 0, 1, True), (7.0, 1, 2, False)]
+    got = trace_contacts(good, "one", hosts, 8.0)
+    assert got == [(2.0, 1, 2, True), (5.0, 0, 1, True), (7.0, 1, 2, False)]
     bad = tmp_path / "bad.one.txt"
     bad.write_text("1 CONN 0 1 up\n2 CONN 0 0 up\n")
     with pytest.raises(
-        ValueError, match=r"bad\.one\.txt:2: a host cannot be in contact with itself"
+        TraceError, match=r"bad\.one\.txt:2: a host cannot be in contact with itself"
     ):
-        trace_contacts(bad, 10.0)
+        trace_contacts(bad, "one", hosts, 10.0)
