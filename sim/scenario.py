@@ -21,13 +21,25 @@ from dodwan.core.patterns import Pattern, PatternError
 from sim.contact_format import guess_format
 from sim.external_events import EVENT_ID, Creation, EventsError
 from sim.external_events import parse as parse_events
+from sim.maps import Line, MapError, RoadMap, read_wkt, route_stops
 from sim.protocol import DEFAULTS as PROTOCOL_DEFAULTS
 from sim.protocol import LIMIT_DEFAULTS, Protocol
 
-MOBILITY_MODELS = ("static", "island", "random_waypoint", "random_walk", "carrier")
+MOBILITY_MODELS = (
+    "static",
+    "island",
+    "random_waypoint",
+    "random_walk",
+    "carrier",
+    "map",
+    "map_route",
+)
 TRACE_FORMATS = ("one", "csv")
 ARRIVAL_PROCESSES = ("periodic", "poisson")
 GENERATOR_MODES = ("one", "all")
+MAP_MODELS = ("map", "map_route")
+MAX_WARMUP = 7 * 86400.0
+"""Longest ``mobility_warmup`` (a week of movement before the run)."""
 MAX_TTL: float = LIMIT_DEFAULTS["max_ttl"]
 """Longest message lifetime a scenario may ask for (the core's ``limits.max_ttl``)."""
 MAX_HOSTS = 100_000
@@ -43,7 +55,13 @@ _MODEL_KEYS: dict[str, tuple[str, ...]] = {
     "random_waypoint": ("speed", "pause", "area"),
     "random_walk": ("speed", "leg", "area"),
     "carrier": ("islands", "speed", "pause", "route"),
+    "map": ("speed", "pause", "layers"),
+    "map_route": ("stops", "route", "speed", "pause", "layers"),
 }
+_ROUTES = {"carrier": ("random", "cycle"), "map_route": ("cycle", "back_and_forth")}
+"""The ``route`` values each model accepts (the first is its default)."""
+STOP_TOLERANCE = 1.0
+"""Metres a ``map_route`` stop may lie from the nearest node of its layers."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +128,12 @@ class Mobility:
     islands: tuple[str, ...] = ()
     """Carrier: names of the island groups it travels between."""
     route: str = "random"
-    """Carrier: ``random`` (next island at random, never the current one) or ``cycle``."""
+    """Carrier: ``random`` (next island at random, never the current one) or ``cycle``.
+    Map route: ``cycle`` (after the last stop, the first) or ``back_and_forth``."""
+    layers: tuple[str, ...] = ()
+    """Map models: the ``[map]`` layers the hosts move on (all of them when empty)."""
+    stops: Path | None = None
+    """Map route: the WKT file of its stops, in order (the points of its geometries)."""
 
 
 @dataclass(frozen=True)
@@ -262,6 +285,10 @@ class Scenario:
     joms_topics: tuple[JomsTopic, ...] = ()
     joms_queues: tuple[JomsQueue, ...] = ()
     contacts: ContactTrace | None = None
+    map_layers: tuple[tuple[str, Path], ...] = ()
+    """``[map]``: the road map's layers (name, WKT file), for the map mobility models."""
+    mobility_warmup: float = 0.0
+    """Seconds the hosts move before the run starts (The ONE's ``MovementModel.warmup``)."""
 
     def host_names(self) -> list[str]:
         """All hosts, group by group, in file order."""
@@ -546,7 +573,7 @@ class _Validator:
             (
                 "name", "description", "seed", "duration", "mobility_step",
                 "cache_sample_period", "world", "radio", "protocol", "groups", "traffic",
-                "contacts",
+                "contacts", "map", "mobility_warmup",
             ),
         )  # fmt: skip
         assert top is not None
@@ -555,6 +582,7 @@ class _Validator:
         seed = self.num(top, (), "seed", 0, minimum=0, integer=True)
         duration = self.num(top, (), "duration", None, positive=True)
         step = self.num(top, (), "mobility_step", 1.0, positive=True)
+        warmup = self.num(top, (), "mobility_warmup", 0.0, minimum=0.0, maximum=MAX_WARMUP)
         sample = self.num(top, (), "cache_sample_period", 60.0, positive=True)
 
         world = self.table(top.get("world", {}), ("world",), ("width", "height")) or {}
@@ -590,6 +618,7 @@ class _Validator:
             self.err(("groups",), f"at most {MAX_HOSTS:,} hosts in all groups together")
             groups = []  # refused: do not name them all
         self.check_carriers(groups)
+        map_layers = self.map_layers(top.get("map"), groups, (width, height))
 
         host_set = {h for g in groups for h in g.host_names()}
         known = host_set | {g.name for g in groups}
@@ -711,6 +740,8 @@ class _Validator:
             joms_topics=topics,
             joms_queues=queues,
             contacts=contacts,
+            map_layers=map_layers,
+            mobility_warmup=warmup,
         )
 
     def protocol(self, raw: Any, path: _Path, base: Protocol) -> Protocol:
@@ -803,6 +834,11 @@ class _Validator:
             else:
                 positions = tuple((float(x), float(y)) for x, y in raw_pos)
         islands = self.names(t, path, "islands") if model == "carrier" else ()
+        routes = _ROUTES.get(model, ("random",))
+        layers = self.names(t, path, "layers", required=False) if "layers" in t else ()
+        stops = None
+        if model == "map_route":
+            stops = self.file(t, path, "stops")
         return Mobility(
             model=model,
             speed=self.span(t, path, "speed", d.speed),
@@ -815,8 +851,80 @@ class _Validator:
             radius=self.num(t, path, "radius", None if model == "island" else 0.0, minimum=0.0)
             or 0.0,
             islands=islands,
-            route=self.string(t, path, "route", "random", choices=("random", "cycle")),
+            route=self.string(t, path, "route", routes[0], choices=routes),
+            layers=tuple(layers or ()),
+            stops=stops,
         )
+
+    def file(self, t: Mapping[str, Any], path: _Path, key: str) -> Path | None:
+        """A required file name, relative to the scenario's folder; None (reported) when
+        it is missing or names no file."""
+        name = self.string(t, path, key)
+        if name is None:
+            return None
+        p = Path(name)
+        if not p.is_absolute() and self.source is not None:
+            p = self.source.parent / p
+        if not p.is_file():
+            self.err((*path, key), f"no such file: {p}")
+            return None
+        return p
+
+    def map_layers(
+        self, raw: Any, groups: list[Group], world: tuple[float | None, float | None]
+    ) -> tuple[tuple[str, Path], ...]:
+        """``[map]`` (layer name = WKT file), checked with the groups that move on it: the
+        files parse, the map fits the world, layers and route stops exist."""
+        path: _Path = ("map",)
+        on_map = [(i, g) for i, g in enumerate(groups) if g.mobility.model in MAP_MODELS]
+        if raw is None:
+            for i, _g in on_map:
+                self.err(("groups", i, "mobility", "model"), "a map model needs a [map] table")
+            return ()
+        if not isinstance(raw, dict) or not raw:
+            self.err(path, 'must be a table of layers, e.g. roads = "maps/roads.wkt"')
+            return ()
+        layers: list[tuple[str, Path]] = []
+        parsed: list[tuple[str, list[Line]]] = []
+        for name in raw:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                self.err((*path, name), "a layer name uses only letters, digits, '_', '.', '-'")
+                continue
+            p = self.file(raw, path, name)
+            if p is None:
+                continue
+            try:
+                parsed.append((name, read_wkt(p)))
+            except MapError as e:
+                self.err((*path, name), str(e))
+                continue
+            layers.append((name, p))
+        if len(layers) != len(raw):
+            return ()
+        try:
+            roads = RoadMap(parsed)
+        except MapError as e:
+            self.err(path, str(e))
+            return ()
+        width, height = world
+        ex, ey = roads.extent
+        if width is not None and height is not None and (ex > width or ey > height):
+            self.err(path, f"the map spans {ex:.1f} x {ey:.1f} m, more than the world "
+                     f"({width:g} x {height:g} m)")  # fmt: skip
+        for i, g in on_map:
+            mp: _Path = ("groups", i, "mobility")
+            try:
+                mask = roads.mask(g.mobility.layers)
+                roads.component(mask)
+            except MapError as e:
+                self.err((*mp, "layers"), str(e))
+                continue
+            if g.mobility.stops is not None:
+                try:
+                    route_stops(roads, g.mobility.stops, mask, STOP_TOLERANCE)
+                except MapError as e:
+                    self.err((*mp, "stops"), str(e))
+        return tuple(layers)
 
     def check_carriers(self, groups: list[Group]) -> None:
         kinds = {g.name: g.mobility.model for g in groups}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -58,13 +59,17 @@ class World:
 def build_world(scenario: Scenario, seed: int | None = None) -> World:
     """Create every group's model, place the hosts and return the world (``seed`` overrides)."""
     seed = scenario.seed if seed is None else seed
+    from sim.maps import load_map, route_stops
+    from sim.mobility.onmap import MapRoute, MapWalk
     from sim.mobility.static import Island, Static
     from sim.mobility.walk import RandomWalk
     from sim.mobility.waypoint import Carrier, RandomWaypoint
+    from sim.scenario import STOP_TOLERANCE
 
     width, height = scenario.world
     world = World(width, height, sum(g.count for g in scenario.groups))
     groups = {g.name: g for g in scenario.groups}
+    roads = load_map(scenario.map_layers) if scenario.map_layers else None
     start = 0
     for g in scenario.groups:
         rows = slice(start, start + g.count)
@@ -85,8 +90,21 @@ def build_world(scenario: Scenario, seed: int | None = None) -> World:
             isl: list[Group] = [groups[name] for name in spec.islands]
             discs = [(i.mobility.center, i.mobility.radius) for i in isl]
             model = Carrier(rows, area, rng, spec.speed, spec.pause, discs, spec.route)
+        elif spec.model in ("map", "map_route") and roads is not None:
+            mask = roads.mask(spec.layers)
+            if spec.model == "map":
+                model = MapWalk(rows, area, rng, roads, mask, spec.speed, spec.pause)
+            else:
+                assert spec.stops is not None
+                stops = route_stops(roads, spec.stops, mask, STOP_TOLERANCE)
+                back = spec.route == "back_and_forth"
+                model = MapRoute(rows, area, rng, roads, mask, spec.speed, spec.pause, stops, back)
         else:  # pragma: no cover - the validator only lets known models through
             raise ValueError(f"unknown mobility model {spec.model!r}")
         model.place(world.pos)
         world.models.append(model)
+    warm, dt = scenario.mobility_warmup, scenario.mobility_step
+    if warm > 0 and world.moving:
+        for _ in range(math.ceil(warm / dt - 1e-9)):
+            world.step(dt)
     return world
