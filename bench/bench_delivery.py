@@ -23,14 +23,18 @@ read with pyarrow; no Spark):
   carriers, creation to deadline); transfers started that never completed;
 * the issue's goals, met or not.
 
-Variants: ``1k`` (``one_default_1k.toml``: altruistic, 1 kB), ``mb`` (``one_default.toml``:
-altruistic, 0.5-1 MB), ``trace`` (``one_default_trace.toml``: the 0.5-1 MB traffic on the
-bundled ONE contact trace), or the path of any scenario file. With ``--baseline REV`` every
+Variants: ``town1k`` and ``town`` (``one_town_1k.toml`` and ``one_town.toml``: The ONE's
+default scenario with hosts moving along the streets and tram lines of a town map,
+altruistic, 1 kB and 0.5-1 MB; the default pair), ``1k`` (``one_default_1k.toml``:
+altruistic, 1 kB), ``mb`` (``one_default.toml``: the same with random-waypoint movement
+over 1500 x 1100 m, 0.5-1 MB), ``trace`` (``one_default_trace.toml``: the 0.5-1 MB traffic
+on the bundled ONE contact trace of ``mb``), or the path of any scenario file. With ``--baseline REV`` every
 variant also runs on a checkout of REV in a temporary git worktree, in the same invocation,
 and the two columns are printed side by side with their ratio. Each tree runs its own copy
-of the scenario file when it has one. For variants that replay a ONE trace, ``--pons``
-adds PONS' routers and ``--models`` the four routers the issue names in the message-level
-model of ``reference_routers.py``, on the same contacts and messages.
+of the scenario file when it has one. ``--models`` adds the four routers the issue names
+in the message-level model of ``reference_routers.py``, on the same contacts (the trace a
+variant replays, or those its mobility makes) and messages; for variants that replay a ONE
+trace, ``--pons`` adds PONS' routers.
 
     .venv/bin/python bench/bench_delivery.py --until 10800 --baseline 3cd20bd --jobs 2
     .venv/bin/python bench/bench_delivery.py --variant 1k --until 3600
@@ -82,6 +86,8 @@ class Variant:
 
 
 VARIANTS = {
+    "town1k": Variant("town1k", "one_town_1k.toml", "town map, altruistic, 1 kB", "1k"),
+    "town": Variant("town", "one_town.toml", "town map, altruistic, 0.5-1 MB", "mb"),
     "1k": Variant("1k", "one_default_1k.toml", "altruistic, 1 kB", "1k"),
     "mb": Variant("mb", "one_default.toml", "altruistic, 0.5-1 MB", "mb"),
     "trace": Variant(
@@ -491,9 +497,9 @@ def run_models(v: Variant, until: float) -> str:
     """Run the model's four routers under both physics (see ``--models``)."""
     import reference_routers
 
-    sc = _trace_scenario(v, "the model")
-    if isinstance(sc, str):
-        return sc
+    from sim.scenario import load
+
+    sc = load(scenario_in(ROOT, v))
     horizon = until or float(sc.duration)
     results = [
         (router, physics, reference_routers.simulate(sc, router, horizon, physics))
@@ -528,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--variant",
         action="append",
         type=variant_of,
-        help="1k, mb, trace or a scenario .toml (repeatable; default: 1k and mb)",
+        help=f"{', '.join(VARIANTS)} or a scenario .toml (repeatable; default: town1k and town)",
     )
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel child processes")
     ap.add_argument("--logs", type=Path, help="keep each run's logs in DIR/<tree>-<variant>")
@@ -542,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--models",
         action="store_true",
         help="also run Epidemic, Spray-and-Wait, PRoPHET and MaxProp in a message-level model "
-        "(bench/reference_routers.py) on the same contacts and messages (trace variants), with "
+        "(bench/reference_routers.py) on the same contacts and messages, with "
         "The ONE's physics and ours",
     )
     args = ap.parse_args(argv)  # fmt: skip
@@ -551,7 +557,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if args.until < 0 or args.jobs < 1:
         ap.error("--until must be >= 0 and --jobs >= 1")
-    variants: list[Variant] = args.variant or [VARIANTS["1k"], VARIANTS["mb"]]
+    variants: list[Variant] = args.variant or [VARIANTS["town1k"], VARIANTS["town"]]
     with source_trees(args.baseline) as trees:
         jobs = [(v, name, tree) for v in variants for name, tree in trees]
 

@@ -1,6 +1,6 @@
 """The issue-14 reference routers (Epidemic, binary Spray-and-Wait, PRoPHET, MaxProp) with
-The ONE's transfer physics or our medium's, on the contacts and messages of a scenario that
-replays a contact trace.
+The ONE's transfer physics or our medium's, on the contacts and messages of a scenario: the
+contact trace it replays, or the contacts its own mobility makes (what a live run sees).
 
 The issue's goal (0.56 delivered) is MaxProp's figure on The ONE's Helsinki map. PONS has
 no MaxProp, and its physics are kinder or harsher than The ONE's (see
@@ -17,7 +17,7 @@ no MaxProp, and its physics are kinder or harsher than The ONE's (see
   message it holds or had delivered, and makes room for a new one by its router's drop
   order when the transfer starts (``checkReceiving``); a destination does not store what
   is delivered to it;
-* contacts come up and go down at the trace's times; discovery is instant (The ONE's
+* contacts come up and go down at the trace's (or the mobility's) times; discovery is instant (The ONE's
   connection events); messages expire at their deadline.
 
 Routers (as their papers and The ONE describe them; written here, not ported):
@@ -59,6 +59,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sim.mobility.contacts import link_changes  # noqa: E402
 from sim.mobility.trace import load_trace, map_hosts  # noqa: E402
 from sim.scenario import Scenario, load  # noqa: E402
 from sim.traffic import as_events, schedule  # noqa: E402
@@ -129,12 +130,26 @@ def trace_contacts(
     return [e for e in map_hosts(load_trace(path, fmt), hosts) if e[0] < until]
 
 
+def mobility_contacts(sc: Scenario, until: float) -> list[tuple[float, int, int, bool]]:
+    """``(time, a, b, up)`` of the links the scenario's own mobility makes before ``until``
+    (``sim.mobility.contacts.link_changes``, what a live run of the scenario replays)."""
+    n = len(sc.host_names())
+    out: list[tuple[float, int, int, bool]] = []
+    for t, up, down in link_changes(sc, sc.seed, until):
+        if t >= until:
+            break
+        out.extend((t, c // n, c % n, False) for c in down.tolist())
+        out.extend((t, c // n, c % n, True) for c in up.tolist())
+    return out
+
+
 class World:
     """The hosts, their contacts and transfers, and one router's decisions."""
 
     def __init__(
-        self, router: str, n: int, capacity: int, rate: float, physics: str = "one"
+        self, router: str, n: int, capacity: int | list[int], rate: float, physics: str = "one"
     ) -> None:
+        """``capacity``: every host's buffer in bytes, or one per host."""
         if router not in ROUTERS + EXTRA_ROUTERS:
             raise ValueError(
                 f"unknown router {router!r} (one of {', '.join(ROUTERS + EXTRA_ROUTERS)})"
@@ -146,7 +161,10 @@ class World:
         self.exclusive = physics == "one"
         self.inflight: set[tuple[int, str]] = set()  # (receiver, message) under way
         self.rate = rate
-        self.hosts = [Host(i, capacity) for i in range(n)]
+        caps = capacity if isinstance(capacity, list) else [capacity] * n
+        if len(caps) != n:
+            raise ValueError(f"{len(caps)} capacities for {n} hosts")
+        self.hosts = [Host(i, c) for i, c in enumerate(caps)]
         self.now = 0.0
         self.events: list[tuple[float, int, str, object]] = []
         self._seq = 0
@@ -447,14 +465,16 @@ class World:
 
 def simulate(sc: Scenario, router: str, until: float, physics: str = "one") -> dict[str, float]:
     """One router on the scenario's trace and messages; its figures."""
-    if sc.contacts is None:
-        raise ValueError(f"{sc.name}: needs a contact trace in [contacts]")
     names = sc.host_names()
     pubs = schedule(sc, names, until)
     rate = sc.radio.bit_rate / 8
-    capacity = max(g.protocol.cache_capacity for g in sc.groups)
+    capacity = [g.protocol.cache_capacity for g in sc.groups for _ in range(g.count)]
     w = World(router, len(names), capacity, rate, physics)
-    for t, a, b, up in trace_contacts(sc.contacts.path, sc.contacts.format, names, until):
+    if sc.contacts is not None:
+        contacts = trace_contacts(sc.contacts.path, sc.contacts.format, names, until)
+    else:
+        contacts = mobility_contacts(sc, until)
+    for t, a, b, up in contacts:
         w.at(t, "up" if up else "down", (a, b))
     ttls = {p.ttl for p in pubs}
     if len(ttls) > 1:

@@ -238,7 +238,7 @@ def test_an_unknown_variant_is_refused_with_the_choices() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 2
-    assert "unknown variant 'huge': one of 1k, mb, trace or a scenario .toml file" in r.stderr
+    assert "unknown variant 'huge': one of town1k, town, 1k, mb, trace or a scenario .toml file" in r.stderr
 
 
 def test_goals_are_judged_from_the_figures() -> None:
@@ -312,9 +312,9 @@ def test_model_routers_report_delivery_overhead_and_delay() -> None:
     assert re.search(r"^  epidemic +one +0 +0\.000 +- +- s$", out, re.M), out
 
 
-def test_model_routers_need_a_one_trace_and_run_on_the_trace_variant() -> None:
-    assert "no ONE contact trace" in bench_delivery.run_models(bench_delivery.VARIANTS["mb"], 60.0)
-    out = bench_delivery.run_models(bench_delivery.VARIANTS["trace"], 600.0)
-    for router in ("epidemic", "spray", "prophet", "maxprop"):
-        for physics in ("one", "medium"):
-            assert re.search(rf"^  {router} +{physics} +\d+ +[\d.]+ ", out, re.M), out
+def test_model_routers_run_on_a_trace_and_on_a_variant_s_own_mobility() -> None:
+    for key in ("trace", "town"):
+        out = bench_delivery.run_models(bench_delivery.VARIANTS[key], 600.0)
+        for router in ("epidemic", "spray", "prophet", "maxprop"):
+            for physics in ("one", "medium"):
+                assert re.search(rf"^  {router} +{physics} +\d+ +[\d.]+ ", out, re.M), out

@@ -195,3 +195,35 @@ def test_a_trace_is_read_as_the_simulator_reads_it_in_time_order_up_to_the_horiz
         TraceError, match=r"bad\.one\.txt:2: a host cannot be in contact with itself"
     ):
         trace_contacts(bad, "one", hosts, 10.0)
+
+
+def test_a_scenario_without_a_trace_runs_on_the_contacts_its_mobility_makes() -> None:
+    # the bundled trace holds the contacts of one_default.toml's own mobility (seed 1)
+    from reference_routers import mobility_contacts, trace_contacts
+
+    from sim.scenario import load
+
+    moving = load(ROOT / "scenarios" / "one_default.toml")
+    replay = load(ROOT / "scenarios" / "one_default_trace.toml")
+    assert replay.contacts is not None and moving.contacts is None
+    names = replay.host_names()
+    want = trace_contacts(replay.contacts.path, "one", names, 900.0)
+    got = mobility_contacts(moving, 900.0)
+    assert len(want) > 50
+    assert sorted(got) == sorted(want)
+
+
+def test_each_host_has_its_own_group_s_buffer() -> None:
+    # 1 relays a 250 kB message from 0 to 2 only if its own buffer can hold it
+    delivered = []
+    for caps in ([1_000_000, 200_000, 1_000_000], [1_000_000, 300_000, 1_000_000]):
+        w = World("epidemic", 3, caps, RATE)
+        w.at(0.0, "create", msg("M1", 0, 2))
+        contact(w, 0, 1, 1.0, 3.0)
+        contact(w, 1, 2, 10.0, 13.0)
+        w.run(100.0)
+        assert [h.capacity for h in w.hosts] == caps
+        delivered.append(sorted(w.delivered))
+    assert delivered == [[], ["M1"]]
+    with pytest.raises(ValueError, match="2 capacities for 3 hosts"):
+        World("epidemic", 3, [1, 2], RATE)
