@@ -273,6 +273,8 @@ def child(spec: dict[str, Any]) -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         res = simulate(sc, out, until=until)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        # the run's own peak, before reading its logs back (which can take more)
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         fig = figures(out, res.until)
         fig |= diagnosis_figures(out, res.until)
     fig |= {
@@ -280,7 +282,7 @@ def child(spec: dict[str, Any]) -> None:
         "hosts": res.hosts,
         "wall": wall,
         "cpu": cpu,
-        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_mb": rss_mb,
         "publish_refused": res.counters.get("sim_publish_refused", 0),
     }
     print(json.dumps(fig), flush=True)

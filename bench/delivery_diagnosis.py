@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from bench_delivery import _read, contact_intervals, lower_median
 
 Interval = tuple[str, float, float]
@@ -56,6 +57,24 @@ def holdings(rows: list[tuple[float, str, str, str]], until: float) -> dict[str,
     return out
 
 
+def fragments_stored(run_dir: Path) -> defaultdict[tuple[str, str], list[int]]:
+    """``(msg_id, host) -> [fragments, bytes]`` of the fragment rows, totalled by Arrow: a
+    0.5-1 MB run logs tens of millions of them, too many to turn into Python objects."""
+    t = pq.read_table(
+        run_dir / "messages.parquet", columns=["msg_id", "host", "bytes"],
+        filters=[("event", "=", "fragment")],
+    )  # fmt: skip
+    agg = t.group_by(["msg_id", "host"]).aggregate([("bytes", "count"), ("bytes", "sum")])
+    out: defaultdict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for m, h, n, b in zip(
+        agg.column("msg_id").to_pylist(), agg.column("host").to_pylist(),
+        agg.column("bytes_count").to_pylist(), agg.column("bytes_sum").to_pylist(),
+        strict=True,
+    ):  # fmt: skip
+        out[(m, h)] = [n, b]
+    return out
+
+
 def _quartiles(values: list[float]) -> list[float] | None:
     if not values:
         return None
@@ -76,19 +95,14 @@ def diagnose(run_dir: Path, until: float | None = None) -> dict[str, Any]:
         targets[m].add(h)
     ev = _read(
         run_dir, "messages", ["time", "host", "msg_id", "event", "bytes"],
-        filters=[("event", "in", ["created", "fragment", "complete", "evicted", "delivered"])],
+        filters=[("event", "in", ["created", "complete", "evicted", "delivered"])],
     )  # fmt: skip
     delivered: dict[tuple[str, str], float] = {}
     size: dict[str, int] = {}
-    frags: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    frags = fragments_stored(run_dir)
     completed: set[tuple[str, str]] = set()
     lifecycle: list[tuple[float, str, str, str]] = []
     for t, h, m, e, b in zip(*ev.values(), strict=True):
-        if e == "fragment":
-            f = frags[(m, h)]
-            f[0] += 1
-            f[1] += b
-            continue
         lifecycle.append((t, h, m, e))
         if e == "delivered":
             if t < delivered.get((m, h), float("inf")):
