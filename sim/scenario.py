@@ -40,6 +40,8 @@ GENERATOR_MODES = ("one", "all")
 MAP_MODELS = ("map", "map_route")
 MAX_WARMUP = 7 * 86400.0
 """Longest ``mobility_warmup`` (a week of movement before the run)."""
+MAX_WARMUP_STEPS = 1_000_000
+"""Most mobility steps a warm-up may take (each moves every host once)."""
 MAX_TTL: float = LIMIT_DEFAULTS["max_ttl"]
 """Longest message lifetime a scenario may ask for (the core's ``limits.max_ttl``)."""
 MAX_HOSTS = 100_000
@@ -583,6 +585,9 @@ class _Validator:
         duration = self.num(top, (), "duration", None, positive=True)
         step = self.num(top, (), "mobility_step", 1.0, positive=True)
         warmup = self.num(top, (), "mobility_warmup", 0.0, minimum=0.0, maximum=MAX_WARMUP)
+        if warmup and step and warmup / step > MAX_WARMUP_STEPS:
+            self.err(("mobility_warmup",), f"at most {MAX_WARMUP_STEPS:,} mobility steps "
+                     f"({MAX_WARMUP_STEPS * step:g} s with mobility_step = {step:g})")  # fmt: skip
         sample = self.num(top, (), "cache_sample_period", 60.0, positive=True)
 
         world = self.table(top.get("world", {}), ("world",), ("width", "height")) or {}

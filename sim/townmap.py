@@ -152,10 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--name", default="town")
     d = Town()
-    ap.add_argument("--corners", type=int, default=d.corners)
-    ap.add_argument("--core-share", type=float, default=d.core_share)
-    ap.add_argument("--core-sigma", type=float, default=d.core_sigma)
+    ap.add_argument("--corners", type=int, default=d.corners, help="street corners drawn")
+    ap.add_argument("--core-share", type=float, default=d.core_share,
+                    help="share of the corners drawn around the centre")  # fmt: skip
+    ap.add_argument("--core-sigma", type=float, default=d.core_sigma,
+                    help="spread of the centre's corners (metres)")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.corners < 50:
+        ap.error("--corners must be at least 50")
+    if not 0.0 <= args.core_share <= 1.0:
+        ap.error("--core-share must be between 0 and 1")
+    if not args.core_sigma > 0:
+        ap.error("--core-sigma must be > 0 (metres)")
     town = Town(corners=args.corners, core_share=args.core_share, core_sigma=args.core_sigma)
     for f in write(town, args.seed, args.out, args.name):
         print(f)

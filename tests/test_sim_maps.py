@@ -274,6 +274,12 @@ def _scenario(folder: Path, extra: str = "", tram: str = 'stops = "tram.wkt", ')
             ("mobility_warmup = 50.0", "mobility_warmup = -1"),
             r"mobility_warmup",
         ),
+        (
+            BLOCK,
+            "POINT (1000 2000)",
+            ("mobility_warmup = 50.0", "mobility_warmup = 100000.0\nmobility_step = 0.01"),
+            r"mobility_warmup: at most 1,000,000 mobility steps",
+        ),
     ],
 )
 def test_bad_maps_are_reported_with_their_key(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from sim.maps import load_map, route_stops
 from sim.mobility.base import build_world
@@ -69,3 +72,21 @@ def test_the_town_benchmark_moves_every_host_along_its_streets() -> None:
     caps = {g.name: g.protocol.cache_capacity for g in sc.groups}
     assert caps == {"p1": 5_000_000, "c2": 5_000_000, "p3": 5_000_000,
                     "t4": 50_000_000, "t5": 50_000_000, "t6": 50_000_000}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--corners", "3"], "--corners must be at least 50"),
+        (["--core-share", "1.5"], "--core-share must be between 0 and 1"),
+        (["--core-sigma", "0"], "--core-sigma must be > 0"),
+        (["--seed", "x"], "invalid int value"),
+    ],
+)
+def test_bad_generator_arguments_are_refused(tmp_path: Path, args: list[str], says: str) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "sim.townmap", "--out", str(tmp_path / "m"), *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert not (tmp_path / "m").exists()
