@@ -867,13 +867,16 @@ class _Validator:
         name = self.string(t, path, key)
         if name is None:
             return None
-        p = Path(name)
-        if not p.is_absolute() and self.source is not None:
-            p = self.source.parent / p
+        p = self.relative(name)
         if not p.is_file():
             self.err((*path, key), f"no such file: {p}")
             return None
         return p
+
+    def relative(self, name: str) -> Path:
+        """A file named in the scenario: relative names are in the scenario's folder."""
+        p = Path(name)
+        return self.source.parent / p if not p.is_absolute() and self.source is not None else p
 
     def map_layers(
         self, raw: Any, groups: list[Group], world: tuple[float | None, float | None]
@@ -1107,9 +1110,7 @@ class _Validator:
         persistent = self.boolean(t, path, "persistent", True)
         if file is None:
             return None
-        p = Path(file)
-        if not p.is_absolute() and self.source is not None:
-            p = self.source.parent / p
+        p = self.relative(file)
         try:
             events = parse_events(p, hosts)
         except EventsError as e:
@@ -1216,9 +1217,7 @@ class _Validator:
         trace = self.string(t, path, "trace")
         if trace is None:
             return None
-        p = Path(trace)
-        if not p.is_absolute() and self.source is not None:
-            p = self.source.parent / p
+        p = self.relative(trace)
         fmt = self.string(t, path, "format", guess_trace_format(p), choices=TRACE_FORMATS)
         if not p.is_file():
             self.err((*path, "trace"), f"no such file: {p}")
