@@ -9,8 +9,8 @@ and y are 0 (the same shift applies to route files), so a map fits a world whose
 and height are its extent.
 
 Shortest paths are A* searches over the segments of the layers a group may use (a tram
-line is not a road because it ends at road crossings); destinations are drawn from the largest connected part
-of those nodes, so that every trip has a path.
+line is not a road because it ends at road crossings); destinations are drawn from the
+largest connected part of those segments' nodes, so that every trip has a path.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 Line = list[tuple[float, float]]
 
-MAX_MAP_BYTES = 256 * 1024 * 1024
+MAX_MAP_BYTES = 64 * 1024 * 1024
 """Largest map or route file read (The ONE's whole Helsinki map is under 1 MB)."""
 
 _KEYWORD = re.compile(r"\s*([A-Za-z]+)\s*\(")
