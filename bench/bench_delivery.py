@@ -503,8 +503,9 @@ def run_models(v: Variant, until: float) -> str:
 
     sc = load(scenario_in(ROOT, v))
     horizon = until or float(sc.duration)
+    contacts = reference_routers.scenario_contacts(sc, horizon)  # once for all eight runs
     results = [
-        (router, physics, reference_routers.simulate(sc, router, horizon, physics))
+        (router, physics, reference_routers.simulate(sc, router, horizon, physics, contacts))
         for physics in reference_routers.PHYSICS
         for router in reference_routers.ROUTERS
     ]

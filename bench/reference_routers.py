@@ -463,17 +463,30 @@ class World:
         return head, rest
 
 
-def simulate(sc: Scenario, router: str, until: float, physics: str = "one") -> dict[str, float]:
-    """One router on the scenario's trace and messages; its figures."""
+def scenario_contacts(sc: Scenario, until: float) -> list[tuple[float, int, int, bool]]:
+    """``(time, a, b, up)`` of the scenario's contacts before ``until``: the trace it
+    replays, else those its own mobility makes."""
+    if sc.contacts is not None:
+        return trace_contacts(sc.contacts.path, sc.contacts.format, sc.host_names(), until)
+    return mobility_contacts(sc, until)
+
+
+def simulate(
+    sc: Scenario,
+    router: str,
+    until: float,
+    physics: str = "one",
+    contacts: list[tuple[float, int, int, bool]] | None = None,
+) -> dict[str, float]:
+    """One router on the scenario's contacts (``scenario_contacts``, unless given) and
+    messages; its figures."""
     names = sc.host_names()
     pubs = schedule(sc, names, until)
     rate = sc.radio.bit_rate / 8
     capacity = [g.protocol.cache_capacity for g in sc.groups for _ in range(g.count)]
     w = World(router, len(names), capacity, rate, physics)
-    if sc.contacts is not None:
-        contacts = trace_contacts(sc.contacts.path, sc.contacts.format, names, until)
-    else:
-        contacts = mobility_contacts(sc, until)
+    if contacts is None:
+        contacts = scenario_contacts(sc, until)
     for t, a, b, up in contacts:
         w.at(t, "up" if up else "down", (a, b))
     ttls = {p.ttl for p in pubs}
@@ -511,8 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed is not None:
         sc = dataclasses.replace(sc, seed=args.seed)
     until = float(sc.duration if args.until is None else args.until)
+    contacts = scenario_contacts(sc, until)
     for router in args.router or list(ROUTERS):
-        r = simulate(sc, router, until, args.physics)
+        r = simulate(sc, router, until, args.physics, contacts)
         print(
             f"{router:9} delivered {r['delivered']:5} of {r['messages']} ({r['ratio']:.3f}), "
             f"relayed {r['relayed']:6}, ONE overhead {r['overhead']:6.1f}, "
