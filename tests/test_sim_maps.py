@@ -127,19 +127,20 @@ def test_route_stops_snap_to_nodes_within_the_tolerance(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- movement
 
 
+def walkers(
+    m: RoadMap, n: int, seed: int, speed: tuple[float, float], pause: tuple[float, float]
+) -> MapWalk:
+    """``n`` hosts walking every layer of ``m`` (the area is unused on a map)."""
+    return MapWalk(
+        slice(0, n), (0, 0, 1, 1), np.random.default_rng(seed), m, m.mask(), speed, pause
+    )
+
+
 def test_walkers_stay_on_roads_and_keep_their_speed_through_nodes() -> None:
     # a straight road of 1 m segments: a host at 10 m/s covers 10 m per step regardless
     line = "LINESTRING (" + ", ".join(f"{x} 0" for x in range(0, 1001)) + ")"
     m = RoadMap([("r", parse_wkt(line))])
-    w = MapWalk(
-        slice(0, 1),
-        (0, 0, 1000, 1),
-        np.random.default_rng(1),
-        m,
-        m.mask(),
-        (10.0, 10.0),
-        (0.0, 0.0),
-    )
+    w = walkers(m, 1, seed=1, speed=(10.0, 10.0), pause=(0.0, 0.0))
     pos = np.zeros((1, 2))
     w.place(pos)
     start = float(pos[0, 0])
@@ -149,15 +150,7 @@ def test_walkers_stay_on_roads_and_keep_their_speed_through_nodes() -> None:
     assert pos[0, 1] == 0.0
 
     m = block()
-    w = MapWalk(
-        slice(0, 20),
-        (0, 0, 200, 100),
-        np.random.default_rng(2),
-        m,
-        m.mask(),
-        (0.5, 13.9),
-        (0.0, 5.0),
-    )
+    w = walkers(m, 20, seed=2, speed=(0.5, 13.9), pause=(0.0, 5.0))
     pos = np.zeros((20, 2))
     w.place(pos)
     for _ in range(500):
