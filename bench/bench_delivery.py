@@ -28,9 +28,9 @@ default scenario with hosts moving along the streets and tram lines of a town ma
 altruistic, 1 kB and 0.5-1 MB; the default pair), ``1k`` (``one_default_1k.toml``:
 altruistic, 1 kB), ``mb`` (``one_default.toml``: the same with random-waypoint movement
 over 1500 x 1100 m, 0.5-1 MB), ``trace`` (``one_default_trace.toml``: the 0.5-1 MB traffic
-on the bundled ONE contact trace of ``mb``), or the path of any scenario file. With ``--baseline REV`` every
-variant also runs on a checkout of REV in a temporary git worktree, in the same invocation,
-and the two columns are printed side by side with their ratio. Each tree runs its own copy
+on the bundled ONE contact trace of ``mb``), or the path of any scenario file. With
+``--baseline REV`` every variant also runs on a checkout of REV in a temporary git
+worktree, in the same invocation, and the two columns are printed side by side with their ratio. Each tree runs its own copy
 of the scenario file when it has one. ``--models`` adds the four routers the issue names
 in the message-level model of ``reference_routers.py``, on the same contacts (the trace a
 variant replays, or those its mobility makes) and messages; for variants that replay a ONE

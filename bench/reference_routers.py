@@ -17,8 +17,8 @@ no MaxProp, and its physics are kinder or harsher than The ONE's (see
   message it holds or had delivered, and makes room for a new one by its router's drop
   order when the transfer starts (``checkReceiving``); a destination does not store what
   is delivered to it;
-* contacts come up and go down at the trace's (or the mobility's) times; discovery is instant (The ONE's
-  connection events); messages expire at their deadline.
+* contacts come up and go down at the trace's (or the mobility's) times; discovery is
+  instant (The ONE's connection events); messages expire at their deadline.
 
 Routers (as their papers and The ONE describe them; written here, not ported):
 

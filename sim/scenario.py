@@ -21,7 +21,7 @@ from dodwan.core.patterns import Pattern, PatternError
 from sim.contact_format import guess_format
 from sim.external_events import EVENT_ID, Creation, EventsError
 from sim.external_events import parse as parse_events
-from sim.maps import Line, MapError, RoadMap, read_wkt, route_stops
+from sim.maps import MapError, load_map, route_stops
 from sim.protocol import DEFAULTS as PROTOCOL_DEFAULTS
 from sim.protocol import LIMIT_DEFAULTS, Protocol
 
@@ -893,26 +893,21 @@ class _Validator:
             self.err(path, 'must be a table of layers, e.g. roads = "maps/roads.wkt"')
             return ()
         layers: list[tuple[str, Path]] = []
-        parsed: list[tuple[str, list[Line]]] = []
         for name in raw:
             if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
                 self.err((*path, name), "a layer name uses only letters, digits, '_', '.', '-'")
                 continue
             p = self.file(raw, path, name)
-            if p is None:
-                continue
-            try:
-                parsed.append((name, read_wkt(p)))
-            except MapError as e:
-                self.err((*path, name), str(e))
-                continue
-            layers.append((name, p))
+            if p is not None:
+                layers.append((name, p))
         if len(layers) != len(raw):
             return ()
         try:
-            roads = RoadMap(parsed)
+            roads = load_map(layers)  # the run's own map: it reads the files once
         except MapError as e:
-            self.err(path, str(e))
+            # a file's error (it starts with the file's name) is the layer's, else the map's
+            bad = [name for name, p in layers if str(e).startswith(f"{p}:")]
+            self.err((*path, bad[0]) if bad else path, str(e))
             return ()
         width, height = world
         ex, ey = roads.extent

@@ -3,8 +3,9 @@
 Street corners are drawn around a dense centre thinning out towards the edges (a Gaussian
 core over a uniform background), kept at least ``min_gap`` apart; streets join corners
 that are relative neighbours (no other corner nearer to both than they are to each
-other): a planar, connected network, about as sparse as a real street map. Tram lines are shortest paths between
-far-apart corners through the centre, with a stop every ``tram_stop_gap`` metres.
+other): a planar, connected network, about as sparse as a real street map. Tram lines are
+shortest paths between far-apart corners through the centre, with a stop every
+``tram_stop_gap`` metres.
 
 Written as WKT in the map format ``sim.maps`` reads (coordinates to the centimetre):
 ``<out>/<name>.wkt`` (one ``LINESTRING`` per street) and ``<out>/<name>_tram<k>.wkt``
@@ -40,8 +41,11 @@ class Town:
     core_sigma: float = 400.0
     """Spread (metres, standard deviation) of the centre's corners."""
     min_gap: float = 30.0
+    """Closest two corners may be (metres)."""
     trams: int = 3
+    """Tram lines."""
     tram_stop_gap: float = 400.0
+    """Metres of line between two stops (at least)."""
 
 
 def corners(town: Town, rng: np.random.Generator) -> np.ndarray:
@@ -94,9 +98,7 @@ def streets(pts: np.ndarray, k: int = 8) -> list[tuple[int, int]]:
     return sorted(edges)
 
 
-def tram_lines(
-    town: Town, pts: np.ndarray, roads: RoadMap, rng: np.random.Generator
-) -> list[list[int]]:
+def tram_lines(town: Town, roads: RoadMap, rng: np.random.Generator) -> list[list[int]]:
     """Each tram line's stops (nodes of ``roads``): from a corner near one edge of the town
     to one near the opposite edge, through the corner nearest the centre."""
     mask = roads.mask()
@@ -138,7 +140,7 @@ def write(town: Town, seed: int, out: Path, name: str = "town") -> list[Path]:
     files = [out / f"{name}.wkt"]
     files[0].write_text(text, encoding="utf-8")
     ox, oy = roads.offset
-    for k, stops in enumerate(tram_lines(town, pts, roads, rng), start=1):
+    for k, stops in enumerate(tram_lines(town, roads, rng), start=1):
         line = ", ".join(_xy(roads.xy[s] + (ox, oy)) for s in stops)
         f = out / f"{name}_tram{k}.wkt"
         f.write_text(f"LINESTRING ({line})\n", encoding="utf-8")

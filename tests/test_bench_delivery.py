@@ -238,7 +238,10 @@ def test_an_unknown_variant_is_refused_with_the_choices() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 2
-    assert "unknown variant 'huge': one of town1k, town, 1k, mb, trace or a scenario .toml file" in r.stderr
+    assert (
+        "unknown variant 'huge': one of town1k, town, 1k, mb, trace or a scenario .toml file"
+        in r.stderr
+    )
 
 
 def test_goals_are_judged_from_the_figures() -> None:

@@ -64,7 +64,7 @@ def build_world(scenario: Scenario, seed: int | None = None) -> World:
     from sim.mobility.static import Island, Static
     from sim.mobility.walk import RandomWalk
     from sim.mobility.waypoint import Carrier, RandomWaypoint
-    from sim.scenario import STOP_TOLERANCE
+    from sim.scenario import MAP_MODELS, STOP_TOLERANCE
 
     width, height = scenario.world
     world = World(width, height, sum(g.count for g in scenario.groups))
@@ -90,7 +90,7 @@ def build_world(scenario: Scenario, seed: int | None = None) -> World:
             isl: list[Group] = [groups[name] for name in spec.islands]
             discs = [(i.mobility.center, i.mobility.radius) for i in isl]
             model = Carrier(rows, area, rng, spec.speed, spec.pause, discs, spec.route)
-        elif spec.model in ("map", "map_route") and roads is not None:
+        elif spec.model in MAP_MODELS and roads is not None:
             mask = roads.mask(spec.layers)
             if spec.model == "map":
                 model = MapWalk(rows, area, rng, roads, mask, spec.speed, spec.pause)
