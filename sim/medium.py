@@ -4,7 +4,8 @@ A datagram of n bytes occupies its sender's radio for 8n / bit_rate seconds, aft
 datagrams the sender queued before it. When its transmission ends it reaches the hosts in
 range of the sender at that moment (every neighbour for a broadcast, the addressee only
 for a unicast), each losing it independently with probability ``loss`` drawn from the
-medium's own random stream. Neighbour sets are kept up to date by ``link_up`` /
+medium's own random stream. ``loss`` is per link frame: a datagram larger than one frame
+of ``mtu`` bytes travels as IP fragments and is lost if any of them is. Neighbour sets are kept up to date by ``link_up`` /
 ``link_down`` (from mobility or a contact trace).
 """
 
@@ -19,6 +20,10 @@ from typing import Any
 
 import simpy
 from simpy.core import NORMAL  # type: ignore[attr-defined]
+
+MTU = 1500
+"""Default link MTU (bytes): Ethernet's and Wi-Fi's."""
+_IP_HEADER, _UDP_HEADER = 20, 8
 
 LOOKAHEAD = 0.05
 """Seconds of air time a host is asked to fill ahead (:meth:`Medium.ready_bytes`): the
@@ -39,10 +44,16 @@ class Medium:
         loss: float,
         rng: random.Random,
         deliver: Deliver,
+        mtu: int = MTU,
     ) -> None:
+        if mtu < 68:
+            raise ValueError("mtu must be at least 68 bytes (IPv4's minimum)")
         self.env = env
         self.seconds_per_byte = 8.0 / bit_rate
         self.loss = loss
+        self.frame_payload = (mtu - _IP_HEADER) // 8 * 8
+        """UDP bytes (datagram and its header) one IP fragment carries: what is left of the
+        MTU after the IP header, rounded down to 8 bytes as fragment offsets are."""
         self.rng = rng
         self.deliver = deliver
         self.neighbours: list[set[int]] = [set() for _ in range(n)]
@@ -75,6 +86,10 @@ class Medium:
         self.unreachable = 0
         self.silent = 0
         """Broadcasts sent while alone, whose arrival was not scheduled (see :meth:`send`)."""
+
+    def frames(self, size: int) -> int:
+        """Link frames (IP fragments) a datagram of ``size`` bytes travels in."""
+        return -(-(size + _UDP_HEADER) // self.frame_payload)
 
     def ready_bytes(self, sender: int, now: float | None = None) -> int:
         """Bytes ``sender`` may queue at ``now`` (default: the clock's time): what keeps its
@@ -200,6 +215,10 @@ class Medium:
             self.unreachable += 1
             return
         loss, rnd = self.loss, self.rng.random
+        if loss:
+            frames = self.frames(len(data))
+            if frames > 1:  # one draw still: lost unless every frame arrives
+                loss = 1.0 - (1.0 - loss) ** frames
         for r in receivers:
             if loss and rnd() < loss:
                 self.lost += 1

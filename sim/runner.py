@@ -91,6 +91,7 @@ class Simulation:
             scenario.radio.loss,
             py_rng(self.seed, "medium"),
             self._wiring,
+            mtu=scenario.radio.mtu,
         )
         joms_names = set(joms_traffic.joms_hosts(scenario))
         for g in scenario.groups:

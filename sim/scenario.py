@@ -22,6 +22,7 @@ from sim.contact_format import guess_format
 from sim.external_events import EVENT_ID, Creation, EventsError
 from sim.external_events import parse as parse_events
 from sim.maps import MapError, load_map, route_stops
+from sim.medium import MTU
 from sim.protocol import DEFAULTS as PROTOCOL_DEFAULTS
 from sim.protocol import LIMIT_DEFAULTS, Protocol
 
@@ -102,9 +103,11 @@ class Radio:
     bit_rate: float
     """Bits per second; a datagram of n bytes occupies the sender's radio 8n/bit_rate s."""
     loss: float
-    """Probability that one receiver independently loses one datagram."""
+    """Probability that one receiver independently loses one link frame."""
     max_datagram: int
     """Largest datagram in bytes (given to each node's config)."""
+    mtu: int
+    """Link MTU in bytes: a larger datagram travels as IP fragments, lost if one is."""
 
 
 @dataclass(frozen=True)
@@ -602,6 +605,7 @@ class _Validator:
             max_datagram=self.num(
                 rt, ("radio",), "max_datagram", 1400, minimum=256, maximum=65507, integer=True
             ),
+            mtu=self.num(rt, ("radio",), "mtu", MTU, minimum=68, maximum=65535, integer=True),
         )
         base = self.protocol(top.get("protocol", {}), ("protocol",), Protocol())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 import simpy
 
 from sim import grid
@@ -94,6 +95,45 @@ def test_loss_is_per_receiver_with_the_configured_probability() -> None:
     assert medium.delivered + medium.lost == total
     assert abs(medium.lost / total - 0.3) < 0.03
     assert len(got) == medium.delivered
+
+
+def test_a_datagram_larger_than_the_mtu_is_lost_if_any_of_its_frames_is() -> None:
+    """IP fragmentation: a 4,000-byte datagram is 3 frames of a 1,500-byte MTU (the
+    default), each lost with probability ``loss``; it arrives only if all three do."""
+    env, medium, got = make(41, bit_rate=1e9, loss=0.3, seed=7)
+    for j in range(1, 41):
+        medium.link_up(0, j)
+    for _ in range(250):
+        medium.send(0, b"z" * 4000, None)
+    env.run()
+    total = 250 * 40
+    assert medium.delivered + medium.lost == total
+    assert abs(medium.lost / total - (1 - 0.7**3)) < 0.03  # 0.657, not 0.3
+    assert len(got) == medium.delivered
+    assert [medium.frames(n) for n in (1, 1472, 1473, 2952, 2953, 4000)] == [1, 1, 2, 2, 3, 3]
+
+
+def test_a_datagram_of_one_frame_draws_its_loss_as_before() -> None:
+    """Up to one frame, one draw per receiver against ``loss`` itself (not a value
+    recomputed from it): runs with datagrams within the MTU keep their results."""
+    env, medium, got = make(3, bit_rate=1e9, loss=0.1, seed=11)
+    medium.link_up(0, 1)
+    medium.link_up(0, 2)
+    for _ in range(200):
+        medium.send(0, b"y" * 1400, None)
+    env.run()
+    rng = random.Random(11)
+    expected = [(r, rng.random() >= 0.1) for _ in range(200) for r in (1, 2)]
+    assert medium.delivered == sum(ok for _, ok in expected)
+    assert [r for _, r, _, _ in got] == [r for r, ok in expected if ok]
+
+
+def test_the_mtu_is_a_setting() -> None:
+    env = simpy.Environment()
+    medium = Medium(env, 2, 8000.0, 0.5, random.Random(1), lambda r, s, d: None, mtu=576)
+    assert [medium.frames(n) for n in (544, 545, 1400)] == [1, 2, 3]  # 552 per fragment
+    with pytest.raises(ValueError, match="mtu"):
+        Medium(env, 2, 8000.0, 0.5, random.Random(1), lambda r, s, d: None, mtu=67)
 
 
 def test_a_lone_broadcast_keeps_its_air_time_but_schedules_nothing() -> None:

@@ -58,6 +58,16 @@ def test_good_scenario_fields_and_defaults() -> None:
     assert sc.resolve(["g-2", "g-0"]) == ["g-0", "g-2"]
 
 
+def test_the_link_mtu_reaches_the_medium_and_is_checked() -> None:
+    from sim.runner import Simulation
+
+    assert loads(GOOD).radio.mtu == 1500
+    sc = loads(GOOD.replace("range = 10.0", "range = 10.0\nmtu = 576"))
+    assert Simulation(sc).medium.frames(1400) == 3
+    found = problems(GOOD.replace("range = 10.0", "range = 10.0\nmtu = 60"))
+    assert found["radio.mtu"][1] == "must be >= 68, got 60"
+
+
 def test_every_problem_is_listed_with_key_and_line() -> None:
     bad = (
         GOOD.replace("width = 100.0", 'width = -1\ncolour = "red"')
