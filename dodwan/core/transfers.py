@@ -426,9 +426,7 @@ class TransfersMixin(NodeState):
             c.credible = header.origin in self._complete_origins
             c.asked = dg.msg_id in self._requested
             c.copies = self._copies_received(c, dg.sender)
-            c.seen_age = self._seen_age(header)
-            c.unmet_age = self._unmet_age(c)
-            if not self._within_origin_quota(c, extra, now):
+            if not self._within_origin_quota(c, extra, now):  # its rank here reads no age
                 self._count("origin_quota_exceeded")
                 self._give_up(dg.msg_id)
                 return
@@ -446,6 +444,10 @@ class TransfersMixin(NodeState):
                     self._count("partial_memory_full")
                     self._give_up(dg.msg_id)
                     return
+            # Only now, for a copy that may be kept (making room ranks it as arriving): the
+            # unmet age is a sum over the hosts met, wasted on fragments refused above.
+            c.seen_age = self._seen_age(header)
+            c.unmet_age = self._unmet_age(c)
             if not self._make_room(extra, c, now):
                 self._count("cache_full")
                 self._give_up(dg.msg_id)
