@@ -5,8 +5,8 @@ datagrams the sender queued before it. When its transmission ends it reaches the
 range of the sender at that moment (every neighbour for a broadcast, the addressee only
 for a unicast), each losing it independently with probability ``loss`` drawn from the
 medium's own random stream. ``loss`` is per link frame: a datagram larger than one frame
-of ``mtu`` bytes travels as IP fragments and is lost if any of them is. Neighbour sets are kept up to date by ``link_up`` /
-``link_down`` (from mobility or a contact trace).
+of ``mtu`` bytes travels as IP fragments and is lost if any of them is. Neighbour sets are
+kept up to date by ``link_up`` / ``link_down`` (from mobility or a contact trace).
 """
 
 from __future__ import annotations
