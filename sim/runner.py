@@ -20,6 +20,7 @@ import numpy as np
 import simpy
 
 from dodwan import native
+from dodwan.core.message import VerifiedPayloads
 from dodwan.core.node import CacheFullError
 from sim import joms_traffic
 from sim.host import Hosts, SimHost
@@ -83,6 +84,9 @@ class Simulation:
         self.group_of = scenario.group_of()
         self.index = index = {h: i for i, h in enumerate(self.names)}
         self.hosts: list[SimHost] = []
+        self.verified = VerifiedPayloads()
+        """Shared by every host's node: a copy completed again somewhere, equal to one
+        already verified, is not hashed again (same verdict, same results)."""
         self._wiring = Hosts(self.hosts, self.names)
         self.medium = Medium(
             self.env,
@@ -107,7 +111,7 @@ class Simulation:
                 # node (no record per datagram), read at the end (``finish``).
                 node = Node(
                     cfg, rng=py_rng(self.seed, "node", name), trace_sink=sink,
-                    trace_datagrams=drains_trace,
+                    trace_datagrams=drains_trace, verified=self.verified,
                 )  # fmt: skip
                 host = SimHost(
                     index[name], name, node, self.env, self.medium, self.recorder, BROADCAST,

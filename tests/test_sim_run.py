@@ -180,3 +180,18 @@ def test_logs_stream_in_parts_and_a_stopped_run_keeps_what_it_wrote(tmp_path: Pa
     sim.run()
     kept = pq.read_table(cut / "messages.parquet").to_pylist()
     assert kept and kept == table(whole, "messages")[: len(kept)]
+
+
+def test_hosts_share_verdicts_on_equal_copies(tmp_path: Path) -> None:
+    """The ferry hashes the copy it completes; C, completing an equal copy, gets the same
+    verdict without hashing it again."""
+    from sim.runner import Simulation
+
+    sim = Simulation(loads(CARRIER), out=tmp_path / "run")
+    sim.run()
+    sim.recorder.close()
+    assert all(h.node._verified is sim.verified for h in sim.hosts)
+    msgs = table(tmp_path / "run", "messages")
+    completed = sorted(r["host"] for r in msgs if r["event"] == "complete")
+    assert completed == ["C-0", "ferry-0"]
+    assert sim.verified.hits == 1

@@ -60,6 +60,7 @@ class Node(
         *,
         trace_sink: TraceSink | None = None,
         trace_datagrams: bool = True,
+        verified: m.VerifiedPayloads | None = None,
     ) -> None:
         """``trace_sink``, when given, receives every trace record as
         ``sink(time, kind, msg_id, size, hops, detail)`` the moment it happens, instead of
@@ -69,7 +70,11 @@ class Node(
         ``trace_datagrams=False`` leaves out the ``datagram_sent`` and ``datagram_received``
         records, one per datagram: :attr:`datagrams_sent_by_kind` and
         :attr:`datagrams_received_by_kind` keep their totals per kind in any case (a
-        simulator that only logs totals reads them at the end)."""
+        simulator that only logs totals reads them at the end).
+
+        ``verified``, shared by the nodes of one process, lets a node accept a completed
+        copy equal byte for byte to one another node accepted (the same verdict, without
+        hashing it again; see :class:`~dodwan.core.message.VerifiedPayloads`)."""
         if not isinstance(config, NodeConfig):
             raise TypeError("config must be a NodeConfig")
         if not isinstance(rng, random.Random):
@@ -81,6 +86,7 @@ class Node(
         self._signer = Signer(config.signing_key) if config.signing_key is not None else None
         self._store = store if store is not None else MemoryStore()
         self._memory_store = self._store if isinstance(self._store, MemoryStore) else None
+        self._verified = verified
         self._events = deque()
         self._trace = []
         self._trace_sink = trace_sink

@@ -79,6 +79,9 @@ class NodeState:
     _rng: random.Random
     _signer: Signer | None
     _store: Store
+    _verified: m.VerifiedPayloads | None
+    """Verdicts on completed copies shared with other nodes of the process (see
+    ``Node.__init__``); None: every completed copy is hashed."""
     _memory_store: MemoryStore | None
     """``_store`` when it is a :class:`MemoryStore` (the simulator's): the per-fragment
     calls go to it directly, compiled, rather than through the ``Store`` protocol (see

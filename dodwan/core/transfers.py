@@ -526,7 +526,11 @@ class TransfersMixin(NodeState):
         try:  # not delivered here, and never need the payload in one piece
             if chunks is None:
                 raise WireError("missing fragment")
-            m.verify_chunks(chunks, c.header)
+            verified = self._verified
+            if verified is not None:
+                verified.verify(chunks, c.header)
+            else:
+                m.verify_chunks(chunks, c.header)
         except WireError:
             self._count("corrupt_messages")
             self._drop(msg_id, now, "corrupt")
