@@ -110,11 +110,13 @@ class Request:
     """(message id, ((first fragment, count), ...))"""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Fragment:
     """Not frozen, unlike the other decoded datagrams: mypyc compiles only non-frozen
     dataclasses into native classes, and one is built per fragment received (most of the
-    traffic). Treat it as immutable all the same."""
+    traffic). Treat it as immutable all the same. Its ``__init__`` is written out: the one
+    ``dataclass`` generates is not compiled, and ran as interpreted Python (seven
+    attribute stores by name) for every fragment received."""
 
     sender: str
     msg_id: str
@@ -123,9 +125,27 @@ class Fragment:
     zdesc: bytes
     """The compressed descriptor; empty in a fragment by digest."""
     chunk: bytes
-    zref: bytes = b""
+    zref: bytes
     """A fragment by digest (``FRAGMENT_BY_DIGEST``): the :func:`descriptor_digest` of the
     descriptor it belongs to, which the receiver must already hold; empty otherwise."""
+
+    def __init__(
+        self,
+        sender: str,
+        msg_id: str,
+        hops: int,
+        index: int,
+        zdesc: bytes,
+        chunk: bytes,
+        zref: bytes = b"",
+    ) -> None:
+        self.sender = sender
+        self.msg_id = msg_id
+        self.hops = hops
+        self.index = index
+        self.zdesc = zdesc
+        self.chunk = chunk
+        self.zref = zref
 
 
 @dataclass(frozen=True, slots=True)
