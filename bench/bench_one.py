@@ -52,15 +52,23 @@ VARIANTS_1K = [
 ]
 
 
-def variant(sc: Scenario, altruistic: bool, size: str, max_datagram: int | None = None) -> Scenario:
-    """``sc`` with every group's ``altruistic`` set, 1 kB messages when ``size`` is 1k, and
-    the radio's ``max_datagram`` replaced when given."""
+def variant(
+    sc: Scenario,
+    altruistic: bool,
+    size: str,
+    max_datagram: int | None = None,
+    request_window: int | None = None,
+) -> Scenario:
+    """``sc`` with every group's ``altruistic`` set, 1 kB messages when ``size`` is 1k, the
+    radio's ``max_datagram`` replaced when given, and every group's ``request_window``
+    (fragments) when given."""
+    extra: dict[str, Any] = {"altruistic": altruistic}
+    if request_window is not None:
+        extra["request_window"] = request_window
     groups = tuple(
         dataclasses.replace(
             g,
-            protocol=dataclasses.replace(
-                g.protocol, settings={**g.protocol.settings, "altruistic": altruistic}
-            ),
+            protocol=dataclasses.replace(g.protocol, settings={**g.protocol.settings, **extra}),
         )
         for g in sc.groups
     )
@@ -82,7 +90,10 @@ def child(spec: dict[str, Any]) -> None:
     from sim.cli import ProgressLines
     from sim.runner import simulate
 
-    sc = variant(load(spec["scenario"]), spec["altruistic"], spec["size"], spec.get("max_datagram"))
+    sc = variant(
+        load(spec["scenario"]), spec["altruistic"], spec["size"], spec.get("max_datagram"),
+        spec.get("request_window"),
+    )  # fmt: skip
     until = spec["until"]
     progress = ProgressLines(spec["label"], until, spec["progress"]) if spec["progress"] else None
     with tempfile.TemporaryDirectory() as tmp:
@@ -367,6 +378,7 @@ def main(
     max_datagram: int | None = None,
     pons_routers: tuple[str, ...] = ("epidemic",),
     pons_radios: tuple[str, ...] = ("parallel",),
+    request_window: int | None = None,
 ) -> None:
     sc = load(TRACE_SCENARIO)
     horizon = float(sc.duration if until is None else until)
@@ -374,12 +386,14 @@ def main(
         f"ONE-default workload: {TRACE_SCENARIO.relative_to(ROOT)} on "
         f"{sc.contacts.path.relative_to(ROOT) if sc.contacts else '?'}, {horizon:.0f} simulated s, "
         f"datagrams of at most {max_datagram or sc.radio.max_datagram} bytes"
+        + (f", request window {request_window} fragments" if request_window else "")
     )
     ours: dict[str, dict[str, Any]] = {}
     for label, altruistic, size in VARIANTS + (VARIANTS_1K if with_1k else []):
         spec = {
             "scenario": str(TRACE_SCENARIO), "label": label, "altruistic": altruistic,
             "size": size, "until": horizon, "progress": progress, "max_datagram": max_datagram,
+            "request_window": request_window,
         }  # fmt: skip
         res = _run_child([sys.executable, __file__, "--child", json.dumps(spec)], 6 * 3600)
         if isinstance(res, str):

@@ -148,6 +148,9 @@ def main() -> None:
     ap.add_argument("--max-datagram", type=int, metavar="BYTES",
                     help="one: our runs send datagrams of at most BYTES (the scenario's 1400 "
                          "otherwise); fewer, larger fragments for the same bytes")  # fmt: skip
+    ap.add_argument("--request-window", type=int, metavar="FRAGMENTS",
+                    help="one: our runs' request_window (the scenario's otherwise, 64): with "
+                         "--max-datagram, the same bytes asked at once is 64 x 1400 / BYTES")  # fmt: skip
     ap.add_argument("--progress", type=float, metavar="SECONDS",
                     help="one: each of our runs prints a progress line every SECONDS on stderr")  # fmt: skip
     args = ap.parse_args()
@@ -155,6 +158,8 @@ def main() -> None:
         ap.error("--until must be > 0")
     if args.max_datagram is not None and not 256 <= args.max_datagram <= 65507:
         ap.error("--max-datagram must be between 256 and 65507 bytes")
+    if args.request_window is not None and args.request_window < 1:
+        ap.error("--request-window must be at least 1 fragment")
 
     if args.workload == "one":
         import bench_one
@@ -173,11 +178,13 @@ def main() -> None:
             )
         bench_one.main(
             args.until, args.with_1k, args.skip_pons, args.progress, args.max_datagram, routers,
-            radios,
+            radios, args.request_window,
         )  # fmt: skip
         profile_until = 3600.0 if args.profile_until is None else args.profile_until
         if profile_until > 0:
-            sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb", args.max_datagram)
+            sc = bench_one.variant(
+                load(bench_one.TRACE_SCENARIO), True, "mb", args.max_datagram, args.request_window
+            )
             print(
                 f"\n== profile of a {profile_until:.0f} s run, altruistic, 0.5-1 MB (top {args.top})"
             )

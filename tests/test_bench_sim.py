@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.runner import Simulation
 from sim.scenario import load
 from sim.traffic import as_events, schedule
 
@@ -57,6 +58,23 @@ def test_max_datagram_reaches_our_runs_and_is_checked() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 2 and "--max-datagram must be between 256 and 65507" in r.stderr
+
+
+def test_request_window_reaches_every_group_and_is_checked() -> None:
+    base = load(bench_one.TRACE_SCENARIO)
+    assert {g.protocol.settings["request_window"] for g in base.groups} == {64}
+    sc = bench_one.variant(base, True, "mb", 8192, 11)
+    assert sc.groups and all(g.protocol.settings["request_window"] == 11 for g in sc.groups)
+    assert all(g.protocol.settings["altruistic"] is True for g in sc.groups)
+    sim = Simulation(sc, until=1.0)  # what the hosts' nodes are given
+    assert {h.node.config.request_window for h in sim.hosts} == {11}
+    assert {h.node.config.max_datagram for h in sim.hosts} == {8192}
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_sim.py"), "--workload", "one",
+         "--until", "1", "--skip-pons", "--profile-until", "0", "--request-window", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2 and "--request-window must be at least 1 fragment" in r.stderr
 
 
 def test_pons_gets_the_trace_contacts_and_our_messages(tmp_path: Path) -> None:
