@@ -10,6 +10,7 @@ import pytest
 
 from dodwan import Node, NodeConfig
 from dodwan.core import cache
+from dodwan.core.patterns import Profile
 from dodwan.virtual import VirtualNetwork
 
 SIZE = 200_000
@@ -63,6 +64,28 @@ def test_without_it_the_oldest_carried_copy_goes() -> None:
     k = net.node("k")
     assert k._met == {}
     assert {c["id"] for c in k.cache_listing()} == {ids["B"], ids["C"]}  # drop-oldest
+
+
+def test_the_unmet_age_follows_the_profiles_held_and_the_hosts_met() -> None:
+    """The hosts met whose profile matches are found through an index, built again when a
+    profile held changes or another host is met: the answer stays a sum over every host."""
+    net, ids = _carrier_after_meeting_d(unmet_copy_age=0.4)
+    k = net.node("k")
+    copy_for_d = k._cache[ids["A"]]
+    assert k._unmet_age(copy_for_d) == pytest.approx(0.4 * TTL / 4)  # 3 contacts with d
+    d_now = k._profiles.latest("d")
+    assert d_now is not None
+    moved = Profile.from_patterns({"dest": "elsewhere"})
+    k._profiles.remember("d", moved.version, moved, (), "test")
+    assert k._unmet_age(copy_for_d) == pytest.approx(0.4 * TTL)  # d no longer wants it
+    k._profiles.drop("d", moved.version)
+    assert k._profiles.latest("d") is d_now
+    assert k._unmet_age(copy_for_d) == pytest.approx(0.4 * TTL / 4)
+    also_d = Profile.from_patterns([{"dest": "d"}, {"dest": "q"}])
+    k._profiles.remember("q", also_d.version, also_d, (), "test")
+    assert k._unmet_age(copy_for_d) == pytest.approx(0.4 * TTL / 4)  # q not met yet
+    k._met_host("q")
+    assert k._unmet_age(copy_for_d) == pytest.approx(0.4 * TTL / 5)
 
 
 def test_contacts_are_counted_for_a_bounded_number_of_hosts_least_recent_first_out() -> None:

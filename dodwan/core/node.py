@@ -125,6 +125,9 @@ class Node(
         self._zdesc_cache = {}
         self._copies_seen = {}
         self._met = {}
+        self._met_epoch = 0
+        self._met_index = None
+        self._met_index_epoch = self._met_index_profiles = -1
         self._bad_zdesc = set()
 
         self._subs = {}

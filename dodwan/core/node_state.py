@@ -29,7 +29,7 @@ from .limits import Limits
 from .matcher import Matcher
 from .neighbours import Neighbour
 from .offers import Offers, Rank
-from .patterns import Profile
+from .patterns import HostIndex, Profile
 from .profiles import Pieces, ProfileBook
 from .signing import Signer
 from .store import MemoryStore, Store
@@ -142,6 +142,13 @@ class NodeState:
     _met: dict[str, int]
     """Contacts this host had with each other host (the last ``cache._MET_HOSTS`` met,
     least recently met first), for ``NodeConfig.unmet_copy_age``."""
+    _met_epoch: int
+    """Changes whenever a host is added to ``_met``."""
+    _met_index: HostIndex | None
+    """The newest profiles held of the hosts in ``_met``, indexed (None: not built yet);
+    built at ``_met_index_epoch`` and ``ProfileBook.generation`` ``_met_index_profiles``."""
+    _met_index_epoch: int
+    _met_index_profiles: int
     _zdesc_cache: dict[str, tuple[bytes, dict[str, str], m.Header]]
     """Descriptors peers offered, decoded once: id -> (compressed, decoded, header), each
     charged to ``_remote`` as ``("descriptor", id)``."""

@@ -243,6 +243,58 @@ class Profile:
         return [p.spec() for p in self.patterns]
 
 
+class HostIndex:
+    """Hosts' profiles, indexed by the plain value each of their patterns requires: which
+    of them match a descriptor, without matching it against every one.
+
+    A pattern whose first constraint is a plain string (see :meth:`Pattern.plain_constraint`)
+    can only match a descriptor holding that value, so a host whose patterns all have one
+    is looked at only when the descriptor holds one of its values; the others are matched
+    every time. The answer is what matching every profile would give."""
+
+    __slots__ = ("_by_value", "_others")
+
+    def __init__(self, profiles: Iterable[tuple[str, Profile]]) -> None:
+        by_value: dict[str, dict[str, list[tuple[str, Profile]]]] = {}
+        others: list[tuple[str, Profile]] = []
+        for host, prof in profiles:
+            keys: dict[tuple[str, str], None] = {}
+            for p in prof.patterns:
+                plain = p.plain_constraint()
+                if plain is None:
+                    others.append((host, prof))
+                    break
+                keys[plain] = None
+            else:
+                for name, text in keys:
+                    by_value.setdefault(name, {}).setdefault(text, []).append((host, prof))
+        self._by_value = by_value
+        self._others = others
+
+    def matching(self, descriptor: Mapping[str, str]) -> list[str]:
+        """The hosts whose profile matches ``descriptor``, each once."""
+        found = [host for host, prof in self._others if prof.matches(descriptor)]
+        by_value = self._by_value
+        if not by_value:
+            return found
+        seen: set[str] | None = None
+        for name, value in descriptor.items():
+            values = by_value.get(name)
+            if values is None:
+                continue
+            entries = values.get(value)
+            if entries is None:
+                continue
+            for host, prof in entries:
+                if prof.matches(descriptor):
+                    if seen is None:
+                        seen = set(found)
+                    if host not in seen:
+                        seen.add(host)
+                        found.append(host)
+        return found
+
+
 def normalise_specs(specs: object) -> list[dict[str, str]]:
     """Accept one mapping or a sequence of mappings from a local caller; raise TypeError."""
     if isinstance(specs, Mapping):

@@ -168,6 +168,8 @@ class ProfileBook:
         self._timeout = request_timeout
         self._memory = memory
         self._cache: dict[str, dict[int, tuple[Profile, Pieces]]] = {}
+        self.generation = 0
+        """Changes whenever :meth:`latest` may answer differently for some host."""
         self._base: dict[tuple[str, int], int] = {}  # what a version costs before matches
         self.assemblies: dict[tuple[str, int], Assembly] = {}
         self._pending: dict[str, dict[tuple[str, int], int]] = {}  # target -> key -> pieces
@@ -211,6 +213,7 @@ class ProfileBook:
             self._cache[host] = self._cache.pop(host)
         versions.pop(version, None)
         versions[version] = (profile, pieces)
+        self.generation += 1
         while len(versions) > PROFILE_CACHE_VERSIONS:  # the oldest compiled goes first
             oldest = next(iter(versions))
             del versions[oldest]
@@ -234,8 +237,10 @@ class ProfileBook:
         """The remote-memory budget gave this version up (fetched again if named later)."""
         self._base.pop((host, version), None)
         versions = self._cache.get(host)
-        if versions is not None and versions.pop(version, None) is not None and not versions:
-            del self._cache[host]
+        if versions is not None and versions.pop(version, None) is not None:
+            self.generation += 1
+            if not versions:
+                del self._cache[host]
 
     def drop_assembly(self, key: tuple[str, int]) -> None:
         """The remote-memory budget gave this assembly up (asked again if named later)."""
