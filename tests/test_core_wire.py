@@ -440,3 +440,28 @@ def test_verifying_fragments_in_place_agrees_with_verifying_them_joined(
     assert _verdict(lambda: m.verify_chunks(chunks, header)) == joined
     if flip is None and not drop and size_delta == 0:
         assert joined == "ok"
+
+
+def _leb128(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | 0x80 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def test_varints_from_the_tables_are_the_encoding_itself() -> None:
+    for n in [*range(0, 0x4200), 0x1FFFFF, 0x200000, 2**35 + 7]:
+        assert wire._varint(n) == _leb128(n), n
+
+
+@pytest.mark.parametrize("sender", ["a", "h" * 200])
+def test_announce_overhead_is_the_length_of_an_announcement_without_refs_or_entries(
+    sender: str,
+) -> None:
+    for seq in (0, 1, 127, 128, 16383, 16384, 2**21, 2**40):
+        for pieces in (0, 1, 127, 128, 300):
+            for altruistic in (False, True):
+                bare = wire.encode_announce(sender, seq, altruistic, 0xDEADBEEF, pieces, (), ())
+                assert wire.announce_overhead(sender, seq, pieces) == len(bare)

@@ -294,10 +294,8 @@ class GossipMixin(NodeState):
         self._times.last_announce = now
         self._beacon_bytes = b""
         version, pieces = self._own_profile.version, len(self._own_pieces)
-        bare = wire.encode_announce(
-            self.host_id, self._seq, self.config.altruistic, version, pieces, (), ()
-        )
-        relayed = self._relayed_for_announce(self.config.max_datagram // 2 - len(bare))
+        bare = wire.announce_overhead(self.host_id, self._seq, pieces)
+        relayed = self._relayed_for_announce(self.config.max_datagram // 2 - bare)
         # The relayed list is soft state too, but it rarely changes: sent in full when it
         # changed, when a neighbour arrived and every 4th round; otherwise a flag says "same".
         joined = b"".join(relayed)
@@ -307,7 +305,7 @@ class GossipMixin(NodeState):
             self._relays_sent, self._relays_due = joined, False
         else:
             relayed = []
-        base = len(bare) + sum(len(r) for r in relayed)
+        base = bare + sum(len(r) for r in relayed)
         budget = self.config.max_datagram
         datagrams = self._catalog(now, budget - base - 4, budget)
         self._outbox.append(

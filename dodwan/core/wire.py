@@ -194,6 +194,8 @@ a message of up to ~20 MB), made once rather than per fragment sent."""
 def _varint(n: int) -> bytes:
     if 0 <= n < 0x80:
         return _ONE_BYTE[n]
+    if 0 <= n < 0x4000:
+        return _TWO_BYTE_VARINT[n]
     if n < 0:
         raise ValueError("varint must be >= 0")
     out = bytearray()
@@ -386,8 +388,20 @@ def decode_attributes(raw: bytes, limits: Limits) -> dict[str, str]:
 # ---------------------------------------------------------------- encoding
 
 
+_HEADERS: dict[tuple[int, str], bytes] = {}
+"""Encoded datagram headers by (kind, sender): a host encodes the same few again and again
+(its own name; a simulator's hosts share this), at most ``_HEADERS_KEPT`` of them."""
+_HEADERS_KEPT = 4096
+
+
 def _header(kind: int, sender: str) -> bytes:
-    return MAGIC + bytes((VERSION, kind)) + _str(sender)
+    key = (kind, sender)
+    head = _HEADERS.get(key)
+    if head is None:
+        if len(_HEADERS) >= _HEADERS_KEPT:
+            _HEADERS.clear()
+        head = _HEADERS[key] = MAGIC + bytes((VERSION, kind)) + _str(sender)
+    return head
 
 
 def _patterns(patterns: PatternSpecs) -> bytes:
@@ -454,6 +468,12 @@ def encode_announce(
     parts.append(_varint(len(entries)))
     parts.extend(entries)
     return b"".join(parts)
+
+
+def announce_overhead(sender: str, seq: int, pieces: int) -> int:
+    """Bytes of an announcement without relayed references or entries: the length of
+    ``encode_announce(sender, seq, ..., pieces, (), ())``, without encoding it."""
+    return len(_header(ANNOUNCE, sender)) + len(_varint(seq)) + 7 + len(_varint(pieces))
 
 
 def encode_profile_piece(
