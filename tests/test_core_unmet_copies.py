@@ -86,6 +86,10 @@ def test_the_unmet_age_follows_the_profiles_held_and_the_hosts_met() -> None:
     assert k._unmet_age(copy_for_d) == pytest.approx(0.4 * TTL / 4)  # q not met yet
     k._met_host("q")
     assert k._unmet_age(copy_for_d) == pytest.approx(0.4 * TTL / 5)
+    # the remote-memory budget gives d's profile up: the index lets go of it at once
+    k._profile_given_up("d", d_now.version)
+    assert k._met_index is None
+    assert k._unmet_age(copy_for_d) == pytest.approx(0.4 * TTL / 2)  # q's one contact
 
 
 def test_contacts_are_counted_for_a_bounded_number_of_hosts_least_recent_first_out() -> None:

@@ -187,6 +187,7 @@ class GossipMixin(NodeState):
         let it go too (so its memory is freed), until it is fetched again when named; the
         profiles known are derived again before the next datagram is handled."""
         self._profiles.drop(host, version)
+        self._met_index = None  # it may hold that version: built again when next needed
         for n in self._neighbours.values():
             if n.host_id == host and n.version == version:
                 n.profile, n.version = Profile(), None
