@@ -388,20 +388,8 @@ def decode_attributes(raw: bytes, limits: Limits) -> dict[str, str]:
 # ---------------------------------------------------------------- encoding
 
 
-_HEADERS: dict[tuple[int, str], bytes] = {}
-"""Encoded datagram headers by (kind, sender): a host encodes the same few again and again
-(its own name; a simulator's hosts share this), at most ``_HEADERS_KEPT`` of them."""
-_HEADERS_KEPT = 4096
-
-
 def _header(kind: int, sender: str) -> bytes:
-    key = (kind, sender)
-    head = _HEADERS.get(key)
-    if head is None:
-        if len(_HEADERS) >= _HEADERS_KEPT:
-            _HEADERS.clear()
-        head = _HEADERS[key] = MAGIC + bytes((VERSION, kind)) + _str(sender)
-    return head
+    return MAGIC + bytes((VERSION, kind)) + _str(sender)
 
 
 def _patterns(patterns: PatternSpecs) -> bytes:
@@ -473,6 +461,7 @@ def encode_announce(
 def announce_overhead(sender: str, seq: int, pieces: int) -> int:
     """Bytes of an announcement without relayed references or entries: the length of
     ``encode_announce(sender, seq, ..., pieces, (), ())``, without encoding it."""
+    # flags (1), version (4), relayed count (1), entry count 0 (1)
     return len(_header(ANNOUNCE, sender)) + len(_varint(seq)) + 7 + len(_varint(pieces))
 
 
