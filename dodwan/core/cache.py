@@ -127,6 +127,45 @@ class Cached:
         return (tier, trust, 1 if h.persistent else 0, h.priority, h.date)
 
 
+class RoomScan:
+    """The eviction heap's entries in rank order, walked without popping and only as far
+    as asked (:meth:`more`): ``ranks[k]`` is the k-th entry's rank, ``sizes[k]`` the bytes
+    of its message, or -1 when the entry is stale (the message left or was ranked again)
+    or repeats one walked already. The walk ends at the first entry reached once
+    ``_ROOM_SCAN`` messages were counted: no check reads past it."""
+
+    def __init__(self, heap: list[tuple[EvictRank, str]], cache: dict[str, Cached]) -> None:
+        self._heap = heap
+        self._cache = cache
+        self._todo: list[tuple[tuple[EvictRank, str], int]] = [(heap[0], 0)] if heap else []
+        self._seen: set[str] = set()
+        self.ranks: list[EvictRank] = []
+        self.sizes: list[int] = []
+
+    def more(self) -> bool:
+        """Walk one more entry (False: none is left, or the walk is at its end)."""
+        todo, seen = self._todo, self._seen
+        if not todo:
+            return False
+        (vrank, vid), i = heapq.heappop(todo)
+        self.ranks.append(vrank)
+        if len(seen) >= _ROOM_SCAN:
+            self.sizes.append(-1)
+            todo.clear()  # the last entry any check reads
+            return True
+        c = self._cache.get(vid)
+        if c is not None and vid not in seen and c.rank() == vrank:
+            seen.add(vid)
+            self.sizes.append(c.nbytes)
+        else:
+            self.sizes.append(-1)
+        heap = self._heap
+        for j in (2 * i + 1, 2 * i + 2):
+            if j < len(heap):
+                heapq.heappush(todo, (heap[j], j))
+        return True
+
+
 @trait
 class CacheMixin(NodeState):
     """The cache part of :class:`~dodwan.core.node.Node`."""
@@ -422,26 +461,35 @@ class CacheMixin(NodeState):
 
     def _evictable_below(self, rank: EvictRank, needed: int) -> int:
         """Bytes of cached messages ranked below ``rank`` (what a message of that rank may
-        evict), counted lowest first until ``needed``: the eviction heap is walked in
-        order without popping. Past ``_ROOM_SCAN`` entries it answers ``needed`` (assume
-        room: the first fragment will tell)."""
-        heap, cache = self._evict_heap, self._cache
-        todo: list[tuple[tuple[EvictRank, str], int]] = [(heap[0], 0)] if heap else []
-        found, seen = 0, set[str]()
-        while todo and found < needed:
-            (vrank, vid), i = heapq.heappop(todo)
-            if vrank >= rank:
+        evict), counted lowest first until ``needed``, in the order of a :class:`RoomScan`
+        (the one :meth:`_room_checks` opened, else a new one). Past ``_ROOM_SCAN`` entries
+        it answers ``needed`` (assume room: the first fragment will tell)."""
+        scan = self._room_scan
+        if scan is None:
+            scan = RoomScan(self._evict_heap, self._cache)
+        ranks, sizes = scan.ranks, scan.sizes
+        found, seen, k = 0, 0, 0
+        while found < needed:
+            if k == len(ranks) and not scan.more():
                 break
-            if len(seen) >= _ROOM_SCAN:
+            if ranks[k] >= rank:
+                break
+            if seen >= _ROOM_SCAN:
                 return needed
-            c = cache.get(vid)
-            if c is not None and vid not in seen and c.rank() == vrank:
-                seen.add(vid)
-                found += c.nbytes
-            for j in (2 * i + 1, 2 * i + 2):
-                if j < len(heap):
-                    heapq.heappush(todo, (heap[j], j))
+            size = sizes[k]
+            if size >= 0:
+                seen += 1
+                found += size
+            k += 1
         return found
+
+    def _room_checks(self, on: bool) -> None:
+        """Open (``on``) or close the scope of several :meth:`_room_for` calls in a row
+        between which nothing is stored, evicted or ranked again (the new offers of one
+        catalog): they share one :class:`RoomScan` of the eviction heap instead of walking
+        it each (an altruistic host offered a catalog of messages it has no room for asks
+        about each of them)."""
+        self._room_scan = RoomScan(self._evict_heap, self._cache) if on else None
 
     def _room_for(self, origin: str, zsize: int, rank: EvictRank) -> bool:
         """Whether a new transfer of ``zsize`` bytes from ``origin``, of eviction rank

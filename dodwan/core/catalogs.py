@@ -178,20 +178,24 @@ class CatalogsMixin(NodeState):
         long time coming (a neighbour repeats an offer less and less often). The first that
         still does not fit goes to the back, so the next completion tries the others first
         (a large offer does not block smaller ones behind it)."""
-        for msg_id, host in list(self._deferred.items()):
-            del self._deferred[msg_id]
-            n = self._neighbours.get(host)
-            decoded = self._zdesc_cache.get(msg_id)
-            if n is None or decoded is None or msg_id in self._cache or msg_id in self._history:
-                continue
-            offered = n.offers.get(msg_id)
-            header = decoded[2]
-            if offered is None or header.deadline <= now:
-                continue
-            own = self._wants(msg_id, decoded[1]) == WANT_OWN
-            if not self._start(n, msg_id, offered, header, own, now):
-                self._deferred[msg_id] = host  # to the back
-                return  # still no room: the others wait for the next completion
+        self._room_checks(True)  # starting a transfer stores and evicts nothing
+        try:
+            for msg_id, host in list(self._deferred.items()):
+                del self._deferred[msg_id]
+                n = self._neighbours.get(host)
+                decoded = self._zdesc_cache.get(msg_id)
+                if n is None or decoded is None or msg_id in self._cache or msg_id in self._history:
+                    continue
+                offered = n.offers.get(msg_id)
+                header = decoded[2]
+                if offered is None or header.deadline <= now:
+                    continue
+                own = self._wants(msg_id, decoded[1]) == WANT_OWN
+                if not self._start(n, msg_id, offered, header, own, now):
+                    self._deferred[msg_id] = host  # to the back
+                    return  # still no room: the others wait for the next completion
+        finally:
+            self._room_checks(False)
 
     def _on_catalog(self, dg: wire.Catalog, now: float) -> None:
         self._on_catalog_entries(self._neighbours[dg.sender], dg.catalog, now)
@@ -323,11 +327,16 @@ class CatalogsMixin(NodeState):
         # (several started at once would each get part of the room and none finish)
         for msg_id, offered in started:
             self._queue_request(n.host_id, msg_id, offered, now)
-        for msg_id, offered, _, header in new:
-            if not self._start(n, msg_id, offered, header, msg_id in mine, now):
-                self._deferred[msg_id] = n.host_id
-                if len(self._deferred) > _DEFERRED_STARTS:
-                    del self._deferred[next(iter(self._deferred))]
+        if new:
+            self._room_checks(True)  # starting a transfer stores and evicts nothing
+            try:
+                for msg_id, offered, _, header in new:
+                    if not self._start(n, msg_id, offered, header, msg_id in mine, now):
+                        self._deferred[msg_id] = n.host_id
+                        if len(self._deferred) > _DEFERRED_STARTS:
+                            del self._deferred[next(iter(self._deferred))]
+            finally:
+                self._room_checks(False)
         if len(n.offers) > 4 * self._limits.max_catalog_entries:
             for k in list(n.offers)[: len(n.offers) // 2]:
                 n.offers_memory -= _offer_memory(k, n.offers.pop(k))

@@ -128,6 +128,7 @@ class Node(
         self._met_epoch = 0
         self._met_index = None
         self._met_index_epoch = self._met_index_profiles = -1
+        self._room_scan = None
         self._bad_zdesc = set()
 
         self._subs = {}

@@ -35,7 +35,7 @@ from .signing import Signer
 from .store import MemoryStore, Store
 
 if TYPE_CHECKING:
-    from .cache import Cached, EvictRank
+    from .cache import Cached, EvictRank, RoomScan
     from .delivery import Subscription
 
 TraceSink = Callable[[float, str, str, int, int, str], None]
@@ -149,6 +149,9 @@ class NodeState:
     built at ``_met_index_epoch`` and ``ProfileBook.generation`` ``_met_index_profiles``."""
     _met_index_epoch: int
     _met_index_profiles: int
+    _room_scan: RoomScan | None
+    """The eviction heap's walk shared by the room checks of one scope (see
+    ``CacheMixin._room_checks``); None outside one."""
     _zdesc_cache: dict[str, tuple[bytes, dict[str, str], m.Header]]
     """Descriptors peers offered, decoded once: id -> (compressed, decoded, header), each
     charged to ``_remote`` as ``("descriptor", id)``."""
@@ -297,6 +300,9 @@ class NodeState:
         raise NotImplementedError
 
     def _resume_deferred(self, now: float) -> None:
+        raise NotImplementedError
+
+    def _room_checks(self, on: bool) -> None:
         raise NotImplementedError
 
     def _room_for(self, origin: str, zsize: int, rank: EvictRank) -> bool:
