@@ -15,7 +15,7 @@ from .errors import WireError
 from .events import MessageEvicted
 from .node_state import NodeState
 from .offers import Rank
-from .patterns import HostIndex
+from .patterns import ProfileIndex
 from .store import MessageMeta
 
 _ROOM_SCAN = 64  # cached messages looked at, at most, to tell whether a transfer fits
@@ -426,7 +426,7 @@ class CacheMixin(NodeState):
             # first fragment of each copy asks, and a host meets many hosts: matching each
             # one's profile every time was a tenth of a run of the ONE workload)
             latest = self._profiles.latest
-            index = self._met_index = HostIndex(
+            index = self._met_index = ProfileIndex(
                 (host, prof) for host in self._met if (prof := latest(host)) is not None
             )
             self._met_index_epoch = self._met_epoch

@@ -13,7 +13,7 @@ from .cache import Cached
 from .errors import WireError
 from .events import MessageDelivered
 from .node_state import NodeState
-from .patterns import PatternError, Profile, normalise_specs
+from .patterns import PatternError, Profile, ProfileIndex, normalise_specs
 from .profiles import split
 
 
@@ -28,45 +28,6 @@ class Subscription:
         if self.trusted is not None and descriptor.get(m.SIGKEY) not in self.trusted:
             return False
         return self.profile.matches(descriptor)
-
-
-class _SubIndex:
-    """Local subscriptions by one plain-string constraint of each of their patterns (the
-    first in attribute order, e.g. JOMS's ``destination_id`` or ``jms_kind``): a message
-    is tested only against the subscriptions one of its attribute values names, and those
-    with a pattern that has no plain-string constraint."""
-
-    __slots__ = ("always", "by_name", "order")
-
-    def __init__(self, subs: Mapping[str, Subscription]) -> None:
-        self.by_name: dict[str, dict[str, list[str]]] = {}
-        """Attribute name -> value -> keys of the subscriptions with that constraint."""
-        self.always: list[str] = []
-        """Keys of the subscriptions every message is tested against."""
-        self.order = {k: i for i, k in enumerate(subs)}
-        """Position of each key in ``subs``: deliveries keep the subscriptions' order."""
-        for key, sub in subs.items():
-            plain = [p.plain_constraint() for p in sub.profile.patterns]
-            if None in plain:
-                self.always.append(key)
-                continue
-            for name, text in dict.fromkeys(c for c in plain if c is not None):
-                self.by_name.setdefault(name, {}).setdefault(text, []).append(key)
-
-    def candidates(self, descriptor: Mapping[str, str]) -> list[str]:
-        """Keys of the subscriptions that may accept ``descriptor``, in their order."""
-        found = self.always
-        merged = False
-        for name, by_value in self.by_name.items():
-            value = descriptor.get(name)
-            if value is not None:
-                keys = by_value.get(value)
-                if keys is not None:
-                    merged = bool(found)
-                    found = found + keys if merged else keys
-        if merged:  # several lists: one key may be in more than one
-            found = sorted(set(found), key=self.order.__getitem__)
-        return found
 
 
 _NONE: frozenset[str] = frozenset()
@@ -103,7 +64,7 @@ _INFLATION_RETRY = 10.0  # seconds between looks at deliveries waiting for an al
 class DeliveryMixin(NodeState):
     """The subscription and delivery part of :class:`~dodwan.core.node.Node`."""
 
-    _sub_index: _SubIndex | None = None
+    _sub_index: ProfileIndex | None = None
     """Built at the first delivery after a change of the subscriptions (None: to build)."""
 
     def subscribe(
@@ -239,7 +200,7 @@ class DeliveryMixin(NodeState):
         else:
             index = self._sub_index  # None after a change of the subscriptions
             if index is None:
-                index = self._sub_index = _SubIndex(subs)
+                index = self._sub_index = ProfileIndex((k, sub.profile) for k, sub in subs.items())
             keys = [k for k in index.candidates(desc) if k not in done and subs[k].accepts(desc)]
         if not keys:
             return

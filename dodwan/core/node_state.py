@@ -29,7 +29,7 @@ from .limits import Limits
 from .matcher import Matcher
 from .neighbours import Neighbour
 from .offers import Offers, Rank
-from .patterns import HostIndex, Profile
+from .patterns import Profile, ProfileIndex
 from .profiles import Pieces, ProfileBook
 from .signing import Signer
 from .store import MemoryStore, Store
@@ -144,7 +144,7 @@ class NodeState:
     least recently met first), for ``NodeConfig.unmet_copy_age``."""
     _met_epoch: int
     """Changes whenever a host is added to ``_met``."""
-    _met_index: HostIndex | None
+    _met_index: ProfileIndex | None
     """The newest profiles held of the hosts in ``_met``, indexed (None: not built yet);
     built at ``_met_index_epoch`` and ``ProfileBook.generation`` ``_met_index_profiles``."""
     _met_index_epoch: int

@@ -243,56 +243,55 @@ class Profile:
         return [p.spec() for p in self.patterns]
 
 
-class HostIndex:
-    """Hosts' profiles, indexed by the plain value each of their patterns requires: which
-    of them match a descriptor, without matching it against every one.
+class ProfileIndex:
+    """Profiles under keys (hosts, local subscriptions), indexed by the plain value each of
+    their patterns requires: which of them may match a descriptor, without matching it
+    against every one.
 
-    A pattern whose first constraint is a plain string (see :meth:`Pattern.plain_constraint`)
-    can only match a descriptor holding that value, so a host whose patterns all have one
-    is looked at only when the descriptor holds one of its values; the others are matched
-    every time. The answer is what matching every profile would give."""
+    A pattern's first constraint in attribute order that is a plain string (see
+    :meth:`Pattern.plain_constraint`, e.g. JOMS's ``destination_id`` or a host's ``dest``)
+    can only match a descriptor holding that value, so a profile whose patterns all have one
+    is looked at only when the descriptor holds one of its values; the others are looked at
+    every time."""
 
-    __slots__ = ("_by_value", "_others")
+    __slots__ = ("always", "by_name", "order", "profiles")
 
     def __init__(self, profiles: Iterable[tuple[str, Profile]]) -> None:
-        by_value: dict[str, dict[str, list[tuple[str, Profile]]]] = {}
-        others: list[tuple[str, Profile]] = []
-        for host, prof in profiles:
-            keys: dict[tuple[str, str], None] = {}
-            for p in prof.patterns:
-                plain = p.plain_constraint()
-                if plain is None:
-                    others.append((host, prof))
-                    break
-                keys[plain] = None
-            else:
-                for name, text in keys:
-                    by_value.setdefault(name, {}).setdefault(text, []).append((host, prof))
-        self._by_value = by_value
-        self._others = others
+        self.profiles: dict[str, Profile] = dict(profiles)
+        self.by_name: dict[str, dict[str, list[str]]] = {}
+        """Attribute name -> value -> keys of the profiles with that constraint."""
+        self.always: list[str] = []
+        """Keys of the profiles every descriptor is looked at against."""
+        self.order = {k: i for i, k in enumerate(self.profiles)}
+        """Position of each key: candidates keep the order the profiles were given in."""
+        for key, prof in self.profiles.items():
+            plain = [p.plain_constraint() for p in prof.patterns]
+            if None in plain:
+                self.always.append(key)
+                continue
+            for name, text in dict.fromkeys(c for c in plain if c is not None):
+                self.by_name.setdefault(name, {}).setdefault(text, []).append(key)
+
+    def candidates(self, descriptor: Mapping[str, str]) -> list[str]:
+        """Keys of the profiles that may match ``descriptor``, each once, in their order."""
+        found = self.always
+        merged = False
+        for name, by_value in self.by_name.items():
+            value = descriptor.get(name)
+            if value is not None:
+                keys = by_value.get(value)
+                if keys is not None:
+                    merged = bool(found)
+                    found = found + keys if merged else keys
+        if merged:  # several lists: one key may be in more than one
+            found = sorted(set(found), key=self.order.__getitem__)
+        return found
 
     def matching(self, descriptor: Mapping[str, str]) -> list[str]:
-        """The hosts whose profile matches ``descriptor``, each once."""
-        found = [host for host, prof in self._others if prof.matches(descriptor)]
-        by_value = self._by_value
-        if not by_value:
-            return found
-        seen: set[str] | None = None
-        for name, value in descriptor.items():
-            values = by_value.get(name)
-            if values is None:
-                continue
-            entries = values.get(value)
-            if entries is None:
-                continue
-            for host, prof in entries:
-                if prof.matches(descriptor):
-                    if seen is None:
-                        seen = set(found)
-                    if host not in seen:
-                        seen.add(host)
-                        found.append(host)
-        return found
+        """Keys of the profiles that match ``descriptor``, in their order: what matching
+        every profile would give."""
+        profiles = self.profiles
+        return [k for k in self.candidates(descriptor) if profiles[k].matches(descriptor)]
 
 
 def normalise_specs(specs: object) -> list[dict[str, str]]:
