@@ -340,6 +340,9 @@ class CacheMixin(NodeState):
             c = self._cache.get(msg_id)
             if c is not None and c.header.deadline <= now:
                 self._drop(msg_id, now, "expired")
+        known = self._known_deadlines
+        while known and known[0][0] <= now:
+            self._forget_expired(heapq.heappop(known)[1], now)
         purged = False
         while self._history_heap and self._history_heap[0][0] <= now:
             deadline, msg_id = heapq.heappop(self._history_heap)
@@ -347,10 +350,34 @@ class CacheMixin(NodeState):
                 self._history.pop(msg_id, None)
                 self._history_deadline.pop(msg_id, None)
                 self._forget_descriptor(msg_id)
-                self._want_cache.pop(msg_id, None)
                 purged = True
         if purged:
             self._store.purge_history(now)
+
+    def _know_until(self, deadline: float, msg_id: str) -> None:
+        """This host now keeps something about ``msg_id`` beyond its cache (a decoded
+        descriptor, its holders): forget it at ``deadline`` (see :meth:`_forget_expired`)."""
+        known = self._known_deadlines
+        heapq.heappush(known, (deadline, msg_id))
+        if len(known) > 2 * (len(self._zdesc_cache) + len(self._copies_seen)) + 64:
+            # entries of what the remote-memory budget gave up early: rebuild from what is
+            # still kept, so offers of ever new ids cannot grow the heap
+            cache, zdesc_cache = self._cache, self._zdesc_cache
+            rebuilt = [(h.deadline, k) for k, (_, _, h) in zdesc_cache.items()]
+            for k in self._copies_seen:
+                c = cache.get(k)
+                if c is not None and k not in zdesc_cache:
+                    rebuilt.append((c.header.deadline, k))
+            heapq.heapify(rebuilt)
+            self._known_deadlines = rebuilt
+
+    def _forget_expired(self, msg_id: str, now: float) -> None:
+        """``msg_id`` expired: nothing learnt about it can serve any more (its offers and
+        fragments are refused for their deadline), so what peers told about it goes."""
+        decoded = self._zdesc_cache.get(msg_id)
+        if decoded is not None and decoded[2].deadline > now:
+            return  # another descriptor under this id, not yet expired: it has its own entry
+        self._forget_descriptor(msg_id)  # keeps the holders of a message still cached
 
     def _add_history(self, msg_id: str, key: str, deadline: float) -> None:
         keys = self._history.setdefault(msg_id, set())
@@ -450,6 +477,10 @@ class CacheMixin(NodeState):
             if len(copies_seen) >= _SEEN_MESSAGES:
                 del copies_seen[next(iter(copies_seen))]
             seen = copies_seen[msg_id] = set()
+            c = self._cache.get(msg_id)
+            if c is not None:
+                self._know_until(c.header.deadline, msg_id)
+            # otherwise its descriptor was decoded, and has its deadline kept already
         elif host in seen or len(seen) >= _SEEN_HOLDERS:
             return
         seen.add(host)

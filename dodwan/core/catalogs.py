@@ -233,12 +233,19 @@ class CatalogsMixin(NodeState):
         if cached is None:  # the first descriptor seen for an id wins
             cost = 2 * len(zdesc) + sum(len(k) + len(v) for k, v in d.items()) + _ENTRY_COST
             self._zdesc_cache[msg_id] = (zdesc, d, h)
+            self._know_until(h.deadline, msg_id)
             self._remote.charge(owner, "descriptor", msg_id, cost)
         return d, h
 
     def _forget_descriptor(self, msg_id: str) -> None:
+        """Forget what was learnt from offers of ``msg_id``: its decoded descriptor, whether
+        to fetch it, and (unless it is cached here) the hosts seen holding it. The
+        message expired, or the remote-memory budget gave its descriptor up."""
         if self._zdesc_cache.pop(msg_id, None) is not None:
             self._remote.release("descriptor", msg_id)
+        self._want_cache.pop(msg_id, None)
+        if msg_id not in self._cache:
+            self._copies_seen.pop(msg_id, None)
 
     def _offers_given_up(self, host: str) -> None:
         """The remote-memory budget gave up what neighbour ``host`` offered (learnt again

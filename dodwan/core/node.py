@@ -123,6 +123,7 @@ class Node(
         self._remote = RemoteMemory(self._limits.max_remote_memory, self._give_up_remote)
         self._known_stale = False
         self._zdesc_cache = {}
+        self._known_deadlines = []
         self._copies_seen = {}
         self._met = {}
         self._met_epoch = 0

@@ -155,6 +155,10 @@ class NodeState:
     _zdesc_cache: dict[str, tuple[bytes, dict[str, str], m.Header]]
     """Descriptors peers offered, decoded once: id -> (compressed, decoded, header), each
     charged to ``_remote`` as ``("descriptor", id)``."""
+    _known_deadlines: list[tuple[float, str]]
+    """(deadline, id) of the messages ``_zdesc_cache`` or ``_copies_seen`` keeps something
+    about: forgotten when they expire (``CacheMixin._forget_expired``). Compacted to what
+    is still kept when it outgrows it (the remote-memory budget gives entries up early)."""
     _remote: RemoteMemory
     """The remote-memory budget (``limits.max_remote_memory``), see :mod:`.ledger`."""
     _known_stale: bool
@@ -321,6 +325,9 @@ class NodeState:
         raise NotImplementedError
 
     def _seen_complete(self, msg_id: str, host: str) -> None:
+        raise NotImplementedError
+
+    def _know_until(self, deadline: float, msg_id: str) -> None:
         raise NotImplementedError
 
     def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool:
