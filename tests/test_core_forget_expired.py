@@ -10,6 +10,7 @@ import random
 from dodwan import Node, NodeConfig
 from dodwan.core import wire
 from dodwan.core.limits import Limits
+from dodwan.virtual import VirtualNetwork
 
 TTL = 100.0
 
@@ -64,19 +65,24 @@ def test_what_was_learnt_from_offers_goes_when_the_messages_expire() -> None:
     assert _knowledge(k, long) == {"descriptors": 0, "wants": 0, "holders": 0}
 
 
-def test_holders_of_a_cached_message_are_forgotten_at_its_deadline() -> None:
-    origin, ids = _origin([TTL])
-    k = Node(NodeConfig(host_id="k", altruistic=True), rng=random.Random(3))
-    k.receive_datagram(_catalog("o", origin, ids), "o", 1.0)
-    for dg, _ in origin.datagrams_to_send(1.0, 1 << 20):
-        if wire.decode(dg).kind == wire.FRAGMENT:
-            k.receive_datagram(dg, "o", 1.5)
-    # whether or not k fetched it, a second holder offers it complete
-    k.receive_datagram(_catalog("p", origin, ids), "p", 2.0)
-    assert ids[0] in k._copies_seen
-    k.handle_timer(TTL + 1)
-    assert ids[0] not in k._cache
-    assert _knowledge(k, ids) == {"descriptors": 0, "wants": 0, "holders": 0}
+def test_holders_of_a_cached_message_are_kept_while_it_is_and_forgotten_at_its_deadline() -> None:
+    net = VirtualNetwork(seed=3)
+    net.add("o")
+    k = net.add("k", altruistic=True)
+    msg_id = net.publish("o", {"topic": "t"}, random.Random(2).randbytes(3_000), ttl=TTL)
+    net.link("o", "k")
+    net.run(TTL / 4, stop=lambda: (k.cache_entry(msg_id) or {}).get("complete") is True)
+    net.unlink("o", "k")
+    assert (k.cache_entry(msg_id) or {}).get("complete") is True
+    origin = net.node("o")
+    k.receive_datagram(_catalog("p", origin, [msg_id]), "p", net.now)  # another holder
+    assert sorted(k._copies_seen[msg_id]) == ["o", "p"]
+    k._give_up_remote("descriptor", msg_id)  # the budget may give the descriptor up...
+    net.run(TTL / 2 - net.now)
+    assert sorted(k._copies_seen[msg_id]) == ["o", "p"]  # ...the holders stay while cached
+    net.run(TTL / 2 + 1)
+    assert k.cache_entry(msg_id) is None
+    assert _knowledge(k, [msg_id]) == {"descriptors": 0, "wants": 0, "holders": 0}
 
 
 def test_offers_given_up_leave_no_deadline_behind() -> None:
