@@ -291,7 +291,9 @@ def test_reference_routers_need_a_one_trace() -> None:
 
 
 def test_reference_routers_run_on_the_trace_variant() -> None:
-    pytest.importorskip("pons", reason="PONS (pons-dtn, in the test and bench extras) is not installed")
+    pytest.importorskip(
+        "pons", reason="PONS (pons-dtn, in the test and bench extras) is not installed"
+    )
     out = bench_delivery.run_references(bench_delivery.VARIANTS["trace"], 300.0)
     for router in ("epidemic", "spray"):
         for radio in ("parallel", "serial"):

@@ -136,7 +136,9 @@ def test_variants_change_only_altruism_and_size() -> None:
 
 
 def test_pons_runs_five_minutes_of_the_workload() -> None:
-    pytest.importorskip("pons", reason="PONS (pons-dtn, in the test and bench extras) is not installed")
+    pytest.importorskip(
+        "pons", reason="PONS (pons-dtn, in the test and bench extras) is not installed"
+    )
     sc = bench_one.variant(load(bench_one.TRACE_SCENARIO), True, "mb")
     received = {}
     for router in bench_one.PONS_ROUTERS:
