@@ -201,8 +201,9 @@ def _browse(client: Client, q: str, **headers: str) -> list[bytes]:
     return seen
 
 
-def raw_exchange(target: Target, data: bytes, timeout: float = 5.0) -> bytes:
-    """Send raw bytes; everything the server answers until it closes (or the timeout)."""
+def exchange(target: Target, data: bytes, timeout: float = 5.0) -> tuple[bytes, bool]:
+    """Send raw bytes; everything the server answers until it closes (or the timeout), and
+    whether it closed the connection meanwhile."""
     with socket.create_connection(("127.0.0.1", target.port), timeout=timeout) as s:
         s.sendall(data)
         out = b""
@@ -210,16 +211,23 @@ def raw_exchange(target: Target, data: bytes, timeout: float = 5.0) -> bytes:
         while time.monotonic() < deadline:
             try:
                 chunk = s.recv(65536)
-            except (TimeoutError, OSError):
+            except TimeoutError:
                 break
+            except OSError:  # reset: closed as well
+                return out, True
             if not chunk:
-                break
+                return out, True
             out += chunk
             if b"ERROR" in out and out.rstrip(b"\n").endswith(b"\x00"):
                 break
             if out.startswith(b"CONNECTED") and out.rstrip(b"\n").endswith(b"\x00"):
                 break
-    return out
+    return out, False
+
+
+def raw_exchange(target: Target, data: bytes, timeout: float = 5.0) -> bytes:
+    """Send raw bytes; everything the server answers until it closes (or the timeout)."""
+    return exchange(target, data, timeout)[0]
 
 
 def connected_headers(reply: bytes) -> dict[str, str]:
@@ -493,10 +501,16 @@ def test_durable_with_selector(target: Target, clients: list[Client]) -> None:
 def test_same_client_id_twice_is_an_error(target: Target, clients: list[Client]) -> None:
     cid = uniq("cid")
     new(target, clients, **{"client-id": cid})
-    reply = raw_exchange(
+    reply, closed = exchange(
         target, f"CONNECT\naccept-version:1.2\nhost:h\nclient-id:{cid}\n\n\x00".encode()
     )
-    assert reply.startswith(b"ERROR")
+    if target.joms or not closed:
+        assert reply.startswith(b"ERROR"), reply
+    else:
+        # ActiveMQ refuses, but now and then it closes the connection before its
+        # ERROR frame is written (3 times in 120 tries on 5.17.2 from Debian). What is
+        # compared is the refusal: never CONNECTED, and the connection closed.
+        assert reply == b"" or reply.startswith(b"ERROR"), reply
 
 
 # ============================================================ queues
