@@ -5,9 +5,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # pytest-xdist workers for `make test`: most tests wait on real I/O (daemons, brokers,
-# subprocesses), so two workers overlap those waits. Tests sharing a module/session fixture
-# or the Spark session stay on one worker (tests/conftest.py). TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 2
+# subprocesses), so workers overlap those waits; on 2 cores three do it better than two
+# (docs/performance.md, "The test suite"). Tests sharing a module/session fixture or the
+# Spark session stay on one worker (tests/conftest.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 3
 # The protocol core (and the simulator's per-datagram modules) compiled with mypyc into
 # build/native/ (dodwan/native: used only while it matches the sources; DODWAN_NATIVE=0 runs
 # pure Python). NATIVE=0 skips building it.

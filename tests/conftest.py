@@ -1,7 +1,7 @@
-"""How the suite may be spread over pytest-xdist workers (``make test`` runs two).
+"""How the suite may be spread over pytest-xdist workers (``make test`` runs three).
 
-Most tests wait on real I/O (daemons exchanging datagrams, brokers, subprocesses), so two
-workers overlap those waits. Every test already picks its own multicast group, ports and
+Most tests wait on real I/O (daemons exchanging datagrams, brokers, subprocesses), so
+several workers overlap those waits. Every test already picks its own multicast group, ports and
 temporary directories; what must not be split across workers is state set up once and
 shared by several tests:
 
