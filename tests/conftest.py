@@ -1,9 +1,9 @@
 """How the suite may be spread over pytest-xdist workers (``make test`` runs three).
 
 Most tests wait on real I/O (daemons exchanging datagrams, brokers, subprocesses), so
-several workers overlap those waits. Every test already picks its own multicast group, ports and
-temporary directories; what must not be split across workers is state set up once and
-shared by several tests:
+several workers overlap those waits. Every test already picks its own multicast group,
+ports and temporary directories; what must not be split across workers is state set up
+once and shared by several tests:
 
 * a module- or session-scoped fixture defined (or imported) by a test module — a pair of
   daemons, a simulated run, a broker: the tests requesting it go to one worker as one group
