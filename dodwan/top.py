@@ -184,7 +184,7 @@ def _deliveries(frame: Frame) -> RenderableType:
     counters = frame.status.get("counters", {})
     parts = [("delivered", "daemon_deliveries")]
     parts += [(f"to {k}", f"sink_deliveries_{k}") for k in ("dir", "exec", "follow")]
-    parts += [("unrouted", "sink_deliveries_unrouted"), ("sink errors", "sink_sink_errors")]
+    parts += [("unrouted", "sink_deliveries_unrouted"), ("sink errors", "sink_errors")]
     t = Text()
     for label, name in parts:
         n = int(counters.get(name, 0))

@@ -192,6 +192,22 @@ def test_sigterm_is_a_clean_shutdown(daemons) -> None:
     assert os.path.exists(a.state_dir / "dodwan.db")
 
 
+def test_a_failed_command_is_counted_as_the_documented_sink_errors(daemons) -> None:
+    a = daemons("a", "--group", random_group(), *FAST)
+    c = a.client()
+    c.post("/subscribe", {"patterns": [{"t": "x"}], "sink": {"kind": "exec", "target": "exit 3"}})
+    c.post("/publish", {"attributes": {"t": "x"}, "text": "one", "ttl": 600})
+    counters = wait_for(
+        lambda: (n := a.status()["counters"]).get("daemon_sink_deliveries_finished") and n,
+        what="the failed command finished",
+    )
+    assert counters.get("sink_errors") == 1
+    assert not [k for k in counters if k.startswith(("sink_sink_", "daemon_daemon_"))]
+    metrics = c.get("/metrics")
+    assert 'dodwan_events_total{name="sink_errors"} 1' in metrics
+    assert "sink_sink_" not in metrics
+
+
 @pytest.mark.parametrize(
     "bad", [["--group", "nonsense"], ["--interface", "nosuchif0"], ["--admin", "127.0.0.1:99999"]]
 )

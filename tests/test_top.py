@@ -153,6 +153,18 @@ def test_link_quality_is_the_share_of_periods_heard(monkeypatch: pytest.MonkeyPa
     assert quality[-1] == pytest.approx(6 / 8)
 
 
+def test_the_deliveries_panel_shows_the_documented_sink_errors() -> None:
+    from rich.console import Console
+
+    from dodwan.top import Frame, _deliveries
+
+    counters = {"daemon_deliveries": 3, "sink_deliveries_exec": 2, "sink_errors": 1}
+    frame = Frame({"counters": counters}, {}, [], {}, {}, 0.0)
+    console = Console(width=120, record=True)
+    console.print(_deliveries(frame))
+    assert "sink errors 1" in console.export_text()
+
+
 @needs_tmux
 def test_top_says_when_the_daemon_goes_away_and_resumes(pane: Any, tmp_path: Path) -> None:
     d = DaemonProc(tmp_path / "gone", ["--group", random_group(), "--host-id", "gone", *FAST])

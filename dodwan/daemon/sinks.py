@@ -140,6 +140,7 @@ class SinkRouter:
         self._exec_slots = asyncio.Semaphore(exec_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self.counters: dict[str, int] = {}
+        """By name without a prefix: the daemon exposes them as ``sink_<name>``."""
 
     def _count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
@@ -207,7 +208,7 @@ class SinkRouter:
             write_to_dir(Path(target), ev)
         except OSError as exc:
             if not attempt:
-                self._count("sink_errors")
+                self._count("errors")
                 log.error(
                     "subscription %s: cannot write to %s: %s (retried)",
                     ev.subscription,
@@ -247,7 +248,7 @@ class SinkRouter:
                 start_new_session=True,
             )
         except OSError as exc:
-            self._count("sink_errors")
+            self._count("errors")
             log.error("subscription %s: cannot run %r: %s", ev.subscription, command, exc)
             return
         try:
@@ -258,7 +259,7 @@ class SinkRouter:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)  # its own session: the whole group
             await proc.wait()
-            self._count("sink_errors")
+            self._count("errors")
             log.error("subscription %s: %r timed out", ev.subscription, command)
             return
         except (BrokenPipeError, ConnectionResetError):
@@ -267,7 +268,7 @@ class SinkRouter:
         if proc.returncode == 0:
             self._count("deliveries_exec")
         else:
-            self._count("sink_errors")
+            self._count("errors")
             log.error(
                 "subscription %s: %r exited with %s: %s",
                 ev.subscription,
