@@ -336,6 +336,81 @@ def test_file_names_cannot_escape_the_directory() -> None:
     assert file_name("host-0123abcd") == "host-0123abcd"
 
 
+def _longest_name(outdir: Path, msg_id: str) -> int:
+    """Bytes of the longest file name a dir sink makes for ``msg_id`` (its temporaries)."""
+    return len(f".{file_name(msg_id)}.json.tmp".encode())
+
+
+def test_file_names_of_long_escaped_ids_fit_and_stay_unique(tmp_path: Path) -> None:
+    """Ids are up to 128 printable characters; escaped, a non-ASCII one grows to 6 or 12
+    bytes a character, and a name over 255 bytes can never be written (issue: ENAMETOOLONG
+    retried forever)."""
+    ids = ["ü" * 128, "ü" * 127 + "x", "𝄞" * 128, "a/" * 64, "ü" * 42]
+    names = [file_name(i) for i in ids]
+    assert len(set(names)) == len(ids)
+    assert names == [file_name(i) for i in ids]  # deterministic: a redelivery finds it
+    for msg_id, name in zip(ids, names, strict=True):
+        assert _longest_name(tmp_path, msg_id) <= 255, name
+        assert "/" not in name and not name.startswith(".")
+        ev = MessageDelivered("k", {"id": msg_id}, b"body")
+        assert write_to_dir(tmp_path / "o", ev).read_bytes() == b"body"
+        assert json.loads((tmp_path / "o" / f"{name}.json").read_text()) == {"id": msg_id}
+    # Names that fitted before are unchanged (existing directories see no difference).
+    assert file_name("ü" * 40) == "%" + "%C3%BC" * 40
+    assert file_name("x" * 128) == "x" * 128
+
+
+def test_a_dir_sink_delivers_a_long_escaped_id_at_once(tmp_path: Path) -> None:
+    import asyncio
+
+    from dodwan.daemon.sinks import SinkRouter
+
+    done: list[MessageDelivered] = []
+    ev = MessageDelivered("k", {"id": "ü" * 128}, b"body")
+
+    async def main() -> SinkRouter:
+        router = SinkRouter(on_done=done.append)
+        router.set("k", "dir", str(tmp_path / "o"))
+        router.deliver(ev)
+        await router.close()
+        return router
+
+    router = asyncio.run(main())
+    assert done == [ev]
+    assert router.counters == {"deliveries_dir": 1}
+    assert (tmp_path / "o" / file_name("ü" * 128)).read_bytes() == b"body"
+
+
+def test_a_dir_write_that_can_never_succeed_is_not_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENAMETOOLONG does not depend on the directory's state: retrying cannot help. It is
+    logged and counted once, and recorded finished (a restart would fail the same way)."""
+    import asyncio
+    import errno
+
+    from dodwan.daemon import sinks
+
+    def too_long(outdir: Path, ev: MessageDelivered) -> Path:
+        raise OSError(errno.ENAMETOOLONG, "File name too long")
+
+    monkeypatch.setattr(sinks, "write_to_dir", too_long)
+    done: list[MessageDelivered] = []
+    ev = MessageDelivered("k", {"id": "m"}, b"body")
+
+    async def main() -> sinks.SinkRouter:
+        router = sinks.SinkRouter(on_done=done.append)
+        router.set("k", "dir", str(tmp_path / "o"))
+        router.deliver(ev)
+        await router.close()
+        return router
+
+    router = asyncio.run(main())
+    assert router.counters == {"errors": 1}
+    assert router._retrying == 0
+    assert done == [ev]
+
+
 def test_exec_environment_carries_the_descriptor() -> None:
     ev = MessageDelivered("k", {"id": "m", "my-attr": "v"}, b"")
     env = exec_environment(ev, {"PATH": "/bin"})

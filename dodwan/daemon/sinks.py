@@ -2,8 +2,8 @@
 
 Each subscription key held by the daemon maps to one sink:
 
-* ``dir``: the payload is written to ``OUTDIR/<message id>`` and the descriptor beside it to
-  ``OUTDIR/<message id>.json`` (both written to a temporary name, then renamed, so a reader
+* ``dir``: the payload is written to ``OUTDIR/<name>`` and the descriptor beside it to
+  ``OUTDIR/<name>.json``, the name made from the message id by :func:`file_name` (both written to a temporary name, then renamed, so a reader
   never sees half a file; the descriptor is renamed last).
 * ``exec``: ``sh -c CMD`` runs with the payload on stdin and the descriptor in the
   environment (``DODWAN_ID``, ``DODWAN_SUBSCRIPTION``, ``DODWAN_DESCRIPTOR`` as JSON, and
@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
+import hashlib
 import json
 import logging
 import os
@@ -46,14 +48,34 @@ DIR_RETRY_PENDING = 10000
 """Dir-sink writes that failed (out of file descriptors, disk full) are retried after 1 s,
 doubling up to 60 s, while the subscription lasts; beyond this many waiting, the newest
 failures are left to the redelivery at the next start."""
+DIR_PERMANENT_ERRORS = frozenset({errno.ENAMETOOLONG})
+"""Errors of a dir-sink write that retrying cannot cure (the path is too long whatever
+the directory holds): logged and counted once, then the delivery is given up."""
 _SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+@=-]{0,200}")
+NAME_MAX = 255 - len("..json.tmp")
+"""Longest name :func:`file_name` returns: the longest file made from it, the temporary
+``.<name>.json.tmp``, then fits the 255 bytes file systems allow in a name."""
+_HASHED_PREFIX = NAME_MAX - 33
+"""Escaped characters kept before ``=`` and 32 hex digits of the id's SHA-256."""
 
 
 def file_name(msg_id: str) -> str:
-    """A file name for a message id (ids are printable but may contain ``/``)."""
+    """A file name for a message id (ids are printable but may contain ``/``).
+
+    A plain id is its own name; another is ``%`` and the id percent-escaped; one whose
+    escaped form is longer than :data:`NAME_MAX` is cut (never inside an escape) and ends
+    with ``=`` and 32 hex digits of the id's SHA-256. An escaped name never contains a
+    plain ``=`` and a plain one never starts with ``%``, so names stay distinct."""
     if _SAFE.fullmatch(msg_id) and not msg_id.endswith(".json"):
         return msg_id
-    return "%" + urllib.parse.quote(msg_id, safe="")
+    name = "%" + urllib.parse.quote(msg_id, safe="")
+    if len(name) <= NAME_MAX:
+        return name
+    cut = _HASHED_PREFIX
+    if "%" in name[cut - 2 : cut]:  # an escape would be cut: end before it
+        cut = name.rindex("%", cut - 2, cut)
+    digest = hashlib.sha256(msg_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{name[:cut]}={digest}"
 
 
 def delivery_json(ev: MessageDelivered) -> dict[str, Any]:
@@ -207,6 +229,18 @@ class SinkRouter:
         try:
             write_to_dir(Path(target), ev)
         except OSError as exc:
+            if exc.errno in DIR_PERMANENT_ERRORS:  # the same write would fail again
+                self._count("errors")
+                log.error(
+                    "subscription %s: cannot write to %s: %s (not retried)",
+                    ev.subscription,
+                    target,
+                    exc,
+                )
+                if attempt:
+                    self._retrying -= 1
+                self._on_done(ev)  # a restart would fail the same way
+                return
             if not attempt:
                 self._count("errors")
                 log.error(
