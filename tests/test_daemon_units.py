@@ -189,6 +189,8 @@ def test_config_file_joms_table(tmp_path: Path) -> None:
         ("[joms]\nmax_redelivery = 3\n", r"\[joms\]: unknown JOMS setting\(s\) max_redelivery"),
         ("[joms]\norder_gap_timeout = 'soon'\n", "order_gap_timeout must be a float"),
         ("[joms]\nmax_redeliveries = -2\n", "max_redeliveries must be >= 0"),
+        ("[node.limits]\nmax_message_size = 10000\n", "max_message_size .*at least 16385"),
+        ("[node]\ncache_capacity = 1000\n", "cache_capacity = 1000 is out of range"),
     ],
 )
 def test_config_errors_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
@@ -197,6 +199,25 @@ def test_config_errors_are_one_clear_line(tmp_path: Path, text: str, message: st
     with pytest.raises(cfg.ConfigError, match=message) as info:
         cfg.load(f)
     assert "\n" not in str(info.value)
+
+
+def test_the_smallest_sizes_accepted_leave_room_for_a_publication(tmp_path: Path) -> None:
+    """max_payload = min(max_message_size, cache_capacity) - PUBLISH_MARGIN must be at
+    least 1 byte for every configuration the daemon accepts."""
+    margin = cfg.PUBLISH_MARGIN
+    with pytest.raises(cfg.ConfigError, match="max_message_size") as info:
+        _load_limits(tmp_path, margin)
+    assert str(info.value).count("\n") == 0
+    c = _load_limits(tmp_path, margin + 1)
+    assert c.limits["max_message_size"] == margin + 1
+    assert cfg.LIMIT_RANGES["max_message_size"][0] - margin >= 1
+    assert cfg.NODE_RANGES["cache_capacity"][0] - margin >= 1
+
+
+def _load_limits(tmp_path: Path, max_message_size: int) -> cfg.DaemonConfig:
+    f = tmp_path / "limits.toml"
+    f.write_text(f"[node.limits]\nmax_message_size = {max_message_size}\n")
+    return cfg.load(f)
 
 
 def test_config_missing_file_and_bad_node_values(tmp_path: Path) -> None:

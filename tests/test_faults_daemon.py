@@ -341,6 +341,7 @@ BAD_SETTINGS = [
     ("toml", "[node.limits]\nmax_fragments = 0\n", "max_fragments"),
     ("toml", "[node.limits]\nmax_partial_bytes = -1\n", "max_partial_bytes"),
     ("toml", "[node.limits]\nmax_origin_share = 1.5\n", "max_origin_share"),
+    ("toml", "[node.limits]\nmax_message_size = 10000\n", "max_message_size"),
     ("args", ["--socket-buffer", "1099511627776"], "socket_buffer"),
     ("args", ["--group", "10.1.2.3:{port}"], "group"),
 ]

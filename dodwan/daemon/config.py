@@ -209,6 +209,10 @@ SETTINGS: tuple[Setting, ...] = (
 
 GiB = 1024 * 1024 * 1024
 DAY = 86400.0
+PUBLISH_MARGIN = 16 * 1024
+"""Bytes kept below ``min(max_message_size, cache_capacity)`` for the largest publication:
+zstd's framing of an incompressible payload (3 bytes per 128 KiB block) and the descriptor.
+Both settings must exceed it (their ranges start above it), or nothing could be published."""
 
 RANGES: dict[str, tuple[float, float]] = {
     "bitrate": (0, 100e9),
@@ -250,7 +254,7 @@ LIMIT_RANGES: dict[str, tuple[float, float]] = {
     "max_attributes": (16, 65536),
     "max_attribute_name": (16, 65536),
     "max_descriptor_bytes": (1024, 1024 * 1024),
-    "max_message_size": (1, 64 * GiB),
+    "max_message_size": (PUBLISH_MARGIN + 1, 64 * GiB),
     "max_fragments": (1, 1 << 24),
     "max_patterns": (1, 65536),
     "max_pattern_attributes": (1, 4096),
@@ -474,6 +478,13 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
         raise ConfigError("exec_concurrency and burst must be at least 1")
     if not 1 <= values["multicast_ttl"] <= 255:
         raise ConfigError("multicast_ttl must be between 1 and 255")
+    size = limits.get("max_message_size", LIMIT_DEFAULTS["max_message_size"])
+    if isinstance(size, int) and not isinstance(size, bool) and size <= PUBLISH_MARGIN:
+        raise ConfigError(
+            f"node.limits.max_message_size = {size} leaves no room for a publication: it must "
+            f"be at least {PUBLISH_MARGIN + 1} (the largest payload is "
+            f"min(max_message_size, cache_capacity) - {PUBLISH_MARGIN} bytes)"
+        )
     _check_ranges("", values, RANGES)
     _check_ranges("node.", node, NODE_RANGES)
     _check_ranges("node.limits.", {**LIMIT_DEFAULTS, **limits}, LIMIT_RANGES)
@@ -605,6 +616,9 @@ def render_markdown() -> str:
         "",
         "Bounds on what a peer (or a local caller) can make the node hold or compute. The",
         "defaults suit a radio; on loopback or a fast LAN raise `max_requests_per_second`.",
+        "The largest payload `POST /publish` accepts is",
+        f"`min(max_message_size, cache_capacity) − {PUBLISH_MARGIN // 1024} KiB`, hence the"
+        f" minimum of `max_message_size` ({PUBLISH_MARGIN + 1} bytes: one byte of payload).",
         "",
         "| name | default | range | meaning |",
         "|---|---|---|---|",

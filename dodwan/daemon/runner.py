@@ -46,7 +46,7 @@ from ..core import (
 from ..core.errors import WireError
 from .admin import RAW_PAYLOAD, AdminServer, ApiError
 from .collector import settle_collector
-from .config import DaemonConfig
+from .config import PUBLISH_MARGIN, DaemonConfig
 from .memdebug import MemProbe
 from .netkey import OVERHEAD as NETKEY_OVERHEAD
 from .netkey import NetKey, NetKeyError, read_key_file, write_secret_file
@@ -68,9 +68,6 @@ DB_FILE = "dodwan.db"
 TRACE_FILE = "trace.jsonl"
 TOKEN_FILE = "admin.token"
 DEFAULT_TTL = 3600.0
-PUBLISH_MARGIN = 16 * 1024
-"""Bytes kept below ``min(max_message_size, cache_capacity)`` for the largest publication:
-zstd's framing of an incompressible payload (3 bytes per 128 KiB block) and the descriptor."""
 ACCEPT_EPISODE = 10.0
 """Seconds without an accept failure after which the next one starts a new episode (logged)."""
 
