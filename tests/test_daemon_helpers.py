@@ -52,6 +52,20 @@ def wait_for(
         time.sleep(interval)
 
 
+def group_alive(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (zombies waiting for a reaper excluded)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
+
+
 def random_group() -> str:
     rnd = random.SystemRandom()
     return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}:{rnd.randrange(20000, 60000)}"

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import DaemonProc, group_alive, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
 from dodwan.core import Node, NodeConfig
@@ -206,6 +206,34 @@ def test_a_failed_command_is_counted_as_the_documented_sink_errors(daemons) -> N
     metrics = c.get("/metrics")
     assert 'dodwan_events_total{name="sink_errors"} 1' in metrics
     assert "sink_sink_" not in metrics
+
+
+def test_sigterm_stops_running_commands_which_are_redelivered_at_restart(
+    daemons, tmp_path: Path
+) -> None:
+    """A clean stop leaves no command of an exec sink behind (it would outlive the daemon
+    and run beside its own redelivery); the stopped delivery is redone at the next start."""
+    a = daemons("a", "--group", random_group(), *FAST)
+    log = tmp_path / "exec.log"
+    target = f'echo "$$ ${{DODWAN_REDELIVERED:-0}}" >> {log}; sleep 60; echo done >> {log}'
+    a.client().post("/subscribe", {"patterns": [{"t": "x"}], "sink": {"kind": "exec",
+                                                                      "target": target}})  # fmt: skip
+    a.client().post("/publish", {"attributes": {"t": "x"}, "text": "one", "ttl": 600})
+    wait_for(lambda: log.exists() and log.read_text().count("\n") == 1, what="the command runs")
+    first = int(log.read_text().split()[0])
+    wait_for(lambda: group_alive(first), what="its process group")
+    assert a.kill(signal.SIGTERM) == 0
+    wait_for(lambda: not group_alive(first), 10, what=lambda: f"no orphan of group {first}")
+
+    a.start()
+    wait_for(lambda: log.read_text().count("\n") == 2, what="the delivery redone")
+    lines = log.read_text().splitlines()
+    second = int(lines[1].split()[0])
+    assert lines[0].split()[1] == "0" and lines[1].split()[1] == "1"
+    assert second != first and a.status()["counters"]["daemon_redeliveries"] == 1
+    assert a.kill(signal.SIGTERM) == 0
+    wait_for(lambda: not group_alive(second), 10, what=lambda: f"no orphan of group {second}")
+    assert "done" not in log.read_text()
 
 
 @pytest.mark.parametrize(

@@ -432,6 +432,45 @@ def test_a_dir_write_that_can_never_succeed_is_not_retried(
     assert done == [ev]
 
 
+def test_close_kills_a_command_that_ignores_sigterm_and_runs_no_queued_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM to the command's process group, SIGKILL after the grace period; neither the
+    stopped command nor the one waiting for a slot is recorded finished (both are redone
+    at the next start)."""
+    import asyncio
+    import time
+
+    from test_daemon_helpers import group_alive
+
+    from dodwan.daemon import sinks
+
+    monkeypatch.setattr(sinks, "EXEC_STOP_GRACE", 0.5)
+    pids = tmp_path / "pids"
+    done: list[MessageDelivered] = []
+
+    async def main() -> tuple[sinks.SinkRouter, float]:
+        router = sinks.SinkRouter(exec_concurrency=1, on_done=done.append)
+        router.set("k", "exec", f"trap '' TERM; echo $$ >> {pids}; sleep 60")
+        router.deliver(MessageDelivered("k", {"id": "m1"}, b""))
+        router.deliver(MessageDelivered("k", {"id": "m2"}, b""))  # waits for the slot
+        deadline = time.monotonic() + 10
+        while not (
+            pids.exists() and pids.read_text().endswith("\n") and group_alive(int(pids.read_text()))
+        ):
+            assert time.monotonic() < deadline, "the command never started"
+            await asyncio.sleep(0.02)
+        started = time.monotonic()
+        await router.close()
+        return router, time.monotonic() - started
+
+    router, took = asyncio.run(main())
+    assert pids.read_text().count("\n") == 1  # m2 never ran
+    assert not group_alive(int(pids.read_text()))
+    assert took < 5
+    assert done == [] and "errors" not in router.counters
+
+
 def test_exec_environment_carries_the_descriptor() -> None:
     ev = MessageDelivered("k", {"id": "m", "my-attr": "v"}, b"")
     env = exec_environment(ev, {"PATH": "/bin"})

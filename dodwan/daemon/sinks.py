@@ -11,8 +11,9 @@ Each subscription key held by the daemon maps to one sink:
 * ``follow``: deliveries are queued to the admin API clients streaming that key.
 
 ``on_done`` is told when a ``dir`` or ``exec`` delivery is finished (files renamed into
-place, command ended); the daemon records it, and after a crash redoes the deliveries the
-core made but no sink finished (``exec`` then sees ``DODWAN_REDELIVERED=1``).
+place, command ended, unless the shutdown stopped it); the daemon records it, and after a
+crash or stop redoes the deliveries the core made but no sink finished (``exec`` then sees
+``DODWAN_REDELIVERED=1``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ DIR_RETRY_PENDING = 10000
 """Dir-sink writes that failed (out of file descriptors, disk full) are retried after 1 s,
 doubling up to 60 s, while the subscription lasts; beyond this many waiting, the newest
 failures are left to the redelivery at the next start."""
+EXEC_STOP_GRACE = 3.0
+"""Seconds the commands still running at shutdown get between SIGTERM and SIGKILL (each
+sent to the command's whole process group); a command stopped so is redone at the next
+start."""
 DIR_PERMANENT_ERRORS = frozenset({errno.ENAMETOOLONG})
 """Errors of a dir-sink write that retrying cannot cure (the path is too long whatever
 the directory holds): logged and counted once, then the delivery is given up."""
@@ -161,6 +166,9 @@ class SinkRouter:
         self._exec_timeout = exec_timeout
         self._exec_slots = asyncio.Semaphore(exec_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running: set[int] = set()
+        """Process groups of the commands running (each command leads its own)."""
+        self._closing = False
         self.counters: dict[str, int] = {}
         """By name without a prefix: the daemon exposes them as ``sink_<name>``."""
 
@@ -207,6 +215,8 @@ class SinkRouter:
         if kind == "dir":
             self._write_dir(target, ev, 0)
         elif kind == "exec":
+            if self._closing:
+                return True  # not recorded finished: redone at the next start
             task = asyncio.get_running_loop().create_task(self._run(target, ev, redelivered))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -266,10 +276,14 @@ class SinkRouter:
 
     async def _run(self, command: str, ev: MessageDelivered, redelivered: bool = False) -> None:
         async with self._exec_slots:
-            await self._run_one(command, ev, redelivered)
-        self._on_done(ev)  # whatever its outcome: a failed command is not retried
+            if self._closing:
+                return  # queued when the daemon stopped: redone at the next start
+            finished = await self._run_one(command, ev, redelivered)
+        if finished:
+            self._on_done(ev)  # whatever its outcome: a failed command is not retried
 
-    async def _run_one(self, command: str, ev: MessageDelivered, redelivered: bool) -> None:
+    async def _run_one(self, command: str, ev: MessageDelivered, redelivered: bool) -> bool:
+        """Run the command once; False when the shutdown stopped it (not finished)."""
         try:
             proc = await asyncio.create_subprocess_exec(
                 "/bin/sh",
@@ -284,7 +298,16 @@ class SinkRouter:
         except OSError as exc:
             self._count("errors")
             log.error("subscription %s: cannot run %r: %s", ev.subscription, command, exc)
-            return
+            return True
+        self._running.add(proc.pid)
+        try:
+            return await self._wait_command(proc, command, ev)
+        finally:
+            self._running.discard(proc.pid)
+
+    async def _wait_command(
+        self, proc: asyncio.subprocess.Process, command: str, ev: MessageDelivered
+    ) -> bool:
         try:
             _, err = await asyncio.wait_for(
                 proc.communicate(ev.payload), self._exec_timeout or None
@@ -295,12 +318,19 @@ class SinkRouter:
             await proc.wait()
             self._count("errors")
             log.error("subscription %s: %r timed out", ev.subscription, command)
-            return
+            return True
         except (BrokenPipeError, ConnectionResetError):
             err = b""
             await proc.wait()
         if proc.returncode == 0:
             self._count("deliveries_exec")
+        elif self._closing:
+            log.info(
+                "subscription %s: %r stopped by the shutdown (redone at the next start)",
+                ev.subscription,
+                command,
+            )
+            return False
         else:
             self._count("errors")
             log.error(
@@ -310,10 +340,24 @@ class SinkRouter:
                 proc.returncode,
                 err.decode(errors="replace").strip()[:500],
             )
+        return True
+
+    def _signal_commands(self, sig: signal.Signals) -> None:
+        for pgid in self._running:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
 
     async def close(self) -> None:
+        """End follow streams; stop the commands still running (SIGTERM to their process
+        groups, SIGKILL after :data:`EXEC_STOP_GRACE`) so none outlives the daemon."""
+        self._closing = True
         for qs in self._followers.values():
             for q in qs:
                 q.put_nowait(None)
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5.0)
+        if not self._tasks:
+            return
+        self._signal_commands(signal.SIGTERM)
+        _, pending = await asyncio.wait(list(self._tasks), timeout=EXEC_STOP_GRACE)
+        if pending:
+            self._signal_commands(signal.SIGKILL)
+            await asyncio.wait(pending, timeout=EXEC_STOP_GRACE)
