@@ -221,6 +221,7 @@ def repair(ctx: click.Context, local_state_dir: str | None) -> None:
     """Salvage every readable message (and the subscriptions, sinks and reception history)
     of a damaged, empty or foreign database into a fresh one; the old file is kept aside as
     dodwan.db.damaged-TIME. The daemon must be stopped."""
+    import errno
     import fcntl
 
     from .daemon import repair as rp
@@ -229,7 +230,17 @@ def repair(ctx: click.Context, local_state_dir: str | None) -> None:
     state = _state_dir(ctx, local_state_dir)
     if not state.is_dir():
         raise click.ClickException(f"no state directory {state}")
-    with open(state / LOCK_FILE, "a+") as lock:
+    try:
+        lock = open(state / LOCK_FILE, "a+")  # noqa: SIM115  (closed by the with below)
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            raise click.ClickException(
+                f"cannot repair {state}: the state directory is on a read-only file system"
+            ) from None
+        raise click.ClickException(
+            f"cannot repair {state}: cannot lock {state / LOCK_FILE}: {exc.strerror}"
+        ) from None
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

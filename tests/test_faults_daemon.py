@@ -16,15 +16,18 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from brokers import free_port
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
 from dodwan.cli import cli
+from dodwan.core import Node, NodeConfig
 from dodwan.core.store import MessageMeta
 from dodwan.daemon.client import AdminClient, ClientError
 from dodwan.daemon.sqlite_store import SqliteStore
@@ -326,6 +329,71 @@ def test_damage_found_while_running_is_counted_not_a_traceback(daemons, tmp_path
     wait_for(lambda: a.status()["counters"].get("daemon_store_read_errors", 0) > 0,
              timeout=30, what="A failing to read fragments B asks for")  # fmt: skip
     assert a.alive
+
+
+# ---------------------------------------------------------------------- 4. unusable state
+
+
+@pytest.fixture
+def read_only_view(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    """``view(dir)``: a read-only bind mount of ``dir`` (unmounted at teardown).
+
+    Root ignores permission bits, so a chmod would not make a directory read-only for these
+    tests; a read-only mount does, for root too."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    mounts: list[Path] = []
+
+    def view(src: Path) -> Path:
+        target = src.with_name(src.name + "-ro")
+        target.mkdir()
+        subprocess.run(["mount", "--bind", "-o", "ro", str(src), str(target)], check=True)
+        mounts.append(target)
+        with pytest.raises(OSError):  # really read-only
+            (target / "probe").write_text("")
+        return target
+
+    yield view
+    for target in reversed(mounts):
+        subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+def _healthy_state(state: Path, messages: int = 3) -> None:
+    """A state directory whose database holds ``messages`` complete local publications."""
+    state.mkdir()
+    store = SqliteStore(state / "dodwan.db")
+    node = Node(NodeConfig(host_id="h"), rng=random.Random(1), store=store)
+    now = time.time()
+    for i in range(messages):
+        node.publish({"n": str(i)}, random.Random(i).randbytes(3000), now + 3600, now)
+    store.commit()
+    store.close()
+    (state / "daemon.lock").write_text("")  # as a daemon that ran there leaves it
+    assert not Path(f"{state / 'dodwan.db'}-wal").exists()
+
+
+def _one_line_error(r: Result) -> str:
+    assert r.exit_code != 0, r.output
+    assert isinstance(r.exception, SystemExit), repr(r.exception)  # not a traceback
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    return r.output
+
+
+def test_repair_of_a_read_only_state_directory_is_one_line(
+    tmp_path: Path, read_only_view: Callable[[Path], Path]
+) -> None:
+    _healthy_state(tmp_path / "s")
+    ro = read_only_view(tmp_path / "s")
+    text = _one_line_error(CliRunner().invoke(cli, ["repair", "--state-dir", str(ro)]))
+    assert "read-only" in text and str(ro) in text, text
+    assert sorted(p.name for p in ro.iterdir()) == ["daemon.lock", "dodwan.db"]
+
+
+def test_repair_with_a_directory_for_its_lock_file_is_one_line(tmp_path: Path) -> None:
+    state = tmp_path / "s"
+    (state / "daemon.lock").mkdir(parents=True)
+    text = _one_line_error(CliRunner().invoke(cli, ["repair", "--state-dir", str(state)]))
+    assert f"cannot lock {state / 'daemon.lock'}: Is a directory" in text, text
 
 
 # ---------------------------------------------------------------------- 6. settings
