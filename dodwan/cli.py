@@ -192,7 +192,9 @@ def _db_path(ctx: click.Context, local: str | None) -> Path:
 @click.pass_context
 def check(ctx: click.Context, local_state_dir: str | None) -> None:
     """Check the state directory's database fully: SQLite's integrity check, and every cached
-    message read back and verified. Exits 1 when something is damaged."""
+    message read back and verified. Exits 1 when something is damaged, or (saying so, without
+    calling it damaged) when the database cannot be opened at all. A read-only state
+    directory is fine."""
     from .daemon import repair as rp
     from .daemon.sqlite_store import StoreError
 

@@ -396,6 +396,40 @@ def test_repair_with_a_directory_for_its_lock_file_is_one_line(tmp_path: Path) -
     assert f"cannot lock {state / 'daemon.lock'}: Is a directory" in text, text
 
 
+def test_check_of_a_healthy_database_on_a_read_only_mount_is_ok(
+    tmp_path: Path, read_only_view: Callable[[Path], Path]
+) -> None:
+    _healthy_state(tmp_path / "s")
+    ro = read_only_view(tmp_path / "s")
+    r = CliRunner().invoke(cli, ["check", "--state-dir", str(ro)])
+    assert r.exit_code == 0, r.output
+    assert r.output == f"{ro / 'dodwan.db'}: ok (3 messages: 3 complete, 0 partial, 0 unreadable)\n"
+
+
+def test_check_that_cannot_open_the_database_says_so_and_does_not_call_it_damaged(
+    tmp_path: Path, read_only_view: Callable[[Path], Path]
+) -> None:
+    # A write-ahead log without its -shm file on a read-only mount: SQLite cannot open it
+    # there (it would have to create the -shm file), and reading the database without the
+    # log would check an out-of-date file. The database itself is fine.
+    _healthy_state(tmp_path / "live")
+    db = tmp_path / "live" / "dodwan.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("INSERT INTO meta(key, value) VALUES ('x', 'y')")
+    conn.commit()
+    state = tmp_path / "s"
+    state.mkdir()
+    for name in ("dodwan.db", "dodwan.db-wal"):  # as a copy taken while it was in use
+        shutil.copyfile(tmp_path / "live" / name, state / name)
+    conn.close()
+    assert (state / "dodwan.db-wal").stat().st_size > 0
+    ro = read_only_view(state)
+    text = _one_line_error(CliRunner().invoke(cli, ["check", "--state-dir", str(ro)]))
+    assert f"cannot open {ro / 'dodwan.db'} to check it" in text, text
+    assert "damaged" not in text and "repair" not in text, text
+
+
 # ---------------------------------------------------------------------- 6. settings
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ..core import message as m
 from ..core.errors import WireError
@@ -119,20 +120,67 @@ _TABLES = {
 }
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+def _open(path: Path, immutable: bool = False) -> sqlite3.Connection:
+    mode = "immutable=1" if immutable else "mode=ro"
+    conn = sqlite3.connect(f"file:{quote(str(path))}?{mode}", uri=True)
     conn.execute("PRAGMA query_only=1")
     return conn
 
 
+_DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+"""SQLite error names (and their extended codes) meaning the file's content is bad; any
+other failure to read it (permissions, a read-only directory, an I/O error, a lock) is not
+damage that ``dodwan repair`` could mend."""
+
+
+def _cannot_read(path: Path, immutable: bool) -> sqlite3.Error | None:
+    """Why ``path`` cannot be read at all (not damage), or None."""
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = _open(path, immutable)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        if str(getattr(exc, "sqlite_errorname", "")).startswith(_DAMAGE):
+            return None
+        return exc
+    finally:
+        if conn is not None:
+            conn.close()
+    return None
+
+
+def _open_to_check(path: Path) -> sqlite3.Connection:
+    """A read-only connection to ``path``, or StoreError when it cannot be read at all.
+
+    SQLite opens a WAL database read-only only where it can create the ``-shm`` file (or
+    finds it); in a read-only directory without a write-ahead log to read, the file is
+    opened as immutable instead (nothing else can be writing it there)."""
+    immutable = False
+    problem = _cannot_read(path, immutable)
+    read_only_dir = not os.access(path.parent, os.W_OK)
+    wal = Path(f"{path}-wal")
+    has_log = wal.exists() and wal.stat().st_size > 0
+    if problem is not None and read_only_dir and not has_log:
+        immutable = True
+        problem = _cannot_read(path, immutable)
+    if problem is not None:
+        why = f"cannot open {path} to check it: {problem}"
+        if read_only_dir and has_log:
+            why += f" (its directory is read-only and its write-ahead log {wal} needs {path}-shm)"
+        raise StoreError(why)
+    return _open(path, immutable)
+
+
 def check(path: Path, limits: Limits | None = None) -> Report:
-    """SQLite's integrity check and every message read back and verified."""
+    """SQLite's integrity check and every message read back and verified.
+
+    Raises StoreError, not a report of damage, when the database cannot be read at all."""
     limits = limits or Limits()
     report = Report()
     check_file(path)
     if not path.exists():
         raise StoreError(f"{path} does not exist")
-    conn = _open(path)
+    conn = _open_to_check(path)
     try:
         try:
             rows = [str(r[0]) for r in conn.execute("PRAGMA integrity_check(20)")]
