@@ -430,6 +430,64 @@ def test_check_that_cannot_open_the_database_says_so_and_does_not_call_it_damage
     assert "damaged" not in text and "repair" not in text, text
 
 
+STATE_FILES = [  # (file of the state directory, the options that make the daemon use it)
+    ("daemon.lock", []),
+    ("dodwan.db", []),
+    ("dodwan.db-wal", []),
+    ("dodwan.db-shm", []),
+    ("dodwan.db-journal", []),
+    ("admin.json", []),
+    ("admin.json.tmp", []),
+    ("bridges.db", []),
+    ("bridges.db-wal", []),
+    ("bridges.db-shm", []),
+    ("trace.jsonl", ["--trace"]),
+    ("admin.token", ["--admin", "127.0.0.2:0", "--allow-remote"]),  # 127.0.0.2: loopback
+    ("joms.sqlite", ["--stomp", "127.0.0.1:0"]),
+    ("joms.sqlite-wal", ["--stomp", "127.0.0.1:0"]),
+    ("joms.sqlite-shm", ["--stomp", "127.0.0.1:0"]),
+]
+
+
+def _start(state: Path, args: list[str]) -> Result:
+    """``dodwan daemon`` in this process: cheaper than a process per case, the same CLI."""
+    return CliRunner().invoke(
+        cli, ["daemon", "--state-dir", str(state), "--group", random_group(), *args]
+    )
+
+
+@pytest.mark.parametrize(("name", "args"), STATE_FILES, ids=[f[0] for f in STATE_FILES])
+def test_a_directory_where_a_state_file_should_be_is_one_line(
+    tmp_path: Path, name: str, args: list[str]
+) -> None:
+    state = tmp_path / "s"
+    (state / name).mkdir(parents=True)
+    text = _one_line_error(_start(state, args))
+    assert f"{state / name}: Is a directory" in text, text
+    assert "damaged" not in text and "repair" not in text, text
+    assert (state / name).is_dir()
+
+
+UNCREATABLE = [
+    f for f in STATE_FILES if f[0] in ("dodwan.db", "bridges.db", "trace.jsonl", "joms.sqlite")
+]
+
+
+@pytest.mark.parametrize(("name", "args"), UNCREATABLE, ids=[f[0] for f in UNCREATABLE])
+def test_a_state_file_that_cannot_be_created_is_one_line(
+    tmp_path: Path, name: str, args: list[str]
+) -> None:
+    # A symbolic link into a directory that does not exist: the file cannot be created,
+    # and the failure comes once the start-up is well under way (the store and core are
+    # up), so the shutdown after it must not fail a second time.
+    state = tmp_path / "s"
+    state.mkdir()
+    (state / name).symlink_to(tmp_path / "missing" / name)
+    text = _one_line_error(_start(state, args))
+    assert f"cannot open {state / name}" in text, text
+    assert "damaged" not in text and "repair" not in text, text
+
+
 # ---------------------------------------------------------------------- 6. settings
 
 

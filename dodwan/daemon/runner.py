@@ -25,6 +25,7 @@ import re
 import secrets
 import signal
 import socket
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import Any, TextIO
 from ..bridges import KEY_PREFIX as BRIDGE_PREFIX
 from ..bridges import BridgeError, BridgeManager
 from ..bridges.host import DaemonBridgeHost
+from ..bridges.outbox import DB_FILE as BRIDGES_DB_FILE
 from ..core import (
     CacheFullError,
     MessageDelivered,
@@ -53,7 +55,7 @@ from .netkey import NetKey, NetKeyError, read_key_file, write_secret_file
 from .pacer import Pacer
 from .service_host import SERVICE_PREFIX
 from .sinks import KINDS, SinkRouter, delivery_json
-from .sqlite_store import SqliteStore
+from .sqlite_store import SqliteStore, StoreError, check_plain_files, sqlite_files
 from .transport import Medium, UdpTransport, medium_for, parse_address
 
 log = logging.getLogger("dodwan.daemon")
@@ -67,6 +69,7 @@ LOCK_FILE = "daemon.lock"
 DB_FILE = "dodwan.db"
 TRACE_FILE = "trace.jsonl"
 TOKEN_FILE = "admin.token"
+JOMS_DB_FILE = "joms.sqlite"  # the JOMS service store (joms.stomp.host) with --stomp
 DEFAULT_TTL = 3600.0
 ACCEPT_EPISODE = 10.0
 """Seconds without an accept failure after which the next one starts a new episode (logged)."""
@@ -167,7 +170,11 @@ class Daemon:
 
     def _lock(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        path = self.state_dir / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DaemonError(f"cannot use {path}: {exc.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -179,6 +186,19 @@ class Daemon:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
 
+    def _check_state_files(self) -> None:
+        """Refuse at once, naming it, a directory (or other non-file) where this daemon is
+        about to keep one of its files: the open would fail later, less clearly."""
+        names = [ADMIN_FILE, ADMIN_FILE + ".tmp", *sqlite_files(Path(BRIDGES_DB_FILE))]
+        if self.config.node.get("trace"):
+            names.append(TRACE_FILE)
+        if self.config.stomp:
+            names += sqlite_files(Path(JOMS_DB_FILE))
+        try:  # dodwan.db and its side files: SqliteStore checks them
+            check_plain_files(self.state_dir / name for name in names)
+        except StoreError as exc:
+            raise DaemonError(str(exc)) from None
+
     async def start(self) -> None:
         try:
             self._lock()
@@ -186,8 +206,13 @@ class Daemon:
             raise DaemonError(
                 f"cannot use state directory {self.state_dir}: {exc.strerror}"
             ) from None
-        with contextlib.suppress(FileNotFoundError):
-            (self.state_dir / ADMIN_FILE).unlink()
+        self._check_state_files()
+        try:
+            (self.state_dir / ADMIN_FILE).unlink(missing_ok=True)
+        except OSError as exc:
+            raise DaemonError(
+                f"cannot remove {self.state_dir / ADMIN_FILE}: {exc.strerror}"
+            ) from None
         self.store = SqliteStore(
             self.state_dir / DB_FILE,
             self.config.sqlite_synchronous,
@@ -202,9 +227,14 @@ class Daemon:
         node_config = self.config.node_config(host_id, signing_key=self._signing_key)
         self.node = Node(node_config, rng=random.Random(), store=self.store)
         if node_config.trace:
-            self._trace_file = open(  # noqa: SIM115  (open for the daemon's lifetime)
-                self.state_dir / TRACE_FILE, "a", encoding="utf-8", buffering=1 << 16
-            )
+            try:
+                self._trace_file = open(  # noqa: SIM115  (open for the daemon's lifetime)
+                    self.state_dir / TRACE_FILE, "a", encoding="utf-8", buffering=1 << 16
+                )
+            except OSError as exc:
+                raise DaemonError(
+                    f"cannot open {self.state_dir / TRACE_FILE}: {exc.strerror}"
+                ) from None
         self.sinks = SinkRouter(
             self.config.exec_timeout,
             self.config.exec_concurrency,
@@ -241,7 +271,10 @@ class Daemon:
         self.bridges = BridgeManager(
             DaemonBridgeHost(self), list(self.config.bridges), self.config.sqlite_synchronous
         )
-        await self.bridges.start()
+        try:
+            await self.bridges.start()
+        except (sqlite3.Error, OSError) as exc:
+            raise DaemonError(f"cannot open {self.state_dir / BRIDGES_DB_FILE}: {exc}") from None
         if not _is_local(self._admin_addr[0]):
             self._admin_token = self._load_token()
         self.admin = AdminServer(
@@ -425,6 +458,8 @@ class Daemon:
                 server = await server
         except OSError as exc:
             raise DaemonError(f"cannot listen on STOMP address {address}: {exc.strerror}") from None
+        except sqlite3.Error as exc:  # the JOMS service's store
+            raise DaemonError(f"cannot open {self.state_dir / JOMS_DB_FILE}: {exc}") from None
         except ValueError as exc:
             raise DaemonError(f"--stomp: {exc}") from None
         self._stomp_server = server
@@ -513,7 +548,8 @@ class Daemon:
             self._lock_fd = None
 
     def _sink_items(self) -> list[tuple[str, tuple[str, str]]]:
-        assert self.sinks is not None
+        if self.sinks is None:  # close() after a start that failed before the sinks
+            return []
         return [(k, v) for k in list(self.sinks._sinks) if (v := self.sinks.get(k)) is not None]
 
     # ------------------------------------------------------------------ core driving

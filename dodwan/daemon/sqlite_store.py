@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -83,6 +85,28 @@ class StoreError(Exception):
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 RECOVERY = "run `dodwan check` for details and `dodwan repair` to salvage its messages"
+
+
+def sqlite_files(path: Path) -> list[Path]:
+    """``path`` and the files SQLite keeps beside it (write-ahead log, shared memory, journal)."""
+    return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def check_plain_files(paths: Iterable[Path]) -> None:
+    """Refuse, before anything opens it, a path that exists and is not a regular file (a
+    directory, or a FIFO that would block the open): SQLite would only say "unable to open
+    database file" or "disk I/O error" for a directory beside a database."""
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"cannot use {path}: {exc.strerror}") from None
+        if stat.S_ISDIR(mode):
+            raise StoreError(f"cannot use {path}: Is a directory (a file is expected there)")
+        if not stat.S_ISREG(mode):
+            raise StoreError(f"cannot use {path}: not a regular file")
 
 
 def check_file(path: Path) -> None:
@@ -268,6 +292,7 @@ class SqliteStore:
         self.write_failures = 0
         self.read_errors = 0
         self.last_error = ""
+        check_plain_files(sqlite_files(self.path))
         check_file(self.path)
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False)
