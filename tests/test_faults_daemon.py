@@ -430,6 +430,16 @@ def test_check_that_cannot_open_the_database_says_so_and_does_not_call_it_damage
     assert "damaged" not in text and "repair" not in text, text
 
 
+@pytest.mark.parametrize("side", ["-wal", "-shm", "-journal"])
+def test_check_with_a_directory_beside_the_database_names_it(tmp_path: Path, side: str) -> None:
+    _healthy_state(tmp_path / "s")
+    (tmp_path / "s" / f"dodwan.db{side}").mkdir()
+    r = CliRunner().invoke(cli, ["check", "--state-dir", str(tmp_path / "s")])
+    text = _one_line_error(r)
+    assert f"{tmp_path / 's' / f'dodwan.db{side}'}: Is a directory" in text, text
+    assert "damaged" not in text and "repair" not in text, text
+
+
 STATE_FILES = [  # (file of the state directory, the options that make the daemon use it)
     ("daemon.lock", []),
     ("dodwan.db", []),

@@ -23,7 +23,7 @@ from urllib.parse import quote
 from ..core import message as m
 from ..core.errors import WireError
 from ..core.limits import Limits
-from .sqlite_store import SqliteStore, StoreError, check_file
+from .sqlite_store import SqliteStore, StoreError, check_file, check_plain_files, sqlite_files
 
 _PROBE_GAP = 4096
 """Rowids probed past the last readable one when a table scan fails part way."""
@@ -177,6 +177,7 @@ def check(path: Path, limits: Limits | None = None) -> Report:
     Raises StoreError, not a report of damage, when the database cannot be read at all."""
     limits = limits or Limits()
     report = Report()
+    check_plain_files(sqlite_files(path))
     check_file(path)
     if not path.exists():
         raise StoreError(f"{path} does not exist")
