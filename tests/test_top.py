@@ -65,7 +65,10 @@ def test_top_shows_neighbours_a_transfer_in_progress_and_the_delivery(
 ) -> None:
     a, b = pair
     view: Pane = pane("--state-dir", str(b.state_dir), "top", "-n", "0.3")
-    screen = view.wait("neighbours (1)")
+    # every part drawn (a capture can fall between two parts of one redraw)
+    screen = view.wait(
+        lambda s: all(w in s for w in ("neighbours (1)", "cache", "MiB", "PER SECOND"))
+    )
     [row] = [x for x in screen.splitlines() if " ta " in f" {x} " and "127.0.0.1:" in x]
     assert "s ago" in row and "%" in row, row  # last heard, link quality
     assert "cache" in screen and "MiB" in screen and "PER SECOND" in screen
