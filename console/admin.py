@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dodwan.daemon.client import AdminClient, ClientError
+from dodwan.daemon.client import AdminClient, ClientError, admin_path
 from dodwan.daemon.config import default_state_dir
 
 NEEDS_STATE_DIR = (
@@ -113,7 +113,7 @@ class Admin:
             if kind == "directory" and item.get("complete") and adverts < _MAX_ADVERTS:
                 adverts += 1
                 try:
-                    full = self._get(f"/cache/{item['id']}?payload=1", client)
+                    full = self._get(admin_path("cache", str(item["id"])) + "?payload=1", client)
                     rec = json.loads(base64.b64decode(full.get("payload_b64", "")))
                     topics.update(str(t) for t in rec.get("topics", []))
                     queues.update(str(q) for q in rec.get("queues", []))

@@ -22,7 +22,7 @@ import click
 
 from .core.config import field_docs
 from .daemon import config as cfg
-from .daemon.client import AdminClient, ClientError
+from .daemon.client import AdminClient, ClientError, admin_path
 from .units import human_size
 
 STATE_DIR_HELP = (
@@ -603,7 +603,7 @@ def subscribe(
 def unsubscribe(ctx: click.Context, local_state_dir: str | None, key: str, as_json: bool) -> None:
     """Remove the subscription KEY."""
     client = _client(ctx, local_state_dir)
-    res = _call(lambda: client.delete(f"/subscriptions/{key}"))
+    res = _call(lambda: client.delete(admin_path("subscriptions", key)))
     if as_json:
         _out_json(res)
     else:
@@ -695,7 +695,7 @@ def cache_show(
     """Show one cached message's descriptor and state."""
     client = _client(ctx, local_state_dir)
     want_payload = with_payload or output is not None
-    path = f"/cache/{msg_id}" + ("?payload=1" if want_payload else "")
+    path = admin_path("cache", msg_id) + ("?payload=1" if want_payload else "")
     it = _call(lambda: client.get(path))
     if output is not None:
         _write_payload(it, output)
@@ -762,7 +762,7 @@ def _write_payload(it: dict[str, Any], output: str) -> None:
 def cache_purge(ctx: click.Context, local_state_dir: str | None, msg_id: str) -> None:
     """Drop a message from the cache."""
     client = _client(ctx, local_state_dir)
-    _call(lambda: client.delete(f"/cache/{msg_id}"))
+    _call(lambda: client.delete(admin_path("cache", msg_id)))
     click.echo(f"purged {msg_id}")
 
 
@@ -911,7 +911,7 @@ def bridge_add(
 def bridge_rm(ctx: click.Context, local_state_dir: str | None, name: str) -> None:
     """Remove the binding NAME (its unsent messages are dropped)."""
     client = _client(ctx, local_state_dir)
-    res = _call(lambda: client.delete(f"/bridges/{name}"))
+    res = _call(lambda: client.delete(admin_path("bridges", name)))
     extra = f" ({res['unsent_dropped']} unsent message(s) dropped)" if res["unsent_dropped"] else ""
     click.echo(f"removed {name}{extra}")
 

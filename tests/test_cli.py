@@ -328,3 +328,40 @@ def test_state_dir_from_the_config_file(tmp_path: Path) -> None:
         assert (state / "dodwan.db").exists()
     finally:
         d.kill()
+
+
+# Characters that mean something in a URL, or need encoding in one. Keys may hold anything
+# (spaces too); message ids are printable characters without spaces.
+ODD = ["q?x=1", "h#frag", "pct%3F", "pct%", "sl/ash", "amp&x", "plus+x", "clé-ü", ".."]
+
+
+def test_odd_keys_reach_their_own_subscription(sd: str, tmp_path: Path) -> None:
+    out = str(tmp_path / "odd")
+    plain = {"q", "h", "pct", "sl", "amp", "plus"}  # what a half-read path would name
+    keys = [*ODD, "with space"]
+    for k in [*plain, *keys]:  # the plain ones are what a half-read path would name
+        r = run("--state-dir", sd, "subscribe", "-p", "topic=odd", "--dir", out, "--key", k)
+        assert r.exit_code == 0 and r.output.strip() == k, r.output
+    for k in keys:
+        r = run("--state-dir", sd, "unsubscribe", k)
+        assert r.exit_code == 0 and r.output.strip() == f"unsubscribed {k}", r.output
+    left = {s["key"] for s in json.loads(run("--state-dir", sd, "subscriptions", "--json").output)}
+    assert plain <= left and not left & set(keys), left
+    for k in plain:
+        assert run("--state-dir", sd, "unsubscribe", k).exit_code == 0
+    _one_error_line(run("--state-dir", sd, "bridge", "rm", "b?x"), "no binding 'b?x'")
+
+
+def test_odd_message_ids_reach_their_own_message(sd: str) -> None:
+    plain = ["q", "h", "pct", "sl", "amp", "plus"]
+    for mid in [*plain, *ODD]:
+        r = run("--state-dir", sd, "publish", "--id", mid, "-a", "topic=odd", "--text", mid)
+        assert r.exit_code == 0 and r.output.strip() == mid, r.output
+    for mid in ODD:
+        show = run("--state-dir", sd, "cache", "show", mid, "--payload")
+        assert show.exit_code == 0 and f"id         {mid}\n" in show.output, show.output
+        assert show.output.endswith(f"\n{mid}\n")  # its own payload
+        r = run("--state-dir", sd, "cache", "purge", mid)
+        assert r.exit_code == 0 and r.output.strip() == f"purged {mid}"
+    ids = {m["id"] for m in json.loads(run("--state-dir", sd, "cache", "ls", "--json").output)}
+    assert set(plain) <= ids and not ids & set(ODD), ids

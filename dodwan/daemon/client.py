@@ -19,6 +19,12 @@ ADMIN_FILE = "admin.json"
 TOKEN_FILE = "admin.token"
 
 
+def admin_path(*segments: str) -> str:
+    """``/a/b/...`` with each segment percent-encoded whole (``/``, ``?``, ``#``, ``%`` too):
+    a key or message id given by a user names that object, never another path or a query."""
+    return "".join("/" + urllib.parse.quote(s, safe="") for s in segments)
+
+
 class ClientError(Exception):
     """The daemon cannot be reached or refused the request."""
 
@@ -88,9 +94,9 @@ class AdminClient:
                 headers["Content-Type"] = "application/json"
         try:
             try:
-                conn.request(
-                    method, urllib.parse.quote(path, safe="/?=&"), body=data, headers=headers
-                )
+                # ``path`` may hold segments already encoded by admin_path: '%' stays as is
+                target = urllib.parse.quote(path, safe="/?=&%")
+                conn.request(method, target, body=data, headers=headers)
             except (BrokenPipeError, ConnectionResetError):
                 # The daemon may have refused the body (413) before reading all of it: its
                 # answer is what the user needs to see, not the reset. A connection already
