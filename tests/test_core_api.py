@@ -231,3 +231,14 @@ def test_has_output_says_whether_pulling_would_return_anything() -> None:
     assert node.has_output  # the delivery event is waiting
     assert isinstance(node.next_event(), MessageDelivered)
     assert not node.has_output
+
+
+def test_a_descriptor_peers_would_refuse_is_refused_at_publication() -> None:
+    # 9,000 'a' compress to a few bytes, but peers check the encoded size against
+    # max_descriptor_bytes (8192): the message would be published and never travel
+    a = Node(NodeConfig(host_id="a"), rng=random.Random(0))
+    with pytest.raises(ValueError, match=r"limits\.max_descriptor_bytes \(8192\)"):
+        a.publish({"topic": "a" * 9000}, b"x", deadline=10, now=0)
+    assert a.cache_listing() == []
+    a.publish({"topic": "a" * 7000}, b"x", deadline=10, now=0)  # under the limit: published
+    assert len(a.cache_listing()) == 1

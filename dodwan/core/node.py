@@ -368,8 +368,15 @@ class Node(
             if self._signer is not None:
                 self._signer.sign(descriptor)
             zdesc = m.compress_descriptor(descriptor, self.config.compression_level)
-            if len(zdesc) > self._limits.max_descriptor_bytes:
-                raise ValueError("descriptor too large")
+            # peers refuse a descriptor whose encoded size (decompress_descriptor) or
+            # compressed size (a datagram's blob) is over the limit
+            limit = self._limits.max_descriptor_bytes
+            encoded = len(wire.encode_attributes(descriptor))
+            if max(encoded, len(zdesc)) > limit:
+                raise ValueError(
+                    f"descriptor of {encoded} bytes (attributes encoded) is over "
+                    f"limits.max_descriptor_bytes ({limit})"
+                )
             room = m.fragment_room(
                 self.config.max_datagram, self.host_id, descriptor[m.ID], len(zdesc)
             )
