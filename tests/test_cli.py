@@ -365,3 +365,28 @@ def test_odd_message_ids_reach_their_own_message(sd: str) -> None:
         assert r.exit_code == 0 and r.output.strip() == f"purged {mid}"
     ids = {m["id"] for m in json.loads(run("--state-dir", sd, "cache", "ls", "--json").output)}
     assert set(plain) <= ids and not ids & set(ODD), ids
+
+
+def test_publish_attributes_too_long_for_a_header_line(sd: str, tmp_path: Path) -> None:
+    # 1,500 × 'é' is 9,000 bytes of JSON \u escapes: over the 8 KiB header line of the raw
+    # form, while the JSON form takes it; the CLI must publish it all the same.
+    value = "é" * 1500
+    f = tmp_path / "bin"
+    f.write_bytes(bytes(range(256)) * 4)
+    for payload in (["--text", "x"], ["--file", str(f)]):
+        r = run("--state-dir", sd, "publish", "-a", f"topic={value}", *payload)
+        assert r.exit_code == 0, r.output
+        mid = r.output.strip()
+        shown = json.loads(run("--state-dir", sd, "cache", "show", mid, "--json").output)
+        assert shown["descriptor"]["topic"] == value and shown["complete"] is True
+        out = tmp_path / "out"
+        assert run("--state-dir", sd, "cache", "show", mid, "-o", str(out)).exit_code == 0
+        assert out.read_bytes() == (b"x" if payload[0] == "--text" else f.read_bytes())
+
+
+def test_publish_over_the_descriptor_limit_names_it(sd: str) -> None:
+    import secrets
+
+    big = secrets.token_hex(10000)  # 20,000 characters that do not compress below 8 KiB
+    r = run("--state-dir", sd, "publish", "-a", f"topic={big}", "--text", "x")
+    _one_error_line(r, "max_descriptor_bytes")

@@ -7,6 +7,7 @@ reads it, sends one request per connection and turns every failure into
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -15,8 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .admin import MAX_HEADER_LINE
+
 ADMIN_FILE = "admin.json"
 TOKEN_FILE = "admin.token"
+PUBLISH_HEADER = "X-Dodwan-Publish"
 
 
 def admin_path(*segments: str) -> str:
@@ -87,7 +91,7 @@ class AdminClient:
         if raw is not None:
             data = raw
             headers["Content-Type"] = "application/octet-stream"
-            headers["X-Dodwan-Publish"] = json.dumps(body or {}, ensure_ascii=True)
+            headers[PUBLISH_HEADER] = json.dumps(body or {}, ensure_ascii=True)
         else:
             data = None if body is None else json.dumps(body).encode()
             if data is not None:
@@ -137,7 +141,15 @@ class AdminClient:
         return self.request("POST", path, body)
 
     def publish_bytes(self, payload: bytes, **fields: Any) -> Any:
-        """``POST /publish`` with a raw body (no base64); ``fields`` as in the JSON form."""
+        """``POST /publish`` with a raw body (no base64); ``fields`` as in the JSON form.
+
+        Fields too long for the ``X-Dodwan-Publish`` header line (long or non-ASCII
+        attributes) go in the JSON form instead, the payload base64-encoded: whatever the
+        daemon accepts can be published."""
+        header = len(PUBLISH_HEADER) + len(": \r\n") + len(json.dumps(fields, ensure_ascii=True))
+        if header > MAX_HEADER_LINE:
+            body = {**fields, "payload_b64": base64.b64encode(payload).decode("ascii")}
+            return self.request("POST", "/publish", body)
         return self.request("POST", "/publish", fields, raw=payload)
 
     def delete(self, path: str) -> Any:
