@@ -79,12 +79,17 @@ def _when(t: float) -> str:
     return f"{stamp} (in {left:.0f} s)" if left >= 0 else f"{stamp} (expired)"
 
 
-def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
+def _pairs(values: tuple[str, ...], what: str, option: str) -> dict[str, str]:
+    """NAME=VALUE options as a dict; a name given twice is a usage error (one value each)."""
     out: dict[str, str] = {}
     for v in values:
         name, sep, value = v.partition("=")
         if not sep or not name:
             raise click.ClickException(f"bad {what} {v!r}: expected NAME=VALUE")
+        if name in out:
+            raise click.BadParameter(
+                f"{what} {name!r} given more than once (one value per name)", param_hint=option
+            )
         out[name] = value
     return out
 
@@ -416,7 +421,7 @@ def profile(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> N
     "attributes",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Descriptor attribute (repeatable).",
+    help="Descriptor attribute (repeatable, each name once).",
 )
 @click.option("--text", help="Payload given as text (UTF-8).")
 @click.option("--file", "file_", metavar="FILE", help="Payload read from a file ('-' = stdin).")
@@ -456,8 +461,12 @@ def publish(
     as_json: bool,
 ) -> None:
     """Publish a message; prints its id."""
-    attrs = _pairs(attributes, "attribute")
+    attrs = _pairs(attributes, "attribute", "-a")
     if msg_id is not None:
+        if "id" in attrs:
+            raise click.BadParameter(
+                "attribute 'id' given more than once (--id and -a id=...)", param_hint="--id"
+            )
         attrs["id"] = msg_id
     if (text is None) == (file_ is None):
         raise click.ClickException("give exactly one of --text or --file")
@@ -471,7 +480,7 @@ def publish(
             raise click.ClickException(f"cannot read {file_}: {exc.strerror}") from None
     if not ttl > 0 or not math.isfinite(ttl):
         raise click.ClickException("--ttl must be a positive, finite number of seconds")
-    if not _pairs(attributes, "attribute"):
+    if not attributes:
         # Subscriptions select messages by their attributes: without any, the message would
         # be carried until its deadline and reach no one.
         raise click.ClickException(
@@ -555,7 +564,7 @@ def subscribe(
     as_json: bool,
 ) -> None:
     """Subscribe: the daemon holds the subscription (across restarts, except --follow)."""
-    spec = _pairs(patterns, "pattern")
+    spec = _pairs(patterns, "pattern", "-p")
     if (outdir is not None) + (command is not None) + follow != 1:
         raise click.ClickException("give exactly one of --dir, --exec or --follow")
     client = _client(ctx, local_state_dir)
@@ -882,9 +891,9 @@ def bridge_add(
     if name:
         body["name"] = name
     if attrs:
-        body["attributes"] = _pairs(attrs, "attribute")
+        body["attributes"] = _pairs(attrs, "attribute", "--attr")
     if filters:
-        body["filter"] = [_pairs(filters, "filter")]
+        body["filter"] = [_pairs(filters, "filter", "--filter")]
     for key, value in (
         ("ttl", ttl),
         ("holdoff", holdoff),

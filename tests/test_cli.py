@@ -233,6 +233,7 @@ def test_publish_from_stdin_and_chosen_id(sd: str) -> None:
         (["-a", "origin=me", "--text", "x"], "set by DoDWAN"),
         (["--ttl", "-5", "--text", "x"], "--ttl must be a positive, finite number"),
         (["--ttl", "inf", "--text", "x"], "--ttl must be a positive, finite number"),
+        (["--id", "only-an-id", "--text", "x"], "give at least one attribute"),
     ],
 )
 def test_publish_errors(sd: str, args: list[str], needle: str) -> None:
@@ -390,3 +391,21 @@ def test_publish_over_the_descriptor_limit_names_it(sd: str) -> None:
     big = secrets.token_hex(10000)  # 20,000 characters that do not compress below 8 KiB
     r = run("--state-dir", sd, "publish", "-a", f"topic={big}", "--text", "x")
     _one_error_line(r, "max_descriptor_bytes")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["publish", "-a", "topic=news", "-a", "topic=other", "--text", "x"], "'topic'"),
+        (["publish", "-a", "id=a", "--id", "b", "-a", "t=x", "--text", "x"], "'id'"),
+        (["subscribe", "-p", "topic=a", "-p", "topic=b", "--follow"], "'topic'"),
+        (["bridge", "add", "mqtt://127.0.0.1/x/#", "-a", "k=1", "-a", "k=2"], "'k'"),
+        (["bridge", "add", "mqtt://127.0.0.1/x/#", "-f", "k=1", "-f", "k=2"], "'k'"),
+    ],
+)
+def test_a_repeated_name_is_a_usage_error(tmp_path: Path, args: list[str], needle: str) -> None:
+    # refused before the daemon is asked (none runs here), not the last value kept
+    r = run("--state-dir", str(tmp_path), *args)
+    assert r.exit_code == 2, r.output
+    _one_error_line(r, needle)
+    assert "more than once" in r.output
