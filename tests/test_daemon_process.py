@@ -296,6 +296,39 @@ def test_admin_api_errors_and_raw_publish(daemons) -> None:
     assert a.alive
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "headers", "needle"),
+    [
+        ("/subscribe", {"patterns": {"a": "b"}, "key": 123}, {}, "key must be a string"),
+        ("/follow", {"patterns": {"a": "b"}, "key": ["k"]}, {}, "key must be a string"),
+        ("/subscribe", {"patterns": {"a": "b"}, "key": "joms:x"}, {}, "reserved"),
+        ("/publish", b"x", {"X-Dodwan-Publish": "{not json"}, "X-Dodwan-Publish header is not"),
+        ("/publish", b"x", {"X-Dodwan-Publish": "[1]"}, "X-Dodwan-Publish header must be"),
+        ("/publish", b"{oops", {}, "request body is not JSON"),
+    ],
+)
+def test_admin_api_errors_say_what_is_wrong(
+    daemons, tmp_path: Path, path: str, body: object, headers: dict[str, str], needle: str
+) -> None:
+    import http.client
+
+    a = daemons("a", "--group", random_group(), *FAST)
+    c = a.client()
+    if isinstance(body, dict):
+        if path == "/subscribe":
+            body["sink"] = {"kind": "dir", "target": str(tmp_path / "out")}
+        data, ctype = json.dumps(body).encode(), "application/json"
+    else:
+        data = body
+        ctype = "application/octet-stream" if headers else "application/json"
+    conn = http.client.HTTPConnection(c.host, c.port, timeout=10)
+    conn.request("POST", path, body=data, headers={"Content-Type": ctype, **headers})
+    r = conn.getresponse()
+    err = json.loads(r.read())["error"]
+    assert r.status == 400 and needle in err, err
+    assert c.get("/subscriptions") == [] and c.get("/cache") == []
+
+
 def test_bitrate_paces_what_a_daemon_sends(daemons, tmp_path: Path) -> None:
     group = random_group()
     bitrate = 400_000  # bits/s: 60 KB of fragments need > 1 s

@@ -223,7 +223,8 @@ class AdminServer:
             binary = headers.get("content-type", "").startswith("application/octet-stream")
             if binary:
                 # A raw payload; the other fields come as JSON in the X-Dodwan-Publish header.
-                body = self._json_object(headers.get("x-dodwan-publish", "") or "{}")
+                fields = headers.get("x-dodwan-publish", "") or "{}"
+                body = self._json_object(fields, "the X-Dodwan-Publish header")
                 body[RAW_PAYLOAD] = raw
             elif raw:
                 body = self._json_object(raw)
@@ -242,17 +243,17 @@ class AdminServer:
         await self._send(writer, response)
 
     @staticmethod
-    def _json_object(raw: bytes | str) -> dict[str, Any]:
+    def _json_object(raw: bytes | str, what: str = "request body") -> dict[str, Any]:
         try:
             parsed = json.loads(raw)
         except ValueError:
-            raise ApiError(400, "request body is not JSON") from None
+            raise ApiError(400, f"{what} is not JSON") from None
         except RecursionError:
             raise ApiError(
-                400, "request body is not JSON this daemon accepts (nested too deeply)"
+                400, f"{what} is not JSON this daemon accepts (nested too deeply)"
             ) from None
         if not isinstance(parsed, dict):
-            raise ApiError(400, "request body must be a JSON object")
+            raise ApiError(400, f"{what} must be a JSON object")
         parsed.pop(RAW_PAYLOAD, None)
         return parsed
 

@@ -928,9 +928,9 @@ class Daemon:
         so that a follow stream is in place for the messages the cache already holds."""
         node, store, sinks = self._node(), self.store, self.sinks
         assert store is not None and sinks is not None
-        if key is not None and (
-            not isinstance(key, str) or key.startswith((SERVICE_PREFIX, BRIDGE_PREFIX))
-        ):
+        if key is not None and not isinstance(key, str):
+            raise ApiError(400, f"key must be a string, not {type(key).__name__}")
+        if key is not None and key.startswith((SERVICE_PREFIX, BRIDGE_PREFIX)):
             raise ApiError(
                 400,
                 f"subscription keys starting with {SERVICE_PREFIX!r} or {BRIDGE_PREFIX!r} "
