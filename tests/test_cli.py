@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -409,3 +410,61 @@ def test_a_repeated_name_is_a_usage_error(tmp_path: Path, args: list[str], needl
     assert r.exit_code == 2, r.output
     _one_error_line(r, needle)
     assert "more than once" in r.output
+
+
+# What a peer may put in attributes and text payloads: clear the screen, retitle the
+# terminal, ring the bell; a C1 CSI (U+009B); a newline to forge another attribute line.
+HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x9b31m\nfake: line"
+SHOWN = "\\x1b[2J\\x1b]0;pwned\\x07\\x9b31m\\x0afake: line"
+SHOWN_TEXT = SHOWN.replace("\\x0a", "\n")  # in a text payload
+
+
+def _no_controls(text: str) -> None:
+    bad = [c for c in text if c not in "\n\t" and (ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0)]
+    assert not bad, f"control characters {bad!r} in {text!r}"
+
+
+def test_cache_show_escapes_control_characters(sd: str) -> None:
+    r = run("--state-dir", sd, "publish", "-a", f"topic={HOSTILE}", "-a", f"x{HOSTILE}=1",
+            "--text", f"{HOSTILE}\n\tsecond line")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    mid = r.output.strip()
+    show = run("--state-dir", sd, "cache", "show", mid, "--payload")
+    assert show.exit_code == 0
+    _no_controls(show.output)
+    assert f"  topic: {SHOWN}\n" in show.output and f"  x{SHOWN}: 1\n" in show.output
+    # the payload keeps its line breaks and tabs, nothing else
+    assert show.output.endswith(f" bytes)\n{SHOWN_TEXT}\n\tsecond line\n"), show.output
+    # JSON stays JSON: the exact strings, escaped by JSON itself
+    js = run("--state-dir", sd, "cache", "show", mid, "--json")
+    assert json.loads(js.output)["descriptor"]["topic"] == HOSTILE
+    _no_controls(js.output)
+    assert run("--state-dir", sd, "cache", "purge", mid).exit_code == 0
+
+
+def test_follow_escapes_control_characters(daemon: DaemonProc, sd: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dodwan.cli", "--state-dir", sd, "subscribe", "-p",
+         "topic=(?s)esc.*", "--follow", "--key", "esc"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = threading.Timer(20.0, proc.kill)  # a missing line fails, never hangs
+    deadline.start()
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("subscribed as esc;")
+        r = run("--state-dir", sd, "publish", "-a", f"topic=esc{HOSTILE}", "--text",
+                f"{HOSTILE}\nEND")  # fmt: skip
+        assert r.exit_code == 0, r.output
+        lines: list[str] = []
+        while not lines or lines[-1] != "END\n":
+            line = proc.stdout.readline()
+            assert line, f"stream ended early: {lines!r}"
+            lines.append(line)
+        out = "".join(lines)
+        _no_controls(out)
+        assert f"  topic: esc{SHOWN}\n" in out and f"\n{SHOWN_TEXT}\nEND\n" in out
+    finally:
+        deadline.cancel()
+        proc.terminate()
+        proc.wait(timeout=10)
