@@ -112,14 +112,27 @@ def _pairs(values: tuple[str, ...], what: str, option: str) -> dict[str, str]:
     return out
 
 
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # an empty path would silently mean the default state directory
+    if value is not None and not value:
+        raise click.BadParameter("must not be empty (omit it for the default)", ctx, param)
+    return value
+
+
 state_dir_option = click.option(
-    "--state-dir", "local_state_dir", type=click.Path(file_okay=False), help=STATE_DIR_HELP
+    "--state-dir",
+    "local_state_dir",
+    type=click.Path(file_okay=False),
+    callback=_not_empty,
+    help=STATE_DIR_HELP,
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--state-dir", type=click.Path(file_okay=False), help=STATE_DIR_HELP)
+@click.option(
+    "--state-dir", type=click.Path(file_okay=False), callback=_not_empty, help=STATE_DIR_HELP
+)
 @click.option(
     "--wait",
     type=click.FloatRange(0, 600),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -468,3 +469,31 @@ def test_follow_escapes_control_characters(daemon: DaemonProc, sd: str) -> None:
         deadline.cancel()
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_an_empty_state_dir_is_a_usage_error(tmp_path: Path, where: str) -> None:
+    args = ["--state-dir", "", "status"] if where == "before" else ["status", "--state-dir", ""]
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    _one_error_line(r, "--state-dir")
+    assert "empty" in r.output
+
+
+def test_the_daemon_refuses_an_empty_state_dir(tmp_path: Path) -> None:
+    # before the fix it ran on the default directory: under this HOME, killed at the deadline
+    env = {k: v for k, v in os.environ.items() if k not in ("DODWAN_STATE_DIR", "XDG_STATE_HOME")}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dodwan.cli", "daemon", "--state-dir", "", "--group",
+         random_group(), "--admin", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the daemon started with --state-dir ''")
+    assert proc.returncode == 2 and "--state-dir" in err and "empty" in err, err
+    assert not (tmp_path / ".local").exists()
