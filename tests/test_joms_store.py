@@ -4,6 +4,7 @@ a transaction; and what the service writes for a durable message dispatched at o
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 from pathlib import Path
@@ -17,9 +18,11 @@ from joms.service import (
     JomsService,
     MemoryServiceStore,
     MessageDispatched,
+    ServiceConfig,
     SqliteServiceStore,
 )
 from joms.service import model as mdl
+from joms.service.base import _SEP
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -246,3 +249,84 @@ def test_sqlite_store_moves_an_older_store_to_its_rowid_table(tmp_path: Path) ->
     assert db.execute("SELECT count(*) FROM records").fetchone() == (3,)
     db.close()
     assert SqliteServiceStore(path).get("meta", "starts") == b"5"
+
+
+def _away_durable_subscriber(
+    store: Any, config: ServiceConfig | None = None
+) -> tuple[JomsService, str]:
+    """Like :func:`_durable_subscriber`, with the subscriber's connection closed again."""
+    s = JomsService(_Port(), config, store=store, rng=random.Random(1))
+    s.start(1000.0)
+    conn = s.open_connection(1000.0, "client")
+    s.subscribe(conn, Destination("topic", "news"), 1000.0, durable_name="d")
+    s.close_connection(conn, 1000.0)
+    [key] = [k for k in s._routes if k.startswith("joms:d:")]
+    return s, key
+
+
+def _come_back(s: JomsService, now: float) -> list[bytes]:
+    """The durable subscriber "d" reconnects: the bodies handed to it, in order."""
+    conn = s.open_connection(now, "client")
+    s.subscribe(conn, Destination("topic", "news"), now, durable_name="d")
+    return [ev.message.body for ev in iter(s.next_event, None)]
+
+
+def test_durable_messages_stored_at_one_instant_come_back_in_arrival_order() -> None:
+    """A batch from the network is stored at one instant: the counter in the stored keys
+    must keep their arrival order when crossing a hex digit (9, a, ..., f, 10)."""
+    s, key = _away_durable_subscriber(MemoryServiceStore())
+    for n in range(40):
+        s.on_delivery(key, _durable_delivery(s, n), b"m%d" % n, 1001.0)
+    assert _come_back(s, 1002.0) == [b"m%d" % n for n in range(40)]
+
+
+def test_durable_backlog_bound_drops_the_oldest_of_one_instant() -> None:
+    s, key = _away_durable_subscriber(MemoryServiceStore(), ServiceConfig(max_pending=20))
+    for n in range(40):
+        s.on_delivery(key, _durable_delivery(s, n), b"m%d" % n, 1001.0)
+    assert s.counters["pending_overflow"] == 20
+    assert _come_back(s, 1002.0) == [b"m%d" % n for n in range(20, 40)]
+
+
+def test_stored_keys_of_earlier_versions_keep_their_arrival_order(tmp_path: Path) -> None:
+    """Earlier versions ended the keys of stored durable and queue messages with a hex
+    counter of no fixed width ("...x9" sorting after "...x10"): a store they wrote is read
+    in arrival order, the backlog bound then drops the real oldest, and its keys are
+    rewritten once."""
+    path = tmp_path / "joms.sqlite"
+    store = SqliteServiceStore(path)
+    s, _ = _away_durable_subscriber(store, ServiceConfig(max_pending=12))
+    [dkey] = s._durables
+    q = s.create_queue("jobs", 1000.0)
+    store.delete("meta", "seq_keys")  # as an earlier version left it
+    for n in range(9, 21):  # counters 9 .. 0x14, all made at one instant
+        seq = f"{1001 * 10**6:020d}0123abcdr1x{n:x}"
+        m = JomsMessage(Destination("topic", "news"), b"m%d" % n, message_id=f"ID:h2-{n}")
+        store.put("dpending", dkey + _SEP + seq, mdl.freeze(m))
+        qm = JomsMessage(q, b"q%d" % n, message_id=f"ID:h2-q{n}")
+        meta = {"seq": seq, "deadline": 5000.0, "core_id": "", "assigned": None, "attempts": 0}
+        store.put(
+            "qpending", q.name + _SEP + seq, json.dumps(meta).encode() + b"\n" + mdl.freeze(qm)
+        )
+    store.close()
+    store = SqliteServiceStore(path)
+    s = JomsService(_Port(), ServiceConfig(max_pending=12), store=store, rng=random.Random(2))
+    s.start(1002.0)
+    assert [m.body for m in s.browse(q, 1002.0)] == [b"q%d" % n for n in range(9, 21)]
+    [key] = [k for k in s._routes if k.startswith("joms:d:")]
+    s.on_delivery(key, _durable_delivery(s, 99), b"m99", 1003.0)  # over the bound: m9 goes
+    assert _come_back(s, 1004.0) == [b"m%d" % n for n in range(10, 21)] + [b"m99"]
+    s.store.commit()
+    keys = [k for t in ("dpending", "qpending") for k, _ in store.items(t)]
+    assert len(keys) == 24 and all(len(k.rpartition("x")[2]) == 16 for k in keys), keys
+
+
+def test_queue_messages_arriving_at_one_instant_wait_in_arrival_order() -> None:
+    s = JomsService(_Port(), store=MemoryServiceStore(), rng=random.Random(1))
+    s.start(1000.0)
+    q = s.create_queue("jobs", 1000.0)
+    for n in range(40):
+        d = mdl.to_descriptor(JomsMessage(q, b"q%d" % n, message_id=f"ID:h2-{n}"))
+        d.update({"id": f"h2-{n}", "deadline": "5000", "priority": "4"})
+        s.on_delivery(s._queues_key, d, b"q%d" % n, 1001.0)
+    assert [m.body for m in s.browse(q, 1001.0)] == [b"q%d" % n for n in range(40)]

@@ -154,6 +154,36 @@ def test_durable_subscription_keeps_messages_while_disconnected(host: LoopbackHo
     pub.disconnect()
 
 
+def test_durable_subscription_hands_back_a_producers_messages_in_order(loop: LoopThread) -> None:
+    """40 messages of one producer on another host, stored for an absent durable
+    subscriber (batches from the network are stored at one instant), come back in order."""
+    h1, h2 = start_hosts(loop, 2)
+    try:
+        sub, sl = connect(h2, "reader")
+        sub.subscribe("/topic/ord", id="d", headers={"durable-subscription-name": "o"})
+        sync(sub, sl)
+        sub.disconnect()
+        pub, pl = connect(h1)
+        for i in range(40):
+            pub.send("/topic/ord", str(i))
+        sync(pub, pl)
+        pub.disconnect()
+        svc = h2.service
+        assert svc is not None
+
+        def stored() -> int:
+            return len(loop.run(lambda: svc.store.items("dpending")))
+
+        assert wait_for(lambda: stored() == 40)  # state the daemon sends no event about
+        sub, sl = connect(h2, "reader")
+        sub.subscribe("/topic/ord", id="d", headers={"durable-subscription-name": "o"})
+        assert [int(sl.get().body) for _ in range(40)] == list(range(40))
+        sub.disconnect()
+    finally:
+        for h in (h1, h2):
+            loop.call(h.stop())
+
+
 def test_durable_subscription_survives_daemon_restart(loop: LoopThread, tmp_path: Path) -> None:
     h = loop.call(LoopbackHost(HostConfig("r1", state_dir=tmp_path)).start())
     sub, sl = connect(h, "keeper")

@@ -53,6 +53,24 @@ def _json_obj(payload: bytes) -> dict[str, Any]:
     return obj
 
 
+SEQ_COUNTER_WIDTH = 16
+"""Hex digits of the counter ending a sequence key (see ``ServiceBase._seq``)."""
+
+
+def normal_seq(seq: str) -> str:
+    """A sequence key as ``ServiceBase._seq`` makes it now. Earlier versions ended it with
+    the counter in hex of no fixed width, so that among keys made at one instant "...x10"
+    sorted before "...x9": padded, such a key sorts in the order it was made."""
+    head, sep, counter = seq.rpartition("x")
+    if not sep or not counter or len(counter) >= SEQ_COUNTER_WIDTH:
+        return seq
+    try:
+        n = int(counter, 16)
+    except ValueError:
+        return seq
+    return f"{head}x{n:0{SEQ_COUNTER_WIDTH}x}"
+
+
 def _digest(*parts: str) -> str:
     return hashlib.sha1("\x1f".join(parts).encode()).hexdigest()[:24]
 
@@ -215,6 +233,14 @@ class ServiceBase:
     def _id(self) -> str:
         self._n += 1
         return f"{self._epoch}{self._n:x}"
+
+    def _seq(self, now: float) -> str:
+        """A key that sorts, as a string, in the order the keys were made (the order stored
+        durable and queue messages arrived): the time in microseconds, then this run's
+        epoch (ending in ``x``), then the counter in fixed-width hex — many messages of a
+        batch from the network share one instant."""
+        self._n += 1
+        return f"{int(now * 1e6):020d}{self._epoch}{self._n:0{SEQ_COUNTER_WIDTH}x}"
 
     def _publish_named(self, attributes: dict[str, str], payload: bytes, **kw: Any) -> str:
         """``port.publish`` with a DoDWAN id of the service's choosing (``host-<epoch><n>``,

@@ -17,6 +17,7 @@ from .base import (
     ServiceBase,
     _json_obj,
     compile_selector,
+    normal_seq,
     selector_matches,
 )
 from .model import Destination, JomsMessage
@@ -109,13 +110,14 @@ class QueueManagerMixin(ServiceBase):
                 self.store.delete("qreceivers", k)
                 continue
             q.receivers[r.reply_id] = r
+        loaded: list[Pending] = []
         for k, blob in self.store.items("qpending", q.name + _SEP):
             try:
                 meta, _, frozen = blob.partition(b"\n")
                 rec = json.loads(meta)
                 msg = mdl.thaw(frozen)
                 p = Pending(
-                    rec["seq"],
+                    normal_seq(rec["seq"]),
                     msg,
                     float(rec["deadline"]),
                     rec["core_id"],
@@ -126,7 +128,12 @@ class QueueManagerMixin(ServiceBase):
             except (ValueError, KeyError):
                 self.store.delete("qpending", k)
                 continue
-            q.pending[msg.message_id] = p
+            if p.seq != rec["seq"]:  # a key of an earlier version (see normal_seq)
+                self.store.delete("qpending", k)
+                self._save_pending(q, p)
+            loaded.append(p)
+        for p in sorted(loaded, key=lambda p: p.seq):  # arrival order (the oldest first)
+            q.pending[p.message.message_id] = p
 
     def _save_pending(self, q: ManagedQueue, p: Pending) -> None:
         meta = json.dumps(
@@ -180,7 +187,7 @@ class QueueManagerMixin(ServiceBase):
             oldest = next(iter(q.pending))
             self._drop_pending(q, oldest)
             self._count("pending_overflow")
-        pend = Pending(f"{int(now * 1e6):020d}{self._id()}", msg, deadline, d.get("id", ""))
+        pend = Pending(self._seq(now), msg, deadline, d.get("id", ""))
         self._save_pending(q, pend)  # stored at once, also while held back for order
         self._admit(q, self._queue_in_order(q, pend, now), pend, now)
         self._assign(q, now)
@@ -218,7 +225,7 @@ class QueueManagerMixin(ServiceBase):
         for i, p in enumerate(released):
             if not (i == 0 and p is arrived):
                 self.store.delete("qpending", q.name + _SEP + p.seq)
-                p.seq = f"{int(now * 1e6):020d}{self._id()}"
+                p.seq = self._seq(now)
                 self._save_pending(q, p)
             q.pending[p.message.message_id] = p
 

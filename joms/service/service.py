@@ -157,6 +157,7 @@ class JomsService(
             self._queues_key,
             self._on_queue_input,
         )
+        self._migrate_durable_keys()
         for key, blob in self.store.items("durable"):
             try:
                 rec = json.loads(blob)

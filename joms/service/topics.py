@@ -26,6 +26,7 @@ from .base import (
     _Durable,
     _esc,
     attribute_for,
+    normal_seq,
     selector_matches,
 )
 from .model import Destination, JomsMessage
@@ -166,6 +167,20 @@ class TopicsMixin(ServiceBase):
         waiting.sort(key=lambda item: (-item[1].priority, item[0]))
         cons.pending.extend(waiting)
 
+    def _migrate_durable_keys(self) -> None:
+        """Give the stored durable messages of earlier versions keys in today's form (see
+        ``normal_seq``), so that the store lists them in arrival order — for the backlog
+        bound too, which drops the first one listed. Once per store."""
+        if self.store.get("meta", "seq_keys") is not None:
+            return
+        for skey, blob in self.store.items("dpending"):
+            key, sep, seq = skey.partition(_SEP)
+            new = f"{key}{sep}{normal_seq(seq)}"
+            if new != skey:
+                self.store.delete("dpending", skey)
+                self.store.put("dpending", new, blob)
+        self.store.put("meta", "seq_keys", b"1")
+
     def _durable_core_key(self, key: str) -> str:
         """Subscription key of a durable subscription for this start (new at every start)."""
         return f"{KEY_PREFIX}d:{key}.{self._run}"
@@ -235,7 +250,7 @@ class TopicsMixin(ServiceBase):
         if not self._accepts(d.selector, d.no_local, f"{self.host_id}/{d.client_id}", msg):
             self._count("filtered_on_delivery")
             return
-        skey = f"{key}{_SEP}{int(now * 1e6):020d}{self._id()}"
+        skey = f"{key}{_SEP}{self._seq(now)}"
         if self._durable_count(key) >= self.config.max_pending:
             oldest = self.store.items("dpending", key + _SEP, limit=1)
             for okey, _ in oldest:
