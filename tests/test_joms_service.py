@@ -234,6 +234,48 @@ def test_messages_handed_to_a_receiver_that_closed_before_they_came_are_not_rede
     assert sorted(got) == [(b"j0", False), (b"j1", False), (b"j2", False)]
 
 
+@pytest.mark.parametrize("ack_mode", ["client", "client-individual"])
+@pytest.mark.parametrize("close", ["consumer", "connection"])
+@pytest.mark.parametrize("where", ["m", "r"])
+def test_a_consumer_closing_without_ack_counts_one_delivery_towards_the_dead_letter_limit(
+    ack_mode: str, close: str, where: str
+) -> None:
+    """A queue message received, then left unacknowledged by a consumer that closes
+    (UNSUBSCRIBE, or the connection gone), was delivered once: the next consumer refusing
+    it every time gets it max_redeliveries more times (7 deliveries in all), each marked
+    redelivered with the right count, before it goes to the dead-letter queue."""
+    w = World("m", "r")
+    m = w.svc["m"]
+    q = m.create_queue("jobs", w.net.now)
+    s = w.svc[where]
+    c = s.open_connection(w.net.now)
+    first = s.subscribe(c, q, w.net.now, ack_mode=ack_mode)
+    w.run(3)
+    m.send(m.open_connection(w.net.now), text(q, "poison"), w.net.now)
+    w.run(2)
+    [e] = w.events[where]
+    assert (e.message.redelivered, e.message.delivery_count) == (False, 0)
+    if close == "consumer":
+        s.close_consumer(first, w.net.now)
+    else:
+        s.close_connection(c, w.net.now)
+    w.run(3)
+    c2 = s.open_connection(w.net.now)
+    second = s.subscribe(c2, q, w.net.now, ack_mode=ack_mode)
+    seen: list[tuple[bool, int]] = []
+    for _ in range(10):
+        w.run(2)
+        got = [e for e in w.events[where] if e.consumer == second]
+        if len(got) == len(seen):
+            break
+        seen.append((got[-1].message.redelivered, got[-1].message.delivery_count))
+        s.nack(second, got[-1].tag, w.net.now)
+    w.run(2)
+    assert seen == [(True, n) for n in range(1, 7)]  # redeliveries 1 .. max_redeliveries
+    [dead] = m.browse(Destination("queue", "DLQ@m"), w.net.now)
+    assert dead.dlq_reason == "redelivered 6 times and refused again (max_redeliveries = 6)"
+
+
 class FirstOnly:
     def choose(self, queue: ManagedQueue, message: JomsMessage, candidates: list[str]) -> str:
         return sorted(candidates)[0]

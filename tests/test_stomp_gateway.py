@@ -227,6 +227,37 @@ def test_client_ack_is_cumulative_and_unacked_are_redelivered(host: LoopbackHost
     c.disconnect()
 
 
+def test_queue_message_left_unacked_by_a_closed_subscription_is_redelivered_six_times(
+    host: LoopbackHost,
+) -> None:
+    """Received, then neither acked nor nacked before UNSUBSCRIBE and DISCONNECT: that was
+    its first delivery. Refused every time after, it comes max_redeliveries (6) more times
+    before it goes to the dead-letter queue."""
+    dlq, dl = connect(host)
+    dlq.subscribe("/queue/DLQ", id="dlq")
+    c, lst = connect(host)
+    c.subscribe("/queue/poison", id="q", ack="client-individual")
+    sync(c, lst)
+    c.send("/queue/poison", "p")
+    assert "redelivered" not in lst.get().headers
+    c.unsubscribe("q")
+    c.disconnect()
+    c, lst = connect(host)
+    c.subscribe("/queue/poison", id="q", ack="client-individual")
+    for _ in range(6):
+        f = lst.get()
+        assert f.headers.get("redelivered") == "true"
+        c.nack(f.headers["ack"])
+    dead = dl.get()
+    assert dead.body == "p"
+    assert dead.headers["dlq-reason"] == (
+        "redelivered 6 times and refused again (max_redeliveries = 6)"
+    )
+    assert lst.messages.empty()
+    c.disconnect()
+    dlq.disconnect()
+
+
 def test_transactions_hold_sends_and_abort_redelivers(host: LoopbackHost) -> None:
     c, lst = connect(host, "txer")
     c.subscribe("/topic/tx", id="1", ack="client-individual")

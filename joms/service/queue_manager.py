@@ -105,6 +105,7 @@ class QueueManagerMixin(ServiceBase):
                     float(rec["until"]),
                     float(rec["since"]),
                     local=bool(rec.get("local", False)),
+                    closing=bool(rec.get("closing", False)),
                 )
             except (ValueError, KeyError, JMSException):
                 self.store.delete("qreceivers", k)
@@ -159,6 +160,7 @@ class QueueManagerMixin(ServiceBase):
                     "until": r.until,
                     "since": r.since,
                     "local": r.local,
+                    "closing": r.closing,
                 }
             ).encode(),
         )
@@ -281,11 +283,19 @@ class QueueManagerMixin(ServiceBase):
 
     def _manager_ack(self, q: ManagedQueue, d: Mapping[str, str], p: bytes, now: float) -> None:
         rec = _json_obj(p)
+        reply_id = d.get(mdl.REPLY_ID, "")
+        r = q.receivers.get(reply_id)
+        if r is not None and not r.closing and (rec.get("released") or rec.get("returned")):
+            # only a closing consumer gives messages back, and its cancel follows (or came
+            # first): were one of them handed to it again now, its client would never see
+            # it, yet it would count as a delivery (a redelivery too many before the DLQ)
+            r.closing = True
+            self._save_receiver(q, r)
         self._apply_acked(q, rec.get("acked", []))
-        released = self._apply_returned(q, rec.get("returned", []), d.get(mdl.REPLY_ID, ""))
+        released = self._apply_returned(q, rec.get("returned", []), reply_id)
         for mid in rec.get("released", []):
             pend = q.pending.get(mid)
-            if pend is not None and pend.assigned == d.get(mdl.REPLY_ID):
+            if pend is not None and pend.assigned == reply_id:
                 pend.assigned = None
                 self._save_pending(q, pend)
                 released = True
@@ -429,7 +439,7 @@ class QueueManagerMixin(ServiceBase):
             cands = [
                 r.reply_id
                 for r in q.receivers.values()
-                if r.until > now and selector_matches(r.selector, pend.message)
+                if r.until > now and not r.closing and selector_matches(r.selector, pend.message)
             ]
             if not cands:
                 continue

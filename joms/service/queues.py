@@ -35,6 +35,10 @@ class Receiver:
     epoch: str = ""
     """Names this numbering (a receiver created again, or reloaded after a restart, numbers
     from 1 under a new epoch, which its consumer takes as a new sequence)."""
+    closing: bool = False
+    """It gave messages back (only a closing consumer does, just before its cancel): it is
+    handed nothing more. Handing it the message it just released would count a delivery
+    its client never saw."""
 
 
 @dataclass(slots=True)
