@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from joms_support import LoopThread, start_hosts
 
 import joms
 from joms.runtime import LoopbackHost
+from joms.stomp.frame import Frame
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +240,57 @@ def test_destinations_lists_the_directory(pair: list[LoopbackHost]) -> None:
                 known = cb.destinations()
             assert "catalogue@api1" in known["queues"]
             assert "weather" in known["topics"]
+
+
+def test_listener_survives_an_undecodable_map_body(pair: list[LoopbackHost]) -> None:
+    # A MESSAGE whose map body does not decode (e.g. from a host whose gateway did not
+    # check it) reaches the listener, reading its body raises; later messages still come.
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic("undecodable")
+        got: queue.Queue[joms.Message] = queue.Queue()
+        cons = s.create_consumer(t)
+        cons.message_listener = got.put
+        bad = Frame(
+            "MESSAGE",
+            {
+                "subscription": cons._sid,
+                "message-id": "ID:bad-1",
+                "destination": "/topic/undecodable",
+                "joms-body-type": "map",
+            },
+            b"notjson",
+        )
+        c._transport._dispatch(bad)
+        s.create_producer(t).send(s.create_text_message("later"))
+        first = got.get(timeout=5)
+        assert isinstance(first, joms.MapMessage) and first.message_id == "ID:bad-1"
+        with pytest.raises(joms.MessageFormatException):
+            first.get("a")
+        with pytest.raises(joms.MessageFormatException):
+            _ = first.map
+        second = got.get(timeout=5)
+        assert isinstance(second, joms.TextMessage) and second.text == "later"
+
+
+def test_typed_value_that_does_not_fit_its_type_raises_on_read(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        cons = s.create_consumer(s.create_topic("badtyped"))
+        c._transport._dispatch(
+            Frame(
+                "MESSAGE",
+                {
+                    "subscription": cons._sid,
+                    "destination": "/topic/badtyped",
+                    "joms-body-type": "stream",
+                },
+                b'[{"t": "int", "v": "zz"}]',
+            )
+        )
+        m = cons.receive(5)
+        assert isinstance(m, joms.StreamMessage)
+        with pytest.raises(joms.MessageFormatException):
+            m.read()

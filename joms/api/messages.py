@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,8 @@ PERSISTENT = 2
 """JMS DeliveryMode.PERSISTENT."""
 NON_PERSISTENT = 1
 """JMS DeliveryMode.NON_PERSISTENT."""
+
+log = logging.getLogger(__name__)
 
 _VALUE_TYPES = mdl.PROPERTY_TYPES | {"bytes"}
 
@@ -125,15 +128,6 @@ def _encode_value(value: Any, t: str | None = None) -> dict[str, Any]:
     return {"t": t, "v": value}
 
 
-def _decode_value(item: Any) -> tuple[Any, str]:
-    if not isinstance(item, dict) or item.get("t") not in _VALUE_TYPES:
-        raise MessageFormatException("malformed typed value in a map/stream body")
-    t, v = item["t"], item.get("v")
-    if t == "bytes":
-        return base64.b64decode(str(v)), t
-    return v, t
-
-
 # ---------------------------------------------------------------- messages
 class Message:
     """A JMS message: header fields, typed properties, and a body (in subclasses)."""
@@ -156,6 +150,7 @@ class Message:
         self._ack: Callable[[], None] | None = None
         self._props_read_only = False
         self._body_read_only = False
+        self._body_error: MessageFormatException | None = None
         for k, v in (properties or {}).items():
             self.set_property(k, v)
 
@@ -172,6 +167,12 @@ class Message:
                 "the body of a received message is read-only: clear_body() first"
             )
 
+    def _check_body_readable(self) -> None:
+        """A received body that did not decode raises here, when it is read (the message
+        itself is delivered: its header fields and properties are readable)."""
+        if self._body_error is not None:
+            raise MessageFormatException(str(self._body_error))
+
     def _set_read_only(self) -> None:
         self._props_read_only = True
         self._body_read_only = True
@@ -179,6 +180,7 @@ class Message:
     def clear_body(self) -> None:
         """Empty the body and make it writable (also on a received message)."""
         self._body_read_only = False
+        self._body_error = None
         self._clear_body()
 
     def _clear_body(self) -> None:
@@ -333,10 +335,12 @@ class MapMessage(Message):
         self.set(name, value, "string")
 
     def get(self, name: str) -> Any:
+        self._check_body_readable()
         item = self._map.get(name)
         return None if item is None else item[0]
 
     def item_type(self, name: str) -> str | None:
+        self._check_body_readable()
         item = self._map.get(name)
         return None if item is None else item[1]
 
@@ -345,19 +349,16 @@ class MapMessage(Message):
 
     @property
     def map(self) -> dict[str, Any]:
+        self._check_body_readable()
         return {k: v for k, (v, _) in self._map.items()}
 
     def _encode_body(self) -> bytes:
         return json.dumps({k: _encode_value(v, t) for k, (v, t) in self._map.items()}).encode()
 
     def _decode_body(self, data: bytes) -> None:
-        try:
-            raw = json.loads(data or b"{}")
-        except ValueError:
-            raise MessageFormatException("a map body is not JSON") from None
-        if not isinstance(raw, dict):
-            raise MessageFormatException("a map body is a JSON object")
-        self._map = {k: _decode_value(v) for k, v in raw.items()}
+        decoded = mdl.decode_typed_body("map", data)
+        assert isinstance(decoded, dict)
+        self._map = decoded
 
 
 class StreamMessage(Message):
@@ -382,6 +383,7 @@ class StreamMessage(Message):
     def read(self) -> Any:
         from ..errors import MessageEOFException
 
+        self._check_body_readable()
         if self._pos >= len(self._items):
             raise MessageEOFException("end of the stream message")
         self._pos += 1
@@ -395,20 +397,16 @@ class StreamMessage(Message):
 
     @property
     def items(self) -> list[Any]:
+        self._check_body_readable()
         return [v for v, _ in self._items]
 
     def _encode_body(self) -> bytes:
         return json.dumps([_encode_value(v, t) for v, t in self._items]).encode()
 
     def _decode_body(self, data: bytes) -> None:
-        try:
-            raw = json.loads(data or b"[]")
-        except ValueError:
-            raise MessageFormatException("a stream body is not JSON") from None
-        if not isinstance(raw, list):
-            raise MessageFormatException("a stream body is a JSON list")
-        self._items = [_decode_value(v) for v in raw]
-        self._pos = 0
+        decoded = mdl.decode_typed_body("stream", data)
+        assert isinstance(decoded, list)
+        self._items, self._pos = decoded, 0
 
 
 _BY_BODY: dict[str, type[Message]] = {
@@ -457,7 +455,11 @@ def from_frame(f: Frame) -> Message:
         msg._map = {}  # type: ignore[attr-defined]
     if cls is StreamMessage:
         msg._items, msg._pos = [], 0  # type: ignore[attr-defined]
-    msg._decode_body(f.body)
+    try:
+        msg._decode_body(f.body)
+    except MessageFormatException as exc:  # delivered; reading the body raises (docs/joms.md)
+        log.warning("message %s: undecodable body: %s", h.get("message-id"), exc)
+        msg._body_error = exc
     msg.message_id = h.get("message-id")
     msg.destination = destination_from(h.get("destination"))
     msg.reply_to = destination_from(h.get("reply-to"))

@@ -9,6 +9,8 @@ Descriptors arriving from the network are hostile: :func:`from_descriptor` raise
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
 import math
@@ -167,6 +169,48 @@ def decode_property(text: str, jms_type: str) -> Any:
             f = float(f)
         return f
     raise ValueError(f"unknown property type {jms_type!r}")
+
+
+def decode_typed_value(item: Any) -> tuple[Any, str]:
+    """One ``{"t": type, "v": value}`` item of a map or stream body (docs/joms.md) as
+    (value, type); MessageFormatException when it is malformed or its value does not fit
+    its type (``{"t": "int", "v": "zz"}``)."""
+    if not isinstance(item, dict) or item.get("t") not in PROPERTY_TYPES | {"bytes"}:
+        raise MessageFormatException("malformed typed value in a map/stream body")
+    t, v = item["t"], item.get("v")
+    if t == "bytes":
+        if not isinstance(v, str):
+            raise MessageFormatException("a bytes value in a map/stream body is base64 text")
+        try:
+            return base64.b64decode(v, validate=True), t
+        except (binascii.Error, ValueError):
+            raise MessageFormatException(
+                "a bytes value in a map/stream body is not base64"
+            ) from None
+    try:
+        encode_property(v, t)  # type and range check
+    except MessageFormatException as exc:
+        raise MessageFormatException(f"a value in a map/stream body: {exc}") from None
+    return (float(v) if t in ("float", "double") else v), t
+
+
+def decode_typed_body(
+    body_type: str, data: bytes
+) -> dict[str, tuple[Any, str]] | list[tuple[Any, str]]:
+    """The (value, type) items of a ``map`` (a dict) or ``stream`` (a list) body;
+    MessageFormatException when the body is not the documented JSON form."""
+    empty = b"{}" if body_type == "map" else b"[]"
+    try:
+        raw = json.loads(data or empty)
+    except (ValueError, UnicodeDecodeError):
+        raise MessageFormatException(f"a {body_type} body is not JSON") from None
+    if body_type == "map":
+        if not isinstance(raw, dict):
+            raise MessageFormatException("a map body is a JSON object")
+        return {k: decode_typed_value(v) for k, v in raw.items()}
+    if not isinstance(raw, list):
+        raise MessageFormatException("a stream body is a JSON list")
+    return [decode_typed_value(v) for v in raw]
 
 
 def encode_types(types: Mapping[str, str]) -> str:
