@@ -512,3 +512,36 @@ def test_prefetch_bounds_unacknowledged_messages(host: LoopbackHost) -> None:
     c.ack(second.headers["ack"])
     assert lst.get().body == "p2"
     c.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("body_type", "body"),
+    [
+        ("map", b"notjson"),
+        ("map", b'{"a": {"t": "int", "v": "zz"}}'),
+        ("map", b'{"a": {"t": "byte", "v": 300}}'),
+        ("map", b'{"a": {"t": "bytes", "v": "%%%"}}'),
+        ("stream", b'{"a": 1}'),
+        ("stream", b'[{"t": "nosuchtype", "v": 1}]'),
+    ],
+)
+def test_send_of_a_malformed_typed_body_is_refused(
+    host: LoopbackHost, body_type: str, body: bytes
+) -> None:
+    c, lst = connect(host)
+    c.subscribe("/topic/typed", id="1")
+    sync(c, lst)
+    reply = raw_exchange(
+        host,
+        b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/topic/typed\nreceipt:r1\n"
+        + b"joms-body-type:"
+        + body_type.encode()
+        + b"\ncontent-length:%d\n\n" % len(body)
+        + body
+        + b"\x00",
+    )
+    assert b"ERROR" in reply and b"RECEIPT" not in reply
+    assert b"joms-exception:MessageFormatException" in reply
+    c.send("/topic/typed", '{"a": {"t": "int", "v": 5}}', headers={"joms-body-type": "map"})
+    assert lst.get().body == '{"a": {"t": "int", "v": 5}}'  # only the good one came
+    c.disconnect()

@@ -369,6 +369,8 @@ def validate_outgoing(msg: JomsMessage) -> None:
         raise MessageFormatException("priority must be an int between 0 and 9")
     if not isinstance(msg.body, bytes):
         raise MessageFormatException("the body must be bytes")
+    if msg.body_type in ("map", "stream"):
+        decode_typed_body(msg.body_type, msg.body)  # the documented typed JSON form
     for name, value in msg.properties.items():
         check_property_name(name)
         t = msg.property_types.get(name) or property_type_of(value)
