@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from joms_support import LoopThread, start_hosts
@@ -294,3 +296,66 @@ def test_typed_value_that_does_not_fit_its_type_raises_on_read(pair: list[Loopba
         assert isinstance(m, joms.StreamMessage)
         with pytest.raises(joms.MessageFormatException):
             m.read()
+
+
+_fresh = itertools.count()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"priority": 10},
+        {"priority": -1},
+        {"priority": True},
+        {"delivery_mode": 7},
+        {"time_to_live": -1},
+    ],
+)
+def test_bad_send_options_raise_locally_and_connection_survives(
+    pair: list[LoopbackHost], options: dict[str, Any]
+) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        # a topic of its own: a new subscriber also gets messages still in the cache
+        t = s.create_topic(f"sendopts{next(_fresh)}")
+        cons = s.create_consumer(t)
+        p = s.create_producer(t)
+        with pytest.raises(joms.JMSException):
+            p.send(s.create_text_message("bad"), **options)
+        p.send(s.create_text_message("good"))
+        assert cons.receive(5).text == "good"
+        assert cons.receive(0.2) is None  # the refused one was never sent
+
+
+def test_unsubscribe_without_client_id_raises_locally(pair: list[LoopbackHost]) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        with pytest.raises(joms.IllegalStateException):
+            s.unsubscribe("nope")
+        t = s.create_topic("after-unsub")
+        cons = s.create_consumer(t)
+        s.create_producer(t).send(s.create_text_message("alive"))
+        assert cons.receive(5).text == "alive"
+
+
+def test_after_the_server_closes_later_calls_say_connection_closed(
+    pair: list[LoopbackHost],
+) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        with pytest.raises(joms.InvalidDestinationException) as first:
+            s.create_consumer(s.create_queue("nosuchqueue@*"))
+        reason = str(first.value)
+        assert "nosuchqueue" in reason
+        t = s.create_topic("x")
+        for call in (
+            lambda: s.create_producer(t).send(s.create_text_message("x")),
+            lambda: s.create_consumer(t),
+            lambda: c.create_session(),
+        ):
+            with pytest.raises(joms.IllegalStateException) as later:
+                call()
+            assert str(later.value) == f"connection closed: {reason}"

@@ -330,6 +330,10 @@ def raw_exchange(h: LoopbackHost, data: bytes) -> bytes:
             b"CONNECT\naccept-version:1.2\n\n\x00SUBSCRIBE\ndestination:/topic/x\nid:1\nselector:a = = 1\n\n\x00",
             b"selector",
         ),
+        (
+            b"CONNECT\naccept-version:1.2\n\n\x00SUBSCRIBE\ndestination:/queue/zzz@*\nid:1\n\n\x00",
+            b"joms-exception:InvalidDestinationException",
+        ),
     ],
 )
 def test_malformed_frames_get_error_and_close_others_unaffected(

@@ -163,7 +163,7 @@ class Connection:
         if self._closed:
             raise IllegalStateException("the connection is closed")
         if self._transport.failed is not None:
-            raise self._transport.failed
+            raise self._transport.closed_error()
 
     def _on_message(self, f: Frame) -> None:
         cons = self._subs.get(f.headers.get("subscription", ""))
@@ -285,6 +285,8 @@ class Session:
     def unsubscribe(self, name: str) -> None:
         """Delete durable subscription ``name`` of this client id."""
         self._check()
+        if not self.connection.client_id:
+            raise IllegalStateException("durable subscriptions need a connection client_id")
         sid = self.connection._next_id("u")
         self._request(Frame("UNSUBSCRIBE", {"id": sid, "durable-subscription-name": name}))
 
@@ -419,12 +421,20 @@ class MessageProducer:
             raise InvalidDestinationException("no destination given to send()")
         s = self.session
         s._check()
-        message.destination = dest
-        message.delivery_mode = self.delivery_mode if delivery_mode is None else delivery_mode
-        if message.delivery_mode not in (PERSISTENT, NON_PERSISTENT):
+        # checked here, like selectors and names: a refusal by the gateway would close the
+        # connection (STOMP ERROR)
+        mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        if mode not in (PERSISTENT, NON_PERSISTENT) or isinstance(mode, bool):
             raise JMSException("delivery_mode must be PERSISTENT or NON_PERSISTENT")
-        message.priority = self.priority if priority is None else priority
+        prio = self.priority if priority is None else priority
+        if isinstance(prio, bool) or not isinstance(prio, int) or not 0 <= prio <= 9:
+            raise JMSException(f"priority must be an int between 0 and 9, not {prio!r}")
         ttl = self.time_to_live if time_to_live is None else time_to_live
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl >= 0:
+            raise JMSException(f"time_to_live must be a number >= 0 (seconds), not {ttl!r}")
+        message.destination = dest
+        message.delivery_mode = mode
+        message.priority = prio
         message.timestamp = int(time.time() * 1000)
         message.expiration = int((time.time() + ttl) * 1000) if ttl else 0
         frame = to_frame(message, dest)
@@ -535,7 +545,7 @@ class MessageConsumer:
             if item is _CLOSED:
                 self._inbox.put(_CLOSED)
                 if conn._transport.failed is not None and not self._closed:
-                    raise conn._transport.failed
+                    raise conn._transport.closed_error()
                 return None
             if not conn._started.is_set():  # stopped meanwhile: keep it for later
                 self._inbox.queue.appendleft(item)

@@ -91,10 +91,15 @@ class StompTransport:
     def failed(self) -> JMSException | None:
         return self._failure
 
+    def closed_error(self) -> IllegalStateException:
+        """What a call made after the connection failed raises: not the failure itself,
+        which belongs to the call (or the exception listener) it was reported to."""
+        return IllegalStateException(f"connection closed: {self._failure}")
+
     # ------------------------------------------------------------------ requests
     def _write(self, frame: Frame) -> None:
         if self._failure is not None:
-            raise self._failure
+            raise self.closed_error()
         if self._closed:
             raise IllegalStateException("the connection is closed")
         data = encode(frame)

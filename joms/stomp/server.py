@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import JMSException
+from ..errors import InvalidDestinationException, JMSException
 from ..service import model as mdl
 from ..service.events import MessageDispatched
 from ..service.model import Destination, JomsMessage
@@ -436,7 +436,9 @@ class StompConnection(asyncio.Protocol):
             name = text[len("/queue/") : -2]
             known = self.service.lookup_queue(name)
             if not known:
-                raise StompError(f"queue {name!r} is not known here yet (directory lookup)")
+                raise InvalidDestinationException(
+                    f"queue {name!r} is not known here yet (directory lookup)"
+                )
             return Destination("queue", known[0])
         return Destination.parse(text, self.service.host_id)
 
