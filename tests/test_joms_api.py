@@ -359,3 +359,48 @@ def test_after_the_server_closes_later_calls_say_connection_closed(
             with pytest.raises(joms.IllegalStateException) as later:
                 call()
             assert str(later.value) == f"connection closed: {reason}"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: s.create_text_message(b"x"),
+        lambda s: s.create_text_message("\ud800"),
+        lambda s: s.create_text_message("x", properties={"p": "a\0b"}),
+        lambda s: s.create_text_message("x", properties={"p": "\udfff"}),
+        lambda s: s.create_text_message("x").set_string_property("p", "a\0b"),
+        lambda s: setattr(s.create_text_message("x"), "text", 5),
+        lambda s: s.create_bytes_message("not bytes"),
+    ],
+)
+def test_bad_message_values_raise_message_format_exception_at_once(
+    pair: list[LoopbackHost], make: Any
+) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        with pytest.raises(joms.MessageFormatException):
+            make(s)
+
+
+@pytest.mark.parametrize("field", ["correlation_id", "type"])
+def test_bad_header_field_raises_message_format_exception_at_send(
+    pair: list[LoopbackHost], field: str
+) -> None:
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic("hdrfields")
+        m = s.create_text_message("x")
+        setattr(m, field, "a\0b")
+        with pytest.raises(joms.MessageFormatException):
+            s.create_producer(t).send(m)
+        s.create_producer(t).send(s.create_text_message("still open"))
+
+
+@pytest.mark.parametrize(
+    "url", ["stomp://127.0.0.1:abc", "stomp://127.0.0.1:99999", "stomp://[::1"]
+)
+def test_bad_url_raises_jms_exception(url: str) -> None:
+    with pytest.raises(joms.JMSException):
+        joms.connect(url)

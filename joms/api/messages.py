@@ -128,6 +128,16 @@ def _encode_value(value: Any, t: str | None = None) -> dict[str, Any]:
     return {"t": t, "v": value}
 
 
+def _check_wire_text(what: str, value: str) -> None:
+    """A string that travels as a STOMP header or text body: UTF-8 encodable, no NUL."""
+    if "\0" in value:
+        raise MessageFormatException(f"{what} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MessageFormatException(f"{what} is not valid Unicode (a lone surrogate?)") from None
+
+
 # ---------------------------------------------------------------- messages
 class Message:
     """A JMS message: header fields, typed properties, and a body (in subclasses)."""
@@ -192,6 +202,8 @@ class Message:
         mdl.check_property_name(name)
         t = jms_type or mdl.property_type_of(value)
         mdl.encode_property(value, t)
+        if isinstance(value, str):
+            _check_wire_text(f"property {name!r}", value)
         self._props[name] = value
         self._types[name] = t
 
@@ -248,12 +260,26 @@ class Message:
         return f"<{type(self).__name__} {self.message_id} to {self.destination}>"
 
 
+def _checked_text(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise MessageFormatException(f"a text body is a str, not {type(value).__name__}")
+    if value is not None:
+        _check_wire_text("the text body", value)
+    return value
+
+
+def _checked_bytes(value: Any) -> bytes:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise MessageFormatException(f"a bytes body is bytes, not {type(value).__name__}")
+    return bytes(value)
+
+
 class TextMessage(Message):
     body_type = "text"
 
     def __init__(self, text: str | None = None, properties: dict[str, Any] | None = None) -> None:
         super().__init__(properties)
-        self._text = text
+        self._text = _checked_text(text)
 
     @property
     def text(self) -> str | None:
@@ -262,7 +288,7 @@ class TextMessage(Message):
     @text.setter
     def text(self, value: str | None) -> None:
         self._check_body_writable()
-        self._text = value
+        self._text = _checked_text(value)
 
     def _clear_body(self) -> None:
         self._text = None
@@ -279,7 +305,7 @@ class BytesMessage(Message):
 
     def __init__(self, data: bytes = b"", properties: dict[str, Any] | None = None) -> None:
         super().__init__(properties)
-        self._data = bytes(data)
+        self._data = _checked_bytes(data)
 
     @property
     def data(self) -> bytes:
@@ -288,11 +314,11 @@ class BytesMessage(Message):
     @data.setter
     def data(self, value: bytes) -> None:
         self._check_body_writable()
-        self._data = bytes(value)
+        self._data = _checked_bytes(value)
 
     def write_bytes(self, data: bytes) -> None:
         self._check_body_writable()
-        self._data += bytes(data)
+        self._data += _checked_bytes(data)
 
     def _clear_body(self) -> None:
         self._data = b""
@@ -435,6 +461,11 @@ def to_frame(msg: Message, destination: Destination) -> Frame:
         h["correlation-id"] = msg.correlation_id
     if msg.type is not None:
         h["type"] = msg.type
+    for field, key in (("correlation_id", "correlation-id"), ("type", "type")):
+        if key in h:
+            if not isinstance(h[key], str):
+                raise MessageFormatException(f"the message's {field} must be a str")
+            _check_wire_text(f"the message's {field}", h[key])
     for name, value in msg._props.items():
         h[name] = mdl.encode_property(value, msg._types[name])
     types = mdl.encode_types(msg._types)

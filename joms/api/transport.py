@@ -26,10 +26,14 @@ def parse_url(url: str) -> tuple[str, int]:
     """``stomp://HOST:PORT`` (or ``HOST:PORT``) -> (host, port)."""
     if "://" not in url:
         url = "stomp://" + url
-    u = urlparse(url)
+    try:
+        u = urlparse(url)
+        host, port = u.hostname or "127.0.0.1", u.port or DEFAULT_PORT
+    except ValueError as exc:  # urllib's wording: "Port could not be cast ...", "Invalid IPv6 URL"
+        raise JMSException(f"bad STOMP URL {url!r}: {exc}") from None
     if u.scheme not in ("stomp", "tcp"):
         raise JMSException(f"unsupported URL scheme {u.scheme!r}: use stomp://HOST:PORT")
-    return u.hostname or "127.0.0.1", u.port or DEFAULT_PORT
+    return host, port
 
 
 class StompTransport:
