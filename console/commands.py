@@ -22,7 +22,13 @@ from .admin import Admin, AdminUnavailable
 from .grammar import Command, HelpRequest, UsageError
 from .link import Link, NotConnected, Subscription, plural
 from .output import LABEL, Printer, describe
-from .selection import PatternError, combined_selector, parse_patterns, parse_properties
+from .selection import (
+    PatternError,
+    PropertyPattern,
+    combined_selector,
+    parse_patterns,
+    parse_properties,
+)
 
 _MAX_FILE = 16 * 1024 * 1024
 
@@ -165,6 +171,8 @@ class Console:
             raise CommandError(
                 "durable subscriptions need a client id: start the console with --client-id ID"
             )
+        if args.queue is not None:
+            _only_server_side(patterns)
         dest: Topic | Queue = Topic(args.topic) if args.topic is not None else Queue(args.queue)
         sub = self.link.subscribe(
             dest,
@@ -219,8 +227,9 @@ class Console:
         selector = combined_selector(args.selector, patterns)
         if args.timeout < 0:
             raise CommandError("--timeout must be positive")
+        _only_server_side(patterns)
         self.queues.add(args.queue)
-        msg = self.link.receive(Queue(args.queue), selector, patterns, args.timeout)
+        msg = self.link.receive(Queue(args.queue), selector, args.timeout)
         if msg is None:
             raise CommandError(f"no message on queue {args.queue} within {args.timeout:g} s")
         self.out.line(describe(msg))
@@ -329,3 +338,16 @@ class Console:
 
     def do_exit(self, args: argparse.Namespace) -> bool:
         return False
+
+
+def _only_server_side(patterns: list[PropertyPattern]) -> None:
+    """On a queue, every ``-ssl`` pattern must become a selector clause: the queue's manager
+    then hands out only matching messages. A pattern checked here, after the message was
+    taken from the queue, would throw the others away."""
+    local = [f"{p.key}={p.regex}" for p in patterns if p.clause is None]
+    if local:
+        raise CommandError(
+            f"-ssl {' '.join(local)} has no selector equivalent, so on a queue it would "
+            "consume and discard the messages it rejects: use literals, '|' and '.*', "
+            "or a -sel selector"
+        )

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import joms
 from joms.api import Connection, Destination, Message, MessageConsumer, Queue, Session, Topic
@@ -279,7 +277,9 @@ class Link:
             sub.seen[msg.message_id] = None
             if len(sub.seen) > _SEEN_MAX:
                 sub.seen.popitem(last=False)
-        if not accepts(sub.patterns, msg):
+        # a queue's patterns are all in the selector (commands._only_server_side): what the
+        # manager handed out is shown, never consumed and dropped here
+        if isinstance(sub.destination, Topic) and not accepts(sub.patterns, msg):
             sub.filtered += 1
             return
         sub.received += 1
@@ -316,25 +316,14 @@ class Link:
                     if stop is not None and stop.is_set():
                         return
 
-    def receive(
-        self,
-        queue: Queue,
-        selector: str | None,
-        patterns: list[PropertyPattern],
-        timeout: float,
-    ) -> Message | None:
-        """One message from ``queue`` (skipping those the patterns reject), or None."""
+    def receive(self, queue: Queue, selector: str | None, timeout: float) -> Message | None:
+        """One message from ``queue`` matching ``selector``, or None after ``timeout``. The
+        selector holds every ``-ssl`` pattern (commands._only_server_side): the manager
+        hands out only matching messages, so none is taken and then dropped here."""
         session = self.session()
         consumer = session.create_consumer(queue, selector=selector)
         try:
-            deadline = time.monotonic() + timeout
-            while True:
-                left = max(0.0, deadline - time.monotonic())
-                msg: Any = consumer.receive(left) if left > 0 else consumer.receive_no_wait()
-                if msg is None or accepts(patterns, msg):
-                    return msg  # type: ignore[no-any-return]
-                if left <= 0:
-                    return None
+            return consumer.receive(timeout) if timeout > 0 else consumer.receive_no_wait()
         finally:
             with contextlib.suppress(JMSException, OSError):
                 consumer.close()

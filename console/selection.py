@@ -11,8 +11,10 @@ the service pushes into the network as a DoDWAN pattern:
   for several alternatives);
 * anything else (classes, groups, repetitions): no clause; the pattern is only checked here.
 
-Whatever the translation, every pattern is also checked in the console on each arrival
-(RE2 full match on the property's string form), so the semantics are exactly DoDWAN's.
+Whatever the translation, on a topic every pattern is also checked in the console on each
+arrival (RE2 full match on the property's string form), so the semantics are exactly
+DoDWAN's. On a queue only patterns with a clause are accepted (a message taken from a queue
+and then dropped would be lost): see ``commands._only_server_side``.
 """
 
 from __future__ import annotations

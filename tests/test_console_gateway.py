@@ -159,3 +159,30 @@ def test_counts_are_pluralised_and_sizes_have_units(
     screen = pane.wait(lambda s: any(x.startswith("cache      ") for x in s.splitlines()))
     [cache] = [x for x in screen.splitlines() if x.startswith("cache      ")]
     assert cache.endswith("MiB") and " of " in cache, cache  # not raw byte counts
+
+
+# ---------------------------------------------------------------- 5. -ssl on queues
+
+
+def test_ssl_on_a_queue_never_consumes_what_it_does_not_show(
+    hosts: tuple[Host, DaemonProc], home: Path
+) -> None:
+    gw, _ = hosts
+    rc, _, err = run_joms(
+        home,
+        "--url",
+        gw.url,
+        "-c",
+        "send -q SslQ -p first -ssl n=ab; send -q SslQ -p second -ssl n=5",
+    )
+    assert rc == 0, err
+    # a pattern the service cannot apply before handing out: refused, nothing taken
+    for cmd in ("receive -q SslQ -ssl n=[0-9]+ --timeout 2", "sub -q SslQ -ssl n=[0-9]+ --count 1"):
+        rc, out, err = run_joms(home, "--url", gw.url, *cmd.split())
+        assert rc == 1, out + err
+        assert "-sel" in err and "n=[0-9]+" in err, err
+    # a pattern with an exact selector clause: filtered by the queue's manager
+    rc, out, err = run_joms(home, "--url", gw.url, "receive", "-q", "SslQ", "-ssl", "n=5|6")
+    assert rc == 0 and out.rstrip().endswith(": second"), out + err
+    rc, out, err = run_joms(home, "--url", gw.url, "receive", "-q", "SslQ", "--timeout", "5")
+    assert rc == 0 and out.rstrip().endswith(": first"), out + err
