@@ -232,3 +232,17 @@ def test_encode_matches_the_rules_header_by_header(
     except ValueError as exc:
         got = str(exc)
     assert got == want
+
+
+def test_stomp_11_has_no_cr_escape() -> None:
+    data = b"SEND\ndestination:/topic/x\npath:a\\rb\n\n\x00"
+    p = FrameParser()
+    p.version = "1.1"
+    with pytest.raises(ProtocolError, match="undefined escape"):
+        p.feed(data)
+    [f] = parse_all(data)  # 1.2 has it
+    assert f.headers["path"] == "a\rb"
+    p11 = FrameParser()
+    p11.version = "1.1"
+    [g] = p11.feed(b"SEND\nh:a\\nb\\cc\\\\d\n\n\x00")  # the escapes 1.1 does have
+    assert g.headers["h"] == "a\nb:c\\d"

@@ -549,3 +549,13 @@ def test_send_of_a_malformed_typed_body_is_refused(
     c.send("/topic/typed", '{"a": {"t": "int", "v": 5}}', headers={"joms-body-type": "map"})
     assert lst.get().body == '{"a": {"t": "int", "v": 5}}'  # only the good one came
     c.disconnect()
+
+
+def test_stomp_11_cr_escape_is_an_error(host: LoopbackHost) -> None:
+    reply = raw_exchange(
+        host,
+        b"CONNECT\naccept-version:1.1\nhost:x\n\n\x00"
+        b"SEND\ndestination:/topic/cr11\nreceipt:r1\npath:a\\rb\n\n\x00",
+    )
+    # (with 1.2 agreed the same SEND gets its RECEIPT: test_stomp_frame)
+    assert b"ERROR" in reply and b"RECEIPT" not in reply and b"undefined escape" in reply

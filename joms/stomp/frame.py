@@ -33,6 +33,7 @@ COMMANDS = CLIENT_COMMANDS | SERVER_COMMANDS
 _RAW_HEADER_COMMANDS = frozenset({"CONNECT", "CONNECTED"})  # no escaping (STOMP 1.2 spec)
 
 _UNESCAPE = {b"r": "\r", b"n": "\n", b"c": ":", b"\\": "\\"}
+_UNESCAPE_11 = {k: v for k, v in _UNESCAPE.items() if k != b"r"}  # STOMP 1.1 has no \r
 _ESCAPE_TABLE = str.maketrans({"\\": "\\\\", "\r": "\\r", "\n": "\\n", ":": "\\c"})
 _ESCAPE_TABLE_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
 """STOMP 1.1 escapes (1.1 defines no ``\\r``); STOMP 1.0 has no escaping at all."""
@@ -128,7 +129,7 @@ def make(command: str, headers: Mapping[str, str] | None = None, body: bytes = b
     return Frame(command, dict(headers or {}), body)
 
 
-def _unescape(raw: bytes, what: str) -> str:
+def _unescape(raw: bytes, what: str, table: dict[bytes, str] = _UNESCAPE) -> str:
     if b"\\" not in raw:
         return _decode(raw, what)
     out = bytearray()
@@ -141,10 +142,10 @@ def _unescape(raw: bytes, what: str) -> str:
             i += 1
             continue
         code = raw[i + 1 : i + 2]
-        if code not in _UNESCAPE:
+        if code not in table:
             shown = code.decode("latin-1") if code else "<end>"
             raise ProtocolError(f"undefined escape sequence '\\{shown}' in {what}")
-        out += _UNESCAPE[code].encode()
+        out += table[code].encode()
         i += 2
     return _decode(bytes(out), what)
 
@@ -285,8 +286,9 @@ class FrameParser:
                 name = _decode(line[:colon], "header name")
                 value = _decode(line[colon + 1 :], "header value")
             else:
-                name = _unescape(line[:colon], "header name")
-                value = _unescape(line[colon + 1 :], "header value")
+                table = _UNESCAPE_11 if self.version == "1.1" else _UNESCAPE
+                name = _unescape(line[:colon], "header name", table)
+                value = _unescape(line[colon + 1 :], "header value", table)
             headers.setdefault(name, value)
         return self._headers_done(command, headers)
 
