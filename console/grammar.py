@@ -97,11 +97,31 @@ def _publish_options(p: _Parser, kind: str) -> None:
     )
     p.add_argument(
         "--ttl",
-        type=float,
+        type=_non_negative,
         default=0.0,
         metavar="SECONDS",
         help="lifetime in the network (default: the daemon's, 1 h)",
     )
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return value
 
 
 def _filter_options(p: _Parser) -> None:
@@ -158,7 +178,10 @@ def _build_sub() -> _Parser:
     )
     p.add_argument("--no-local", action="store_true", help="skip messages sent by this console")
     p.add_argument(
-        "--count", type=int, metavar="N", help="stop after N messages (scripts wait for them)"
+        "--count",
+        type=_positive_int,
+        metavar="N",
+        help="stop after N messages (scripts wait for them)",
     )
     return p
 
@@ -190,7 +213,11 @@ def _build_receive() -> _Parser:
     p.add_argument("-q", dest="queue", required=True, metavar="QUEUE", help="the queue")
     _filter_options(p)
     p.add_argument(
-        "--timeout", type=float, default=10.0, metavar="S", help="seconds to wait (default 10)"
+        "--timeout",
+        type=_non_negative,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait (default 10)",
     )
     return p
 
@@ -346,6 +373,10 @@ def parse_words(words: list[str]) -> Command | HelpRequest:
         raise UsageError(str(exc), usage(name)) from None
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc), usage(name)) from None
+    if name == "unsub" and not (
+        args.number is not None or args.topic or args.queue or args.all or args.durable
+    ):
+        raise UsageError("say which: N, -t TOPIC, -q QUEUE, --all or --durable NAME", usage(name))
     return Command(name, args)
 
 

@@ -83,7 +83,7 @@ def test_sub_options_and_quoted_selector() -> None:
         ("unsub 1 2", "unrecognized arguments"),
         ("sub -t", "expected one argument"),
         ("sub -t A -q B", "not allowed"),
-        ("receive -q Q --timeout soon", "invalid float"),
+        ("receive -q Q --timeout soon", "not a number: soon"),
         ("create thing x", "invalid choice"),
         ("unsub one", "invalid int"),
         ('pub -t X -p "open', "No closing quotation"),
@@ -106,8 +106,11 @@ def test_single_dash_options_are_not_abbreviated() -> None:
         with pytest.raises(UsageError) as exc:
             grammar.parse_line(line)
         assert "unknown option" in str(exc.value)
-    c = grammar.parse_line("pub -tT -p x --priority=3 --ttl -1")
+    c = grammar.parse_line("pub -tT -p x --priority=3 --ttl 1")
     assert isinstance(c, Command) and (c.args.topic, c.args.priority) == ("T", 3)
+    with pytest.raises(UsageError) as exc:  # a negative number is a value, not an option
+        grammar.parse_line("pub -t T -p x --ttl -1")
+    assert "must be a number >= 0" in str(exc.value)
 
 
 def test_split_commands_respects_quotes_and_comments() -> None:
@@ -381,3 +384,21 @@ def test_file_payload_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 class _FakeSession:
     def create_text_message(self, text: str, props: dict[str, object]) -> TextMessage:
         return TextMessage(text, props)
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["pub", "-t", "X", "-p", "x", "--ttl", "-5"],
+        ["send", "-q", "X", "-p", "x", "--ttl", "-5"],
+        ["sub", "-t", "X", "--count", "0"],
+        ["receive", "-q", "X", "--timeout", "-1"],
+        ["unsub"],
+    ],
+)
+def test_one_shot_out_of_range_values_are_usage_errors(
+    words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--url", "127.0.0.1:9", *words]) == 2  # refused before any connection
+    out, err = capsys.readouterr()
+    assert out.startswith(f"usage: {words[0]}"), out + err

@@ -331,6 +331,10 @@ def raw_exchange(h: LoopbackHost, data: bytes) -> bytes:
             b"selector",
         ),
         (
+            b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/topic/x\npersistent:maybe\n\n\x00",
+            b"persistent",
+        ),
+        (
             b"CONNECT\naccept-version:1.2\n\n\x00SUBSCRIBE\ndestination:/queue/zzz@*\nid:1\n\n\x00",
             b"joms-exception:InvalidDestinationException",
         ),

@@ -482,7 +482,10 @@ class StompConnection(asyncio.Protocol):
                 frame.body.decode("utf-8")
             except UnicodeDecodeError:
                 raise StompError("a text body must be UTF-8") from None
-        persistent = h.get("persistent", "true").lower() != "false"
+        persistent_text = h.get("persistent", "true").lower()
+        if persistent_text not in ("true", "false"):
+            raise StompError(f"bad persistent header {h.get('persistent')!r}: true or false")
+        persistent = persistent_text == "true"
         try:
             priority = int(h.get("priority", "4"))
         except ValueError:
