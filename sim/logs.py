@@ -133,10 +133,12 @@ class Recorder:
     """Collects every table's rows during a run and writes them as Parquet.
 
     With ``out`` given, a table is written as a folder ``out/<name>.parquet/`` of part files,
-    one more each time ``flush_rows`` rows have accumulated and at :meth:`close`: memory
-    stays flat however long the run, and a run that is killed keeps every part written so
-    far (Spark and pyarrow read such a folder as one table). Without ``out`` everything is
-    kept until :meth:`write`.
+    one more each time ``flush_rows`` rows have accumulated, at each :meth:`checkpoint`
+    and at :meth:`close`: memory stays flat however long the run, and a run that is killed
+    keeps every part written so far (Spark and pyarrow read such a folder as one table).
+    ``datagrams`` holds totals, so it is one part, written again at each checkpoint. The
+    folder is left alone until :meth:`begin` (so a run that fails to start does not remove
+    the logs of an earlier one). Without ``out`` everything is kept until :meth:`write`.
     """
 
     def __init__(self, out: Path | None = None, *, flush_rows: int = FLUSH_ROWS) -> None:
@@ -152,21 +154,29 @@ class Recorder:
         self.datagrams: dict[tuple[str, str, str], list[int]] = {}
         self.dropped: dict[str, int] = {}
         self.parts: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            for name in SCHEMAS:
-                folder = out / f"{name}.parquet"
-                if folder.is_file():
-                    folder.unlink()  # a single-file table of an earlier run
-                elif folder.is_dir():
-                    for old in folder.glob("part-*.parquet"):
-                        old.unlink()
+        self.begun = False
+        """Streaming: :meth:`begin` was called (no part is written before)."""
+
+    def begin(self) -> None:
+        """Streaming: make ``out`` and remove the logs an earlier run left there (its tables
+        and its ``run.json``); rows recorded before are kept and written later."""
+        assert self.out is not None
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "run.json").unlink(missing_ok=True)
+        for name in SCHEMAS:
+            folder = self.out / f"{name}.parquet"
+            if folder.is_file():
+                folder.unlink()  # a single-file table of an earlier run
+            elif folder.is_dir():
+                for old in folder.glob("part-*.parquet"):
+                    old.unlink()
+        self.begun = True
 
     def row(self, table: str, **values: Any) -> None:
         cols = self.columns[table]
         for k, v in values.items():
             cols[k].append(v)
-        if self.out is not None and len(cols[next(iter(cols))]) >= self.flush_rows:
+        if self.begun and len(cols[next(iter(cols))]) >= self.flush_rows:
             self._flush(table)
 
     def contact(self, time: float, a: str, b: str, up: bool) -> None:
@@ -192,7 +202,7 @@ class Recorder:
         cols.event.append(_EVENT_NAMES.index(event))
         cols.bytes.append(size)
         cols.hops.append(hops)
-        if self.out is not None and len(cols) >= self.flush_rows:
+        if self.begun and len(cols) >= self.flush_rows:
             self._flush("messages")
 
     def sink(self, host: str) -> Callable[[float, str, str, int, int, str], None]:
@@ -205,7 +215,7 @@ class Recorder:
         )  # fmt: skip
         ids, id_index, code = cols.ids, cols.id_index, _EVENT_CODE.get
         datagrams, dropped, direction_of = self.datagrams, self.dropped, _DIRECTION.get
-        flush_rows, streaming = self.flush_rows, self.out is not None
+        flush_rows = self.flush_rows
 
         def record(time: float, kind: str, msg_id: str, size: int, hops: int, detail: str) -> None:
             event = code(kind)
@@ -217,7 +227,7 @@ class Recorder:
                 e_(event)
                 b_(size)
                 hop_(hops)
-                if streaming and len(cols.time) >= flush_rows:
+                if self.begun and len(cols.time) >= flush_rows:
                     self._flush("messages")
                 return
             direction = direction_of(kind)
@@ -239,11 +249,7 @@ class Recorder:
     ) -> None:
         """Add ``host``'s totals per datagram kind ([count, bytes]) to the datagrams table,
         as its node keeps them when it traces no record per datagram."""
-        for direction, totals in (("sent", sent), ("received", received)):
-            for kind, (count, size) in totals.items():
-                tot = self.datagrams.setdefault((host, kind, direction), [0, 0])
-                tot[0] += count
-                tot[1] += size
+        _add_totals(self.datagrams, host, sent, received)
 
     def trace(self, host: str, records: Iterable[Any]) -> None:
         """Consume core ``TraceRecord``s of one host (hosts without a sink)."""
@@ -257,14 +263,7 @@ class Recorder:
         if name == "messages":
             cols = self.messages.table()
         elif name == "datagrams":
-            keys = sorted(self.datagrams)
-            cols = {
-                "host": [k[0] for k in keys],
-                "kind": [k[1] for k in keys],
-                "direction": [k[2] for k in keys],
-                "count": [self.datagrams[k][0] for k in keys],
-                "bytes": [self.datagrams[k][1] for k in keys],
-            }
+            cols = _datagram_columns(self.datagrams)
         else:
             cols = self.columns[name]
         schema = SCHEMAS[name].with_metadata({"schema_version": str(SCHEMA_VERSION)})
@@ -279,24 +278,50 @@ class Recorder:
             for col in self.columns[name].values():
                 col.clear()
 
-    def _flush(self, name: str) -> None:
-        """Write what ``name`` buffered as its next part file (atomically) and forget it."""
-        assert self.out is not None
+    def _flush(self, name: str, table: pa.Table | None = None) -> None:
+        """Write what ``name`` buffered (or ``table``) as its next part file, atomically,
+        and forget it; ``datagrams`` (totals) is always its one part, written again."""
+        assert self.out is not None and self.begun
         folder = self.out / f"{name}.parquet"
         folder.mkdir(parents=True, exist_ok=True)
         part = folder / f"part-{self.parts[name]:05d}.parquet"
         tmp = folder / f".{part.name}.tmp"
-        pq.write_table(self.table(name), tmp)
+        pq.write_table(self.table(name) if table is None else table, tmp)
         tmp.replace(part)
-        self.parts[name] += 1
-        self._clear(name)
+        if name != "datagrams":
+            self.parts[name] += 1
+            self._clear(name)
+
+    def checkpoint(
+        self, totals: Iterable[tuple[str, Mapping[str, list[int]], Mapping[str, list[int]]]]
+    ) -> None:
+        """Streaming: write every row buffered so far, each table at least one part, and
+        the datagrams table as of now: ``totals`` (host, sent, received) are the nodes'
+        own, added to what was recorded without being kept (:meth:`datagram_totals` adds
+        them once, at the end)."""
+        for name in SCHEMAS:
+            if name == "datagrams":
+                now = {k: list(v) for k, v in self.datagrams.items()}
+                for host, sent, received in totals:
+                    _add_totals(now, host, sent, received)
+                schema = SCHEMAS[name].with_metadata({"schema_version": str(SCHEMA_VERSION)})
+                self._flush(name, pa.table(_datagram_columns(now), schema=schema))
+            elif self._buffered(name) or not self.parts[name]:
+                self._flush(name)
+
+    def _buffered(self, name: str) -> int:
+        if name == "messages":
+            return len(self.messages)
+        if name == "datagrams":
+            return len(self.datagrams)
+        cols = self.columns[name]
+        return len(cols[next(iter(cols))])
 
     def close(self) -> None:
         """Streaming: write every table's remaining rows (each table gets at least one part)."""
         assert self.out is not None
         for name in SCHEMAS:
-            buffered = self.table(name).num_rows
-            if buffered or not self.parts[name]:
+            if self._buffered(name) or not self.parts[name] or name == "datagrams":
                 self._flush(name)
 
     def write(self, out: Path) -> None:
@@ -306,7 +331,33 @@ class Recorder:
             pq.write_table(self.table(name), out / f"{name}.parquet")
 
 
+def _add_totals(
+    into: dict[tuple[str, str, str], list[int]],
+    host: str,
+    sent: Mapping[str, list[int]],
+    received: Mapping[str, list[int]],
+) -> None:
+    for direction, totals in (("sent", sent), ("received", received)):
+        for kind, (count, size) in totals.items():
+            tot = into.setdefault((host, kind, direction), [0, 0])
+            tot[0] += count
+            tot[1] += size
+
+
+def _datagram_columns(totals: Mapping[tuple[str, str, str], list[int]]) -> dict[str, list[Any]]:
+    keys = sorted(totals)
+    return {
+        "host": [k[0] for k in keys],
+        "kind": [k[1] for k in keys],
+        "direction": [k[2] for k in keys],
+        "count": [totals[k][0] for k in keys],
+        "bytes": [totals[k][1] for k in keys],
+    }
+
+
 def write_run_json(out: Path, info: dict[str, Any]) -> None:
     """Write ``run.json`` (keys sorted, so two runs differ only where they really do)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "run.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    tmp = out / ".run.json.tmp"  # written again at each checkpoint: never seen half done
+    tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    tmp.replace(out / "run.json")

@@ -7,6 +7,7 @@ index order and sets in sorted order, so the same scenario and seed give identic
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import time
@@ -154,6 +155,8 @@ class Simulation:
         if catch_up:
             for host in self.hosts:
                 host.quiet = self._quiet
+        if out is not None:  # everything above can refuse the run: only now clear ``out``
+            self.recorder.begin()
 
     # -- wiring
 
@@ -334,36 +337,51 @@ class Simulation:
         for host in self.hosts:
             host.service()
 
-    def run(self, progress: Progress | None = None, chunks: int = 1000) -> None:
-        """Run until ``self.until``, calling ``progress(now, events)`` ``chunks`` times."""
+    def run(
+        self,
+        progress: Progress | None = None,
+        chunks: int = 1000,
+        checkpoint: Callable[[], None] | None = None,
+        checkpoint_every: float = 10.0,
+    ) -> None:
+        """Run until ``self.until`` in ``chunks`` slices of simulated time, calling
+        ``progress(now, events)`` after each and ``checkpoint()`` after those that end
+        :func:`checkpoint_due` wall seconds after the last one. Neither changes the run."""
         self.start()
         # Everything built so far lives for the whole run: keep the collector off it, so
         # each collection walks only what the run allocates (and mostly frees) since.
         gc.collect()
         gc.freeze()
+        began = last = time.monotonic()
         try:
-            if progress is None:
-                self.env.run(until=self.until)
-            else:
-                for k in range(1, chunks + 1):
-                    self.env.run(until=self.until * k / chunks)
+            for k in range(1, chunks + 1):
+                self.env.run(until=self.until * k / chunks)
+                if progress is not None:
                     progress(self.env.now, self.events())
+                if checkpoint is not None and k < chunks:
+                    wall = time.monotonic()
+                    if wall - last >= checkpoint_due(wall - began, checkpoint_every):
+                        checkpoint()
+                        last = time.monotonic()
         finally:
             gc.unfreeze()
         self.finish()
+
+    def node_totals(self) -> list[tuple[str, dict[str, list[int]], dict[str, list[int]]]]:
+        """Datagram totals the nodes keep themselves (hosts with a trace sink), as of now."""
+        return [
+            (h.name, h.node.datagrams_sent_by_kind, h.node.datagrams_received_by_kind)
+            for h in self.hosts
+            if not h.drains_trace
+        ]
 
     def finish(self) -> None:
         """Write what is only known at the end: the targets of JOMS queue messages."""
         if self.finished:
             return
         self.finished = True
-        for host in self.hosts:
-            if not host.drains_trace:  # its node kept the totals (see ``SimHost``)
-                self.recorder.datagram_totals(
-                    host.name,
-                    host.node.datagrams_sent_by_kind,
-                    host.node.datagrams_received_by_kind,
-                )
+        for name, sent, received in self.node_totals():  # (see ``SimHost``)
+            self.recorder.datagram_totals(name, sent, received)
         for q, host in self.queue_targets.rows(self.joms_consumed):
             self.recorder.row(
                 "targets", msg_id=q.msg_id, host=host, origin=q.origin, created=q.created,
@@ -405,6 +423,17 @@ class Simulation:
         )
 
 
+def checkpoint_due(elapsed: float, every: float) -> float:
+    """Wall seconds between two checkpoints of a run that has taken ``elapsed`` so far: a
+    tenth of it, at least ``every`` (a killed run loses at most that much, and a long one
+    writes a few dozen parts per table, not thousands)."""
+    return max(every, elapsed / 10)
+
+
+CHECKPOINT_EVERY = 10.0
+"""Default wall seconds between a run's first checkpoints (see :func:`checkpoint_due`)."""
+
+
 def simulate(
     scenario: Scenario,
     out: Path,
@@ -413,12 +442,18 @@ def simulate(
     until: float | None = None,
     contacts: ContactTrace | None = None,
     progress: Progress | None = None,
+    checkpoint_every: float = CHECKPOINT_EVERY,
 ) -> RunResult:
     """Run a scenario and write its tables and ``run.json`` into ``out``.
 
     The tables stream into ``out`` as the run goes, and ``run.json`` is written first with
-    ``"complete": false`` and the counters left empty: a run that is stopped part-way keeps
-    what it wrote and says so.
+    ``"complete": false`` and the counters left empty. Every ``checkpoint_every`` seconds
+    of wall time (a tenth of the time taken once that is more: :func:`checkpoint_due`) every
+    table gets what was recorded so far and ``run.json``
+    the simulated time ``reached``; a run stopped by an exception (Ctrl-C, SIGTERM turned
+    into one by the CLI) writes the same on its way out. So a run that is stopped part-way
+    keeps what it wrote, says so, and can be analysed up to where it got. Nothing in
+    ``out`` is touched when the scenario or its trace is refused before the run starts.
     """
     from importlib.metadata import PackageNotFoundError, version
 
@@ -428,7 +463,7 @@ def simulate(
         pkg_version = "0+unknown"
     t0 = time.perf_counter()
     sim = Simulation(scenario, seed=seed, until=until, contacts=contacts, out=out)
-    info = {
+    info: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "scenario": scenario.name,
         "scenario_file": str(scenario.source) if scenario.source else "",
@@ -439,11 +474,26 @@ def simulate(
         "cache_sample_period": scenario.cache_sample_period,
         "contacts_trace": str(sim.contacts.path) if sim.contacts else None,
         "complete": False,
+        "reached": 0.0,
     }
     write_run_json(out, info)
-    sim.run(progress)
+
+    def checkpoint() -> None:
+        sim.recorder.checkpoint(sim.node_totals())
+        write_run_json(out, {**info, "reached": sim.env.now})
+
+    try:
+        sim.run(progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+    except BaseException:
+        if not sim.finished:  # stopped part-way: keep what was recorded, say how far
+            with contextlib.suppress(OSError):  # the error raised goes on, not this one
+                checkpoint()
+        raise
     sim.recorder.close()
     wall = time.perf_counter() - t0
     counters = sim.counters()
-    write_run_json(out, {**info, "complete": True, "wall_time": wall, "counters": counters})
+    write_run_json(
+        out,
+        {**info, "complete": True, "reached": sim.until, "wall_time": wall, "counters": counters},
+    )
     return RunResult(out, sim.until, wall, len(sim.hosts), sim.events(), counters)

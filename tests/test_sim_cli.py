@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
+from sim.logs import SCHEMAS
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -121,3 +130,89 @@ def test_contacts_writes_the_mobility_trace_that_replays_the_same_contacts(tmp_p
         assert res.exit_code == 0, res.output
     rows = [pq.read_table(d / "contacts.parquet").to_pylist() for d in (live, replay)]
     assert rows[0] and rows[0] == rows[1]
+
+
+def _started(out: Path, proc: subprocess.Popen[bytes], deadline: float = 120.0) -> float:
+    """Wait until the run in ``proc`` has written a checkpoint; the time it reached."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        assert proc.poll() is None, proc.communicate()
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            reached = float(json.loads((out / "run.json").read_text())["reached"])
+            if reached > 0:
+                return reached
+        time.sleep(0.05)  # polling a file another process writes: no event to wait on
+    raise AssertionError("no checkpoint within the deadline")
+
+
+def _long_run(out: Path) -> subprocess.Popen[bytes]:
+    """The 12-hour ONE benchmark scenario: far longer than the test waits for."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sim.cli", "run", str(SCENARIOS / "one_default_trace.toml"),
+         "--out", str(out), "--quiet", "--checkpoint", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def _kept(out: Path) -> dict[str, pa.Table]:
+    """Every table of a run folder, read as pyarrow (and so Spark) reads it."""
+    tables = {name: pq.read_table(out / f"{name}.parquet") for name in SCHEMAS}
+    for name, t in tables.items():
+        assert t.schema.remove_metadata() == SCHEMAS[name], name
+    return tables
+
+
+def test_a_run_killed_with_sigkill_keeps_every_table_up_to_its_checkpoint(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    proc = _long_run(out)
+    try:
+        reached = _started(out, proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    run = json.loads((out / "run.json").read_text())
+    assert run["complete"] is False and run["reached"] >= reached > 0
+    tables = _kept(out)
+    assert tables["hosts"].num_rows == 126
+    assert tables["contacts"].num_rows > 0 and tables["datagrams"].num_rows > 0
+    times = tables["messages"].column("time").to_pylist()
+    assert times and max(times) <= run["reached"] and times == sorted(times)
+
+
+def test_a_run_stopped_by_sigterm_writes_what_it_recorded_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "stopped"
+    proc = _long_run(out)
+    try:
+        _started(out, proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert b"stopped at " in err and b"Traceback" not in err
+    run = json.loads((out / "run.json").read_text())
+    assert run["complete"] is False and run["reached"] > 0
+    tables = _kept(out)
+    sent = pc.sum(tables["datagrams"].column("count")).as_py()
+    assert sent > 0 and max(tables["messages"].column("time").to_pylist()) <= run["reached"]
+
+
+def test_a_run_refused_at_start_leaves_the_previous_logs_alone(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = [
+        "run",
+        str(SCENARIOS / "quickstart.toml"),
+        "--out",
+        str(out),
+        "--until",
+        "60",
+        "--quiet",
+    ]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    bad = tmp_path / "unknown.one.txt"
+    bad.write_text("10 CONN 0 99 up\n")  # host 99: the scenario has 12
+    res = CliRunner().invoke(main, [*args, "--contacts", str(bad)])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert json.loads((out / "run.json").read_text())["complete"] is True
