@@ -563,3 +563,42 @@ def test_stomp_11_cr_escape_is_an_error(host: LoopbackHost) -> None:
     )
     # (with 1.2 agreed the same SEND gets its RECEIPT: test_stomp_frame)
     assert b"ERROR" in reply and b"RECEIPT" not in reply and b"undefined escape" in reply
+
+
+def _frames_until(s: socket.socket, command: bytes, data: bytes = b"") -> tuple[bytes, bytes]:
+    """Read until a whole ``command`` frame arrived: (that frame, what came after it)."""
+    while True:
+        start = data.find(command + b"\n")
+        end = data.find(b"\x00", start) if start >= 0 else -1
+        if end >= 0:
+            return data[start:end], data[end + 1 :]
+        chunk = s.recv(65536)
+        assert chunk, f"closed: {data!r}"
+        assert b"ERROR" not in data + chunk, data + chunk
+        data += chunk
+
+
+def test_a_stomp_10_client_gets_its_message_id_raw_when_another_header_needs_escapes(
+    host: LoopbackHost,
+) -> None:
+    """STOMP 1.0 has no escapes: a header it cannot carry (a line break in a property sent
+    by a 1.2 client) goes escaped, that header alone; the message id and the ack id stay
+    as they are, so the 1.0 client's ACK names the message."""
+    with socket.create_connection(host.stomp_address, timeout=10) as old:
+        old.sendall(b"CONNECT\naccept-version:1.0\nhost:h\n\n\x00")
+        old.sendall(b"SUBSCRIBE\ndestination:/topic/v10nl\nid:1\nack:client\nreceipt:s\n\n\x00")
+        _, rest = _frames_until(old, b"RECEIPT")
+        raw_exchange(
+            host,
+            b"CONNECT\naccept-version:1.2\n\n\x00"
+            b"SEND\ndestination:/topic/v10nl\nnote:two\\nlines\nreceipt:p\n\nbody\x00"
+            b"DISCONNECT\nreceipt:d\n\n\x00",
+        )
+        message, rest = _frames_until(old, b"MESSAGE", rest)
+        headers = dict(line.split(b":", 1) for line in message.split(b"\n")[1:] if b":" in line)
+        assert headers[b"note"] == b"two\\nlines"  # escaped: the only way 1.0 can carry it
+        mid, tag = headers[b"message-id"], headers[b"ack"]
+        assert b"\\" not in mid and b":" in mid, mid  # as the service named it
+        old.sendall(b"ACK\nmessage-id:" + tag + b"\nreceipt:a\n\n\x00")  # docs/stomp.md
+        receipt, _ = _frames_until(old, b"RECEIPT", rest)
+        assert b"receipt-id:a" in receipt

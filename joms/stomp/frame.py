@@ -121,6 +121,20 @@ def encode(frame: Frame, *, content_length: bool = True, version: str = "1.2") -
     return head + bytes(frame.body) + b"\x00"
 
 
+def for_stomp_10(frame: Frame) -> Frame:
+    """``frame`` as a STOMP 1.0 peer can read it: a header 1.0 cannot carry (a line break
+    in its name or value, ``:`` in its name) goes escaped as 1.2 escapes it, that header
+    alone (1.0 defines no escapes: the peer sees the backslashes); every other header, the
+    message id and the ack id among them, goes as it is."""
+    headers = {}
+    for name, value in frame.headers.items():
+        name, value = str(name), str(value)
+        if ":" in name or any(c in name + value for c in "\r\n"):
+            name, value = name.translate(_ESCAPE_TABLE), value.translate(_ESCAPE_TABLE)
+        headers[name] = value
+    return Frame(frame.command, headers, frame.body)
+
+
 def encode_many(frames: Iterable[Frame]) -> bytes:
     return b"".join(encode(f) for f in frames)
 

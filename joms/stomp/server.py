@@ -24,7 +24,7 @@ from ..errors import InvalidDestinationException, JMSException
 from ..service import model as mdl
 from ..service.events import MessageDispatched
 from ..service.model import Destination, JomsMessage
-from .frame import Frame, FrameLimits, FrameParser, ProtocolError, encode
+from .frame import Frame, FrameLimits, FrameParser, ProtocolError, encode, for_stomp_10
 from .host import GatewayHost, as_gateway_host
 
 log = logging.getLogger(__name__)
@@ -258,8 +258,11 @@ class StompConnection(asyncio.Protocol):
         """Queue a frame; :meth:`flush` writes the queued frames in one go."""
         try:
             self._out.append(encode(frame, version=self.version))
-        except ValueError:  # a header a STOMP 1.0 peer cannot read: send it escaped (1.1)
-            self._out.append(encode(frame, version="1.1"))
+        except ValueError:
+            if self.version != "1.0":
+                raise
+            # a header a STOMP 1.0 peer cannot read: that one goes escaped, the rest as is
+            self._out.append(encode(for_stomp_10(frame), version="1.0"))
 
     def flush(self) -> None:
         if not self._out or self._holding:
