@@ -602,3 +602,32 @@ def test_a_stomp_10_client_gets_its_message_id_raw_when_another_header_needs_esc
         old.sendall(b"ACK\nmessage-id:" + tag + b"\nreceipt:a\n\n\x00")  # docs/stomp.md
         receipt, _ = _frames_until(old, b"RECEIPT", rest)
         assert b"receipt-id:a" in receipt
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+def test_stomp_10_and_11_clients_acknowledge_by_message_id(
+    host: LoopbackHost, version: str, command: str
+) -> None:
+    """STOMP 1.0 and 1.1 name the message to ACK or NACK by its ``message-id`` (1.1 adds
+    ``subscription``), as stomp.py and other clients of those versions do; 1.2 uses the
+    MESSAGE's ``ack`` header."""
+    dest = f"/queue/byid{version.replace('.', '')}{command}"
+    with socket.create_connection(host.stomp_address, timeout=10) as s:
+        s.sendall(f"CONNECT\naccept-version:{version}\nhost:h\n\n\x00".encode())
+        s.sendall(f"SUBSCRIBE\ndestination:{dest}\nid:7\nack:client-individual\n\n\x00".encode())
+        s.sendall(f"SEND\ndestination:{dest}\nreceipt:p\n\none\x00".encode())
+        message, rest = _frames_until(s, b"MESSAGE")
+        headers = dict(line.split(b":", 1) for line in message.split(b"\n")[1:] if b":" in line)
+        mid = headers[b"message-id"]
+        s.sendall(b"%s\nmessage-id:%s\nsubscription:7\nreceipt:a\n\n\x00" % (command.encode(), mid))
+        want = [b"RECEIPT\nreceipt-id:a\n"]
+        if command == "NACK":  # given back: delivered again, marked so
+            want.append(b"message-id:" + mid)
+        data = rest
+        while not all(w in data for w in want) or (
+            command == "NACK" and b"redelivered:true" not in data
+        ):
+            chunk = s.recv(65536)
+            assert chunk and b"ERROR" not in data + chunk, data + chunk
+            data += chunk

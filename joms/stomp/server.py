@@ -17,6 +17,7 @@ import errno
 import ipaddress
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,8 @@ VERSIONS = ("1.2", "1.1", "1.0")
 """STOMP versions served, best first."""
 EXCEPTION_HEADER = "joms-exception"
 """ERROR header naming the JMS exception class of a refused request (JOMS extension)."""
+ACK_IDS_KEPT = 65_536
+"""Message ids a STOMP 1.0/1.1 connection may still ACK by (see ``_ack_of``), at most."""
 CONNECT_TIMEOUT = 10.0
 """Seconds a new connection has to send CONNECT (or STOMP) before an ERROR closes it."""
 WRITE_WINDOW = 8 * 1024 * 1024
@@ -170,6 +173,10 @@ class StompConnection(asyncio.Protocol):
         self._connect_timer: asyncio.TimerHandle | None = None
         self.version = "1.2"
         """STOMP version agreed at CONNECT (header escaping follows it)."""
+        self._ack_of: OrderedDict[str, str] = OrderedDict()
+        """STOMP 1.0 and 1.1: message-id -> ack id of the messages sent in a client ack
+        mode (those versions ACK and NACK by message-id), the newest last; at most
+        ``ACK_IDS_KEPT``, forgotten when acknowledged or their subscription ends."""
 
     # ------------------------------------------------------------------ asyncio
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -319,7 +326,14 @@ class StompConnection(asyncio.Protocol):
         sub = self.sub_of.get(ev.consumer)
         if sub is None:
             return
-        self.send_frame(message_frame(ev, sub, ack=ev.consumer not in self.auto))
+        ack = ev.consumer not in self.auto
+        if ack and self.version != "1.2":
+            mid = ev.message.message_id
+            self._ack_of[mid] = ev.tag
+            self._ack_of.move_to_end(mid)
+            if len(self._ack_of) > ACK_IDS_KEPT:
+                self._ack_of.popitem(last=False)
+        self.send_frame(message_frame(ev, sub, ack=ack))
 
     # ------------------------------------------------------------------ frames
     def handle(self, frame: Frame) -> None:
@@ -632,6 +646,8 @@ class StompConnection(asyncio.Protocol):
         if consumer is not None:
             self.sub_of.pop(consumer, None)
             self.auto.discard(consumer)
+            for mid in [m for m, t in self._ack_of.items() if t.rpartition("-")[0] == consumer]:
+                del self._ack_of[mid]
             self.sub_durable.pop(sub_id or "", None)
             unconsumed = [t for t in (frame.get("joms-unconsumed") or "").split(",") if t]
             held = frame.get("joms-delivered")
@@ -646,6 +662,8 @@ class StompConnection(asyncio.Protocol):
         tag = frame.get("id") or frame.get("message-id")
         if tag is None:
             raise StompError(f"{frame.command} needs an id header (the MESSAGE's ack header)")
+        if frame.get("id") is None and tag in self._ack_of:  # 1.0/1.1: by message-id
+            tag = self._ack_of.pop(tag)
         consumer = tag.rpartition("-")[0]
         if consumer not in self.sub_of:
             raise StompError(f"{frame.command}: unknown ack id {tag!r}")
