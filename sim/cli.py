@@ -128,6 +128,11 @@ def run(
         f"{result.wall_time:.1f} s wall ({result.hosts * result.until / max(result.wall_time, 1e-9):,.0f}"
         f" host-s/s); {c.get('sim_published', 0)} published"
         + (f" + {c['sim_joms_published']} JMS" if c.get("sim_joms_published") else "")
+        + (
+            f" ({c['sim_publish_refused']} refused by their host)"
+            if c.get("sim_publish_refused")
+            else ""
+        )
         + ", "
         f"{c.get('sim_deliveries', 0)} deliveries; logs in {out}"
     )

@@ -243,8 +243,9 @@ class Simulation:
                 attrs, payload, deadline=deadline, now=now, priority=spec.priority,
                 persistent=spec.persistent,
             )  # fmt: skip
-        except CacheFullError:
-            # What an application sees too: the host refuses it. Counted, and the run goes on.
+        except (CacheFullError, TypeError, ValueError):
+            # What an application sees too: the host refuses it (a full cache, or traffic its
+            # own limits refuse, which validation reports). Counted, and the run goes on.
             self.publish_refused += 1
             return
         self.published += 1

@@ -9,6 +9,7 @@ appears in the file; unknown keys are errors. The format is documented in
 from __future__ import annotations
 
 import math
+import random
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dodwan.core.message import APP_SETTABLE, ONCE, SYSTEM_ATTRIBUTES
+from dodwan.core.node import CacheFullError, Node
 from dodwan.core.patterns import Pattern, PatternError
 from sim.contact_format import guess_format
 from sim.external_events import EVENT_ID, Creation, EventsError
@@ -663,24 +665,40 @@ class _Validator:
             name="", source=None, seed=0, duration=0.0, world=(1.0, 1.0), radio=radio,
             groups=tuple(groups),
         )  # fmt: skip
+        group_of = {h: g for g in groups for h in g.host_names()}
         max_size = {
             h: g.protocol.limits.get("max_message_size", LIMIT_DEFAULTS["max_message_size"])
-            for g in groups
-            for h in g.host_names()
+            for h, g in group_of.items()
         }
 
-        def check_size(path: _Path, hosts: list[str], size: int) -> None:
+        def check_size(path: _Path, hosts: list[str], size: int) -> bool:
             for h in hosts:
                 if size > max_size[h]:
                     self.err(path, f"{size} bytes exceed {h}'s max_message_size ({max_size[h]})")
+                    return False
+            return True
+
+        def check_publish(
+            path: _Path, hosts: list[str], attrs: Mapping[str, str], size: int, ttl: float
+        ) -> None:
+            """What each publishing host's core would refuse (``path``: the entry)."""
+            if not check_size((*path, "size"), hosts, size):
+                return
+            for g in {group_of[h].name: group_of[h] for h in hosts}.values():
+                refused = _refusal(g, radio.max_datagram, attrs, size, ttl)
+                if refused is not None:
+                    key, why = refused
+                    self.err((*path, key), f"{g.name} hosts would refuse it: {why}")
                     return
 
         publish = []
         for path, t in self.items(traffic.get("publish"), ("traffic", "publish")):
+            before = len(self.problems)
             pub = self.publish(t, path, duration or 0.0)
             if pub is not None:
-                if check_sel((*path, "hosts"), pub.hosts):
-                    check_size((*path, "size"), partial.resolve(pub.hosts), pub.size)
+                if check_sel((*path, "hosts"), pub.hosts) and len(self.problems) == before:
+                    hosts = partial.resolve(pub.hosts)
+                    check_publish(path, hosts, pub.attributes, pub.size, pub.ttl)
                 publish.append(pub)
         subscribe = []
         for path, t in self.items(traffic.get("subscribe"), ("traffic", "subscribe")):
@@ -698,19 +716,45 @@ class _Validator:
         )
         generate = []
         for path, t in self.items(traffic.get("generate"), ("traffic", "generate")):
+            before = len(self.problems)
             gen = self.generate(t, path, duration or 0.0)
             if gen is not None:
                 ok = check_sel((*path, "sources"), gen.sources)
-                if ok:
-                    check_size((*path, "size"), partial.resolve(gen.sources), gen.size[1])
                 if check_sel((*path, "destinations"), gen.destinations) and ok:
                     self.check_destinations(gen, path, partial)
+                if ok and len(self.problems) == before:
+                    # the longest address a message may carry, its largest size and ttl
+                    dests = partial.resolve(gen.destinations) if gen.mode == "one" else []
+                    address = max(dests, key=len) if dests else gen.name
+                    attrs = {**gen.attributes, gen.attribute: address}
+                    sources = partial.resolve(gen.sources)
+                    check_publish(path, sources, attrs, gen.size[1], gen.ttl[1])
                 generate.append(gen)
         names_seen: set[str] = set()
         for i, gen in enumerate(generate):
             if gen.name in names_seen:
                 self.err(("traffic", "generate", i, "name"), f"duplicate name {gen.name!r}")
             names_seen.add(gen.name)
+
+        def check_external(path: _Path, ext: External) -> None:
+            """The largest message of each group's sources, with the longest id and address."""
+            if not ext.events:
+                return
+            longest_id = max((c.msg_id for c in ext.events), key=len)
+            longest_dest = max((c.destination for c in ext.events), key=len)
+            attrs = {**ext.attributes, ext.attribute: longest_dest, EVENT_ID: longest_id}
+            largest: dict[str, Creation] = {}
+            for c in ext.events:
+                g = group_of[c.source].name
+                if g not in largest or c.size > largest[g].size:
+                    largest[g] = c
+            for c in largest.values():
+                refused = _refusal(group_of[c.source], radio.max_datagram, attrs, c.size, ext.ttl)
+                if refused is not None:
+                    self.err((*path, "file"), f"{ext.path}:{c.line}: {c.source} would refuse "
+                             f"it: {refused[1]}")  # fmt: skip
+                    return
+
         external = []
         for path, t in self.items(traffic.get("external"), ("traffic", "external")):
             ext = self.external(t, path, partial.host_names())
@@ -723,6 +767,8 @@ class _Validator:
                             f"max_message_size ({max_size[c.source]})",
                         )
                         break
+                else:
+                    check_external(path, ext)
                 external.append(ext)
 
         contacts = None
@@ -768,7 +814,11 @@ class _Validator:
             for k in lt:
                 if k in LIMIT_DEFAULTS:
                     old = limits.get(k, LIMIT_DEFAULTS[k])
-                    limits[k] = self.setting(lt, (*path, "limits"), k, LIMIT_DEFAULTS[k], old)
+                    val = self.setting(lt, (*path, "limits"), k, LIMIT_DEFAULTS[k], old)
+                    if val <= 0:  # Limits itself takes anything; every bound needs room
+                        self.err((*path, "limits", k), f"must be > 0, got {val!r}")
+                        val = old
+                    limits[k] = val
         proto = Protocol(settings=settings, limits=limits)
         try:
             proto.node_config("x")
@@ -1222,6 +1272,33 @@ class _Validator:
             self.err((*path, "trace"), f"no such file: {p}")
             return None
         return ContactTrace(path=p, format=fmt)
+
+
+def _refusal(
+    group: Group, max_datagram: int, attrs: Mapping[str, str], size: int, ttl: float
+) -> tuple[str, str] | None:
+    """Why a host of ``group`` would refuse to publish such a message, as (the traffic
+    entry's key to blame, the core's words); None when it would take it.
+
+    Asks the core itself (a throwaway node publishes an incompressible payload, as the run
+    does), so the check stays what ``Node.publish`` checks: attribute names, ``max_ttl``,
+    the fragment count, the descriptor's size. A full cache is no error: the run counts it.
+    """
+    host = f"{group.name}-{group.count - 1}"  # its longest name, the largest descriptor
+    config = group.protocol.node_config(host, max_datagram=max_datagram)
+    node = Node(config, random.Random(0))
+    try:
+        node.publish(attrs, random.Random(0).randbytes(size), deadline=ttl, now=0.0)
+    except CacheFullError:
+        return None
+    except (TypeError, ValueError) as e:
+        why = str(e)
+        if "time to live" in why:
+            return "ttl", why
+        if "attribute" in why or "descriptor" in why:
+            return "attributes", why
+        return "size", why
+    return None
 
 
 def guess_trace_format(path: Path) -> str:

@@ -195,3 +195,19 @@ def test_hosts_share_verdicts_on_equal_copies(tmp_path: Path) -> None:
     completed = sorted(r["host"] for r in msgs if r["event"] == "complete")
     assert completed == ["C-0", "ferry-0"]
     assert sim.verified.hits == 1
+
+
+def test_a_publication_the_core_refuses_at_run_time_is_counted(tmp_path: Path) -> None:
+    # validate refuses such traffic; should one still reach the core (a scenario built in
+    # code), the run must go on and count it instead of stopping with a traceback
+    from dataclasses import replace
+
+    from sim.protocol import Protocol
+
+    sc = loads(CARRIER)
+    a = sc.groups[0]
+    strict = Protocol(settings=a.protocol.settings, limits={"max_ttl": 60.0})
+    sc = replace(sc, groups=(replace(a, protocol=strict), *sc.groups[1:]))
+    result = simulate(sc, tmp_path / "run")
+    assert result.counters["sim_published"] == 0
+    assert result.counters["sim_publish_refused"] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -277,3 +278,53 @@ def test_message_attributes_are_checked_as_publish_checks_them() -> None:
     assert ok.publish[0].attributes["once"] == "true"
     # patterns are regexes, not values: "once" there is any expression
     assert loads(GOOD.replace('patterns = [{ topic = "x|y" }]', 'patterns = [{ once = "t.*" }]'))
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "message"),
+    [
+        # the default ttl (3600 s) over the host's own max_ttl
+        ("[protocol.limits]\nmax_ttl = 1800.0\n", "traffic.publish[0].ttl", "max_ttl"),
+        # 5000 incompressible bytes need more than 2 fragments
+        (
+            "[protocol.limits]\nmax_fragments = 2\n",
+            "traffic.publish[0].size",
+            "too many fragments",
+        ),
+        # attribute names the core refuses
+        ('attributes = { "" = "x" }', "traffic.publish[0].attributes", "bad attribute name"),
+        (f'attributes = {{ {"a" * 65} = "x" }}', "traffic.publish[0].attributes", "name"),
+    ],
+)
+def test_traffic_a_host_limits_refuse_is_reported_with_key_and_line(
+    change: str, key: str, message: str
+) -> None:
+    # these used to pass validate and stop the run with a ValueError out of SimPy
+    text = GOOD.replace("interval = 10.0", "interval = 10.0\nsize = 5000")
+    if change.startswith("attributes"):
+        text = text.replace('attributes = { topic = "x" }', change)
+    else:
+        text = text.replace("[[groups]]", change + "[[groups]]", 1)
+    found = problems(text)
+    assert key in found, found
+    line, msg = found[key]
+    assert message in msg
+    # the key's line, or its entry's when the key is not written (a default)
+    assert line is not None
+    leaf = key.rsplit(".", 1)[-1]
+    written = re.search(rf"^{leaf}\s*=", text, re.M)
+    assert (
+        text.splitlines()[line - 1] == "[[traffic.publish]]"
+        if not written
+        else (leaf in text.splitlines()[line - 1])
+    )
+
+
+@pytest.mark.parametrize(
+    "limit", ["max_requests_per_second = -1.0", "max_neighbours = -1", "max_fragments = 0"]
+)
+def test_negative_or_zero_limits_are_refused(limit: str) -> None:
+    text = GOOD.replace("[[groups]]", f"[protocol.limits]\n{limit}\n[[groups]]", 1)
+    found = problems(text)
+    key = "protocol.limits." + limit.split(" ")[0]
+    assert "must be > 0" in found[key][1]
