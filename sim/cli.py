@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import resource
 import signal
@@ -39,12 +40,26 @@ def _fmt_time(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+class FiniteFloat(click.FloatRange):
+    """A float option in a range that is also finite: ``nan``, ``inf`` (which Python's
+    float() reads) made a run that never ends and a run.json that is not JSON."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = 0.0  # the range type says what is wrong
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 seed_option = click.option(
     "--seed", type=click.IntRange(min=0), help="Override the scenario's seed."
 )
 until_option = click.option(
     "--until",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     help="Simulated seconds to run (default: the scenario's duration).",
 )
 
@@ -66,10 +81,10 @@ def main() -> None:
 @click.option("--contacts-format", type=click.Choice(["one", "csv"]),
               help="Trace format (default: csv for *.csv and *.csv.gz, The ONE's otherwise).")  # fmt: skip
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option("--progress", "every", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("--progress", "every", type=FiniteFloat(min=0, min_open=True), metavar="SECONDS",
               help="Print a progress line (simulated time, events/s, memory, ETA) every "
                    "SECONDS of wall time, also when stderr is not a terminal (logs, CI).")  # fmt: skip
-@click.option("--checkpoint", "checkpoint_every", type=click.FloatRange(min=0, min_open=True),
+@click.option("--checkpoint", "checkpoint_every", type=FiniteFloat(min=0, min_open=True),
               default=CHECKPOINT_EVERY, show_default=True, metavar="SECONDS",
               help="Write every table's rows recorded so far, and the simulated time reached "
                    "into run.json, at least every SECONDS of wall time (a tenth of the time "

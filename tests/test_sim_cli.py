@@ -216,3 +216,23 @@ def test_a_run_refused_at_start_leaves_the_previous_logs_alone(tmp_path: Path) -
     assert res.exit_code == 1 and "Traceback" not in res.output
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert json.loads((out / "run.json").read_text())["complete"] is True
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "infinity"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--quiet", "--until"],
+        ["run", "--quiet", "--until", "10", "--progress"],
+        ["contacts", "--until"],
+    ],
+)
+def test_float_options_refuse_non_finite_values(
+    tmp_path: Path, args: list[str], value: str
+) -> None:
+    # --until nan/inf was accepted: the run never ended, and run.json held NaN (not JSON)
+    command = [args[0], str(SCENARIOS / "quickstart.toml"), "--out", str(tmp_path / "o")]
+    res = CliRunner().invoke(main, [*command, *args[1:], value])
+    assert res.exit_code == 2, res.output
+    assert "finite" in res.output
+    assert not (tmp_path / "o").exists()
