@@ -394,6 +394,12 @@ def contacts(scenario: str, out: str, seed: int | None, until: float | None) -> 
     from sim.mobility.contacts import write_one_trace
 
     sc = _load(scenario)
+    if sc.contacts is not None:
+        # its mobility is not what moves its hosts: writing its contacts would be a lie
+        raise click.ClickException(
+            f"{scenario} replays the contact trace {sc.contacts.path} ([contacts]); "
+            "its contacts are that file (convert it, if needed, instead of this command)"
+        )
     horizon = until if until is not None else sc.duration
     try:
         n = write_one_trace(sc, sc.seed if seed is None else seed, horizon, Path(out))

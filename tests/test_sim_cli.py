@@ -236,3 +236,12 @@ def test_float_options_refuse_non_finite_values(
     assert res.exit_code == 2, res.output
     assert "finite" in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_contacts_refuses_a_scenario_that_replays_a_trace(tmp_path: Path) -> None:
+    # it used to write the contacts of random default positions, not the scenario's trace
+    out = tmp_path / "c.one.txt"
+    res = CliRunner().invoke(main, ["contacts", str(SCENARIOS / "trace.toml"), "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    assert "replays the contact trace" in res.output and "walkers16.one.txt" in res.output
+    assert not out.exists()
