@@ -144,7 +144,9 @@ class Simulation:
         self.link_events: list[tuple[float, int, int, bool]] | None = None
         if self.contacts is not None:  # parse now: a bad trace fails before any work
             self.link_events = map_hosts(
-                load_trace(self.contacts.path, self.contacts.format), self.names
+                load_trace(self.contacts.path, self.contacts.format),
+                self.names,
+                self.contacts.path,
             )
             self.links = LinksAhead.of_events(self.link_events, len(self.names))
         else:

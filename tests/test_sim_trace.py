@@ -95,3 +95,22 @@ def test_contacts_option_replaces_mobility(tmp_path: Path) -> None:
         (2.0, "n-1", "n-3", True),
         (50.0, "n-0", "n-1", False),
     ]
+
+
+@pytest.mark.parametrize("fmt", ["one", "csv"])
+def test_a_host_named_two_ways_is_not_in_contact_with_itself(tmp_path: Path, fmt: str) -> None:
+    # "0" and "n-0" are one host: the contacts table used to get n-0 - n-0 rows
+    f = tmp_path / "t"
+    rows = [("1", "n-1", "n-2", "up"), ("10", "0", "n-0", "up")]
+    line = "{} CONN {} {} {}" if fmt == "one" else "{},{},{},{}"
+    f.write_text("".join(line.format(*r) + "\n" for r in rows))
+    with pytest.raises(TraceError, match=rf"^{f}:2: .*itself") as info:
+        map_hosts(load_trace(f, fmt), ["n-0", "n-1", "n-2"], f)
+    assert "'0'" in str(info.value) and "'n-0'" in str(info.value)
+
+
+def test_an_unknown_trace_host_is_named_with_file_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "t.txt"
+    f.write_text("# two hosts\n1 CONN 0 1 up\n10 CONN 0 99 up\n")
+    with pytest.raises(TraceError, match=rf"^{f}:3: trace host '99'"):
+        map_hosts(load_trace(f, "one"), ["n-0", "n-1"], f)

@@ -8,7 +8,7 @@ the same functions). Host ids in a trace name scenario hosts: either a host's na
 from __future__ import annotations
 
 import gzip
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -27,6 +27,8 @@ class LinkEvent:
     a: str
     b: str
     up: bool
+    line: int = field(default=0, compare=False)
+    """Line of the event in its file (0: unknown)."""
 
 
 def _open(path: Path, newline: str | None = None) -> TextIO:
@@ -46,7 +48,7 @@ def parse_one(path: Path) -> list[LinkEvent]:
             except cf.FormatError as e:
                 raise TraceError(f"{path}:{lineno}: {e}") from None
             if ev is not None:
-                events.append(LinkEvent(*ev))
+                events.append(LinkEvent(*ev, line=lineno))
     return events
 
 
@@ -67,7 +69,7 @@ def parse_csv(path: Path) -> list[LinkEvent]:
             except cf.FormatError as e:
                 raise TraceError(f"{path}:{lineno}: {e}") from None
             if ev is not None:
-                events.append(LinkEvent(*ev))
+                events.append(LinkEvent(*ev, line=lineno))
     return events
 
 
@@ -94,8 +96,24 @@ def host_index(name: str, index: dict[str, int], count: int) -> int:
     return i
 
 
-def map_hosts(events: list[LinkEvent], hosts: list[str]) -> list[tuple[float, int, int, bool]]:
-    """Turn trace host ids into host indices (by name, else as a 0-based index)."""
+def map_hosts(
+    events: list[LinkEvent], hosts: list[str], path: Path | None = None
+) -> list[tuple[float, int, int, bool]]:
+    """Turn trace host ids into host indices (by name, else as a 0-based index); errors
+    name ``path`` and the event's line. Two ids of one host (``0`` and its name) are a
+    host in contact with itself: an error, as when the ids are equal."""
     index = {h: i for i, h in enumerate(hosts)}
     n = len(hosts)
-    return [(e.time, host_index(e.a, index, n), host_index(e.b, index, n), e.up) for e in events]
+    out = []
+    for e in events:
+        try:
+            a, b = host_index(e.a, index, n), host_index(e.b, index, n)
+            if a == b:
+                raise TraceError(
+                    f"a host cannot be in contact with itself ({e.a!r} and {e.b!r} are both "
+                    f"{hosts[a]})"
+                )
+        except TraceError as err:
+            raise TraceError(f"{path}:{e.line}: {err}" if path is not None else str(err)) from None
+        out.append((e.time, a, b, e.up))
+    return out
