@@ -336,7 +336,15 @@ def load(path: str | Path) -> Scenario:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ScenarioError(str(p), [Problem("(file)", None, f"cannot read: {e.strerror}")]) from e
+    except UnicodeDecodeError as e:
+        raise ScenarioError(str(p), [not_utf8(e)]) from e
     return loads(text, source=p)
+
+
+def not_utf8(e: UnicodeDecodeError) -> Problem:
+    """A scenario file that is not UTF-8 text (TOML's encoding), with the line at fault."""
+    line = e.object[: e.start].count(b"\n") + 1
+    return Problem("(file)", line, f"not UTF-8 text (byte 0x{e.object[e.start]:02x})")
 
 
 def loads(text: str, source: Path | None = None) -> Scenario:

@@ -291,6 +291,10 @@ def make_plan(
         text = source.read_text(encoding="utf-8")
     except OSError as e:
         raise SweepError(f"{scenario}: cannot read: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        from sim.scenario import not_utf8
+
+        raise SweepError(f"{scenario}: {not_utf8(e)}") from e
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -476,6 +480,10 @@ Report = Callable[[Outcome, int, int], None]
 def prepare(plan: Plan, root: str) -> tuple[Store, list[Task], list[Outcome]]:
     """Write the manifest; return the store, the runs still to do and the finished ones."""
     store = Store(root)
+    from pyarrow import fs as pafs
+
+    if store.fs.get_file_info(store.base).type == pafs.FileType.File:
+        raise SweepError(f"{root} is a file, not a folder: give --out a folder")
     if store.exists(MANIFEST):
         try:
             old = json.loads(store.read_text(MANIFEST))

@@ -245,3 +245,33 @@ def test_contacts_refuses_a_scenario_that_replays_a_trace(tmp_path: Path) -> Non
     assert res.exit_code == 1, res.output
     assert "replays the contact trace" in res.output and "walkers16.one.txt" in res.output
     assert not out.exists()
+
+
+def test_a_scenario_file_that_is_not_utf8_is_a_clean_error(tmp_path: Path) -> None:
+    # a Latin-1 comment made validate, run, sweep and scenarios --dir print a traceback
+    f = tmp_path / "latin1.toml"
+    text = (SCENARIOS / "quickstart.toml").read_text()
+    f.write_bytes("# scénario\n".encode("latin-1") + text.encode())
+    for args in (
+        ["validate", str(f)],
+        ["run", str(f), "--out", str(tmp_path / "o"), "--quiet"],
+        ["sweep", str(f), "--out", str(tmp_path / "s"), "--quiet"],
+    ):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 1, (args, res.output)
+        assert "not UTF-8" in res.output and "line 1" in res.output, (args, res.output)
+        assert not isinstance(res.exception, UnicodeDecodeError)
+    res = CliRunner().invoke(main, ["scenarios", "--dir", str(tmp_path)])
+    assert res.exit_code == 0 and "latin1.toml" in res.output and "INVALID" in res.output
+
+
+def test_sweep_into_a_path_that_is_a_file_is_a_clean_error(tmp_path: Path) -> None:
+    notadir = tmp_path / "notadir"
+    notadir.write_text("x")
+    res = CliRunner().invoke(
+        main, ["sweep", str(SCENARIOS / "quickstart.toml"), "--out", str(notadir), "--quiet"]
+    )
+    assert res.exit_code == 1, res.output
+    assert "is a file, not a folder" in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert notadir.read_text() == "x"
