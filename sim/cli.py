@@ -410,6 +410,13 @@ def contacts(scenario: str, out: str, seed: int | None, until: float | None) -> 
     )
 
 
+def _has_sweep(scenario: str) -> bool:
+    """Whether the (loadable) scenario has a ``sweep`` table, as a header or inline."""
+    import tomllib
+
+    return "sweep" in tomllib.loads(Path(scenario).read_text(encoding="utf-8"))
+
+
 @main.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 def validate(scenario: str) -> None:
@@ -421,7 +428,7 @@ def validate(scenario: str) -> None:
         traffic += f", {len(sc.joms_topics)} JOMS topic(s), {len(sc.joms_queues)} JOMS queue(s)"
     moves = f"trace {sc.contacts.path}" if sc.contacts else "mobility"
     sweep_text = ""
-    if "[sweep" in Path(scenario).read_text(encoding="utf-8"):
+    if _has_sweep(scenario):
         from sim.sweep import SweepError, make_plan
 
         try:

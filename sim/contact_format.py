@@ -47,7 +47,9 @@ class FormatError(ValueError):
 
 
 def strip_comment(line: str) -> str:
-    return line.split("#", 1)[0].strip()
+    """The fields part of a line; a UTF-8 byte order mark (what some editors write at the
+    start of a file) is not part of it."""
+    return line.lstrip("\ufeff").split("#", 1)[0].strip()
 
 
 def _event(t: str, a: str, b: str, state: str) -> Event:

@@ -32,8 +32,11 @@ _OTHER_KINDS = {
     "CONN": "connection (give contacts in [contacts])",
 }
 _UNITS = {"": 1, "k": 1000, "M": 10**6, "G": 10**9, "kiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}
-_SIZE = re.compile(r"(\d+)(k|M|G|kiB|MiB|GiB)?")
-_ONE_ID = re.compile(r"\D+(\d+)")
+_SIZE = re.compile(r"(\d+)(k|M|G|kiB|MiB|GiB)?", re.ASCII)
+_ONE_ID = re.compile(r"\D+(\d+)", re.ASCII)
+_TIME = re.compile(r"\+?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+"""A time as written in an events file: ASCII digits only (``float`` also reads other
+scripts' digits and ``1_0``), no sign but ``+`` (a negative time is refused apart)."""
 
 
 class EventsError(Exception):
@@ -64,7 +67,7 @@ def _host(where: str, text: str, hosts: list[str], index: dict[str, int]) -> str
     try:
         return hosts[host_index(text, index, len(hosts))]
     except TraceError:
-        m = _ONE_ID.fullmatch(text)
+        m = _ONE_ID.fullmatch(text) if text.isascii() else None
         if m and int(m.group(1)) < len(hosts):
             return hosts[int(m.group(1))]
         raise EventsError(
@@ -77,7 +80,7 @@ def parse(path: Path, hosts: list[str]) -> list[Creation]:
     index = {h: i for i, h in enumerate(hosts)}
     out: list[Creation] = []
     try:
-        with path.open(encoding="utf-8") as f:
+        with path.open(encoding="utf-8-sig") as f:  # a BOM (Windows editors) is no field
             for lineno, line in enumerate(f, 1):
                 fields = line.split("#", 1)[0].split()
                 if fields:
@@ -103,10 +106,9 @@ def _creation(
         raise EventsError(f"{where}: {kind!r} is {known}; only C (create) lines are supported")
     if len(fields) not in (6, 7):
         raise EventsError(f"{where}: expected '<time> C <id> <from> <to> <size> [<respsize>]'")
-    try:
-        time = float(fields[0])
-    except ValueError:
-        raise EventsError(f"{where}: time {fields[0]!r} is not a number") from None
+    if not _TIME.fullmatch(fields[0].lstrip("-")):
+        raise EventsError(f"{where}: time {fields[0]!r} is not a number")
+    time = float(fields[0])
     if not math.isfinite(time) or time < 0:
         raise EventsError(f"{where}: time {fields[0]!r} must be a finite number >= 0")
     size = _size(fields[5])

@@ -275,3 +275,13 @@ def test_sweep_into_a_path_that_is_a_file_is_a_clean_error(tmp_path: Path) -> No
     assert "is a file, not a folder" in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
     assert notadir.read_text() == "x"
+
+
+def test_validate_checks_an_inline_sweep_table(tmp_path: Path) -> None:
+    # only a "[sweep" header used to make validate check the sweep
+    f = tmp_path / "s.toml"
+    text = (SCENARIOS / "quickstart.toml").read_text()
+    f.write_text('sweep = { set = { "protocol.horizon" = [0, 99] } }\n' + text)
+    res = CliRunner().invoke(main, ["validate", str(f)])
+    assert res.exit_code == 1, res.output
+    assert "horizon" in res.output

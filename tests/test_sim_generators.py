@@ -385,3 +385,28 @@ def test_validating_a_generator_over_many_hosts_takes_linear_time() -> None:
 
     small, large = cost(2_000), cost(20_000)
     assert large < 35 * max(small, 1e-3), (small, large)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("١٠ C M9 1 2 100", "time '١٠' is not a number"),
+        ("1_0 C M9 1 2 100", "time '1_0' is not a number"),
+        ("10 C M9 1 2 １00", "size '１00' is not a byte count"),
+        ("10 C M9 1 2 1_000", "size '1_000' is not a byte count"),
+        ("10 C M9 ١ 2 100", "host '١' is not a scenario host"),
+        ("10 C M9 p５ 2 100", "host 'p５' is not a scenario host"),
+    ],
+)
+def test_events_files_take_ascii_digits_only(tmp_path: Path, line: str, message: str) -> None:
+    # float() and int() read Arabic-Indic and full-width digits and 1_0: such lines were
+    # taken as ordinary numbers
+    found = problems(external(tmp_path, EVENTS + line + "\n"))
+    assert f"events.txt:7: {message}" in found["traffic.external[0].file"]
+
+
+def test_an_events_file_may_start_with_a_utf8_bom(tmp_path: Path) -> None:
+    plain = loads(external(tmp_path, EVENTS), tmp_path / "s.toml").external[0].events
+    bom = loads(external(tmp_path, "\ufeff" + EVENTS), tmp_path / "s.toml").external[0].events
+    assert (tmp_path / "events.txt").read_bytes().startswith(b"\xef\xbb\xbf")
+    assert bom == plain and len(bom) > 1

@@ -328,3 +328,10 @@ def test_negative_or_zero_limits_are_refused(limit: str) -> None:
     found = problems(text)
     key = "protocol.limits." + limit.split(" ")[0]
     assert "must be > 0" in found[key][1]
+
+
+def test_docs_have_a_heading_for_every_table() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "scenarios.md").read_text()
+    headings = [ln for ln in doc.splitlines() if ln.startswith("#")]
+    for table in ("world", "radio", "map", "protocol", "contacts", "traffic"):
+        assert any(f"`[{table}]`" in h for h in headings), table

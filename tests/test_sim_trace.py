@@ -114,3 +114,28 @@ def test_an_unknown_trace_host_is_named_with_file_and_line(tmp_path: Path) -> No
     f.write_text("# two hosts\n1 CONN 0 1 up\n10 CONN 0 99 up\n")
     with pytest.raises(TraceError, match=rf"^{f}:3: trace host '99'"):
         map_hosts(load_trace(f, "one"), ["n-0", "n-1"], f)
+
+
+def test_a_corrupt_gzip_trace_says_so(tmp_path: Path) -> None:
+    # gzip.BadGzipFile is an OSError: it gave "cannot read: None"
+    f = tmp_path / "fake.one.txt.gz"
+    f.write_bytes(b"0 CONN 0 1 up\n")
+    with pytest.raises(TraceError, match="not a readable gzip file") as info:
+        load_trace(f, "one")
+    assert "None" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("t.csv", "time,a,b,up\n1,0,1,up\n5,0,1,down\n"),
+        ("t.txt", "1 CONN 0 1 up\n5 CONN 0 1 down\n"),
+    ],
+)
+def test_a_trace_may_start_with_a_utf8_bom(tmp_path: Path, name: str, text: str) -> None:
+    f = tmp_path / name
+    f.write_text(text, encoding="utf-8")
+    plain = load_trace(f, "csv" if name.endswith("csv") else "one")
+    f.write_text("\ufeff" + text, encoding="utf-8")
+    assert load_trace(f, "csv" if name.endswith("csv") else "one") == plain
+    assert len(plain) == 2

@@ -77,19 +77,19 @@ def load_trace(path: Path, fmt: str) -> list[LinkEvent]:
     """Parse a trace and return its events sorted by time (stable for equal times)."""
     try:
         events = parse_csv(path) if fmt == "csv" else parse_one(path)
+    except (gzip.BadGzipFile, EOFError) as e:  # before OSError, which BadGzipFile is
+        raise TraceError(f"{path}: not a readable gzip file ({e})") from e
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror}") from e
     except UnicodeDecodeError as e:
         raise TraceError(f"{path}: not a text file ({e.reason})") from e
-    except (gzip.BadGzipFile, EOFError) as e:
-        raise TraceError(f"{path}: not a readable gzip file ({e})") from e
     return sorted(events, key=lambda e: e.time)
 
 
 def host_index(name: str, index: dict[str, int], count: int) -> int:
     """A trace host id as a host index: a scenario host name, else a 0-based index."""
     i = index.get(name)
-    if i is None and name.isdigit() and int(name) < count:
+    if i is None and name.isascii() and name.isdigit() and int(name) < count:
         i = int(name)
     if i is None:
         raise TraceError(f"trace host {name!r} is not a scenario host nor an index below {count}")
