@@ -191,9 +191,10 @@ def test_bad_generator_entries_are_named() -> None:
         "traffic.generate[0].attribute",
     }
     assert "0 <= first <= last < 20" in found["traffic.generate[0].sources"]
-    lonely = GEN.replace('destinations = ["p", "c"]', 'destinations = ["p-0"]')
-    found = problems(HEAD.format(duration=100.0) + lonely)
-    assert "p-0 has no destination but itself" in found["traffic.generate[0].destinations"]
+    for dests in ('["p-0"]', '["p-0", "p-0"]'):  # one host, however often it is named
+        lonely = GEN.replace('destinations = ["p", "c"]', f"destinations = {dests}")
+        found = problems(HEAD.format(duration=100.0) + lonely)
+        assert "p-0 has no destination but itself" in found["traffic.generate[0].destinations"]
 
 
 # --------------------------------------------------------------------------- at
@@ -360,53 +361,3 @@ def test_generated_traffic_written_as_external_events_replays_identically(
         return [(p.time, p.host, p.attributes["dest"], p.size) for p in ps]
 
     assert view(again) == view(pubs)  # times bit for bit, hosts, destinations, sizes
-
-
-def test_validating_a_generator_over_many_hosts_takes_linear_time() -> None:
-    # check_destinations copied the whole destination set for every source: 5k hosts took
-    # 2 s, 20k 18 s, 100k minutes. Ten times the hosts must cost about ten times the work,
-    # not a hundred times (a ratio of times on this machine, not a wall-time bound).
-    import time
-
-    def cost(n: int) -> float:
-        text = (
-            'name = "big"\nduration = 10.0\n[world]\nwidth = 1e5\nheight = 1e5\n'
-            "[radio]\nrange = 10.0\n"
-            f'[[groups]]\nname = "g"\ncount = {n}\nmobility = {{ model = "static" }}\n'
-            f'[[traffic.generate]]\nsources = ["0..{n - 1}"]\ndestinations = ["g"]\n'
-            "interval = [1, 2]\n"
-        )
-        best = float("inf")
-        for _ in range(3):
-            start = time.process_time()
-            loads(text)
-            best = min(best, time.process_time() - start)
-        return best
-
-    small, large = cost(2_000), cost(20_000)
-    assert large < 35 * max(small, 1e-3), (small, large)
-
-
-@pytest.mark.parametrize(
-    ("line", "message"),
-    [
-        ("١٠ C M9 1 2 100", "time '١٠' is not a number"),
-        ("1_0 C M9 1 2 100", "time '1_0' is not a number"),
-        ("10 C M9 1 2 １00", "size '１00' is not a byte count"),
-        ("10 C M9 1 2 1_000", "size '1_000' is not a byte count"),
-        ("10 C M9 ١ 2 100", "host '١' is not a scenario host"),
-        ("10 C M9 p５ 2 100", "host 'p５' is not a scenario host"),
-    ],
-)
-def test_events_files_take_ascii_digits_only(tmp_path: Path, line: str, message: str) -> None:
-    # float() and int() read Arabic-Indic and full-width digits and 1_0: such lines were
-    # taken as ordinary numbers
-    found = problems(external(tmp_path, EVENTS + line + "\n"))
-    assert f"events.txt:7: {message}" in found["traffic.external[0].file"]
-
-
-def test_an_events_file_may_start_with_a_utf8_bom(tmp_path: Path) -> None:
-    plain = loads(external(tmp_path, EVENTS), tmp_path / "s.toml").external[0].events
-    bom = loads(external(tmp_path, "\ufeff" + EVENTS), tmp_path / "s.toml").external[0].events
-    assert (tmp_path / "events.txt").read_bytes().startswith(b"\xef\xbb\xbf")
-    assert bom == plain and len(bom) > 1
