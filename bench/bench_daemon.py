@@ -41,7 +41,7 @@ from dodwan.daemon.client import AdminClient, ClientError  # noqa: E402
 
 def _group() -> tuple[str, int]:
     rnd = random.SystemRandom()
-    return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}", rnd.randrange(20000, 60000)
+    return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}", rnd.randrange(20000, 32768)
 
 
 # ---------------------------------------------------------------------- baseline

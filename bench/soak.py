@@ -147,7 +147,7 @@ class Daemon:
 
 
 def _group(rnd: random.Random) -> str:
-    return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}:{rnd.randrange(20000, 60000)}"
+    return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}:{rnd.randrange(20000, 32768)}"
 
 
 def _hostile(group: str, stop: threading.Event, rnd: random.Random, counts: dict[str, int]) -> None:

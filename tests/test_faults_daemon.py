@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from brokers import free_port
 from click.testing import CliRunner, Result
-from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import DaemonProc, random_group, random_port, wait_for
 from test_daemon_helpers import daemons as daemons
 
 from dodwan.cli import cli
@@ -526,7 +526,7 @@ def test_a_bad_setting_is_refused_at_start_naming_its_key(
         conf.write_text(setting)
         args = ["--group", random_group(), "--config", str(conf)]
     else:
-        args = [a.replace("{port}", str(random.randrange(20000, 60000))) for a in setting]
+        args = [a.replace("{port}", str(random_port())) for a in setting]
         if "--group" not in args:
             args = ["--group", random_group(), *args]
     d = daemons("d", *args, wait=False)

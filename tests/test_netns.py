@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import DaemonProc, random_group, random_port, wait_for
 
 SUBNET = "10.231.{}.{}"
 
@@ -189,7 +189,7 @@ def test_carrier_killed_and_restarted_still_delivers_across_islands(
 def test_broadcast_and_ipv6_link_local_media_on_a_veth(
     net: Net, tmp_path: Path, medium: str
 ) -> None:
-    port = random.randrange(20000, 60000)
+    port = random_port()
     group = (
         f"{SUBNET.format(net.net, 255)}:{port}"
         if medium == "broadcast4"
