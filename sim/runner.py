@@ -54,6 +54,16 @@ class RunResult:
 Progress = Callable[[float, int], None]
 """``progress(now, events)``: simulated time reached and simulation events handled so far."""
 
+CHECKPOINT_EVERY = 10.0
+"""Default wall seconds between a run's first checkpoints (see :func:`checkpoint_due`)."""
+
+
+def checkpoint_due(elapsed: float, every: float) -> float:
+    """Wall seconds between two checkpoints of a run that has taken ``elapsed`` so far: a
+    tenth of it, at least ``every`` (a killed run loses at most that much, and a long one
+    writes a few dozen parts per table, not thousands)."""
+    return max(every, elapsed / 10)
+
 
 class Simulation:
     """A scenario wired up and ready to run (also used directly by tests and benchmarks)."""
@@ -345,7 +355,7 @@ class Simulation:
         progress: Progress | None = None,
         chunks: int = 1000,
         checkpoint: Callable[[], None] | None = None,
-        checkpoint_every: float = 10.0,
+        checkpoint_every: float = CHECKPOINT_EVERY,
     ) -> None:
         """Run until ``self.until`` in ``chunks`` slices of simulated time, calling
         ``progress(now, events)`` after each and ``checkpoint()`` after those that end
@@ -426,17 +436,6 @@ class Simulation:
         )
 
 
-def checkpoint_due(elapsed: float, every: float) -> float:
-    """Wall seconds between two checkpoints of a run that has taken ``elapsed`` so far: a
-    tenth of it, at least ``every`` (a killed run loses at most that much, and a long one
-    writes a few dozen parts per table, not thousands)."""
-    return max(every, elapsed / 10)
-
-
-CHECKPOINT_EVERY = 10.0
-"""Default wall seconds between a run's first checkpoints (see :func:`checkpoint_due`)."""
-
-
 def simulate(
     scenario: Scenario,
     out: Path,
@@ -452,11 +451,11 @@ def simulate(
     The tables stream into ``out`` as the run goes, and ``run.json`` is written first with
     ``"complete": false`` and the counters left empty. Every ``checkpoint_every`` seconds
     of wall time (a tenth of the time taken once that is more: :func:`checkpoint_due`) every
-    table gets what was recorded so far and ``run.json``
-    the simulated time ``reached``; a run stopped by an exception (Ctrl-C, SIGTERM turned
-    into one by the CLI) writes the same on its way out. So a run that is stopped part-way
-    keeps what it wrote, says so, and can be analysed up to where it got. Nothing in
-    ``out`` is touched when the scenario or its trace is refused before the run starts.
+    table gets what was recorded so far and ``run.json`` the simulated time ``reached``; a
+    run stopped by an exception (Ctrl-C, SIGTERM turned into one by the CLI) writes the
+    same on its way out. So a run that is stopped part-way keeps what it wrote, says so,
+    and can be analysed up to where it got. Nothing in ``out`` is touched when the scenario
+    or its trace is refused before the run starts.
     """
     from importlib.metadata import PackageNotFoundError, version
 
