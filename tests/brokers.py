@@ -184,6 +184,33 @@ class Mosquitto(Broker):
         return f"mqtt://127.0.0.1:{self.port}/{path}"
 
 
+class MosquittoAcl(Mosquitto):
+    """Mosquitto with access control: user alice (password secret) may use ``open/#`` and
+    her ledger topics, not ``denied/#``; anonymous clients (the tests' remotes) anything."""
+
+    name = "mosquitto"
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        cmd, env = super().command()
+        conf = self.root / "mosquitto.conf"
+        passwords = self.root / "passwords"
+        subprocess.run(
+            ["mosquitto_passwd", "-b", "-c", str(passwords), "alice", "secret"],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        acl = self.root / "acl"
+        acl.write_text(
+            "topic readwrite #\n"  # anonymous
+            "user alice\n"
+            "topic readwrite open/#\n"
+            "topic readwrite dodwan-ledger/#\n"
+        )
+        conf.write_text(conf.read_text() + f"password_file {passwords}\nacl_file {acl}\n")
+        return cmd, env
+
+
 class RabbitMQ(Broker):
     """RABBITMQ_NODENAME, MNESIA_BASE, LOG_BASE, its ports and epmd's all private."""
 
@@ -338,3 +365,8 @@ def restart(broker: Broker) -> None:
     """Start a stopped broker again (same port, same data), if a test left it stopped."""
     if not broker.running:
         broker.start()
+
+
+@pytest.fixture(scope="session")
+def mosquitto_acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from _session_broker(MosquittoAcl, tmp_path_factory)

@@ -269,3 +269,24 @@ def test_broker_ports_are_drawn_outside_the_ephemeral_range() -> None:
         assert not lo <= port <= hi
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))  # and free
+
+
+def test_an_mqtt_subscription_the_broker_refuses_is_a_link_error() -> None:
+    """A SUBACK with a failure code (0x87 not authorized) leaves the binding down, saying why.
+    (Mosquitto's own ACLs grant any subscription and filter at delivery; other brokers and
+    Mosquitto's plugins refuse it.)"""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    from dodwan.bridges.binding import LinkError
+    from dodwan.bridges.mqtt import MqttLink
+
+    spec = BindingSpec.from_dict({"uri": "mqtt://127.0.0.1/denied/#", "direction": "in"})
+    link = MqttLink(spec, "gw", lambda _m: True)
+    c = link.inb.client
+    c.on_connect(c, None, None, ReasonCode(PacketTypes.CONNACK, identifier=0), None)
+    assert not link.inb.up.is_set()  # not before the broker answered the subscription
+    c.on_subscribe(c, None, 1, [ReasonCode(PacketTypes.SUBACK, identifier=0x87)], None)
+    with pytest.raises(LinkError, match=r"subscription refused: 'denied/#' \(Not authorized\)"):
+        link.inb.check()
+    link.close()

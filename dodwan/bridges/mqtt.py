@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import struct
 import threading
 import time
 from typing import Any
 
 import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 
 from . import ledger
 from .binding import InboundHandler, LinkError
@@ -59,6 +61,21 @@ def _confirmed(info: Any, timeout: float) -> bool:
         return bool(info._published)
 
 
+class _Paho(paho.Client):
+    """paho's client, but a PUBREC with a failure reason code ends the QoS 2 exchange as
+    MQTT 5 says (paho ignores the code, sends PUBREL, and reports the PUBCOMP's success)."""
+
+    def _handle_pubrec(self) -> MQTTErrorCode:
+        packet = self._in_packet["packet"]
+        if self._protocol == paho.MQTTv5 and len(packet) > 2 and packet[2] >= 0x80:
+            (mid,) = struct.unpack("!H", packet[:2])
+            with self._out_message_mutex:
+                if mid in self._out_messages:
+                    reason = ReasonCode(PacketTypes.PUBREC, identifier=packet[2])
+                    return self._do_on_publish(mid, reason, Properties(PacketTypes.PUBREC))  # type: ignore[no-untyped-call]
+        return super()._handle_pubrec()
+
+
 class _Client:
     """One paho client driven by its own network thread; connection state as events."""
 
@@ -68,7 +85,11 @@ class _Client:
         self.lost = threading.Event()
         self.down = threading.Event()
         self.refused = ""
-        self.client = paho.Client(
+        self.failure = ""
+        """A refusal that is not the connection's (a subscription): the whole message."""
+        self.rejected: dict[int, str] = {}
+        """mid -> the failure reason code of the PUBACK/PUBREC that answered it."""
+        self.client = _Paho(
             CallbackAPIVersion.VERSION2,
             client_id=client_id,
             protocol=MQTTProtocolVersion.MQTTv5,
@@ -83,10 +104,16 @@ class _Client:
         self.client.max_queued_messages_set(0)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
+        self.client.on_publish = self._on_publish
         self._clean_start = clean_start
         self._started = False
 
     def _on_connect(self, _c: Any, _u: Any, _flags: Any, reason: Any, props: Any) -> None:
+        if self.accept(reason, props):
+            self.up.set()
+
+    def accept(self, reason: Any, props: Any) -> bool:
+        """Whether the CONNACK gives a connection to use (else ``lost`` is set)."""
         # The broker says how many QoS 1/2 messages may await its answer (mosquitto: 20);
         # paho does not enforce it, and messages beyond it are lost.
         # So a lower limit than ours means: reconnect with that limit.
@@ -95,11 +122,17 @@ class _Client:
             self.inflight = receive_max
             self.lowered = True
             self.lost.set()
-        elif reason.is_failure:
+            return False
+        if reason.is_failure:
             self.refused = str(reason)
             self.lost.set()
-        else:
-            self.up.set()
+            return False
+        return True
+
+    def _on_publish(self, _c: Any, _u: Any, mid: int, reason: Any, _props: Any) -> None:
+        # Called before paho marks the message published: the code is there by then.
+        if reason.is_failure:
+            self.rejected[mid] = str(reason)
 
     def _on_disconnect(self, _c: Any, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
         self.down.set()
@@ -124,6 +157,7 @@ class _Client:
         self.up.clear()
         self.lost.clear()
         self.refused = ""
+        self.failure = ""
         self.lowered = False
         ep = self.spec.endpoint
         props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
@@ -148,7 +182,9 @@ class _Client:
             if self.lowered:
                 return True
             if self.lost.is_set():
-                raise LinkError(f"MQTT connection refused: {self.refused or 'closed'}")
+                raise LinkError(
+                    self.failure or f"MQTT connection refused: {self.refused or 'closed'}"
+                )
             if time.monotonic() > deadline:
                 raise LinkError("MQTT connection timed out")
             self.up.wait(0.05)
@@ -156,7 +192,7 @@ class _Client:
 
     def check(self) -> None:
         if self.lost.is_set() or not self.up.is_set():
-            raise LinkError(f"MQTT connection lost: {self.refused or 'closed'}")
+            raise LinkError(self.failure or f"MQTT connection lost: {self.refused or 'closed'}")
 
     def close(self) -> None:
         try:
@@ -182,17 +218,33 @@ class MqttLink:
         self.inb = _Client(f"{self._base}-in", False, spec)
         self.inb.client.on_message = self._on_message
         self.inb.client.on_connect = self._on_connect_in
+        self.inb.client.on_subscribe = self._on_subscribe
+        self._topics: list[str] = []
 
-    def _on_connect_in(self, c: Any, u: Any, flags: Any, reason: Any, props: Any) -> None:
+    def _on_connect_in(self, c: Any, _u: Any, _flags: Any, reason: Any, props: Any) -> None:
+        """Subscribe; the inbound side is up once the broker granted every subscription."""
+        if not self.inb.accept(reason, props):
+            return
         ep = self.spec.endpoint
-        if not reason.is_failure:
-            topics = [(self.ledger_topic, 1)] if self.spec.outbound else []
-            if self.spec.inbound:  # its filter covers the outbound topic
-                topics.append((ep.destination, self.spec.qos))
-            elif self.spec.outbound:
-                topics.append((ep.out_target, 1))
-            c.subscribe(topics)
-        self.inb._on_connect(c, u, flags, reason, props)
+        topics = [(self.ledger_topic, 1)] if self.spec.outbound else []
+        if self.spec.inbound:  # its filter covers the outbound topic
+            topics.append((ep.destination, self.spec.qos))
+        elif self.spec.outbound:
+            topics.append((ep.out_target, 1))
+        self._topics = [t for t, _ in topics]
+        c.subscribe(topics)
+
+    def _on_subscribe(self, _c: Any, _u: Any, _mid: int, codes: Any, _props: Any) -> None:
+        refused = [
+            f"{topic!r} ({code})"
+            for topic, code in zip(self._topics, codes, strict=False)
+            if code.is_failure
+        ]
+        if refused:
+            self.inb.failure = f"MQTT subscription refused: {', '.join(refused)}"
+            self.inb.lost.set()
+        else:
+            self.inb.up.set()
 
     def _on_message(self, client: Any, _u: Any, msg: Any) -> None:
         if msg.topic == self.ledger_topic:
@@ -252,9 +304,14 @@ class MqttLink:
         while True:
             nonce = secrets.token_hex(8).encode()
             self._nonces.add(nonce)
-            out.client.publish(self.ledger_topic, nonce, qos=1)
+            info = out.client.publish(self.ledger_topic, nonce, qos=1)
             if self._probe.wait(1.0):
                 return set()
+            if info.mid in out.rejected:
+                raise LinkError(
+                    f"MQTT broker refused the ledger probe on {self.ledger_topic!r}: "
+                    f"{out.rejected.pop(info.mid)}"
+                )
             out.check()
             self.inb.check()
             if time.monotonic() > deadline:
@@ -263,6 +320,7 @@ class MqttLink:
     def send(self, rows: list[OutRow]) -> None:
         assert self.out is not None
         topic = self.spec.endpoint.out_target
+        self.out.rejected.clear()
         infos = []
         for row in rows:
             d = row.descriptor
@@ -282,6 +340,16 @@ class MqttLink:
                 self.out.check()
                 if time.monotonic() > deadline:
                     raise LinkError("MQTT broker did not confirm in time")
+        # A PUBACK/PUBREC with a failure code (e.g. 0x87 not authorized): the broker did not
+        # take the message. Nothing of the batch is marked sent; it is tried again later
+        # (the others of the batch went through: their echoes mark them sent).
+        refused = [
+            self.out.rejected.pop(info.mid) for info in infos if info.mid in self.out.rejected
+        ]
+        if refused:
+            raise LinkError(
+                f"MQTT broker refused {len(refused)} message(s) on {topic!r}: {refused[0]}"
+            )
 
     def poll(self, timeout: float, wake: threading.Event) -> None:
         end = time.monotonic() + timeout
