@@ -5,8 +5,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from brokers import _ephemeral_range, free_port
@@ -209,6 +211,9 @@ def test_admin_api_refuses_bad_bindings_and_keeps_the_daemon_running(
         c.post("/bridges", {"uri": "gopher://127.0.0.1/x"})
     with pytest.raises(ClientError, match="no binding 'nope'"):
         c.delete("/bridges/nope")
+    # A ttl over the daemon's limits.max_ttl (7 days by default) would refuse every message.
+    with pytest.raises(ClientError, match=r"ttl 864000 s is longer than .*limits.max_ttl"):
+        c.post("/bridges", {"uri": "mqtt://127.0.0.1/x", "direction": "in", "ttl": 864000})
     # A broker that is not there: the binding is kept and retries, reporting why.
     dead = f"mqtt://127.0.0.1:{free_port()}/field/#"
     c.post("/bridges", {"uri": dead, "name": "hq", "attributes": {"topic": "r"}})
@@ -290,3 +295,75 @@ def test_an_mqtt_subscription_the_broker_refuses_is_a_link_error() -> None:
     with pytest.raises(LinkError, match=r"subscription refused: 'denied/#' \(Not authorized\)"):
         link.inb.check()
     link.close()
+
+
+@pytest.mark.parametrize("ttl", [864000, float("nan"), float("inf"), 1e300])
+def test_a_ttl_the_daemon_cannot_use_is_refused(ttl: float) -> None:
+    base = {"uri": "mqtt://h/x", "direction": "in", "name": "hq"}
+    with pytest.raises(SpecError, match=r"binding hq: ttl"):
+        BindingSpec.from_dict({**base, "ttl": ttl}, max_ttl=604800.0)
+    assert BindingSpec.from_dict({**base, "ttl": 604800}, max_ttl=604800.0).ttl == 604800.0
+    with pytest.raises(SpecError, match=r"binding hq: holdoff"):
+        BindingSpec.from_dict({**base, "holdoff": float("nan")})
+
+
+class _FakeHost:
+    """A daemon that refuses what the core refuses: payloads over a size, a ttl over a limit,
+    and (when ``full``) everything, its cache being full."""
+
+    host_id = "gw"
+    max_ttl = 1000.0
+    max_payload = 10
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.published: list[tuple[dict[str, str], float]] = []
+        self.full = False
+
+    def publish(self, attributes: Any, payload: bytes, deadline: float, priority: int) -> str:
+        from dodwan.core import CacheFullError
+
+        if self.full:
+            raise CacheFullError("cache full")
+        if len(payload) > self.max_payload:
+            raise ValueError(f"payload larger than {self.max_payload} bytes")
+        if deadline - time.time() > self.max_ttl:
+            raise ValueError("time to live is longer than the maximum (limits.max_ttl)")
+        self.published.append((dict(attributes), deadline))
+        return "m1"
+
+    def subscribe(self, key: str, patterns: list[dict[str, str]]) -> None: ...
+    def unsubscribe(self, key: str) -> None: ...
+    def subscription_keys(self) -> list[str]:
+        return []
+
+    def cached(self) -> list[Any]:
+        return []
+
+
+def test_an_inbound_message_is_acknowledged_only_when_its_refusal_is_for_good(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A payload over the size limit never fits: counted, logged, acknowledged (else it would
+    block the binding). A full cache may pass later: not acknowledged, the broker keeps it.
+    A binding kept from before the daemon's max_ttl was lowered: its ttl is capped."""
+    from dodwan.bridges.binding import Binding
+    from dodwan.bridges.manager import BridgeManager
+
+    host = _FakeHost(tmp_path)
+    manager = BridgeManager(host, [])
+    manager.outbox = Outbox(tmp_path)
+    spec = BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "ttl": 5000})
+    b = Binding(spec, manager.outbox, lambda *_a: None, manager._from_thread)  # type: ignore[arg-type,return-value]
+    with caplog.at_level("WARNING", logger="dodwan.bridges"):
+        assert manager._inbound(b, Inbound(b"ok", headers={"a": "b"}))
+        ((_attrs, deadline),) = host.published
+        assert deadline - time.time() <= host.max_ttl
+        assert manager._inbound(b, Inbound(b"x" * 11))  # too large, for good
+        assert b.errors == 1 and "bytes larger than 10" in b.last_error
+        host.full = True
+        assert not manager._inbound(b, Inbound(b"later"))  # may pass later: kept
+        assert b.errors == 2 and "cache full" in b.last_error
+    assert b.received == 1
+    assert "not mapped" not in caplog.text
+    manager.outbox.close()

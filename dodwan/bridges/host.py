@@ -25,6 +25,14 @@ class DaemonBridgeHost:
     def state_dir(self) -> Path:
         return Path(self._d.state_dir)
 
+    @property
+    def max_ttl(self) -> float:
+        return float(self._d._node().config.limits.max_ttl)
+
+    @property
+    def max_payload(self) -> int:
+        return int(self._d.max_payload())
+
     def publish(
         self, attributes: Mapping[str, str], payload: bytes, deadline: float, priority: int
     ) -> str:

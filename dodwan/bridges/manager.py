@@ -61,6 +61,14 @@ class BridgeHost(Protocol):
     host_id: str
     state_dir: Path
 
+    @property
+    def max_ttl(self) -> float:
+        """The node's ``limits.max_ttl``: the longest deadline a publication may have."""
+
+    @property
+    def max_payload(self) -> int:
+        """The largest payload a publication may carry."""
+
     def publish(
         self, attributes: Mapping[str, str], payload: bytes, deadline: float, priority: int
     ) -> str: ...
@@ -266,8 +274,18 @@ class BridgeManager:
             binding.filtered += 1
             return True  # acknowledged: the binding does not want it
         ep = spec.endpoint
+        if len(msg.body) > self.host.max_payload:
+            # It never fits: counted and logged, and acknowledged, or it would come back for
+            # ever (and, in order, hold back what follows it).
+            exc = ValueError(
+                f"payload of {len(msg.body)} bytes larger than {self.host.max_payload}"
+            )
+            binding.record_error(exc)
+            log.error("bridge %s: message dropped: %s", spec.name, exc)
+            return True
         now = time.time()
-        deadline = now + spec.ttl
+        # Capped: a binding kept from before the daemon's max_ttl was lowered.
+        deadline = now + min(spec.ttl, self.host.max_ttl)
         if msg.expires is not None:
             if msg.expires <= now:
                 return True  # expired on the way: nothing to deliver
@@ -287,9 +305,15 @@ class BridgeManager:
                 binding.duplicates += 1
                 return True
         priority = 4 if msg.priority is None else min(9, max(0, msg.priority))
+        # Refusals: the payload's size and the deadline are checked above, so a ValueError
+        # or TypeError here is about the attributes (for good: the message is acknowledged
+        # and dropped, counted and logged). Anything else -- a full cache (CacheFullError),
+        # storage -- may pass later: not acknowledged, the broker keeps the message.
         try:
             try:
                 self.host.publish(attrs, msg.body, deadline, priority)
+            except CacheFullError:
+                raise
             except (TypeError, ValueError) as exc:
                 if "already known" in str(exc):
                     binding.duplicates += 1
@@ -307,6 +331,10 @@ class BridgeManager:
             binding.record_error(exc)
             log.error("bridge %s: message refused: %s", spec.name, exc)
             return True
+        except Exception as exc:
+            binding.record_error(exc)
+            log.error("bridge %s: message not published (kept by the broker): %s", spec.name, exc)
+            return False
         binding.received += 1
         if digest is not None:
             self.outbox.remember(spec.name, digest, deadline)
@@ -317,7 +345,7 @@ class BridgeManager:
 
     async def add(self, data: Any, replace: bool = False) -> dict[str, Any]:
         try:
-            spec = BindingSpec.from_dict(data)
+            spec = BindingSpec.from_dict(data, self.host.max_ttl)
             if spec.outbound:
                 Profile.from_patterns(spec.patterns())
         except (SpecError, PatternError) as exc:

@@ -15,6 +15,7 @@ here, so a bad binding is refused with one clear line before anything is touched
 
 from __future__ import annotations
 
+import math
 import re
 import urllib.parse
 from dataclasses import dataclass, field
@@ -250,8 +251,9 @@ class BindingSpec:
         )
 
     @classmethod
-    def from_dict(cls, data: Any) -> BindingSpec:
-        """Validate a ``[[bridges]]`` table or an admin API body."""
+    def from_dict(cls, data: Any, max_ttl: float | None = None) -> BindingSpec:
+        """Validate a ``[[bridges]]`` table or an admin API body; ``max_ttl``: the daemon's
+        ``limits.max_ttl``, which ``ttl`` must not exceed."""
         if not isinstance(data, dict):
             raise SpecError("a binding must be a table (name, uri, direction, attributes, ...)")
         unknown = set(data) - KEYS
@@ -325,11 +327,21 @@ class BindingSpec:
         holdoff = STANDBY_HOLDOFF if standby else 0.0
         for key, default in (("ttl", 3600.0), ("holdoff", holdoff)):
             v = data.get(key, default)
-            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-                raise SpecError(f"binding {name}: {key} must be a non-negative number")
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int | float)
+                or not math.isfinite(v)
+                or v < 0
+            ):
+                raise SpecError(f"binding {name}: {key} must be a finite, non-negative number")
             numbers[key] = float(v)
         if numbers["ttl"] <= 0:
             raise SpecError(f"binding {name}: ttl must be positive")
+        if max_ttl is not None and numbers["ttl"] > max_ttl:
+            raise SpecError(
+                f"binding {name}: ttl {numbers['ttl']:g} s is longer than this daemon's "
+                f"limits.max_ttl ({max_ttl:g} s): every incoming message would be refused"
+            )
         qos = data.get("qos", 1)
         if qos not in (1, 2) or isinstance(qos, bool):
             raise SpecError(f"binding {name}: qos must be 1 or 2")

@@ -455,7 +455,6 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
             node[key] = _check_type(f"--{key.replace('_', '-')}", value, NODE_DEFAULTS[key])
         else:
             raise ConfigError(f"unknown setting {key!r}")
-    _check_bridges(values["bridges"])
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError("log_level must be debug, info, warning or error")
     if values["network_key_mode"] not in ("auth", "encrypt"):
@@ -488,6 +487,7 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     _check_ranges("", values, RANGES)
     _check_ranges("node.", node, NODE_RANGES)
     _check_ranges("node.limits.", {**LIMIT_DEFAULTS, **limits}, LIMIT_RANGES)
+    _check_bridges(values["bridges"], float({**LIMIT_DEFAULTS, **limits}["max_ttl"]))
     if node["neighbour_timeout"] and node["neighbour_timeout"] <= node["announce_period"]:
         raise ConfigError(
             f"node.neighbour_timeout ({node['neighbour_timeout']:g} s) must be 0 (3 × "
@@ -514,7 +514,7 @@ def _check_ranges(
             raise ConfigError(f"{prefix}{name} = {value:g} is out of range ({_range_text(bounds)})")
 
 
-def _check_bridges(tables: Any) -> None:
+def _check_bridges(tables: Any, max_ttl: float) -> None:
     """Refuse a bad ``[[bridges]]`` table at load time, with the binding's reason."""
     from ..bridges.uri import BindingSpec, SpecError
 
@@ -523,7 +523,7 @@ def _check_bridges(tables: Any) -> None:
     names: set[str] = set()
     for i, table in enumerate(tables):
         try:
-            spec = BindingSpec.from_dict(table)
+            spec = BindingSpec.from_dict(table, max_ttl)
         except SpecError as exc:
             raise ConfigError(f"[[bridges]] #{i + 1}: {exc}") from None
         if spec.name in names:
