@@ -35,6 +35,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from . import ledger
 from .binding import InboundHandler, LinkError
@@ -232,7 +233,10 @@ class MqttLink:
         elif self.spec.outbound:
             topics.append((ep.out_target, 1))
         self._topics = [t for t, _ in topics]
-        c.subscribe(topics)
+        # A topic's retained message is sent only to a new subscription (not to the one
+        # the persistent session already holds): imported once, not at every connection.
+        new_only = SubscribeOptions.RETAIN_SEND_IF_NEW_SUB
+        c.subscribe([(t, SubscribeOptions(qos=q, retainHandling=new_only)) for t, q in topics])
 
     def _on_subscribe(self, _c: Any, _u: Any, _mid: int, codes: Any, _props: Any) -> None:
         refused = [
@@ -272,7 +276,9 @@ class MqttLink:
             remote_id=headers.get("message-id"),
             expires=expires,
             correlation_id=correlation,
-            redelivered=bool(msg.dup),
+            # A retained message may come again (a new session, the binding added again):
+            # like a redelivery, it is recognised by its content while its copy lives.
+            redelivered=bool(msg.dup or msg.retain),
         )
         if not self.spec.inbound and inbound.dodwan_id is None:
             client.ack(msg.mid, msg.qos)  # the ledger subscription of an outbound binding
