@@ -367,3 +367,21 @@ def test_an_inbound_message_is_acknowledged_only_when_its_refusal_is_for_good(
     assert b.received == 1
     assert "not mapped" not in caplog.text
     manager.outbox.close()
+
+
+def test_mqtt_client_ids_of_two_gateways_never_collide() -> None:
+    """Host h2-z's binding cl and host h2's binding z-cl were both dodwan-h2-z-cl-in: each
+    connection took the other's session over. Ids with no '-' to confuse keep their old
+    form (their persistent sessions survive the upgrade)."""
+    from dodwan.bridges.mqtt import MqttLink
+
+    def client_id(host: str, name: str) -> str:
+        spec = BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "name": name})
+        return MqttLink(spec, host, lambda _m: True).inb.client_id
+
+    assert client_id("h2-z", "cl") != client_id("h2", "z-cl")
+    long = "n" * 64
+    assert client_id("h" * 64, long) != client_id("h" * 64, long[:-1] + "m")
+    assert client_id("h2-z", "cl") == client_id("h2-z", "cl")  # stable across restarts
+    assert client_id("gw", "hq") == "dodwan-gw-hq-in"  # unambiguous already: unchanged
+    assert all(len(client_id(h, n)) <= 100 for h in ("h" * 64, "a-b") for n in (long, "c"))

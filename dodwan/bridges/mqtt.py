@@ -24,6 +24,7 @@ interval; ``jms_correlation_id`` as correlation data.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import secrets
 import struct
 import threading
@@ -62,6 +63,22 @@ def _confirmed(info: Any, timeout: float) -> bool:
         return bool(info._published)
 
 
+def client_base(host_id: str, name: str) -> str:
+    """The stem of a binding's client ids: one per (host, binding), the same at every start
+    (the inbound session is persistent).
+
+    ``dodwan-HOST-NAME`` when neither holds a '-' and it is short enough (the form of
+    earlier versions, whose sessions are kept): it splits one way only. Otherwise a hash of
+    the pair follows (``dodwan-h2-z-cl`` was host h2-z's binding cl and host h2's z-cl):
+    such an id has at least four '-'-separated parts, so it is never an id of the first
+    form either."""
+    plain = f"dodwan-{host_id}-{name}"
+    if "-" not in host_id and "-" not in name and len(plain) <= 96:
+        return plain
+    digest = hashlib.sha256(f"{host_id}\0{name}".encode()).hexdigest()[:16]
+    return f"{plain[:79]}-{digest}"
+
+
 class _Paho(paho.Client):
     """paho's client, but a PUBREC with a failure reason code ends the QoS 2 exchange as
     MQTT 5 says (paho ignores the code, sends PUBREL, and reports the PUBCOMP's success)."""
@@ -82,6 +99,7 @@ class _Client:
 
     def __init__(self, client_id: str, clean_start: Any, spec: BindingSpec) -> None:
         self.spec = spec
+        self.client_id = client_id
         self.up = threading.Event()
         self.lost = threading.Event()
         self.down = threading.Event()
@@ -135,11 +153,19 @@ class _Client:
         if reason.is_failure:
             self.rejected[mid] = str(reason)
 
-    def _on_disconnect(self, _c: Any, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
+    def _on_disconnect(self, _c: Any, _u: Any, flags: Any, reason: Any, _props: Any) -> None:
         self.down.set()
         self.up.clear()
         self.lost.set()
-        self.refused = self.refused or str(reason)
+        if getattr(reason, "value", None) == 0x8E:  # MQTT 5 "session taken over"
+            text = f"session taken over by another connection with client id {self.client_id}"
+        elif reason.is_failure and not getattr(flags, "is_disconnect_packet_from_server", True):
+            # No DISCONNECT: paho says "Unspecified error". Mosquitto 2.0 closes a
+            # connection this way when another one takes its client id over, too.
+            text = "closed by the broker or the network"
+        else:
+            text = str(reason)
+        self.refused = self.refused or text
 
     def connect(self) -> None:
         if self._connect_once():
@@ -209,7 +235,7 @@ class MqttLink:
     def __init__(self, spec: BindingSpec, host_id: str, on_message: InboundHandler) -> None:
         self.spec = spec
         self.on_message = on_message
-        self._base = f"dodwan-{host_id}-{spec.name}"[:100]
+        self._base = client_base(host_id, spec.name)
         self.gateway = f"{host_id}/{spec.name}"
         self.ledger_topic = ledger.topic_name(host_id, spec.name)
         self.out: _Client | None = None
