@@ -57,6 +57,7 @@ def test_uris_of_the_three_protocols() -> None:
         ("mqtt://127.0.0.1:99999/a", "invalid port"),
         ("amqp://127.0.0.1/queue/", "needs a queue name"),
         ("mqtt://127.0.0.1/a?qos=1", "binding settings, not in the URI"),
+        ("mqtt://[::1/a", "not a valid URI"),
     ],
 )
 def test_bad_uris_are_refused_with_the_reason(uri: str, reason: str) -> None:

@@ -110,7 +110,10 @@ def parse_uri(uri: str) -> Endpoint:
     if not isinstance(uri, str) or not uri:
         raise SpecError("a binding needs a URI such as mqtt://127.0.0.1:1883/field/#")
     # '#' is a wildcard of MQTT topics and AMQP routing keys, not a URI fragment here.
-    u = urllib.parse.urlsplit(uri.replace("#", "%23"))
+    try:
+        u = urllib.parse.urlsplit(uri.replace("#", "%23"))
+    except ValueError as exc:
+        raise SpecError(f"{uri!r} is not a valid URI: {exc}") from None
     scheme = u.scheme.lower()
     if scheme not in SCHEMES:
         raise SpecError(f"unsupported URI scheme {u.scheme!r} in {uri!r}: use stomp, mqtt or amqp")
