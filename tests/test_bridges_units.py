@@ -58,6 +58,11 @@ def test_uris_of_the_three_protocols() -> None:
         ("amqp://127.0.0.1/queue/", "needs a queue name"),
         ("mqtt://127.0.0.1/a?qos=1", "binding settings, not in the URI"),
         ("mqtt://[::1/a", "not a valid URI"),
+        ("mqtt://127.0.0.1:1/nul%00x", "NUL"),
+        ("stomp://u%00:p@127.0.0.1/topic/x", "NUL"),
+        ("mqtt://127.0.0.1:0/a", "invalid port"),
+        ("mqtt://h/%2Fabs", "empty first level"),
+        ("mqtt://h//abs", "empty first level"),
     ],
 )
 def test_bad_uris_are_refused_with_the_reason(uri: str, reason: str) -> None:

@@ -120,14 +120,25 @@ def parse_uri(uri: str) -> Endpoint:
     if not u.hostname:
         raise SpecError(f"{uri!r} names no host")
     try:
-        port = u.port or SCHEMES[scheme]
+        port = u.port if u.port is not None else SCHEMES[scheme]
     except ValueError:
         raise SpecError(f"{uri!r} has an invalid port") from None
+    if port == 0:
+        raise SpecError(f"{uri!r} has an invalid port (0)")
     if u.query:
         raise SpecError(f"{uri!r}: put options in the binding settings, not in the URI")
-    path = urllib.parse.unquote(u.path).lstrip("/")
+    path = urllib.parse.unquote(u.path).removeprefix("/")
     user = urllib.parse.unquote(u.username) if u.username else None
     password = urllib.parse.unquote(u.password) if u.password else None
+    if any("\0" in part for part in (path, user or "", password or "")):
+        raise SpecError(f"{uri!r}: a NUL character (%00) cannot cross to a broker")
+    if scheme == "mqtt" and path.startswith("/"):
+        # 'mqtt://h//a' or '%2Fa': the topic '/a', whose first level is empty. Refused
+        # rather than silently bridged as 'a'; such topics are not supported.
+        raise SpecError(
+            f"{uri!r}: MQTT topics with an empty first level (a leading '/') are not "
+            "supported; name the topic without it"
+        )
     common: dict[str, Any] = {"host": u.hostname, "port": port, "user": user, "password": password}
     if scheme == "stomp":
         kind, _, name = path.partition("/")
