@@ -14,7 +14,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from spark_fixtures import HAND_MESSAGES, SPARK_GROUP, shared_spark, write_hand_run, write_run
+from pyspark.sql import functions as F
+from spark_fixtures import (
+    HAND_CONTACTS,
+    HAND_MESSAGES,
+    SPARK_GROUP,
+    shared_spark,
+    write_hand_run,
+    write_run,
+)
 
 from sim.analysis.cli import analyze
 
@@ -632,3 +640,28 @@ def test_a_jvm_for_small_inputs_keeps_room_for_compiled_code() -> None:
         line.split()[3] for line in flags.stdout.splitlines() if " ReservedCodeCacheSize " in line
     ]
     assert sizes and int(sizes[0]) >= 200 << 20
+
+
+def test_a_run_stopped_part_way_is_analysed_up_to_where_it_got(spark: Any, tmp_path: Path) -> None:
+    """run.json says complete: false and reached 50 of 100 s: every table is cut at 50 s
+    (contacts still up end there, not at 100 s), and the user is told."""
+    from sim.analysis.load import IncompleteRun, load_run
+
+    run = write_hand_run(tmp_path / "run")
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "complete": False, "reached": 50.0}))
+    with pytest.warns(IncompleteRun, match="analysed up to 50 s of 100 s"):
+        tables = load_run(spark, str(run))
+    assert tables.until == 50.0
+    for frame, column in ((tables.contacts, "time"), (tables.messages, "time"),
+                          (tables.targets, "created")):  # fmt: skip
+        assert frame.agg(F.max(column)).first()[0] <= 50.0
+    assert tables.contacts.count() == sum(1 for c in HAND_CONTACTS if c[0] <= 50.0)
+    out = tmp_path / "r"
+    result = _invoke([str(run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())  # as the console wrapped it
+    assert "warning run: the run stopped part-way" in said and "analysed up to 50 s" in said
+    info = json.loads((out / "metrics.json").read_text())["run"]["run"]
+    assert info["complete"] is False and info["analysed_until"] == 50.0
+    assert "stopped part-way" in (out / "report.html").read_text()

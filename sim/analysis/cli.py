@@ -18,7 +18,13 @@ from rich.table import Table
 
 from sim.analysis.aggregate import SettingResult
 from sim.analysis.errors import SPARK_ERRORS, AnalysisError, brief
-from sim.analysis.load import TRACE_FORMATS, precheck_run_dir, precheck_trace, run_name
+from sim.analysis.load import (
+    TRACE_FORMATS,
+    IncompleteRun,
+    precheck_run_dir,
+    precheck_trace,
+    run_name,
+)
 from sim.analysis.oracle import DEFAULT_MAX_ITERATIONS, OracleNotConverged
 from sim.analysis.pipeline import RunResult, analyze_contact_trace, analyze_run
 from sim.analysis.report import mean_column, summary_rows, write_frames, write_report
@@ -172,6 +178,7 @@ def analyze(
             console.print(f"analysing run [bold]{name}[/] ({path})")
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", OracleNotConverged)
+                warnings.simplefilter("always", IncompleteRun)
                 results.append(
                     analyze_run(
                         spark,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,10 @@ _NUMERIC: tuple[type[T.DataType], ...] = (
 )
 
 
+class IncompleteRun(UserWarning):
+    """A run stopped part-way (``run.json`` says ``"complete": false``)."""
+
+
 @dataclass
 class RunTables:
     """The tables of one simulation run, conformed to schema v1."""
@@ -83,7 +88,8 @@ class RunTables:
     run: dict[str, Any]
     """Contents of run.json."""
     until: float
-    """Simulated end of the run (seconds); contacts still up end here."""
+    """Simulated end of the run (seconds); contacts still up end here. For a run stopped
+    part-way, the simulated time it ``reached`` (every table cut there)."""
     contacts: DataFrame
     messages: DataFrame
     targets: DataFrame
@@ -246,16 +252,43 @@ def load_run(spark: SparkSession, run_dir: str, name: str | None = None) -> RunT
     contacts, messages, targets, datagrams = (tables[t] for t in REQUIRED_TABLES)
     assert contacts is not None and messages is not None
     assert targets is not None and datagrams is not None
+    cache = tables["cache"]
+    until = float(run["until"])
+    if run.get("complete") is False:
+        reached = run.get("reached")
+        if isinstance(reached, int | float) and not isinstance(reached, bool) and reached >= 0:
+            # What was recorded after ``reached`` (hosts alone run ahead of the clock) is
+            # cut off with the rest: every figure covers the same simulated time.
+            until = min(until, float(reached))
+            contacts = contacts.where(F.col("time") <= until)
+            messages = messages.where(F.col("time") <= until)
+            targets = targets.where(F.col("created") <= until)
+            cache = None if cache is None else cache.where(F.col("time") <= until)
+            warnings.warn(
+                IncompleteRun(
+                    f"the run stopped part-way (run.json: complete false): analysed up to "
+                    f"{until:g} s of {float(run['until']):g} s simulated"
+                ),
+                stacklevel=2,
+            )
+        else:
+            warnings.warn(
+                IncompleteRun(
+                    "the run stopped part-way (run.json: complete false) and does not say "
+                    "how far it got: figures that depend on its end use its 'until'"
+                ),
+                stacklevel=2,
+            )
     return RunTables(
         name=name or run_name(run_dir),
         path=run_dir,
         run=run,
-        until=float(run["until"]),
+        until=until,
         contacts=contacts,
         messages=messages,
         targets=targets,
         datagrams=datagrams,
-        cache=tables["cache"],
+        cache=cache,
         hosts=tables["hosts"],
     )
 

@@ -183,7 +183,11 @@ def _analyze_run(
         "overhead": ov_metrics,
         **cache_summary,
         "contacts": c_metrics,
-        "run": {k: run.run.get(k) for k in ("scenario", "seed", "until", "version")},
+        "run": {
+            **{k: run.run.get(k) for k in ("scenario", "seed", "until", "version")},
+            "complete": run.run.get("complete", True) is not False,
+            "analysed_until": until,
+        },
     }
     if isinstance(run.run.get("sweep"), dict):  # a run of a sweep: its setting
         metrics["sweep"] = run.run["sweep"]

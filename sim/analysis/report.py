@@ -566,7 +566,12 @@ def _describe_source(r: RunResult) -> str:
             for k, v in sweep["setting"].items()
         )
         parts.append("settings " + e(str(label)))
-    if run.get("until") is not None:
+    if run.get("complete") is False:  # stopped part-way: analysed up to where it got
+        parts.append(
+            f"<b>stopped part-way</b>: analysed up to {fmt(run.get('analysed_until'))} s of "
+            f"{fmt(run.get('until'))} s"
+        )
+    elif run.get("until") is not None:
         parts.append(f"{fmt(run['until'])} s simulated")
     what = "; ".join(parts)
     return f"<li><b>{e(r.name)}</b>: {what + '; ' if what else ''}{e(r.source)} ({e(r.kind)})</li>"
