@@ -16,6 +16,7 @@ from spark_fixtures import SPARK_GROUP, shared_spark
 from sim.cli import main
 from sim.runner import simulate
 from sim.sweep import (
+    MANIFEST,
     MARKER,
     Setting,
     SweepError,
@@ -731,3 +732,28 @@ def test_a_failing_run_is_reported_and_the_others_finish(tmp_path: Path) -> None
     assert (ok / MARKER).is_file() and not (bad / MARKER).exists()
     again = CliRunner().invoke(main, args)  # the failed run is retried, the good one skipped
     assert again.exit_code == 1 and "0 run(s) done, 1 already done, 1 failed" in again.output
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda m: m["runs"][0].pop("seed"),
+        lambda m: m["runs"][0].pop("dir"),
+        lambda m: m["runs"][0].update(setting=[1, 2]),
+        lambda m: m.update(runs={"a": 1}),
+        lambda m: m.update(runs=[5]),
+    ],
+)
+def test_a_damaged_sweep_manifest_is_one_clean_error(tmp_path: Path, spoil: Any) -> None:
+    """A sweep.json whose run entries lack a field (edited by hand, cut short) is refused
+    in one line naming the file, not with a KeyError traceback."""
+    from sim.analysis.errors import AnalysisError
+    from sim.analysis.sweep_report import read_sweep
+
+    out = tmp_path / "sweep"
+    run_sweep(make_plan(small_scenario(tmp_path), [("protocol.horizon", [1])], seeds=1), str(out), jobs=1)  # fmt: skip
+    manifest = json.loads((out / MANIFEST).read_text())
+    spoil(manifest)
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(AnalysisError, match="not a usable sweep manifest"):
+        read_sweep(str(out))

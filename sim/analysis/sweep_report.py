@@ -72,15 +72,19 @@ def read_sweep(path: str) -> SweepInput:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise AnalysisError(f"{path}/{MANIFEST}: not a usable sweep manifest ({e})") from e
     runs, missing = [], []
-    for r in runs_raw:
-        rel = str(r["dir"])
+    try:  # every entry as ``dodwan-sim sweep`` writes it: dir, seed, setting
+        entries = [(str(r["dir"]), dict(r.get("setting") or {}), int(r["seed"])) for r in runs_raw]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise AnalysisError(
+            f"{path}/{MANIFEST}: not a usable sweep manifest (a run entry: {e!r})"
+        ) from e
+    for rel, setting, seed in entries:
         if not store.exists(f"{rel}/{MARKER}"):
             missing.append(rel)
             continue
-        setting = dict(r.get("setting") or {})
         label = ", ".join(f"{k}={json.dumps(v)}" for k, v in setting.items()) or "(base)"
         name = rel.removeprefix("runs/")
-        runs.append(SweepRun(name, store.uri(rel), setting, label, int(r["seed"])))
+        runs.append(SweepRun(name, store.uri(rel), setting, label, seed))
     if not runs:
         raise AnalysisError(f"{path}: no finished run in this sweep (run dodwan-sim sweep first)")
     return SweepInput(store.root, manifest, runs, missing)
