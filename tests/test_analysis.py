@@ -665,3 +665,30 @@ def test_a_run_stopped_part_way_is_analysed_up_to_where_it_got(spark: Any, tmp_p
     info = json.loads((out / "metrics.json").read_text())["run"]["run"]
     assert info["complete"] is False and info["analysed_until"] == 50.0
     assert "stopped part-way" in (out / "report.html").read_text()
+
+
+def test_a_report_folder_used_again_holds_only_the_new_report(spark: Any, tmp_path: Path) -> None:
+    """Analysing into the folder of an earlier report replaces what that report wrote (a
+    sweep's files would otherwise sit among the new run's); files it did not write stay; a
+    non-empty folder that holds no report is refused before Spark starts."""
+    run = write_hand_run(tmp_path / "run")
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "metrics.json").write_text("{}")  # an earlier report...
+    for stale in ("sweep_summary.csv", "aggregate.json", "x_seed-1.MessageStatsReport.txt",
+                  "sweep_protocol.horizon.png", "sweep_protocol.horizon.svg"):  # fmt: skip
+        (out / stale).write_text("old")
+    (out / "tables" / "old_run").mkdir(parents=True)
+    (out / "my-notes.md").write_text("mine")  # ...and the user's own file
+    result = _invoke([str(run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    left = {p.name for p in out.iterdir()}
+    assert not left & {"sweep_summary.csv", "aggregate.json", "x_seed-1.MessageStatsReport.txt",
+                       "sweep_protocol.horizon.png", "sweep_protocol.horizon.svg"}  # fmt: skip
+    assert not (out / "tables" / "old_run").exists() and "my-notes.md" in left
+    assert list(json.loads((out / "metrics.json").read_text())) == ["run"]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "data.csv").write_text("precious")
+    _assert_clean_error(_invoke([str(run), "--out", str(other)]), "holds no earlier report")
+    assert (other / "data.csv").read_text() == "precious"

@@ -27,7 +27,13 @@ from sim.analysis.load import (
 )
 from sim.analysis.oracle import DEFAULT_MAX_ITERATIONS, OracleNotConverged
 from sim.analysis.pipeline import RunResult, analyze_contact_trace, analyze_run
-from sim.analysis.report import mean_column, summary_rows, write_frames, write_report
+from sim.analysis.report import (
+    mean_column,
+    prepare_report_dir,
+    summary_rows,
+    write_frames,
+    write_report,
+)
 from sim.analysis.session import DEFAULT_MASTER, create_session, small_local_inputs
 from sim.analysis.sweep_report import (
     SWEEP_METRICS,
@@ -172,6 +178,7 @@ def analyze(
             precheck_run_dir(path)
         for path in traces:
             precheck_trace(path)
+        prepare_report_dir(Path(out_dir))
         small = small_local_inputs([*run_dirs, *traces])  # a JVM tuned for a short life
         spark = create_session(master, driver_memory=driver_memory, small_inputs=small)
         for path, name in zip(run_dirs, names, strict=False):

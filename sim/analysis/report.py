@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from sim.analysis.errors import AnalysisError
 from sim.analysis.overhead import KINDS
 from sim.analysis.pipeline import RunResult
 
@@ -483,6 +484,34 @@ def write_one_reports(results: Sequence[RunResult], out: Path) -> list[str]:
 
 
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+REPORT_FILES = (
+    "*.csv", "*.png", "*.svg", "*.MessageStatsReport.txt",
+    "report.html", "metrics.json", "metrics.md", "aggregate.json",
+)  # fmt: skip
+"""What a report writes into its folder (besides ``tables/``)."""
+
+
+def prepare_report_dir(out: Path) -> None:
+    """Make ``out`` ready for a new report: a new or empty folder as it is; the folder of an
+    earlier report (it has ``metrics.json``) without that report's files and ``tables/``
+    (so no figure of a former analysis sits among the new ones; other files stay); any
+    other non-empty folder refused."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / "metrics.json").is_file():
+        raise AnalysisError(
+            f"{out}: not empty and holds no earlier report (no metrics.json): give a new or "
+            "empty folder, or the folder of an earlier report to replace it"
+        )
+    for pattern in REPORT_FILES:
+        for path in out.glob(pattern):
+            if path.is_file():
+                path.unlink()
+    if (out / "tables").is_dir():
+        shutil.rmtree(out / "tables")
+
+
 """Definitions of every figure; copied next to report.html so the link works offline."""
 
 STYLE = """
