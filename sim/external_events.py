@@ -106,7 +106,7 @@ def _creation(
         raise EventsError(f"{where}: {kind!r} is {known}; only C (create) lines are supported")
     if len(fields) not in (6, 7):
         raise EventsError(f"{where}: expected '<time> C <id> <from> <to> <size> [<respsize>]'")
-    if not _TIME.fullmatch(fields[0].lstrip("-")):
+    if not _TIME.fullmatch(fields[0].removeprefix("-")):
         raise EventsError(f"{where}: time {fields[0]!r} is not a number")
     time = float(fields[0])
     if not math.isfinite(time) or time < 0:
