@@ -404,3 +404,16 @@ def test_bad_header_field_raises_message_format_exception_at_send(
 def test_bad_url_raises_jms_exception(url: str) -> None:
     with pytest.raises(joms.JMSException):
         joms.connect(url)
+
+
+def test_a_text_body_may_hold_a_nul_character(pair: list[LoopbackHost]) -> None:
+    """A body travels with its content-length, so unlike a header it may hold NUL (JMS
+    text is any string); only what UTF-8 cannot encode is refused."""
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic("nulbody")
+        sub = s.create_consumer(t)
+        s.create_producer(t).send(s.create_text_message("a\0b"))
+        got = sub.receive(timeout=10)
+        assert isinstance(got, joms.TextMessage) and got.text == "a\0b"

@@ -128,9 +128,10 @@ def _encode_value(value: Any, t: str | None = None) -> dict[str, Any]:
     return {"t": t, "v": value}
 
 
-def _check_wire_text(what: str, value: str) -> None:
-    """A string that travels as a STOMP header or text body: UTF-8 encodable, no NUL."""
-    if "\0" in value:
+def _check_wire_text(what: str, value: str, *, header: bool = True) -> None:
+    """A string that travels as a STOMP header (UTF-8 encodable, no NUL) or as a text body
+    (UTF-8 encodable: it goes with its content-length, so NUL is fine)."""
+    if header and "\0" in value:
         raise MessageFormatException(f"{what} contains a NUL character")
     try:
         value.encode("utf-8")
@@ -264,7 +265,7 @@ def _checked_text(value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise MessageFormatException(f"a text body is a str, not {type(value).__name__}")
     if value is not None:
-        _check_wire_text("the text body", value)
+        _check_wire_text("the text body", value, header=False)
     return value
 
 
