@@ -281,6 +281,29 @@ def test_queue_browser_through_the_python_api(daemons) -> None:
         wait_for(lambda: s.create_browser(q).messages() == [], what="an empty queue")
 
 
+def test_browsing_a_queue_managed_elsewhere_keeps_the_connection(daemons) -> None:
+    """Only a queue's manager can browse it. The gateway names its host in CONNECTED
+    (``joms-host``), so the API refuses a browser of ``Q@OTHER`` itself, with
+    InvalidDestinationException, instead of sending a SUBSCRIBE the gateway must answer
+    with an ERROR, which would close the connection and every consumer on it."""
+    (port,) = _stomp_daemons(daemons, "qb2")
+    with joms.connect(f"stomp://127.0.0.1:{port}") as c:
+        assert c.host_id == "qb2"
+        s = c.create_session()
+        local = s.create_queue("Here")
+        s.create_producer(local).send(s.create_text_message("still here"))
+        cons = s.create_consumer(s.create_topic("news"))
+        with pytest.raises(joms.InvalidDestinationException, match="managed by elsewhere"):
+            s.create_browser(s.create_queue("There@elsewhere")).messages()
+        # the connection and its consumer live on; the host's own queues can be browsed
+        browser = s.create_browser(s.create_queue("Here@qb2"))
+        wait_for(lambda: [m.text for m in browser.messages()] == ["still here"],
+                 what="the message at its manager")  # fmt: skip
+        s.create_producer(s.create_topic("news")).send(s.create_text_message("live"))
+        got = cons.receive(10)
+        assert got is not None and got.text == "live"
+
+
 def _joms_config(tmp_path: Path, **settings: float) -> tuple[str, ...]:
     """``--config FILE`` with a ``[joms]`` table (docs/joms.md, "Service configuration")."""
     path = tmp_path / "joms.toml"

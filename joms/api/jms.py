@@ -100,7 +100,9 @@ class Connection:
         if login is not None:
             headers["login"] = login
             headers["passcode"] = passcode or ""
-        self._transport.connect(headers)
+        connected = self._transport.connect(headers)
+        self.host_id: str | None = connected.headers.get("joms-host") or None
+        """The host of the gateway (its CONNECTED ``joms-host``; None from another server)."""
 
     def __enter__(self) -> Connection:
         return self
@@ -280,6 +282,13 @@ class Session:
             raise InvalidDestinationException("a browser is for queues")
         if selector:
             selector_lang.parse(selector)  # raises InvalidSelectorException locally
+        _, at, manager = queue_.name.rpartition("@")
+        here = self.connection.host_id
+        if at and here is not None and manager != here:
+            # refused here: the gateway's ERROR would close the connection (STOMP)
+            raise InvalidDestinationException(
+                f"{queue_} is managed by {manager}: browse it through that host's gateway"
+            )
         return QueueBrowser(self, queue_, selector)
 
     def unsubscribe(self, name: str) -> None:

@@ -392,6 +392,8 @@ class StompConnection(asyncio.Protocol):
                     "version": version,
                     "server": SERVER_NAME,
                     "session": self.conn_id,
+                    # JOMS extension: the host whose queues this gateway can browse
+                    "joms-host": self.service.host_id,
                     "heart-beat": f"{sx},{sy}",
                 },
             )
