@@ -328,6 +328,25 @@ def test_bad_send_options_raise_locally_and_connection_survives(
         assert cons.receive(0.2) is None  # the refused one was never sent
 
 
+@pytest.mark.parametrize("wildcard", ["news.*", "news.>", "news.#"])
+def test_sending_to_a_wildcard_topic_raises_locally_and_connection_survives(
+    pair: list[LoopbackHost], wildcard: str
+) -> None:
+    """docs/joms.md: destination names are checked locally, so a bad one raises without
+    closing the connection (the gateway's ERROR would close it)."""
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic(f"wild{next(_fresh)}")
+        cons = s.create_consumer(t)
+        with pytest.raises(joms.InvalidDestinationException, match="wildcard"):
+            s.create_producer(s.create_topic(wildcard)).send(s.create_text_message("bad"))
+        with pytest.raises(joms.InvalidDestinationException, match="wildcard"):
+            s.create_producer(None).send(s.create_text_message("bad"), s.create_topic(wildcard))
+        s.create_producer(t).send(s.create_text_message("good"))
+        assert cons.receive(5).text == "good"
+
+
 def test_unsubscribe_without_client_id_raises_locally(pair: list[LoopbackHost]) -> None:
     a, _ = pair
     with joms.connect(a.stomp_url) as c:

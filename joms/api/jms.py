@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import selector as selector_lang
 from ..errors import IllegalStateException, InvalidDestinationException, JMSException
+from ..service.wildcards import is_wildcard
 from ..stomp.frame import Frame
 from .messages import (
     NON_PERSISTENT,
@@ -432,6 +433,10 @@ class MessageProducer:
         s._check()
         # checked here, like selectors and names: a refusal by the gateway would close the
         # connection (STOMP ERROR)
+        if isinstance(dest, Topic) and is_wildcard(dest.name):
+            raise InvalidDestinationException(
+                f"cannot send to wildcard topic {dest.name!r}: wildcards are for subscriptions"
+            )
         mode = self.delivery_mode if delivery_mode is None else delivery_mode
         if mode not in (PERSISTENT, NON_PERSISTENT) or isinstance(mode, bool):
             raise JMSException("delivery_mode must be PERSISTENT or NON_PERSISTENT")
