@@ -45,6 +45,9 @@ class Console:
         self.admin = admin
         self.out = printer
         self.failures = 0
+        self.interactive = False
+        """At the prompt, Ctrl-C stops the running command only; in a script or a one-shot
+        command it stops the console (exit 130)."""
         self.topics: set[str] = set()
         self.queues: set[str] = set()
         link.on_arrival = self._remember
@@ -90,6 +93,8 @@ class Console:
         except JMSException as exc:
             self._fail(f"the daemon refused: {exc}")
         except KeyboardInterrupt:
+            if not self.interactive:
+                raise
             self._fail("interrupted")
         except Exception as exc:  # a console must survive its own bugs too
             self._fail(f"unexpected {type(exc).__name__}: {exc}")

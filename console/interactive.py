@@ -95,6 +95,7 @@ def run(console: Console, history_file: Path, banner: str) -> int:
         completer=ConsoleCompleter(console),
         complete_while_typing=False,
     )
+    console.interactive = True
     console.out.line(banner)
     if warning:
         console.out.notice(warning)

@@ -517,6 +517,28 @@ def test_dash_c_runs_a_script(net: tuple[Host, Host], home: Path) -> None:
     assert "Script" in topics.split(":", 1)[1].strip().split(", ")  # from the daemon's cache
 
 
+def test_ctrl_c_in_a_script_stops_it_with_130(net: tuple[Host, Host], home: Path) -> None:
+    """docs/console.md: 130 on Ctrl-C, and a script stops there. A Ctrl-C during a
+    script's blocking ``receive`` used to count as one failed command (exit 1) and the
+    script went on with the next one."""
+    a, _ = net
+    script = Follower(
+        joms("--url", a.url, "-c",
+             "pub -t CtrlCBefore -id c1 -p one; receive -q CtrlCNobody --timeout 60; "
+             "pub -t CtrlCAfter -id c2 -p two"),
+        _env(home),
+    )  # fmt: skip
+    try:
+        script.wait_line("The message c1 has been published")
+        script.proc.send_signal(signal.SIGINT)
+        assert script.proc.wait(10) == 130, script.lines
+        assert not any("c2" in x for x in script.lines), script.lines
+        assert not any("Traceback" in x for x in script.lines), script.lines
+    finally:
+        if script.proc.poll() is None:
+            script.proc.kill()
+
+
 def test_a_queue_message_received_once_is_not_received_again(
     net: tuple[Host, Host], home: Path
 ) -> None:
