@@ -391,3 +391,51 @@ def test_mqtt_client_ids_of_two_gateways_never_collide() -> None:
     assert client_id("h2-z", "cl") == client_id("h2-z", "cl")  # stable across restarts
     assert client_id("gw", "hq") == "dodwan-gw-hq-in"  # unambiguous already: unchanged
     assert all(len(client_id(h, n)) <= 100 for h in ("h" * 64, "a-b") for n in (long, "c"))
+
+
+class _StrictHost(_FakeHost):
+    """Refuses attributes as the core does: its own check of each one, and a descriptor
+    over ``limits.max_descriptor_bytes`` (approximated by the attributes' total length)."""
+
+    max_payload = 1000
+
+    def publish(self, attributes: Any, payload: bytes, deadline: float, priority: int) -> str:
+        from dodwan.core.limits import Limits
+        from dodwan.core.message import check_app_attributes
+
+        limits = Limits()
+        check_app_attributes(attributes, limits)
+        size = sum(len(k) + len(v) for k, v in attributes.items())
+        if size > limits.max_descriptor_bytes:
+            raise ValueError(f"descriptor of {size} bytes is over limits.max_descriptor_bytes")
+        return super().publish(attributes, payload, deadline, priority)
+
+
+def test_only_the_remote_headers_the_core_refuses_are_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One invalid header (``once: maybe``, a 20 kB value) cost the message every remote
+    header; now only that one is left out, with a warning naming it. At most 32 headers
+    are taken over, as before."""
+    from dodwan.bridges.binding import Binding
+    from dodwan.bridges.manager import BridgeManager
+
+    host = _StrictHost(tmp_path)
+    manager = BridgeManager(host, [])
+    manager.outbox = Outbox(tmp_path)
+    spec = BindingSpec.from_dict({"uri": "mqtt://h/x", "direction": "in", "name": "hq"})
+    b = Binding(spec, manager.outbox, lambda *_a: None, manager._from_thread)  # type: ignore[arg-type,return-value]
+    many = {f"h{i:02d}": "v" for i in range(40)}
+    with caplog.at_level("WARNING", logger="dodwan.bridges"):
+        assert manager._inbound(b, Inbound(b"1", headers={"once": "maybe", "good": "yes"}))
+        assert manager._inbound(b, Inbound(b"2", headers={"big": "B" * 20000, "good": "yes"}))
+        assert manager._inbound(b, Inbound(b"3", headers={"once": "maybe", **many}))
+        assert manager._inbound(b, Inbound(b"4", headers={"once": "true", "good": "yes"}))
+    (a1, _), (a2, _), (a3, _), (a4, _) = host.published
+    assert a1["good"] == "yes" and "once" not in a1
+    assert a2["good"] == "yes" and "big" not in a2
+    assert "once" not in a3 and sum(k.startswith("h") for k in a3) == 32
+    assert a4["once"] == "true" and a4["good"] == "yes"
+    assert "'once'" in caplog.text and "'big'" in caplog.text
+    assert b.received == 4 and b.errors == 0
+    manager.outbox.close()

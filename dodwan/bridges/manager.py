@@ -290,7 +290,8 @@ class BridgeManager:
             if msg.expires <= now:
                 return True  # expired on the way: nothing to deliver
             deadline = min(deadline, msg.expires)
-        attrs = inbound_attributes(msg, spec.attributes, ep.display)
+        left_out: list[str] = []
+        attrs = inbound_attributes(msg, spec.attributes, ep.display, left_out)
         if spec.joms:  # a JMS BytesMessage for the daemon's JOMS clients
             attrs.setdefault("jms_body", "bytes")
             attrs.setdefault("jms_timestamp", str(int(now * 1000)))
@@ -311,19 +312,14 @@ class BridgeManager:
         # storage -- may pass later: not acknowledged, the broker keeps the message.
         try:
             try:
-                self.host.publish(attrs, msg.body, deadline, priority)
+                self._publish_mapped(spec, msg, attrs, left_out, deadline, priority)
             except CacheFullError:
                 raise
             except (TypeError, ValueError) as exc:
                 if "already known" in str(exc):
                     binding.duplicates += 1
                     return True
-                # A header the core refuses as an attribute: keep the message, drop them.
-                log.warning("bridge %s: remote headers not mapped (%s)", spec.name, exc)
-                attrs = inbound_attributes(Inbound(b""), spec.attributes, ep.display)
-                if msg.remote_id:
-                    attrs["id"] = inbound_id(f"{ep.scheme}:{ep.path}", msg.remote_id)
-                self.host.publish(attrs, msg.body, deadline, priority)
+                raise
         except CacheFullError as exc:
             binding.record_error(exc)
             return False  # not acknowledged: the broker keeps it
@@ -340,6 +336,53 @@ class BridgeManager:
             self.outbox.remember(spec.name, digest, deadline)
         self.outbox.add_received(spec.name)
         return True
+
+    def _publish_mapped(
+        self,
+        spec: BindingSpec,
+        msg: Inbound,
+        attrs: dict[str, str],
+        left_out: list[str],
+        deadline: float,
+        priority: int,
+    ) -> None:
+        """Publish ``msg`` with its remote headers, leaving out only those the core refuses.
+
+        Headers that are not valid attributes one by one are left out already; when the
+        core still refuses (the descriptor over ``limits.max_descriptor_bytes``), the largest
+        remote header goes, then the next, the correlation id and type last (a few more tries
+        at most: :data:`MAX_MAPPED` headers are mapped). Raises what the core raises
+        without any of them (then the attributes are refused for good),
+        or a refusal that is not about attributes (e.g. a full cache) at once."""
+        fixed = set(spec.attributes) | {ORIGIN_MARK, "id"}
+        remote = sorted(
+            (k for k in attrs if k in msg.headers and k not in fixed),
+            key=lambda k: len(k) + len(attrs[k]),
+            reverse=True,
+        )
+        # Last, what the remote side's own fields gave (as when every header went).
+        remote += [k for k in ("jms_correlation_id", "jms_type") if k in attrs and k not in fixed]
+        remote = list(dict.fromkeys(remote))
+        while True:
+            try:
+                self.host.publish(attrs, msg.body, deadline, priority)
+                break
+            except CacheFullError:  # a ValueError, but not about the attributes
+                raise
+            except (TypeError, ValueError) as exc:
+                if "already known" in str(exc) or not remote:
+                    raise
+                log.debug("bridge %s: %s; header %r left out", spec.name, exc, remote[0])
+                attrs = {k: v for k, v in attrs.items() if k != remote[0]}
+                left_out.append(remote.pop(0))
+        if left_out:
+            more = f" and {len(left_out) - 8} more" if len(left_out) > 8 else ""
+            log.warning(
+                "bridge %s: remote header(s) %s%s not valid as attributes: left out",
+                spec.name,
+                ", ".join(repr(n) for n in left_out[:8]),
+                more,
+            )
 
     # ------------------------------------------------------------------ run-time changes
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from ..core.message import ONCE
+
 ORIGIN_MARK = "bridge_origin"
 """Descriptor attribute of a message that came in through a bridge: the remote URI."""
 
@@ -91,19 +93,22 @@ def inbound_id(destination: str, remote_id: str) -> str:
     return f"bridged-{digest[:40]}"
 
 
-def inbound_attributes(msg: Inbound, fixed: dict[str, str], origin: str) -> dict[str, str]:
-    """Attributes of the DoDWAN publication made from ``msg``."""
+def inbound_attributes(
+    msg: Inbound, fixed: dict[str, str], origin: str, left_out: list[str] | None = None
+) -> dict[str, str]:
+    """Attributes of the DoDWAN publication made from ``msg``.
+
+    A header that is not a valid attribute (a system name, a name too long or not
+    printable, ``once`` other than ``true``/``false``) is left out alone, and so is any
+    header beyond the first :data:`MAX_MAPPED`; their names go to ``left_out`` (the
+    protocol's own ``dodwan-*`` headers are not counted there)."""
     attrs: dict[str, str] = {}
     for name, value in msg.headers.items():
-        if len(attrs) >= MAX_MAPPED:
-            break
-        if (
-            not name
-            or len(name) > 64
-            or name in SYSTEM
-            or name.startswith("dodwan-")
-            or not name.isprintable()
-        ):
+        if name.startswith("dodwan-"):
+            continue
+        if len(attrs) >= MAX_MAPPED or not _valid(name, str(value)):
+            if left_out is not None:
+                left_out.append(name)
             continue
         attrs[name] = str(value)
     if msg.correlation_id:
@@ -113,3 +118,10 @@ def inbound_attributes(msg: Inbound, fixed: dict[str, str], origin: str) -> dict
     attrs.update(fixed)
     attrs[ORIGIN_MARK] = origin
     return attrs
+
+
+def _valid(name: str, value: str) -> bool:
+    """Whether the core takes this header as an attribute (its own checks, one by one)."""
+    if not name or len(name) > 64 or name in SYSTEM or not name.isprintable():
+        return False
+    return name != ONCE or value in ("true", "false")
