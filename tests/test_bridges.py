@@ -485,6 +485,42 @@ def test_a_commit_whose_answer_is_lost_is_not_sent_again(
         proxy.close()
 
 
+LEDGERS = ["amqp", "stomp"]
+"""The protocols whose exactly-once rests on a ledger written in the broker's transaction."""
+
+
+@pytest.mark.parametrize("name", by_broker(LEDGERS))
+def test_two_hosts_whose_ledger_names_clashed_each_send_their_own(
+    name: str,
+    request: pytest.FixtureRequest,
+    daemons: Callable[..., DaemonProc],
+    remotes: Any,
+) -> None:
+    """Hosts X.b and X_b, each with a binding hq to its own destination, both wrote the
+    ledger queue dodwan.ledger.X_b.hq: after a restart, X_b found X.b's last batch there
+    and marked it sent though its own destination never got it (data loss)."""
+    broker: Broker = request.getfixturevalue(BROKER_OF[name])
+    restart(broker)
+    topic = topic_name()
+    uri_a, make_a = Proto(name, broker).destination(f"{topic}a", queue=True)
+    uri_b, make_b = Proto(name, broker).destination(f"{topic}b", queue=True)
+    hq_a, hq_b = remotes(make_a), remotes(make_b)
+    group = random_group()
+    a = daemons("a", "--group", group, "--host-id", f"{topic}.b", *ARGS)
+    b = daemons("b", "--group", group, "--host-id", f"{topic}_b", *ARGS)
+    add_binding(a, uri_a, "hq", topic, direction="out")
+    add_binding(b, uri_b, "hq", topic, direction="out", holdoff=10.0)  # b sends later
+    for gw in (a, b):
+        wait_for(lambda gw=gw: binding(gw, "hq")["connected"], 30, what="binding connected")
+    ids = publish(a, topic, 3)
+    exactly_once(hq_a, ids, gw=a)
+    wait_for(lambda: binding(b, "hq")["backlog"] == 3, 10, what="b holding them off")
+    b.kill(signal.SIGTERM)  # b's binding reads its ledger when it connects again
+    b.start()
+    exactly_once(hq_b, ids, timeout=40, gw=b)
+    assert binding(b, "hq")["settled"] == 0
+
+
 # ---------------------------------------------------------------------- kill -9
 
 

@@ -439,3 +439,21 @@ def test_only_the_remote_headers_the_core_refuses_are_left_out(
     assert "'once'" in caplog.text and "'big'" in caplog.text
     assert b.received == 4 and b.errors == 0
     manager.outbox.close()
+
+
+def test_ledger_names_of_two_bindings_never_collide() -> None:
+    """Hosts a.b and a_b both wrote ``dodwan.ledger.a_b.hq``: each could take the other's
+    ledger entry for its own and mark a message sent that it never sent. Names that were
+    unambiguous keep their form (the ledgers of existing gateways)."""
+    from dodwan.bridges import ledger
+
+    for name_of in (ledger.queue_name, ledger.topic_name):
+        pairs = [("a.b", "hq"), ("a_b", "hq"), ("a b", "hq"), ("a/b", "hq"), ("a", "b.hq")]
+        pairs += [("h" * 64, "n" * 64), ("h" * 64, "n" * 63 + "m"), ("é", "hq"), ("_", "hq")]
+        names = [name_of(h, n) for h, n in pairs]
+        assert len(set(names)) == len(names), names
+        assert name_of("a.b", "hq") == name_of("a.b", "hq")  # stable across restarts
+        assert all(len(n) <= 200 for n in names)
+    assert ledger.queue_name("gw", "hq") == "dodwan.ledger.gw.hq"
+    assert ledger.queue_name("a_b-2", "h.q") == "dodwan.ledger.a_b-2.h.q"
+    assert ledger.topic_name("gw", "hq") == "dodwan-ledger/gw/hq"

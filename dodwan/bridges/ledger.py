@@ -1,10 +1,10 @@
 """The broker-side ledger of a binding: which batch the broker last committed.
 
 A batch is sent in a broker transaction (STOMP, AMQP). The same transaction writes one
-ledger message — the DoDWAN ids of the batch — to a private durable queue of the binding,
-``dodwan.ledger.HOST.NAME``. So the broker holds, atomically with the messages themselves,
-the record of the last batch it took. When the connection breaks after the commit was sent
-and before its answer came (the broker stopped, the gateway was killed), the gateway cannot
+ledger message — the DoDWAN ids of the batch — to a private durable queue of the binding
+(:func:`queue_name`). So the broker holds, atomically with the messages themselves, the
+record of the last batch it took. When the connection breaks after the commit was sent and
+before its answer came (the broker stopped, the gateway was killed), the gateway cannot
 tell whether the batch is on the broker; after reconnecting it reads the ledger, marks the
 batch sent if the ledger names it, and sends it again only if not. That makes delivery to
 the broker exactly once across broker and gateway restarts, not just at least once.
@@ -16,25 +16,45 @@ binding's own subscription serves as the ledger (see :mod:`.mqtt`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
 HEADER = "dodwan-ledger"
 """Header (STOMP) / AMQP ``type`` marking a ledger message."""
 
+_PLAIN_HOST = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+"""Host ids the first form of the names keeps as they are (it splits one way only)."""
+
 
 def _host(host_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]+", "_", host_id)[:80]
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", host_id)[:64]
+
+
+def _digest(host_id: str, binding: str) -> str:
+    return hashlib.sha256(f"{host_id}\0{binding}".encode()).hexdigest()[:16]
 
 
 def queue_name(host_id: str, binding: str) -> str:
-    """The binding's ledger queue (one per gateway host and binding name)."""
-    return f"dodwan.ledger.{_host(host_id)}.{binding}"
+    """The binding's ledger queue (one per gateway host and binding name).
+
+    ``dodwan.ledger.HOST.NAME`` when the host id holds only letters, digits, ``_`` and
+    ``-`` (the name of earlier versions, kept: HOST has no '.', so the name splits one way
+    only). Otherwise, where earlier versions turned '.' and other characters into '_'
+    (hosts ``a.b`` and ``a_b`` shared a ledger), ``dodwan.ledger-HASH.HOST.NAME`` with a
+    hash of the pair: the '-' after ``ledger`` keeps it apart from every name of the
+    first form."""
+    if _PLAIN_HOST.match(host_id):
+        return f"dodwan.ledger.{host_id}.{binding}"
+    return f"dodwan.ledger-{_digest(host_id, binding)}.{_host(host_id)}.{binding}"
 
 
 def topic_name(host_id: str, binding: str) -> str:
-    """MQTT: the topic of the binding's ledger probes."""
-    return f"dodwan-ledger/{_host(host_id)}/{binding}"
+    """MQTT: the topic of the binding's ledger probes, ``dodwan-ledger/HOST/NAME``, or
+    ``dodwan-ledger/HOST/NAME/HASH`` (one level more) when HOST is not kept as it is."""
+    if _PLAIN_HOST.match(host_id):
+        return f"dodwan-ledger/{host_id}/{binding}"
+    return f"dodwan-ledger/{_host(host_id)}/{binding}/{_digest(host_id, binding)}"
 
 
 def encode(ids: list[str]) -> bytes:
