@@ -457,3 +457,37 @@ def test_ledger_names_of_two_bindings_never_collide() -> None:
     assert ledger.queue_name("gw", "hq") == "dodwan.ledger.gw.hq"
     assert ledger.queue_name("a_b-2", "h.q") == "dodwan.ledger.a_b-2.h.q"
     assert ledger.topic_name("gw", "hq") == "dodwan-ledger/gw/hq"
+
+
+def test_a_ledger_entry_is_trusted_only_by_its_binding_instance(tmp_path: Path) -> None:
+    """The token of a binding instance lives in the outbox from `bridge add` (or the first
+    start) to `bridge rm`; a ledger entry names it and the destination, and another
+    instance, another destination or a bare id list (earlier versions) names nothing."""
+    import dataclasses
+
+    from dodwan.bridges import ledger
+
+    box = Outbox(tmp_path)
+    token = box.instance("hq")
+    assert box.instance("hq") == token and box.instance("other") != token
+    box.close()
+    box = Outbox(tmp_path)
+    assert box.instance("hq") == token  # kept across restarts
+    box.drop_binding("hq")  # bridge rm
+    assert box.instance("hq") != token
+    box.close()
+
+    base = BindingSpec.from_dict(
+        {"uri": "amqp://h/queue/q1", "direction": "out", "name": "hq", "attributes": {"t": "x"}}
+    )
+    spec = dataclasses.replace(base, instance="t1")
+    entry = ledger.encode(spec, ["m1", "m2"])
+    assert ledger.decode(spec, entry) == {"m1", "m2"}
+    assert ledger.decode(dataclasses.replace(spec), entry) == {"m1", "m2"}  # --replace
+    assert ledger.decode(dataclasses.replace(base, instance="t2"), entry) == set()
+    moved = dataclasses.replace(spec, uri="amqp://h/queue/q2")
+    assert ledger.decode(moved, entry) == set()
+    assert ledger.decode(base, ledger.encode(base, ["m1"])) == set()  # no instance
+    assert ledger.decode(spec, b'["m1","m2"]') == set()
+    assert ledger.decode(spec, b"\xff") == set()
+    assert "instance" not in spec.as_dict() and spec == base

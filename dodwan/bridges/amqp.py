@@ -117,7 +117,7 @@ class AmqpLink:
             ch.close()  # the message, unacknowledged, goes back to the queue
         except (pika.exceptions.AMQPError, OSError, AttributeError) as exc:
             raise LinkError(f"AMQP ledger not readable: {type(exc).__name__} {exc}") from None
-        return set() if method is None else ledger.decode(body)
+        return set() if method is None else ledger.decode(self.spec, body)
 
     def send(self, rows: list[OutRow]) -> None:
         ep = self.spec.endpoint
@@ -143,7 +143,7 @@ class AmqpLink:
             ch.basic_publish(
                 "",
                 self.ledger,
-                ledger.encode([r.msg_id for r in rows]),
+                ledger.encode(self.spec, [r.msg_id for r in rows]),
                 properties=pika.BasicProperties(delivery_mode=2, type=ledger.HEADER),
             )
             ch.tx_commit()

@@ -12,6 +12,13 @@ the broker exactly once across broker and gateway restarts, not just at least on
 Only the newest ledger message matters: older ones are removed (STOMP: acknowledged in the
 next transaction; AMQP: a queue holding one message). MQTT has no transactions: there the
 binding's own subscription serves as the ledger (see :mod:`.mqtt`).
+
+A ledger message names the binding *instance* that wrote it (a token kept in the outbox,
+the same across restarts and ``--replace``, new after ``bridge rm``) and its destination,
+and is trusted only by that instance for that destination: an entry written by a removed
+binding of the same name, for another destination, by another gateway, or by a version
+that wrote bare id lists, names nothing (the batch in doubt is sent again: a copy at worst,
+never a loss).
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .uri import BindingSpec
 
 HEADER = "dodwan-ledger"
 """Header (STOMP) / AMQP ``type`` marking a ledger message."""
@@ -57,16 +68,29 @@ def topic_name(host_id: str, binding: str) -> str:
     return f"dodwan-ledger/{_host(host_id)}/{binding}/{_digest(host_id, binding)}"
 
 
-def encode(ids: list[str]) -> bytes:
-    return json.dumps(ids, separators=(",", ":")).encode()
+def _destination(spec: BindingSpec) -> str:
+    return f"{spec.endpoint.scheme}:{spec.endpoint.path}"
 
 
-def decode(body: bytes) -> set[str]:
-    """The ids a ledger message names (empty when it is not one of ours)."""
+def encode(spec: BindingSpec, ids: list[str]) -> bytes:
+    """The ledger message of a batch of ``spec``'s binding instance."""
+    entry = {"binding": spec.instance, "to": _destination(spec), "ids": ids}
+    return json.dumps(entry, separators=(",", ":")).encode()
+
+
+def decode(spec: BindingSpec, body: bytes) -> set[str]:
+    """The ids a ledger message names, when ``spec``'s binding instance wrote it for its
+    destination (empty otherwise: not one of ours, or not this binding's)."""
     try:
-        ids = json.loads(body)
+        entry: Any = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return set()
-    if not isinstance(ids, list):
+    if not (
+        isinstance(entry, dict)
+        and spec.instance
+        and entry.get("binding") == spec.instance
+        and entry.get("to") == _destination(spec)
+        and isinstance(entry.get("ids"), list)
+    ):
         return set()
-    return {i for i in ids if isinstance(i, str) and i}
+    return {i for i in entry["ids"] if isinstance(i, str) and i}

@@ -17,6 +17,7 @@ disconnects; unsent messages stay in the outbox for whichever binding is current
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sqlite3
 import time
@@ -136,15 +137,24 @@ class BridgeManager:
                 self.host.unsubscribe(key)
         for spec, source in specs.values():
             self.outbox.put_binding(spec.name, spec.as_dict(), source)
+            spec = self._instance(spec)
             self._recover(spec)
             self._launch(spec)
             if spec.outbound:
                 self.host.subscribe(KEY_PREFIX + spec.name, spec.patterns())
         self._purge_handle = self._loop.call_later(PURGE_PERIOD, self._purge)
 
+    def _instance(self, spec: BindingSpec) -> BindingSpec:
+        """``spec`` with the token of its binding instance (see :mod:`.ledger`)."""
+        assert self.outbox is not None
+        return dataclasses.replace(spec, instance=self.outbox.instance(spec.name))
+
     def _recover(self, spec: BindingSpec) -> None:
-        """Cached messages the core delivered to the binding but the outbox never got
-        (a kill between the core's commit and the outbox's)."""
+        """Cached messages the binding should send that the outbox does not have: at
+        start-up, those the core delivered but the outbox never got (a kill between the
+        core's commit and the outbox's); at ``bridge add``, all of them (after ``bridge rm``
+        the core does not deliver them again to the same subscription key). Held off like
+        any other (a standby binding)."""
         if not spec.outbound:
             return
         assert self.outbox is not None
@@ -162,7 +172,9 @@ class BridgeManager:
             payload = payload_of()
             if deadline <= now or payload is None:
                 continue
-            n += self.outbox.enqueue(spec.name, msg_id, descriptor, payload, deadline, now)
+            n += self.outbox.enqueue(
+                spec.name, msg_id, descriptor, payload, deadline, now + spec.holdoff
+            )
         if n:
             log.info("bridge %s: %d cached message(s) recovered into the outbox", spec.name, n)
 
@@ -397,7 +409,14 @@ class BridgeManager:
             old = self._bindings.get(spec.name)
             if old is not None and not replace:
                 raise BridgeError(409, f"binding {spec.name!r} exists; use replace to change it")
+            # A replacement keeps the instance (and the outbox rows); a binding added after
+            # `bridge rm` of the same name is a new one: the old one's ledger is not its own.
+            spec = self._instance(spec)
             if old is None:
+                # The cached matching messages go out, as at start-up: the core hands them
+                # over to a new subscription, but not again to one of the same key (a
+                # binding removed and added again).
+                self._recover(spec)
                 self._launch(spec)  # first: the core hands the cached messages over at once
                 self._bind(spec)
             else:

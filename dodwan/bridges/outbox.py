@@ -7,14 +7,16 @@ only once the broker has confirmed it. So a message waits here while the uplink 
 sent again. Rows stay until the message's deadline has passed, so a message delivered again
 (e.g. the subscription re-created) is recognised and not sent twice.
 
-The table also keeps the bindings added at run time (they survive restarts) and per-binding
-totals. One connection is shared by the event loop and the binding threads under a lock.
+The table also keeps the bindings added at run time (they survive restarts), the token of
+each binding instance (written in the broker-side ledgers, see :mod:`.ledger`) and
+per-binding totals. One connection is shared by the event loop and the binding threads under a lock.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -40,6 +42,8 @@ CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(binding, state, seq);
 CREATE TABLE IF NOT EXISTS inbound_seen(
     binding TEXT NOT NULL, digest TEXT NOT NULL, until REAL NOT NULL,
     PRIMARY KEY(binding, digest));
+CREATE TABLE IF NOT EXISTS instances(
+    binding TEXT PRIMARY KEY, token TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS marks(
     binding TEXT PRIMARY KEY, hwm INTEGER NOT NULL DEFAULT 0,
     sent INTEGER NOT NULL DEFAULT 0, received INTEGER NOT NULL DEFAULT 0);
@@ -97,8 +101,22 @@ class Outbox:
             db.execute("DELETE FROM marks WHERE binding = ?", (name,))
             db.execute("DELETE FROM inbound_seen WHERE binding = ?", (name,))
             db.execute("DELETE FROM bindings WHERE name = ?", (name,))
+            db.execute("DELETE FROM instances WHERE binding = ?", (name,))
             db.execute("COMMIT")
             return int(unsent)
+
+    def instance(self, name: str) -> str:
+        """The token of the binding instance of this name: made on first use, kept until
+        :meth:`drop_binding` (so a binding added again after ``bridge rm`` gets a new one)."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO instances(binding, token) VALUES (?, ?)",
+                (name, secrets.token_hex(8)),
+            )
+            (token,) = self._db.execute(
+                "SELECT token FROM instances WHERE binding = ?", (name,)
+            ).fetchone()
+        return str(token)
 
     # ------------------------------------------------------------------ messages
 

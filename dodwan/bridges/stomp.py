@@ -109,7 +109,7 @@ class StompLink:
             if h.get("browser") == "end":
                 self._browse_done.set()
             else:
-                self._browsed = ledger.decode(bytes(frame.body or b""))
+                self._browsed = ledger.decode(self.spec, bytes(frame.body or b""))
             return
         if sub == "ledger":
             with self._lock:
@@ -242,7 +242,7 @@ class StompLink:
             conn.ack(ack, transaction=tx)
         conn.send(
             self.ledger,
-            ledger.encode([r.msg_id for r in rows]),
+            ledger.encode(self.spec, [r.msg_id for r in rows]),
             headers={"persistent": "true", ledger.HEADER: "1", "transaction": tx},
         )
         self._wait_receipt(lambda rid: conn.commit(transaction=tx, headers={"receipt": rid}))

@@ -204,6 +204,10 @@ class BindingSpec:
     """The JOMS topic mirrored (its attributes are part of ``attributes``)."""
     selector: str = ""
     """A JMS selector choosing the messages that cross, both ways ("": every message)."""
+    instance: str = field(default="", compare=False, repr=False)
+    """Which binding of this name it is: a token the gateway keeps from ``bridge add`` to
+    ``bridge rm`` (across restarts and ``--replace``), written in the broker-side ledger
+    (:mod:`.ledger`). Not a setting: never in :meth:`as_dict`."""
     endpoint: Endpoint = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
