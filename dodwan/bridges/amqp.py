@@ -4,7 +4,8 @@ Written for RabbitMQ. An exchange binding declares a durable topic exchange; out
 messages are published to it with the routing key; inbound, the binding consumes from its
 own durable queue ``dodwan.HOST.NAME`` bound to the exchange with the routing key (which may
 hold ``*`` and ``#``), so what arrives while the gateway is away waits in that queue. A
-queue binding sends to and consumes from the durable queue NAME.
+queue binding sends to and consumes from the durable queue NAME, used as its owner
+declared it (a passive declare; declared only when missing).
 
 Outbound batches are published in one AMQP transaction (``tx.commit`` answers once RabbitMQ
 has taken the whole batch), together with the batch's ledger message (:mod:`.ledger`) in
@@ -72,9 +73,7 @@ class AmqpLink:
                 ch.exchange_declare(ep.destination, exchange_type="topic", durable=True)
                 ch.close()
             if ep.kind == "queue" or self.spec.inbound:
-                ch = self.conn.channel()
-                ch.queue_declare(self.queue, durable=True)
-                ch.close()
+                self._declare_queue()
             if self.spec.outbound:
                 ch = self.conn.channel()
                 ch.queue_declare(self.ledger, durable=True, arguments={"x-max-length": 1})
@@ -91,6 +90,21 @@ class AmqpLink:
             self.disconnect()
             why = str(exc) or "connection refused or closed"
             raise LinkError(f"AMQP {ep.host}:{ep.port}: {type(exc).__name__}: {why}") from None
+
+    def _declare_queue(self) -> None:
+        """Use the queue as it is when it exists (its owner may have declared it with
+        arguments: a length limit, a TTL, a dead-letter exchange, a quorum type; declaring
+        it again without them is refused); declare it, durable, only when it is missing."""
+        ch = self.conn.channel()
+        try:
+            ch.queue_declare(self.queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code != 404:  # NOT_FOUND; anything else (e.g. 403) is the answer
+                raise
+            # A failed passive declare closes the channel (AMQP 0-9-1): a new one.
+            ch = self.conn.channel()
+            ch.queue_declare(self.queue, durable=True)
+        ch.close()
 
     def _deliver(self, ch: Any, method: Any, props: Any, body: bytes) -> None:
         headers: dict[str, str] = {}

@@ -1,0 +1,121 @@
+"""AMQP bindings against a real RabbitMQ where the broker's answers and names matter:
+publications it refuses, queues declared with arguments, the names of two gateways'
+queues, and a message's own expiration."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+from brokers import PACKAGES, Broker, RabbitMQ, restart
+from brokers import rabbitmq as rabbitmq
+from test_bridges import ARGS, binding, descriptors, field_sink, publish, topic_name
+from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import daemons as daemons
+
+
+@pytest.fixture
+def rabbit(rabbitmq: Broker) -> Iterator[Broker]:
+    restart(rabbitmq)
+    yield rabbitmq
+
+
+def _conn(broker: Broker) -> Any:
+    return pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", broker.port, connection_attempts=1)
+    )
+
+
+def rabbitmqctl(broker: Broker, *args: str) -> None:
+    """Run rabbitmqctl against the session's private node."""
+    assert isinstance(broker, RabbitMQ)
+    ctl = Path(PACKAGES["rabbitmq"][1]).with_name("rabbitmqctl")
+    res = subprocess.run(
+        [str(ctl), "-n", broker.node, *args],
+        env={**os.environ, **broker.env()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def take_all(broker: Broker, queue: str) -> list[str]:
+    """Consume what the queue holds now; the messages' DoDWAN ids."""
+    conn = _conn(broker)
+    try:
+        ch = conn.channel()
+        ids = []
+        while True:
+            method, props, _body = ch.basic_get(queue, auto_ack=True)
+            if method is None:
+                return ids
+            ids.append(str((props.headers or {}).get("dodwan-id")))
+    finally:
+        conn.close()
+
+
+def queue_depth(broker: Broker, queue: str) -> int:
+    conn = _conn(broker)
+    try:
+        return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("direction", ["out", "in"])
+def test_a_queue_declared_with_arguments_can_be_bridged(
+    direction: str, rabbit: Broker, daemons: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """Its owner declared the queue with a length limit, a TTL and a dead-letter exchange:
+    declaring it again without them was refused ('inequivalent arg'), the binding down for
+    good. An existing queue is now only checked (a passive declare)."""
+    queue = f"owned{secrets.token_hex(4)}"
+    conn = _conn(rabbit)
+    args = {"x-max-length": 1000, "x-message-ttl": 600000, "x-dead-letter-exchange": "dlx"}
+    conn.channel().queue_declare(queue, durable=True, arguments=args)
+    conn.close()
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    topic = topic_name()
+    body = {
+        "uri": rabbit.url(f"queue/{queue}"),
+        "name": "hq",
+        "direction": direction,
+        "attributes": {"topic": topic},
+    }
+    gw.client().post("/bridges", body)
+    wait_for(
+        lambda: binding(gw, "hq")["connected"],
+        30,
+        what=lambda: f"binding connected: {binding(gw, 'hq')}",
+    )
+    if direction == "out":
+        ids = publish(gw, topic, 3)
+        got: list[str] = []
+        wait_for(lambda: got.extend(take_all(rabbit, queue)) or len(got) >= 3, 30, what="3")
+        assert sorted(got) == sorted(ids)
+    else:
+        out = tmp_path / "in"
+        field_sink(gw, topic, out)
+        conn = _conn(rabbit)
+        conn.channel().basic_publish("", queue, b"order", pika.BasicProperties(delivery_mode=2))
+        conn.close()
+        wait_for(lambda: descriptors(out), 30, what="the queue's message in DoDWAN")
+    assert binding(gw, "hq")["errors"] == 0
+
+
+def test_a_missing_queue_is_declared(rabbit: Broker, daemons: Callable[..., DaemonProc]) -> None:
+    queue = f"new{secrets.token_hex(4)}"
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    body = {"uri": rabbit.url(f"queue/{queue}"), "name": "hq", "direction": "out"}
+    gw.client().post("/bridges", {**body, "attributes": {"topic": "x"}})
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    assert queue_depth(rabbit, queue) == 0  # it exists (durable: declared by the binding)
