@@ -119,3 +119,50 @@ def test_a_missing_queue_is_declared(rabbit: Broker, daemons: Callable[..., Daem
     gw.client().post("/bridges", {**body, "attributes": {"topic": "x"}})
     wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
     assert queue_depth(rabbit, queue) == 0  # it exists (durable: declared by the binding)
+
+
+def test_two_gateways_whose_queue_names_would_clash_each_get_their_own(
+    rabbit: Broker, daemons: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """Host a.b's binding c and host a's binding b.c both consumed from dodwan.a.b.c,
+    bound to both exchanges: each took (about half of) the other's messages, and published
+    them in its own network as if they came from its own exchange."""
+    tag = secrets.token_hex(3)
+    gateways = []
+    for host, name in (("a.b", f"c{tag}"), ("a", f"b.c{tag}")):
+        gw = daemons(host, "--group", random_group(), "--host-id", host, *ARGS)
+        exchange = f"ex-{host}-{tag}"
+        uri = rabbit.url(f"{exchange}/k")
+        body = {"uri": uri, "name": name, "direction": "in", "attributes": {"topic": "t"}}
+        gw.client().post("/bridges", body)
+        out = tmp_path / f"sink-{host}"
+        field_sink(gw, "t", out)
+        gateways.append((gw, name, exchange, uri, out))
+    for gw, name, *_ in gateways:
+        wait_for(lambda gw=gw, name=name: binding(gw, name)["connected"], 30, what="connected")
+    conn = _conn(rabbit)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for _gw, _name, exchange, _uri, _out in gateways:
+        for i in range(10):
+            props = pika.BasicProperties(message_id=f"{exchange}-{i}", delivery_mode=2)
+            ch.basic_publish(exchange, "k", exchange.encode(), props)
+    conn.close()
+    for gw, name, exchange, _uri, out in gateways:
+        wait_for(lambda out=out: len(descriptors(out)) >= 10, 30, what=f"{exchange}'s 10")
+        bodies = [out.joinpath(d["id"]).read_bytes() for d in descriptors(out)]
+        assert bodies == [exchange.encode()] * 10, f"{name} took another's messages"
+        assert binding(gw, name)["received_total"] == 10
+
+
+def test_inbound_queue_names() -> None:
+    from dodwan.bridges.amqp import inbound_queue
+
+    # Names that split one way only keep the form of earlier versions (and their queues).
+    assert inbound_queue("gw", "hq") == "dodwan.gw.hq"
+    assert inbound_queue("gw-1", "hq_2") == "dodwan.gw-1.hq_2"
+    clash = {inbound_queue("a.b", "c"), inbound_queue("a", "b.c"), inbound_queue("a", "b")}
+    assert len(clash) == 3
+    q = inbound_queue("a.b", "c")
+    assert q.startswith("dodwan.a.b.c.") and q == inbound_queue("a.b", "c")
+    assert len(inbound_queue("h" * 250, "n" * 64).encode()) <= 255

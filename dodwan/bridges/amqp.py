@@ -2,10 +2,11 @@
 
 Written for RabbitMQ. An exchange binding declares a durable topic exchange; outbound
 messages are published to it with the routing key; inbound, the binding consumes from its
-own durable queue ``dodwan.HOST.NAME`` bound to the exchange with the routing key (which may
-hold ``*`` and ``#``), so what arrives while the gateway is away waits in that queue. A
-queue binding sends to and consumes from the durable queue NAME, used as its owner
-declared it (a passive declare; declared only when missing).
+own durable queue (:func:`inbound_queue`: ``dodwan.HOST.NAME``, with a hash of the pair
+when either holds a '.') bound to the exchange with the routing key (which may hold ``*``
+and ``#``), so what arrives while the gateway is away waits in that queue. A queue binding
+sends to and consumes from the durable queue NAME, used as its owner declared it (a passive
+declare; declared only when missing).
 
 Outbound batches are published in one AMQP transaction (``tx.commit`` answers once RabbitMQ
 has taken the whole batch), together with the batch's ledger message (:mod:`.ledger`) in
@@ -23,6 +24,7 @@ including the consumer callbacks (from ``process_data_events`` in :meth:`poll`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import threading
 import time
@@ -44,6 +46,22 @@ PREFETCH = 64
 logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 
+def inbound_queue(host_id: str, name: str) -> str:
+    """The durable queue an exchange binding consumes from: one per (host, binding), the
+    same at every start (what the exchange routes while the gateway is away waits there).
+
+    ``dodwan.HOST.NAME`` when neither holds a '.' (the form of earlier versions, whose
+    queues are kept): it splits one way only. Otherwise a hash of the pair follows
+    (``dodwan.a.b.c`` was host a.b's binding c and host a's binding b.c): such a name has
+    at least four '.'-separated parts, so it is never a name of the first form either."""
+    plain = f"dodwan.{host_id}.{name}"
+    if "." not in host_id and "." not in name and len(plain.encode()) <= 200:
+        return plain
+    digest = hashlib.sha256(f"{host_id}\0{name}".encode()).hexdigest()[:16]
+    host = host_id.encode()[:100].decode("utf-8", "ignore") or "_"
+    return f"dodwan.{host}.{name}.{digest}"
+
+
 class AmqpLink:
     def __init__(self, spec: BindingSpec, host_id: str, on_message: InboundHandler) -> None:
         self.spec = spec
@@ -51,7 +69,7 @@ class AmqpLink:
         self.conn: Any = None
         self.out_ch: Any = None
         ep = spec.endpoint
-        self.queue = ep.destination if ep.kind == "queue" else f"dodwan.{host_id}.{spec.name}"
+        self.queue = ep.destination if ep.kind == "queue" else inbound_queue(host_id, spec.name)
         self.ledger = ledger.queue_name(host_id, spec.name)
 
     def connect(self) -> None:
