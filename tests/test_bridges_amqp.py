@@ -4,11 +4,13 @@ queues, and a message's own expiration."""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pika
@@ -19,6 +21,10 @@ from brokers import rabbitmq as rabbitmq
 from test_bridges import ARGS, binding, descriptors, field_sink, publish, topic_name
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
+
+from dodwan.bridges.amqp import AmqpLink
+from dodwan.bridges.mapping import Inbound
+from dodwan.bridges.uri import BindingSpec
 
 
 @pytest.fixture
@@ -166,3 +172,51 @@ def test_inbound_queue_names() -> None:
     q = inbound_queue("a.b", "c")
     assert q.startswith("dodwan.a.b.c.") and q == inbound_queue("a.b", "c")
     assert len(inbound_queue("h" * 250, "n" * 64).encode()) <= 255
+
+
+def test_an_incoming_message_expiration_gives_its_deadline(
+    rabbit: Broker, daemons: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """AMQP's ``expiration`` (ms, a string) is the message's time to live: the DoDWAN
+    deadline is that much after its receipt when sooner than the binding's ttl."""
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    topic = topic_name()
+    exchange = f"hq-{topic}"
+    body = {"uri": rabbit.url(f"{exchange}/k"), "name": "hq", "direction": "in"}
+    gw.client().post("/bridges", {**body, "attributes": {"topic": topic}})
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    out = tmp_path / "in"
+    field_sink(gw, topic, out)
+    conn = _conn(rabbit)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for n, expiration in (("short", "60000"), ("none", None), ("long", str(10**9))):
+        props = pika.BasicProperties(delivery_mode=2, expiration=expiration, headers={"n": n})
+        ch.basic_publish(exchange, "k", n.encode(), props)
+    conn.close()
+    got = wait_for(
+        lambda: len(d := descriptors(out)) == 3 and {x["n"]: x for x in d}, 30, what="3 in"
+    )
+    life = {n: float(d["deadline"]) - float(d["date"]) for n, d in got.items()}
+    assert 55 < life["short"] <= 61, life
+    assert 3595 < life["none"] <= 3601 and 3595 < life["long"] <= 3601, life
+
+
+@pytest.mark.parametrize("expiration", ["soon", "-5", "1.5", " 7", "1e3"])
+def test_a_malformed_expiration_is_ignored_with_a_warning(
+    expiration: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    got: list[Inbound] = []
+    spec = BindingSpec.from_dict(
+        {"uri": "amqp://127.0.0.1/hq/k", "name": "hq", "direction": "in"}, 86400.0
+    )
+    link = AmqpLink(spec, "gw", lambda m: got.append(m) or True)
+    props = pika.BasicProperties(expiration=expiration, headers={})
+    method = SimpleNamespace(routing_key="k", redelivered=False, delivery_tag=1)
+    acked: list[int] = []
+    ch = SimpleNamespace(basic_ack=acked.append)
+    with caplog.at_level(logging.WARNING, logger="dodwan.bridges"):
+        link._deliver(ch, method, props, b"x")
+    assert acked == [1], "not acknowledged: the message would come back for ever"
+    assert got[0].expires is None and got[0].body == b"x"
+    assert any("expiration" in r.getMessage() for r in caplog.records)

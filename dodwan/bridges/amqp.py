@@ -15,7 +15,8 @@ reconnection the ledger is read (``basic.get``, then requeued) to learn whether 
 whose ``tx.commit-ok`` never came was committed; messages are persistent, carry ``message_id`` = the DoDWAN id,
 the application attributes as headers, and priority, timestamp, correlation id and type in
 the AMQP properties. Inbound messages are acknowledged after their DoDWAN publication; the
-publisher's ``message_id``, when set, gives the DoDWAN id.
+publisher's ``message_id``, when set, gives the DoDWAN id; its ``expiration`` (ms) an
+earlier deadline.
 
 pika's blocking connection is not thread-safe: everything here runs on the binding's thread,
 including the consumer callbacks (from ``process_data_events`` in :meth:`poll`).
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 import threading
 import time
 from typing import Any
@@ -44,6 +46,10 @@ PREFETCH = 64
 # pika logs every connection attempt at INFO and a refused one with a traceback; the
 # binding's own warning says what failed.
 logging.getLogger("pika").setLevel(logging.CRITICAL)
+log = logging.getLogger("dodwan.bridges")
+
+_EXPIRATION = re.compile(r"[0-9]{1,15}")
+"""AMQP ``expiration``: a time to live in ms, as a string of digits (RabbitMQ's form)."""
 
 
 def inbound_queue(host_id: str, name: str) -> str:
@@ -124,6 +130,20 @@ class AmqpLink:
             ch.queue_declare(self.queue, durable=True)
         ch.close()
 
+    def _expires(self, expiration: str | None) -> float | None:
+        """When the message expires, from its AMQP ``expiration`` (ms from now); None when
+        it has none or a malformed one (warned about: the message still comes in)."""
+        if not expiration:
+            return None
+        if not _EXPIRATION.fullmatch(expiration):
+            log.warning(
+                "bridge %s: malformed AMQP expiration %r ignored (the binding's ttl applies)",
+                self.spec.name,
+                expiration[:40],
+            )
+            return None
+        return time.time() + int(expiration) / 1000.0
+
     def _deliver(self, ch: Any, method: Any, props: Any, body: bytes) -> None:
         headers: dict[str, str] = {}
         for k, v in (props.headers or {}).items():
@@ -133,6 +153,7 @@ class AmqpLink:
             body=bytes(body),
             headers=headers,
             remote_id=props.message_id or None,
+            expires=self._expires(props.expiration),
             correlation_id=props.correlation_id,
             jms_type=props.type,
             priority=props.priority,
