@@ -77,6 +77,56 @@ def queue_depth(broker: Broker, queue: str) -> int:
         conn.close()
 
 
+def test_a_publication_the_broker_refuses_stays_in_the_outbox_and_is_reported(
+    rabbit: Broker, daemons: Callable[..., DaemonProc]
+) -> None:
+    """A policy limits the queue to 5 messages and refuses more (overflow reject-publish).
+    The refused ones were marked sent (their transaction failed with 'partial tx
+    completion', but the ledger message of the batch was committed and named them): 7 of
+    12 lost, no error. Now they wait in the outbox, said so, and go once there is room."""
+    tag = secrets.token_hex(4)
+    queue = f"pfull{tag}"
+    policy = '{"max-length": 5, "overflow": "reject-publish"}'
+    rabbitmqctl(rabbit, "set_policy", f"pfull{tag}", f"^{queue}$", policy, "--apply-to", "queues")
+    try:
+        gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+        topic = topic_name()
+        uri = rabbit.url(f"queue/{queue}")
+        body = {"uri": uri, "name": "hq", "direction": "out", "attributes": {"topic": topic}}
+        gw.client().post("/bridges", body)
+        wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+        ids = []
+        for i in range(5):  # one at a time: the queue is full after exactly these
+            ids += publish(gw, topic, 1, start=i)
+            wait_for(lambda i=i: binding(gw, "hq")["sent_total"] == i + 1, 30, what=f"{i} sent")
+        ids += publish(gw, topic, 7, start=5)
+        # Refused, then tried again after a reconnection (which reads the ledger): still
+        # there, still refused.
+        st = wait_for(
+            lambda: (b := binding(gw, "hq"))["errors"] >= 2 and b["connects"] >= 3 and b,
+            30,
+            what=lambda: f"the refusal reported twice: {binding(gw, 'hq')}",
+        )
+        assert st["sent_total"] == 5 and st["backlog"] == 7, st
+        assert f"AMQP broker refused 1 message(s) on 'queue/{queue}'" in st["last_error"], st
+        assert "partial tx completion" in st["last_error"], st
+        assert queue_depth(rabbit, queue) == 5
+
+        # Room again: the binding retries (with its back-off) until every one has gone.
+        got: list[str] = []
+
+        def drained() -> bool:
+            got.extend(take_all(rabbit, queue))
+            return binding(gw, "hq")["backlog"] == 0 and set(ids) <= set(got)
+
+        wait_for(drained, 60, interval=0.2, what=lambda: f"{len(got)} of 12 taken")
+        got.extend(take_all(rabbit, queue))
+        assert sorted(got) == sorted(ids), "a message was lost or sent twice"
+        assert binding(gw, "hq")["sent_total"] == 12
+    finally:
+        rabbitmqctl(rabbit, "clear_policy", f"pfull{tag}")
+
+
 @pytest.mark.parametrize("direction", ["out", "in"])
 def test_a_queue_declared_with_arguments_can_be_bridged(
     direction: str, rabbit: Broker, daemons: Callable[..., DaemonProc], tmp_path: Path

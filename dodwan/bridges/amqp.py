@@ -18,6 +18,17 @@ the AMQP properties. Inbound messages are acknowledged after their DoDWAN public
 publisher's ``message_id``, when set, gives the DoDWAN id; its ``expiration`` (ms) an
 earlier deadline.
 
+A refusal (a queue full with ``overflow reject-publish``): RabbitMQ commits what it took of
+the transaction, the ledger message included, and closes the channel with ``406
+PRECONDITION_FAILED - partial tx completion``, without saying which messages it refused.
+Nothing of the batch is marked sent, the ledger is rewritten (until then its ids are not
+trusted), and the messages are sent again one per transaction, so that a refusal names one
+message. Publisher confirms would say which message was refused, but a batch would no
+longer be atomic with its ledger message: a link cut in the middle of a batch would leave
+part of it on the broker and no ledger naming it, sent twice after the reconnection. The
+transaction keeps exactly-once for cuts and kills; the price is that the messages of a
+batch the broker took only in part may reach it twice (it does not say which).
+
 pika's blocking connection is not thread-safe: everything here runs on the binding's thread,
 including the consumer callbacks (from ``process_data_events`` in :meth:`poll`).
 """
@@ -77,6 +88,10 @@ class AmqpLink:
         ep = spec.endpoint
         self.queue = ep.destination if ep.kind == "queue" else inbound_queue(host_id, spec.name)
         self.ledger = ledger.queue_name(host_id, spec.name)
+        self._void: set[str] = set()
+        """Ids the ledger may name although the broker refused them (see :meth:`send`)."""
+        self._careful = False
+        """After a refusal: one message per transaction, so that the next says which."""
 
     def connect(self) -> None:
         ep = self.spec.endpoint
@@ -170,38 +185,90 @@ class AmqpLink:
             ch.close()  # the message, unacknowledged, goes back to the queue
         except (pika.exceptions.AMQPError, OSError, AttributeError) as exc:
             raise LinkError(f"AMQP ledger not readable: {type(exc).__name__} {exc}") from None
-        return set() if method is None else ledger.decode(self.spec, body)
+        # A refused batch's ledger message may still be the newest (its rewrite failed).
+        return set() if method is None else ledger.decode(self.spec, body) - self._void
 
-    def send(self, rows: list[OutRow]) -> None:
+    def _target(self) -> tuple[str, str, str]:
+        """(exchange, routing key, destination as said in errors) of outbound messages."""
         ep = self.spec.endpoint
-        exchange, key = ("", self.queue) if ep.kind == "queue" else (ep.destination, ep.out_target)
+        if ep.kind == "queue":
+            return "", self.queue, f"queue/{self.queue}"
+        return ep.destination, ep.out_target, f"{ep.destination}/{ep.out_target}"
+
+    def _commit(self, rows: list[OutRow], ledger_ids: list[str]) -> None:
+        """Publish the rows and the ledger message naming ``ledger_ids`` in one transaction.
+
+        Raises ChannelClosedByBroker when the broker refused (some of) them."""
+        exchange, key, _ = self._target()
         ch = self.out_ch
         if ch is None:
             raise LinkError("AMQP channel closed")
-        try:
-            for row in rows:
-                d = row.descriptor
-                date = d.get("date", "")
-                props = pika.BasicProperties(
-                    message_id=d.get("id"),
-                    delivery_mode=2,
-                    priority=priority_of(d),
-                    timestamp=int(float(date)) if date.replace(".", "", 1).isdigit() else None,
-                    correlation_id=d.get("jms_correlation_id"),
-                    type=d.get("jms_type"),
-                    app_id="dodwan",
-                    headers=user_properties(d),
-                )
-                ch.basic_publish(exchange, key, row.payload, properties=props)
+        for row in rows:
+            d = row.descriptor
+            date = d.get("date", "")
+            props = pika.BasicProperties(
+                message_id=d.get("id"),
+                delivery_mode=2,
+                priority=priority_of(d),
+                timestamp=int(float(date)) if date.replace(".", "", 1).isdigit() else None,
+                correlation_id=d.get("jms_correlation_id"),
+                type=d.get("jms_type"),
+                app_id="dodwan",
+                headers=user_properties(d),
+            )
+            ch.basic_publish(exchange, key, row.payload, properties=props)
+        ch.basic_publish(
+            "",
+            self.ledger,
+            ledger.encode(self.spec, ledger_ids),
+            properties=pika.BasicProperties(delivery_mode=2, type=ledger.HEADER),
+        )
+        ch.tx_commit()
+        # The ledger's newest message is this one: no refused batch's any more.
+        self._void.clear()
+
+    def _rewrite_ledger(self, ids: list[str]) -> None:
+        """After a refusal: make the ledger name only what the broker did take (best effort;
+        until it is done, :meth:`committed` leaves the refused ids out)."""
+        with contextlib.suppress(pika.exceptions.AMQPError, OSError, AttributeError):
+            ch = self.conn.channel()
+            ch.tx_select()
             ch.basic_publish(
                 "",
                 self.ledger,
-                ledger.encode(self.spec, [r.msg_id for r in rows]),
+                ledger.encode(self.spec, ids),
                 properties=pika.BasicProperties(delivery_mode=2, type=ledger.HEADER),
             )
             ch.tx_commit()
-        except (pika.exceptions.AMQPError, OSError) as exc:
-            raise LinkError(f"AMQP publish failed: {type(exc).__name__} {exc}") from None
+            ch.close()
+            self._void.clear()
+
+    def send(self, rows: list[OutRow]) -> None:
+        """One transaction for the batch and its ledger message; after a refusal, one per
+        message until a whole batch has gone (see the module's docstring)."""
+        batches = [[r] for r in rows] if self._careful else [rows]
+        done: list[str] = []
+        for batch in batches:
+            ids = [r.msg_id for r in batch]
+            try:
+                self._commit(batch, done + ids)
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                # The broker answered: it refused (e.g. a full queue with overflow
+                # reject-publish: "partial tx completion"). RabbitMQ commits the rest of
+                # the transaction, the ledger message included, which names the refused
+                # ones: they must not be marked sent from it after the reconnection.
+                self._careful = True
+                self._void.update(ids)
+                self._rewrite_ledger(done)
+                _, _, dest = self._target()
+                n = "1" if len(batch) == 1 else f"some of {len(batch)}"
+                raise LinkError(
+                    f"AMQP broker refused {n} message(s) on {dest!r}: {exc.reply_text}"
+                ) from None
+            except (pika.exceptions.AMQPError, OSError) as exc:
+                raise LinkError(f"AMQP publish failed: {type(exc).__name__} {exc}") from None
+            done += ids
+        self._careful = False
 
     def poll(self, timeout: float, wake: threading.Event) -> None:
         end = time.monotonic() + timeout
