@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .daemon.client import AdminClient, ClientError
+from .textsafe import safe
 from .units import human_size
 
 QUALITY_PERIODS = 12
@@ -115,6 +116,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _text(value: object) -> Text:
+    """A table cell from a string a peer may choose: plain text (rich would read ``[...]``
+    as markup, and die of a closing tag that matches nothing), controls escaped."""
+    return Text(safe(value))
+
+
 def _bar(done: float, total: float, width: int = 24) -> ProgressBar:
     return ProgressBar(total=max(total, 1), completed=min(done, max(total, 1)), width=width)
 
@@ -122,9 +129,9 @@ def _bar(done: float, total: float, width: int = 24) -> ProgressBar:
 def _header(st: dict[str, Any]) -> Text:
     m = st.get("medium", {})
     t = Text()
-    t.append(f"{st.get('host_id', '?')}", style="bold")
-    t.append(f"  up {float(st.get('uptime', 0)):.0f} s  pid {st.get('pid', '?')}  ")
-    t.append(f"{m.get('kind', '?')} {m.get('group', '?')} on {m.get('interface', '?')}")
+    t.append(safe(st.get("host_id", "?")), style="bold")
+    t.append(f"  up {float(st.get('uptime', 0)):.0f} s  pid {safe(st.get('pid', '?'))}  ")
+    t.append(safe(f"{m.get('kind', '?')} {m.get('group', '?')} on {m.get('interface', '?')}"))
     return t
 
 
@@ -136,13 +143,16 @@ def _neighbours(frame: Frame) -> RenderableType:
         table.add_column(col, no_wrap=col != "PROFILE")
     for host, p in sorted(frame.peers.items()):
         addr = p.get("address")
-        where = f"{addr[0]}:{addr[1]}" if isinstance(addr, list) and len(addr) >= 2 else str(addr)
+        where = f"{addr[0]}:{addr[1]}" if isinstance(addr, list) and len(addr) >= 2 else addr
         silent = float(p.get("silent_for", frame.at - float(p.get("last_heard", frame.at))))
         q = frame.quality.get(host, 1.0)
         pats = "; ".join(
             ",".join(f"{k}={v}" for k, v in sorted(x.items())) for x in p.get("patterns", [])
         )
-        table.add_row(host, where, f"{silent:.1f} s ago", _bar(q, 1.0, 12), f"{q:.0%}", pats or "-")
+        table.add_row(
+            _text(host), _text(where), f"{silent:.1f} s ago", _bar(q, 1.0, 12), f"{q:.0%}",
+            _text(pats or "-"),
+        )  # fmt: skip
     return Panel(table, title=f"neighbours ({len(frame.peers)})", title_align="left")
 
 
@@ -171,11 +181,11 @@ def _transfers(frame: Frame) -> RenderableType:
     for it in partial:
         got, total = int(it.get("fragments", 0)), int(it.get("total_fragments", 0))
         table.add_row(
-            str(it.get("id")),
+            _text(it.get("id")),
             _bar(got, total),
             f"{got}/{total} ({got / total:.0%})" if total else f"{got}/?",
             human_size(float(it.get("size", 0))),
-            str(it.get("reason", "")),
+            _text(it.get("reason", "")),
         )
     return Panel(table, title=f"transfers ({len(partial)})", title_align="left")
 
@@ -204,7 +214,7 @@ def _counters(frame: Frame) -> RenderableType:
     table.add_column("PER SECOND", justify="right")
     for k in [n for n in names if counters[n]][:TOP_COUNTERS]:
         rate = frame.rates.get(k)
-        table.add_row(k, str(counters[k]), "-" if rate is None else f"{rate:.1f}")
+        table.add_row(_text(k), _text(counters[k]), "-" if rate is None else f"{rate:.1f}")
     return Panel(table, title="counters", title_align="left")
 
 
@@ -212,7 +222,7 @@ def render(frame: Frame | None, problem: str | None = None, live: bool = True) -
     """The whole view; ``problem`` (the daemon cannot be read) is shown on top."""
     parts: list[RenderableType] = []
     if problem is not None:
-        parts.append(Text(f"daemon not readable: {problem} (retrying)", style="bold red"))
+        parts.append(Text(f"daemon not readable: {safe(problem)} (retrying)", style="bold red"))
     if frame is not None:
         parts += [
             _header(frame.status),

@@ -182,3 +182,126 @@ def test_top_says_when_the_daemon_goes_away_and_resumes(pane: Any, tmp_path: Pat
         view.wait(lambda s: "daemon not readable" not in s and "neighbours (0)" in s)
     finally:
         d.kill()
+
+
+# ---------------------------------------------------------------------- peer strings
+
+# What a peer chooses and top shows: rich markup (a closing tag that matches nothing made
+# rich raise MarkupError), a terminal title change, a C1 CSI, a right-to-left override.
+MARKUP = "[/x]"
+EVIL = "\x1b]0;pwned\x07\x9b7m\u202eZ"
+EVIL_SHOWN = "\\x1b]0;pwned\\x07\\x9b7m\\u202eZ"
+
+
+def _raw_controls(raw: str) -> list[str]:
+    """What a peer put there that must not reach the terminal raw (rich's own colour
+    sequences are ``ESC [``, which the peer's strings do not use here)."""
+    return [s for s in ("\x1b]0;pwned", "\x07", "\x9b", "\u202e") if s in raw]
+
+
+def test_render_shows_peer_strings_as_text() -> None:
+    """Every string a peer controls, in every part of the view (live and --once alike)."""
+    from rich.console import Console
+
+    from dodwan.top import Frame, render
+
+    status = {
+        "host_id": f"me{MARKUP}",
+        "medium": {"kind": "udp", "group": f"g{MARKUP}", "interface": f"i{EVIL}"},
+        "counters": {f"c{MARKUP}{EVIL}": 3},
+    }
+    peers = {
+        f"h{MARKUP}{EVIL}": {
+            "address": ["127.0.0.1", 1],
+            "last_heard": 0.0,
+            "patterns": [{f"k{EVIL}": f"topic{MARKUP}{EVIL}"}],
+        }
+    }
+    cache = [{"id": f"m{MARKUP}{EVIL}", "fragments": 1, "total_fragments": 2, "size": 10,
+              "reason": f"r{MARKUP}{EVIL}"}]  # fmt: skip
+    frame = Frame(status, peers, cache, {}, {}, 0.0)
+    console = Console(width=400, record=True, force_terminal=True)
+    console.print(render(frame, problem=f"p{MARKUP}{EVIL}"))
+    out = console.export_text()
+    assert not _raw_controls(out), out
+    for shown in (f"me{MARKUP}", f"g{MARKUP}", f"i{EVIL_SHOWN}", f"c{MARKUP}{EVIL_SHOWN}",
+                  f"h{MARKUP}{EVIL_SHOWN}", f"k{EVIL_SHOWN}=topic{MARKUP}{EVIL_SHOWN}",
+                  f"m{MARKUP}{EVIL_SHOWN}", f"r{MARKUP}{EVIL_SHOWN}",
+                  f"p{MARKUP}{EVIL_SHOWN}"):  # fmt: skip
+        assert shown in out, (shown, out)
+
+
+def _in_pty(cmd: list[str], timeout: float = 30.0) -> tuple[int, str]:
+    """Run ``cmd`` on a 250-column pseudo-terminal; its exit status and everything it wrote."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 250, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave,
+                            env={**env, "TERM": "xterm"})  # fmt: skip
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the other end closed: the command exited
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+        rc = proc.wait(timeout=max(deadline - time.monotonic(), 1))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return rc, out.decode("utf-8", "replace")
+
+
+def test_top_once_in_a_terminal_shows_a_hostile_neighbour_as_text(tmp_path: Path) -> None:
+    """A neighbour whose host id and subscription hold markup and escapes: ``top --once``
+    in a terminal neither dies of rich markup nor passes the escapes on."""
+    from hostile import Victim, announce
+
+    group = random_group()
+    me = DaemonProc(tmp_path / "me", ["--group", group, "--host-id", "me", *FAST])
+    peer = DaemonProc(tmp_path / "peer", ["--group", group, "--host-id", f"ev{MARKUP}il", *FAST])
+    try:
+        me.start()
+        peer.start()
+        peer.client().post("/subscribe", {"patterns": [{"topic": f"{MARKUP}{EVIL}"}],
+                                          "sink": {"kind": "dir", "target": str(tmp_path / "in")}})  # fmt: skip
+        # a forged announcement: a sender name no daemon would take as its host id
+        forger = Victim(me, group)
+        try:
+            forger.sock.sendto(announce(f"f{EVIL}"), forger.dest)
+            wait_for(
+                lambda: (
+                    f"f{EVIL}" in me.status()["neighbours"]
+                    and any(p["patterns"] for p in me.client().get("/peers").values())
+                ),
+                15,
+                what="both neighbours and the peer's profile",
+            )
+        finally:
+            forger.sock.close()
+        rc, raw = _in_pty([sys.executable, "-m", "dodwan.cli", "--state-dir", str(me.state_dir),
+                           "top", "--once", "-n", "0.3"])  # fmt: skip
+    finally:
+        peer.kill()
+        me.kill()
+    assert rc == 0 and "MarkupError" not in raw, raw
+    assert not _raw_controls(raw), repr(raw)
+    assert f"ev{MARKUP}il" in raw and f"topic={MARKUP}{EVIL_SHOWN}" in raw, raw
+    assert f"f{EVIL_SHOWN}" in raw, raw
