@@ -23,6 +23,7 @@ import click
 from .core.config import field_docs
 from .daemon import config as cfg
 from .daemon.client import AdminClient, ClientError, admin_path
+from .textsafe import safe, safe_text
 from .units import human_size
 
 STATE_DIR_HELP = (
@@ -54,24 +55,7 @@ def _call(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except ClientError as exc:
-        raise click.ClickException(_safe(exc)) from None
-
-
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
-_TEXT_CONTROLS = {c: e for c, e in _CONTROLS.items() if chr(c) not in "\n\t"}
-
-
-def _safe(value: object) -> str:
-    """``value`` fit for a terminal: C0 and C1 control characters and DEL shown as ``\\xNN``.
-
-    Attributes, ids, keys and payloads may come from any peer; printed raw, an escape
-    sequence would act on the user's terminal (clear it, retitle it, fake lines)."""
-    return str(value).translate(_CONTROLS)
-
-
-def _safe_text(text: str) -> str:
-    """A text payload for a terminal: as :func:`_safe`, but line breaks and tabs kept."""
-    return text.translate(_TEXT_CONTROLS)
+        raise click.ClickException(safe(exc)) from None
 
 
 def _out_json(obj: Any) -> None:
@@ -81,7 +65,7 @@ def _out_json(obj: Any) -> None:
 def _table(rows: list[list[str]], header: list[str]) -> None:
     if not rows:
         return
-    rows = [[_safe(c) for c in r] for r in rows]
+    rows = [[safe(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
@@ -367,7 +351,7 @@ def status(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> No
     ]
     width = max(len(name) for name, _ in rows) + 2
     for name, value in rows:
-        click.echo(f"{name:<{width}}{_safe(value)}")
+        click.echo(f"{name:<{width}}{safe(value)}")
     if st.get("bridges"):
         click.echo("bridges")
         _bridge_rows(st["bridges"])
@@ -375,7 +359,7 @@ def status(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> No
     if counters:
         click.echo("counters")
         for k, v in counters.items():
-            click.echo(f"  {_safe(k):<32} {v}")
+            click.echo(f"  {safe(k):<32} {v}")
 
 
 def _remote_memory_row(rm: dict[str, int] | None) -> list[tuple[str, str]]:
@@ -524,7 +508,7 @@ def publish(
     if as_json:
         _out_json(res)
     else:
-        click.echo(_safe(res["id"]))
+        click.echo(safe(res["id"]))
 
 
 # ---------------------------------------------------------------------- subscriptions
@@ -533,11 +517,11 @@ def publish(
 def _print_delivery(d: dict[str, Any]) -> None:
     desc = d.get("descriptor", {})
     shown = {k: v for k, v in desc.items() if not k.startswith("_")}
-    click.echo(f"--- {_safe(desc.get('id', '?'))} ({_safe(d.get('subscription'))})")
+    click.echo(f"--- {safe(desc.get('id', '?'))} ({safe(d.get('subscription'))})")
     for k in sorted(shown):
-        click.echo(f"  {_safe(k)}: {_safe(shown[k])}")
+        click.echo(f"  {safe(k)}: {safe(shown[k])}")
     if "text" in d:
-        click.echo(_safe_text(d["text"]))
+        click.echo(safe_text(d["text"]))
     else:
         size = len(base64.b64decode(d.get("payload_b64", "")))
         click.echo(f"<{size} bytes of binary payload>")
@@ -611,13 +595,13 @@ def subscribe(
                     click.echo(json.dumps(item, sort_keys=True))
                 elif "subscribed" in item:
                     click.echo(
-                        f"subscribed as {_safe(item['subscribed'])}; waiting (Ctrl-C to stop)"
+                        f"subscribed as {safe(item['subscribed'])}; waiting (Ctrl-C to stop)"
                     )
                 else:
                     _print_delivery(item)
                 sys.stdout.flush()
         except ClientError as exc:
-            raise click.ClickException(_safe(exc)) from None
+            raise click.ClickException(safe(exc)) from None
         except KeyboardInterrupt:
             return
         raise click.ClickException("the daemon ended the stream")
@@ -634,7 +618,7 @@ def subscribe(
     if as_json:
         _out_json(res)
     else:
-        click.echo(_safe(res["key"]))
+        click.echo(safe(res["key"]))
 
 
 @cli.command()
@@ -649,7 +633,7 @@ def unsubscribe(ctx: click.Context, local_state_dir: str | None, key: str, as_js
     if as_json:
         _out_json(res)
     else:
-        click.echo(f"unsubscribed {_safe(key)}")
+        click.echo(f"unsubscribed {safe(key)}")
 
 
 @cli.command()
@@ -747,7 +731,7 @@ def cache_show(
         _out_json(it)
         return
     state = "complete" if it["complete"] else f"{it['fragments']}/{it['total_fragments']} fragments"
-    click.echo(f"id         {_safe(it['id'])}")
+    click.echo(f"id         {safe(it['id'])}")
     click.echo(f"state      {state}")
     click.echo(f"size       {human_size(it['size'])} ({human_size(it['stored_bytes'])} stored)")
     click.echo(f"deadline   {_when(it['deadline'])}")
@@ -755,12 +739,12 @@ def cache_show(
         f"priority   {it['priority']}, {'persistent' if it['persistent'] else 'non-persistent'}"
     )
     click.echo(f"hops       {it['hops']}")
-    click.echo(f"kept       {_safe(it['reason'])}")
+    click.echo(f"kept       {safe(it['reason'])}")
     signer = it.get("signed_by")
-    click.echo(f"signed by  {_safe(signer) if signer else '(unsigned)'}")
+    click.echo(f"signed by  {safe(signer) if signer else '(unsigned)'}")
     click.echo("descriptor")
     for k, v in sorted(it["descriptor"].items()):
-        click.echo(f"  {_safe(k)}: {_safe(v)}")
+        click.echo(f"  {safe(k)}: {safe(v)}")
     if output is not None:
         click.echo(f"payload    written to {output}")
     if with_payload:
@@ -775,7 +759,7 @@ def cache_show(
                 click.echo(f"<{len(data)} bytes of binary payload: use --output FILE>")
             else:
                 click.echo(f"--- payload ({_plural(len(data), 'byte')})")
-                click.echo(_safe_text(text))
+                click.echo(safe_text(text))
 
 
 def _write_payload(it: dict[str, Any], output: str) -> None:
@@ -805,7 +789,7 @@ def cache_purge(ctx: click.Context, local_state_dir: str | None, msg_id: str) ->
     """Drop a message from the cache."""
     client = _client(ctx, local_state_dir)
     _call(lambda: client.delete(admin_path("cache", msg_id)))
-    click.echo(f"purged {_safe(msg_id)}")
+    click.echo(f"purged {safe(msg_id)}")
 
 
 # ---------------------------------------------------------------------- top
@@ -944,8 +928,7 @@ def bridge_add(
         return
     state = "connected" if res["connected"] else "connecting"
     click.echo(
-        f"{'replaced' if replace else 'added'} {_safe(res['name'])} -> {_safe(res['uri'])} "
-        f"({state})"
+        f"{'replaced' if replace else 'added'} {safe(res['name'])} -> {safe(res['uri'])} ({state})"
     )
 
 
@@ -958,7 +941,7 @@ def bridge_rm(ctx: click.Context, local_state_dir: str | None, name: str) -> Non
     client = _client(ctx, local_state_dir)
     res = _call(lambda: client.delete(admin_path("bridges", name)))
     extra = f" ({res['unsent_dropped']} unsent message(s) dropped)" if res["unsent_dropped"] else ""
-    click.echo(f"removed {_safe(name)}{extra}")
+    click.echo(f"removed {safe(name)}{extra}")
 
 
 def _bridge_rows(rows: list[dict[str, Any]]) -> None:
@@ -996,7 +979,7 @@ def bridge_ls(ctx: click.Context, local_state_dir: str | None, as_json: bool) ->
     _bridge_rows(rows)
     for r in rows:
         if r["last_error"] and not r["connected"]:
-            click.echo(f"{_safe(r['name'])}: {_safe(r['last_error'])}")
+            click.echo(f"{safe(r['name'])}: {safe(r['last_error'])}")
 
 
 def main() -> None:

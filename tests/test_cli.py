@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -441,6 +442,63 @@ def test_cache_show_escapes_control_characters(sd: str) -> None:
     assert json.loads(js.output)["descriptor"]["topic"] == HOSTILE
     _no_controls(js.output)
     assert run("--state-dir", sd, "cache", "purge", mid).exit_code == 0
+
+
+# Bidi controls and invisible characters: raw, "abc\u202egnp.exe" reads "abcexe.png" and a
+# zero-width space or an isolate hides where one word ends. Readable non-ASCII stays as is.
+BIDI = "abc\u202egnp.exe \u2066x\u2069 \u061c\u200e\u200f zero\u200bwidth\ufeff é 日本"
+BIDI_SHOWN = (
+    "abc\\u202egnp.exe \\u2066x\\u2069 \\u061c\\u200e\\u200f zero\\u200bwidth\\ufeff é 日本"
+)
+
+
+def _no_hidden(text: str) -> None:
+    bad = [c for c in text if c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf")]
+    assert not bad, f"hidden characters {bad!r} in {text!r}"
+
+
+def test_cache_show_escapes_bidi_and_invisible_characters(sd: str) -> None:
+    r = run("--state-dir", sd, "publish", "-a", f"topic={BIDI}", "-a", f"x{BIDI}=1",
+            "--text", f"{BIDI}\nsecond")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    mid = r.output.strip()
+    show = run("--state-dir", sd, "cache", "show", mid, "--payload")
+    assert show.exit_code == 0
+    _no_hidden(show.output)
+    assert f"  topic: {BIDI_SHOWN}\n" in show.output and f"  x{BIDI_SHOWN}: 1\n" in show.output
+    assert show.output.endswith(f" bytes)\n{BIDI_SHOWN}\nsecond\n"), show.output
+    assert run("--state-dir", sd, "cache", "purge", mid).exit_code == 0
+
+
+def test_subscribe_follow_escapes_controls_and_bidi_characters(sd: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dodwan.cli", "--state-dir", sd, "subscribe", "-p",
+         "topic=(?s)folbidi.*", "--follow", "--key", "folbidi"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )  # fmt: skip
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        lines.extend(proc.stdout)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        wait_for(lambda: lines, what="the follow stream's first line")
+        assert lines[0].startswith("subscribed as folbidi"), lines
+        r = run("--state-dir", sd, "publish", "-a", f"topic=folbidi{HOSTILE}{BIDI}",
+                "--text", f"{HOSTILE}{BIDI}\nend")  # fmt: skip
+        mid = r.output.strip()
+        wait_for(lambda: "end\n" in lines, what="the delivery's last line")
+        text = "".join(lines)
+        _no_hidden(text)
+        assert f"--- {mid} (folbidi)\n" in lines, lines
+        assert f"  topic: folbidi{SHOWN}{BIDI_SHOWN}\n" in lines, lines
+        assert f"\n{SHOWN_TEXT}{BIDI_SHOWN}\nend\n" in text, text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def test_follow_escapes_control_characters(daemon: DaemonProc, sd: str) -> None:
