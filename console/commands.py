@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dodwan.textsafe import safe
 from dodwan.units import human_size
 from joms.api import Message, Queue, Topic
 from joms.errors import JMSException
@@ -261,8 +262,9 @@ class Console:
                 note = f"(network view unavailable: {exc})"
         else:
             note = "(only what this console has seen; with --state-dir also the network's)"
-        self.out.line("topics:  " + (", ".join(sorted(topics)) or "(none known)"))
-        self.out.line("queues:  " + (", ".join(sorted(queues)) or "(none known)"))
+        # names from directory adverts: any host may publish one
+        self.out.line("topics:  " + (", ".join(sorted(map(safe, topics))) or "(none known)"))
+        self.out.line("queues:  " + (", ".join(sorted(map(safe, queues))) or "(none known)"))
         if note:
             self.out.line(note)
         return True
@@ -286,7 +288,7 @@ class Console:
             addr = p.get("address")
             where = f"{addr[0]}:{addr[1]}" if isinstance(addr, list) and len(addr) >= 2 else "?"
             silent = p.get("silent_for", now - float(p.get("last_heard", now)))
-            self.out.line(f"{host}  {where}  heard {float(silent):.1f} s ago")
+            self.out.line(f"{safe(host)}  {where}  heard {float(silent):.1f} s ago")
         return True
 
     def do_status(self, args: argparse.Namespace) -> bool:
@@ -308,9 +310,11 @@ class Console:
             problem = str(exc)
         else:
             cache = st.get("cache", {})
-            self.out.line(f"host id    {st.get('host_id')}")
+            self.out.line(f"host id    {safe(st.get('host_id'))}")
             self.out.line(f"uptime     {float(st.get('uptime', 0)):.0f} s")
-            self.out.line(f"neighbours {', '.join(st.get('neighbours', [])) or '(none)'}")
+            self.out.line(
+                f"neighbours {', '.join(map(safe, st.get('neighbours', []))) or '(none)'}"
+            )
             self.out.line(
                 f"cache      {plural(int(cache.get('messages', 0)), 'message')}, "
                 f"{human_size(cache.get('bytes', 0))} of {human_size(cache.get('capacity', 0))}"

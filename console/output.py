@@ -3,6 +3,11 @@
 Printing is thread-safe and looks ``sys.stdout`` up at each call, so lines written by the
 background arrival threads go through prompt_toolkit's ``patch_stdout`` proxy (above the
 prompt, without corrupting the line being typed) in interactive mode.
+
+Bodies, labels, properties, destination names and host ids come from peers: what is printed
+goes through :mod:`dodwan.textsafe` (controls, bidi and invisible characters escaped), each
+field on its own (a name cannot fake a line) and every printed line again (an error message
+may quote a peer's string too).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import sys
 import threading
 from typing import Any
 
+from dodwan.textsafe import safe, safe_text
 from joms.api import BytesMessage, MapMessage, Message, StreamMessage, TextMessage, Topic
 
 LABEL = "label"
@@ -26,19 +32,20 @@ class Printer:
 
     def line(self, text: str = "") -> None:
         with self._lock:
-            print(text, file=sys.stdout, flush=True)
+            print(safe_text(text), file=sys.stdout, flush=True)
 
     def error(self, text: str) -> None:
         with self._lock:
-            print(f"error: {text}", file=sys.stderr, flush=True)
+            print(f"error: {safe_text(text)}", file=sys.stderr, flush=True)
 
     def notice(self, text: str) -> None:
         """Something that happened by itself (connection lost, reconnected...)."""
         with self._lock:
-            print(f"! {text}", file=sys.stdout, flush=True)
+            print(f"! {safe_text(text)}", file=sys.stdout, flush=True)
 
 
 def body_text(msg: Message) -> str:
+    """The body as text, as the peer sent it (:func:`describe` escapes it for a terminal)."""
     if isinstance(msg, TextMessage):
         return msg.text or ""
     if isinstance(msg, MapMessage):
@@ -54,8 +61,9 @@ def body_text(msg: Message) -> str:
 
 
 def _show(value: Any) -> str:
+    """One word: as is (escaped) when it is one, else JSON-quoted (which escapes it too)."""
     text = str(value)
-    return text if text and not any(c.isspace() for c in text) else json.dumps(text)
+    return safe(text) if text and not any(c.isspace() for c in text) else json.dumps(text)
 
 
 def describe(msg: Message, subscription: int | None = None) -> str:
@@ -65,17 +73,19 @@ def describe(msg: Message, subscription: int | None = None) -> str:
     """
     dest = msg.destination
     where = (
-        f"topic {dest.name}"
+        f"topic {safe(dest.name)}"
         if isinstance(dest, Topic)
-        else f"queue {dest.name}"
+        else f"queue {safe(dest.name)}"
         if dest is not None
         else "?"
     )
     label = msg.get_property(LABEL)
     ident = label if label is not None else msg.message_id or "?"
-    props = " ".join(f"{k}={_show(v)}" for k, v in sorted(msg.properties.items()) if k != LABEL)
+    props = " ".join(
+        f"{safe(k)}={_show(v)}" for k, v in sorted(msg.properties.items()) if k != LABEL
+    )
     head = f"[{subscription}] " if subscription is not None else ""
     flags = " (redelivered)" if msg.redelivered else ""
-    lines = body_text(msg).split("\n")
+    lines = safe_text(body_text(msg)).split("\n")
     first = f"{head}{where} id {_show(ident)}{' ' + props if props else ''}{flags}: {lines[0]}"
     return "\n".join([first, *("    " + rest for rest in lines[1:])])

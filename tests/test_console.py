@@ -234,6 +234,44 @@ def test_describe_shows_topic_id_properties_and_content() -> None:
     assert multi.splitlines() == ['topic ChatRoom1 id ID:h1-1 note="a b": one', "    two"]
 
 
+# What a peer chooses in a message: escapes that clear and retitle the terminal, a C1 CSI,
+# a right-to-left override that reverses the rest of the line, a zero-width space.
+EVIL = "A\x1b[2J\x1b]0;pwned\x07B\x9b7mC\u202eDEF\u200b"
+EVIL_SHOWN = "A\\x1b[2J\\x1b]0;pwned\\x07B\\x9b7mC\\u202eDEF\\u200b"
+
+
+def test_describe_escapes_what_a_peer_chose() -> None:
+    m = _arrived(f"body{EVIL}\r\n\tsecond é", label=f"L{EVIL}", color=f"c{EVIL}", k="v")
+    m.destination = Topic(f"T{EVIL}")
+    line = describe(m, 1)
+    assert line.splitlines() == [
+        f"[1] topic T{EVIL_SHOWN} id L{EVIL_SHOWN} color=c{EVIL_SHOWN} k=v: body{EVIL_SHOWN}\\x0d",
+        "    \tsecond é",
+    ]
+    # a property with spaces is quoted as JSON; that escapes it already
+    assert 'note="a \\u202e b"' in describe(_arrived("x", note="a \u202e b"))
+
+
+def test_destinations_peers_and_status_escape_what_peers_chose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    console = _console(tmp_path)
+    monkeypatch.setattr(Admin, "configured", property(lambda self: True))
+    monkeypatch.setattr(Admin, "destinations", lambda self: ({f"t{EVIL}", "News"}, {f"q{EVIL}"}))
+    peers = {f"h{EVIL}": {"address": ["127.0.0.1", 9], "silent_for": 1.0}}
+    monkeypatch.setattr(Admin, "peers", lambda self: peers)
+    status = {"host_id": f"me{EVIL}", "uptime": 1, "neighbours": [f"h{EVIL}"], "cache": {}}
+    monkeypatch.setattr(Admin, "status", lambda self: status)
+    console.run_text("destinations; peers; status")
+    out, err = capsys.readouterr()
+    assert f"topics:  News, t{EVIL_SHOWN}\n" in out
+    assert f"queues:  q{EVIL_SHOWN}\n" in out
+    assert f"h{EVIL_SHOWN}  127.0.0.1:9  heard 1.0 s ago\n" in out
+    assert f"host id    me{EVIL_SHOWN}\n" in out and f"neighbours h{EVIL_SHOWN}\n" in out
+    for c in "\x1b\x07\x9b\u202e\u200b":
+        assert c not in out + err, (c, out, err)
+
+
 # ---------------------------------------------------------------- completion and history
 
 

@@ -12,6 +12,7 @@ another process's terminal.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -437,6 +438,71 @@ def test_papers_example_in_a_pty(net: tuple[Host, Host], home: Path) -> None:
         assert console.proc.wait(10) == 0
     finally:
         console.close()
+
+
+# What a peer chooses: a JOMS property, label and body, a topic named in a directory advert
+# (any host may publish one), a host id in a forged announcement. Raw, they clear and retitle
+# the terminal (ESC, OSC, C1 CSI) or reverse the rest of the line (U+202E).
+EVIL = "A\x1b[41m\x1b]0;pwned\x07B\x9b7mC\u202eDEF"
+EVIL_SHOWN = "A\\x1b[41m\\x1b]0;pwned\\x07B\\x9b7mC\\u202eDEF"
+
+
+def test_what_peers_chose_is_escaped_in_a_terminal(tmp_path: Path, home: Path) -> None:
+    from hostile import Victim, announce
+
+    group = random_group()
+    a, b = Host(tmp_path, "ea", group), Host(tmp_path, "eb", group)
+    console = None
+    try:
+        a.start()
+        b.start()
+        wait_for(lambda: "ea" in b.daemon.status()["neighbours"], 15, what="neighbours")
+        console = PtyConsole(joms("--url", b.url, "--state-dir", str(b.state_dir), "--history",
+                                  str(home / "h")), _env(home))  # fmt: skip
+        console.read_until("joms>")
+        console.write("sub -t Evil\r")
+        console.read_until("Waiting ....")
+        with jms.connect(f"stomp://{a.url}") as conn:
+            s = conn.create_session(transacted=False, ack_mode=jms.AUTO_ACKNOWLEDGE)
+            msg = s.create_text_message(f"body{EVIL}", {"label": f"L{EVIL}", "color": f"c{EVIL}"})
+            s.create_producer(s.create_topic("Evil")).send(msg)
+        console.read_until(f"body{EVIL_SHOWN}")
+        advert = json.dumps({"topics": [f"ev{EVIL}il"], "queues": []})
+        r = subprocess.run(
+            [sys.executable, "-m", "dodwan.cli", "--state-dir", str(a.state_dir), "publish",
+             "-a", "jms_kind=directory", "-a", "destination_type=topic",
+             "-a", "destination_id=directory", "--text", advert, "--ttl", "600"],
+            capture_output=True, text=True, cwd=ROOT, env=_env(home),
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        advert_id = r.stdout.strip()
+        wait_for(lambda: any(it["id"] == advert_id and it["complete"]
+                             for it in b.daemon.client().get("/cache")),
+                 15, what="the advert at eb")  # fmt: skip
+        forger = Victim(b.daemon, group)
+        try:
+            forger.sock.sendto(announce(f"f{EVIL}"), forger.dest)
+            wait_for(lambda: f"f{EVIL}" in b.daemon.status()["neighbours"], 15, what="forger")
+        finally:
+            forger.sock.close()
+        console.write("destinations\r")
+        console.read_until("queues:")
+        console.write("peers\r")
+        console.read_until(f"f{EVIL_SHOWN}  127.0.0.1:")
+        console.write("exit\r")
+        assert console.proc.wait(10) == 0
+    finally:
+        if console is not None:
+            console.close()
+        a.daemon.kill()
+        b.daemon.kill()
+    text = console.text()
+    assert f"[1] topic Evil id L{EVIL_SHOWN} color=c{EVIL_SHOWN}: body{EVIL_SHOWN}" in text
+    # (the prompt may come first on the line: the output of a command typed is not awaited)
+    [topics] = [x.split("topics:", 1)[1] for x in text.splitlines() if "topics:" in x]
+    assert f"ev{EVIL_SHOWN}il" in topics.strip().split(", "), topics
+    for raw in ("\x1b]0;pwned", "\x9b", "\u202e"):  # in what reached the terminal, unfiltered
+        assert raw not in console.seen, (raw, console.seen)
 
 
 # ---------------------------------------------------------------- non-interactive
