@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from dodwan import native
+from dodwan.textsafe import safe, safe_text
 from sim.mobility.trace import TraceError
 from sim.runner import CHECKPOINT_EVERY, RunResult, SimulationError, simulate
 from sim.scenario import ContactTrace, Scenario, ScenarioError, guess_trace_format, load
@@ -32,7 +33,15 @@ def _load(path: str) -> Scenario:
     try:
         return load(path)
     except ScenarioError as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(_problems(e)) from None
+
+
+def _problems(e: ScenarioError) -> str:
+    """The error for a terminal: each problem on its own line, escaped on its own (a key
+    name is the file's: it may hold escapes, or a line break that would fake a problem)."""
+    return f"{safe(e.path)}: {len(e.problems)} problem(s)\n" + "\n".join(
+        f"  {safe(p)}" for p in e.problems
+    )
 
 
 def _fmt_time(seconds: float) -> str:
@@ -117,7 +126,7 @@ def run(
         if every is not None:
             result = simulate(
                 sc, Path(out), seed=seed, until=until, contacts=trace,
-                progress=ProgressLines(sc.name, horizon, every),
+                progress=ProgressLines(safe(sc.name), horizon, every),
                 checkpoint_every=checkpoint_every,
             )  # fmt: skip
         elif quiet:
@@ -134,12 +143,12 @@ def run(
     except KeyboardInterrupt:
         _stopped(Path(out), 130)
     except (SimulationError, TraceError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(safe_text(str(e))) from None
     except OSError as e:
         raise click.ClickException(f"cannot write the logs into {out}: {e.strerror}") from None
     c = result.counters
     click.echo(
-        f"{sc.name}: {result.hosts} hosts, {_fmt_time(result.until)} simulated in "
+        f"{safe(sc.name)}: {result.hosts} hosts, {_fmt_time(result.until)} simulated in "
         f"{result.wall_time:.1f} s wall ({result.hosts * result.until / max(result.wall_time, 1e-9):,.0f}"
         f" host-s/s); {c.get('sim_published', 0)} published"
         + (f" + {c['sim_joms_published']} JMS" if c.get("sim_joms_published") else "")
@@ -212,6 +221,7 @@ def _run_with_progress(
     horizon: float,
     checkpoint_every: float,
 ) -> RunResult:
+    from rich.markup import escape
     from rich.progress import (
         BarColumn,
         Progress,
@@ -233,7 +243,9 @@ def _run_with_progress(
         disable=not sys.stderr.isatty(),
     )
     with progress:
-        task = progress.add_task(sc.name, total=horizon, sim=_fmt_time(0), end=_fmt_time(horizon))
+        # the description is read as rich markup: "[/x]" in a name would raise MarkupError
+        name = escape(safe(sc.name))
+        task = progress.add_task(name, total=horizon, sim=_fmt_time(0), end=_fmt_time(horizon))
 
         def tick(now: float, _events: int) -> None:
             progress.update(task, completed=now, sim=_fmt_time(now))
@@ -297,11 +309,11 @@ def sweep(
     try:
         plan = make_plan(scenario, sets, seeds)
     except SweepError as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(safe_text(str(e))) from None
     runs = len(plan.settings) * len(plan.seeds)
     if not quiet:
         click.echo(
-            f"{plan.name}: {len(plan.settings)} setting(s) × {len(plan.seeds)} seed(s) = "
+            f"{safe(plan.name)}: {len(plan.settings)} setting(s) × {len(plan.seeds)} seed(s) = "
             f"{runs} run(s) into {out}" + (f" on Spark ({master})" if master else "")
         )
     started = time.monotonic()
@@ -312,7 +324,7 @@ def sweep(
         else:
             outcomes = _sweep_with_bar(plan, out, master, jobs, started)
     except SweepError as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(safe_text(str(e))) from None
     failed = [o for o in outcomes if not o.ok]
     skipped = sum(o.skipped for o in outcomes)
     if not quiet:
@@ -323,7 +335,7 @@ def sweep(
         )
     if failed:
         for o in failed:
-            click.echo(f"FAILED {o.label} seed {o.seed}: {o.error}", err=True)
+            click.echo(f"FAILED {safe(o.label)} seed {o.seed}: {safe(o.error)}", err=True)
         raise click.ClickException(f"{len(failed)} run(s) failed (re-run the command to retry)")
 
 
@@ -375,8 +387,8 @@ def _sweep_reporter(
         elif o.ok:
             what = f"{o.wall:.1f} s, {o.published} published, {o.deliveries} deliveries"
         else:
-            what = f"FAILED: {o.error}"
-        echo(f"[{k}/{n}] {o.label} seed {o.seed}: {what}  (ETA {_fmt_time(eta)})")
+            what = f"FAILED: {safe(o.error)}"
+        echo(f"[{k}/{n}] {safe(o.label)} seed {o.seed}: {what}  (ETA {_fmt_time(eta)})")
 
     return report
 
@@ -406,7 +418,7 @@ def contacts(scenario: str, out: str, seed: int | None, until: float | None) -> 
     except OSError as e:
         raise click.ClickException(f"cannot write {out}: {e.strerror}") from None
     click.echo(
-        f"{sc.name}: {n} contacts among {len(sc.host_names())} hosts in {_fmt_time(horizon)} -> {out}"
+        f"{safe(sc.name)}: {n} contacts among {len(sc.host_names())} hosts in {_fmt_time(horizon)} -> {out}"
     )
 
 
@@ -434,13 +446,13 @@ def validate(scenario: str) -> None:
         try:
             plan = make_plan(scenario)
         except SweepError as e:
-            raise click.ClickException(str(e)) from None
+            raise click.ClickException(safe_text(str(e))) from None
         sweep_text = (
             f"; sweep: {len(plan.settings)} setting(s) × {len(plan.seeds)} seed(s) over "
             + ", ".join(plan.keys)
         )
     click.echo(
-        f"OK: {sc.name}: {hosts} hosts in {len(sc.groups)} group(s), "
+        f"OK: {safe(sc.name)}: {hosts} hosts in {len(sc.groups)} group(s), "
         f"{_fmt_time(sc.duration)} simulated, {moves}, {traffic}{sweep_text}"
     )
 
@@ -457,11 +469,11 @@ def scenarios(folder: str) -> None:
         try:
             sc = load(f)
         except ScenarioError as e:
-            click.echo(f"{f.name:<20} INVALID ({len(e.problems)} problem(s))")
+            click.echo(f"{safe(f.name):<20} INVALID ({len(e.problems)} problem(s))")
             continue
         click.echo(
-            f"{f.name:<20} {len(sc.host_names()):>4} hosts {_fmt_time(sc.duration):>9}  "
-            f"{sc.description}"
+            f"{safe(f.name):<20} {len(sc.host_names()):>4} hosts {_fmt_time(sc.duration):>9}  "
+            f"{safe(sc.description)}"
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from ptyrun import run_in_pty
 
 from sim.cli import main
 from sim.logs import SCHEMAS
@@ -285,3 +287,65 @@ def test_validate_checks_an_inline_sweep_table(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["validate", str(f)])
     assert res.exit_code == 1, res.output
     assert "horizon" in res.output
+
+
+# A scenario file may come from anyone: its name and description reach the terminal.
+# (TOML escapes: the file itself stays printable.) "[/x]" is rich markup that matches no
+# open tag: the progress bar on a terminal read the name as markup and died of it.
+EVIL_TOML = "q\\u001b]0;pwned\\u0007[/x]\\u009b7m\\u202eZ"
+EVIL_SHOWN = "q\\x1b]0;pwned\\x07[/x]\\x9b7m\\u202eZ"
+
+
+def _evil_scenario(folder: Path, extra: str = "") -> Path:
+    text = (SCENARIOS / "quickstart.toml").read_text()
+    text = text.replace('name = "quickstart"', f'name = "{EVIL_TOML}"', 1)
+    text = text.replace("description = ", f'description = "d{EVIL_TOML}" # ', 1)
+    text = text.replace("duration = 600.0", "duration = 60.0", 1)
+    f = folder / "evil.toml"
+    f.write_text(extra + text)
+    return f
+
+
+def _no_raw(text: str) -> None:
+    for raw in ("\x1b]0;pwned", "\x07", "\x9b", "\u202e"):
+        assert raw not in text, (raw, text)
+
+
+def test_scenario_names_descriptions_and_keys_are_escaped(tmp_path: Path) -> None:
+    f = _evil_scenario(tmp_path)
+    res = CliRunner().invoke(main, ["validate", str(f)])
+    assert res.exit_code == 0 and res.output.startswith(f"OK: {EVIL_SHOWN}: 12 hosts"), res.output
+    res = CliRunner().invoke(main, ["scenarios", "--dir", str(tmp_path)])
+    assert res.exit_code == 0 and f"  d{EVIL_SHOWN}\n" in res.output, res.output
+    _no_raw(res.output)
+    res = CliRunner().invoke(main, ["run", str(f), "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 0 and f"\n{EVIL_SHOWN}: 12 hosts" in f"\n{res.output}", res.output
+    _no_raw(res.output)
+    # an unknown key: its name is escaped, and one problem stays one line
+    bad = tmp_path / "bad" / "bad.toml"
+    bad.parent.mkdir()
+    bad.write_text('"k\\u001b]0;pwned\\u0007\\nline 9: fake" = 1\n' + f.read_text())
+    for args in (["validate", str(bad)], ["run", str(bad), "--out", str(tmp_path / "b")]):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 1, res.output
+        _no_raw(res.output)
+        problems = [x for x in res.output.splitlines() if x.startswith("  line ")]
+        assert len(problems) == 1, res.output
+        assert re.fullmatch(
+            r"  line [?0-9]+: k\\x1b\]0;pwned\\x07\\x0aline 9: fake: unknown key \(allowed: .*\)",
+            problems[0],
+        ), problems
+    res = CliRunner().invoke(main, ["scenarios", "--dir", str(bad.parent)])
+    assert res.exit_code == 0 and "bad.toml" in res.output and "INVALID" in res.output
+
+
+def test_run_on_a_terminal_shows_a_scenario_name_with_markup_as_text(tmp_path: Path) -> None:
+    f = _evil_scenario(tmp_path)
+    rc, raw = run_in_pty(
+        [sys.executable, "-m", "sim.cli", "run", str(f), "--out", str(tmp_path / "o")],
+        timeout=120,
+        cwd=str(Path(__file__).resolve().parent.parent),
+    )
+    assert rc == 0 and "MarkupError" not in raw, raw
+    _no_raw(raw)
+    assert f"{EVIL_SHOWN}: 12 hosts" in raw, raw

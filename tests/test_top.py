@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from ptyrun import run_in_pty
 from test_console_terminal import Pane, _env, needs_tmux
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 
@@ -231,44 +232,6 @@ def test_render_shows_peer_strings_as_text() -> None:
         assert shown in out, (shown, out)
 
 
-def _in_pty(cmd: list[str], timeout: float = 30.0) -> tuple[int, str]:
-    """Run ``cmd`` on a 250-column pseudo-terminal; its exit status and everything it wrote."""
-    import fcntl
-    import pty
-    import select
-    import struct
-    import termios
-    import time
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 250, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave,
-                            env={**env, "TERM": "xterm"})  # fmt: skip
-    os.close(slave)
-    out = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # the other end closed: the command exited
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            elif proc.poll() is not None:
-                break
-        rc = proc.wait(timeout=max(deadline - time.monotonic(), 1))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(master)
-    return rc, out.decode("utf-8", "replace")
-
-
 def test_top_once_in_a_terminal_shows_a_hostile_neighbour_as_text(tmp_path: Path) -> None:
     """A neighbour whose host id and subscription hold markup and escapes: ``top --once``
     in a terminal neither dies of rich markup nor passes the escapes on."""
@@ -296,7 +259,7 @@ def test_top_once_in_a_terminal_shows_a_hostile_neighbour_as_text(tmp_path: Path
             )
         finally:
             forger.sock.close()
-        rc, raw = _in_pty([sys.executable, "-m", "dodwan.cli", "--state-dir", str(me.state_dir),
+        rc, raw = run_in_pty([sys.executable, "-m", "dodwan.cli", "--state-dir", str(me.state_dir),
                            "top", "--once", "-n", "0.3"])  # fmt: skip
     finally:
         peer.kill()
