@@ -491,3 +491,45 @@ def test_a_ledger_entry_is_trusted_only_by_its_binding_instance(tmp_path: Path) 
     assert ledger.decode(spec, b'["m1","m2"]') == set()
     assert ledger.decode(spec, b"\xff") == set()
     assert "instance" not in spec.as_dict() and spec == base
+
+
+def _cli_examples(text: str) -> list[list[str]]:
+    """The ``dodwan ...`` command lines of a Markdown text: shell blocks (with ``\\``
+    continuations) and inline code spans; a trailing ``...`` stands for more options."""
+    import re
+    import shlex
+
+    found: list[str] = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        found += [
+            line for line in block.replace("\\\n", " ").splitlines() if line.startswith("dodwan ")
+        ]
+    found += re.findall(r"`(dodwan [^`]+)`", text)
+    return [[a for a in shlex.split(c)[1:] if a != "..."] for c in found]
+
+
+def test_the_cli_examples_of_the_bridges_doc_are_valid_commands() -> None:
+    """docs/bridges.md said ``dodwan publish --attr ...``: publish's option is --attribute
+    (-a); only ``bridge add`` has --attr. Every example must parse as the CLI stands."""
+    import warnings
+
+    import click
+
+    from dodwan.cli import cli
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "bridges.md").read_text()
+    examples = _cli_examples(text)
+    assert any(args[:2] == ["bridge", "add"] for args in examples)
+    assert any(args[:1] == ["publish"] for args in examples)
+    for args in examples:
+        with warnings.catch_warnings():  # Click 8.2 deprecates protected_args, 9 drops it
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx = cli.make_context("dodwan", list(args))
+            cmd: click.Command = cli
+            rest = [*ctx.protected_args, *ctx.args]
+            while isinstance(cmd, click.Group):
+                name, sub, rest = cmd.resolve_command(ctx, rest)
+                assert sub is not None, args
+                ctx = sub.make_context(name or "", rest, parent=ctx)
+                cmd, rest = sub, [*ctx.protected_args, *ctx.args]
+        assert not rest, (args, rest)
