@@ -738,6 +738,37 @@ def test_the_standby_gateway_takes_over_and_the_primary_comes_back_without_copie
     assert st1["echoes"] >= 10
 
 
+def test_stomp_durable_subscriptions_of_two_gateways_never_collide(
+    activemq: Broker, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """Host a-b's binding c and host a's binding b-c, on two topics, were both client id and
+    durable subscription dodwan-a-b-c: while A was away, B's connection replaced A's
+    subscription (the messages waiting in it for A were deleted), and with B up, A could
+    not connect again."""
+    restart(activemq)
+    one, two = topic_name(), topic_name()
+    uri_one, hq_one = Proto("stomp", activemq).destination(one)
+    uri_two, hq_two = Proto("stomp", activemq).destination(two)
+    a = daemons("a", "--group", random_group(), "--host-id", "a-b", *ARGS)
+    add_binding(a, uri_one, "c", one, direction="in")
+    wait_for(lambda: binding(a, "c")["connected"], 30, what="A connected")
+    a.kill(signal.SIGTERM)  # A's gateway is away: what topic one gets waits for it
+    remotes(hq_one).publish_many([(b"for A", f"a-{i}", {}) for i in range(5)])
+    b = daemons("b", "--group", random_group(), "--host-id", "a", *ARGS)
+    add_binding(b, uri_two, "b-c", two, direction="in")
+    wait_for(lambda: binding(b, "b-c")["connected"], 30, what="B connected")
+    a.start()
+    wait_for(
+        lambda: binding(a, "c")["received_total"] == 5,
+        30,
+        what=lambda: f"A's waiting messages: {binding(a, 'c')}",
+    )
+    remotes(hq_two).publish_many([(b"for B", f"b-{i}", {}) for i in range(3)])
+    wait_for(lambda: binding(b, "b-c")["received_total"] == 3, 30, what="B's messages")
+    assert binding(a, "c")["connected"] and binding(b, "b-c")["connected"]
+    assert binding(a, "c")["received_total"] == 5
+
+
 # ---------------------------------------------------------------------- replace
 
 

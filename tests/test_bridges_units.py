@@ -493,6 +493,29 @@ def test_a_ledger_entry_is_trusted_only_by_its_binding_instance(tmp_path: Path) 
     assert "instance" not in spec.as_dict() and spec == base
 
 
+def test_stomp_durable_subscriptions_of_two_gateways_never_share_a_name() -> None:
+    """Host a-b's binding c and host a's binding b-c were both dodwan-a-b-c. Names with no
+    '-' to confuse keep their old form (their durable subscriptions survive the upgrade);
+    MQTT's client ids come from the same stem, still importable from mqtt."""
+    from dodwan.bridges.stomp import durable_name
+
+    def durable(host: str, name: str, uri: str = "stomp://h/topic/t") -> str | None:
+        spec = BindingSpec.from_dict({"uri": uri, "name": name, "direction": "in"})
+        return durable_name(spec, host)
+
+    assert durable("a-b", "c") != durable("a", "b-c")
+    assert durable("a-b", "c") == durable("a-b", "c")  # stable across restarts
+    assert durable("gw", "hq") == "dodwan-gw-hq"  # unambiguous already: unchanged
+    long = "n" * 64
+    assert durable("h" * 64, long) != durable("h" * 64, long[:-1] + "m")
+    assert all(len(durable(h, n) or "") <= 96 for h in ("h" * 64, "a-b") for n in (long, "c"))
+    assert durable("gw", "hq", "stomp://h/queue/q") is None  # a queue: no subscription
+    from dodwan.bridges import mqtt
+    from dodwan.bridges.ids import client_base
+
+    assert mqtt.client_base is client_base
+
+
 def _cli_examples(text: str) -> list[list[str]]:
     """The ``dodwan ...`` command lines of a Markdown text: shell blocks (with ``\\``
     continuations) and inline code spans; a trailing ``...`` stands for more options."""

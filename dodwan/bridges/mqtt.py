@@ -24,7 +24,6 @@ interval; ``jms_correlation_id`` as correlation data.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import secrets
 import struct
 import threading
@@ -40,6 +39,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from . import ledger
 from .binding import InboundHandler, LinkError
+from .ids import client_base as client_base  # importable here, as before
 from .mapping import GATEWAY_HEADER, Inbound, deadline_of, user_properties
 from .outbox import OutRow
 from .uri import BindingSpec
@@ -61,22 +61,6 @@ def _confirmed(info: Any, timeout: float) -> bool:
         if not info._published:
             info._condition.wait(timeout)
         return bool(info._published)
-
-
-def client_base(host_id: str, name: str) -> str:
-    """The stem of a binding's client ids: one per (host, binding), the same at every start
-    (the inbound session is persistent).
-
-    ``dodwan-HOST-NAME`` when neither holds a '-' and it is short enough (the form of
-    earlier versions, whose sessions are kept): it splits one way only. Otherwise a hash of
-    the pair follows (``dodwan-h2-z-cl`` was host h2-z's binding cl and host h2's z-cl):
-    such an id has at least four '-'-separated parts, so it is never an id of the first
-    form either."""
-    plain = f"dodwan-{host_id}-{name}"
-    if "-" not in host_id and "-" not in name and len(plain) <= 96:
-        return plain
-    digest = hashlib.sha256(f"{host_id}\0{name}".encode()).hexdigest()[:16]
-    return f"{plain[:79]}-{digest}"
 
 
 class _Paho(paho.Client):

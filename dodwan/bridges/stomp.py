@@ -12,7 +12,7 @@ names (``correlation-id``, ``type``, ``priority``, ``expires`` from the deadline
 Inbound, the binding subscribes with ``client-individual`` acknowledgement and acknowledges
 a message after its DoDWAN publication; the broker's ``message-id`` (the same for every
 subscriber) gives the DoDWAN id. A topic subscription is durable (ActiveMQ's
-``client-id`` ``dodwan-HOST-NAME`` and ``activemq.subscriptionName``): what the topic gets
+``client-id`` and ``activemq.subscriptionName``, :func:`durable_name`): what the topic gets
 while the gateway is away waits at the broker, echoes of what another gateway sent
 included. Two connections cannot hold one client id, so replacing such a binding is
 break-before-make (see :meth:`~dodwan.bridges.manager.BridgeManager.add`).
@@ -31,6 +31,7 @@ import stomp
 
 from . import ledger
 from .binding import InboundHandler, LinkError
+from .ids import client_base
 from .mapping import Inbound, deadline_of, priority_of, user_properties
 from .outbox import OutRow
 from .uri import BindingSpec
@@ -49,10 +50,14 @@ STANDARD = frozenset(
 
 
 def durable_name(spec: BindingSpec, host_id: str) -> str | None:
-    """Client id and subscription name of a durable topic subscription (None: not one)."""
+    """Client id and subscription name of a durable topic subscription (None: not one).
+
+    The stem of MQTT's client ids (:func:`.ids.client_base`): ``dodwan-HOST-NAME`` was
+    shared by host a-b's binding c and host a's binding b-c; while one was away, the other
+    connecting on its own topic replaced its subscription, and what waited in it was lost."""
     if not (spec.inbound and spec.endpoint.kind == "topic"):
         return None
-    return f"dodwan-{host_id}-{spec.name}"[:200]
+    return client_base(host_id, spec.name)
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
