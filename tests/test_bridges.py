@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from bridge_remotes import AmqpRemote, MqttRemote, Remote, StompRemote
-from brokers import Broker, restart
+from brokers import Broker, free_port, restart
 from brokers import activemq as activemq
 from brokers import mosquitto as mosquitto
 from brokers import rabbitmq as rabbitmq
@@ -767,6 +767,34 @@ def test_stomp_durable_subscriptions_of_two_gateways_never_collide(
     wait_for(lambda: binding(b, "b-c")["received_total"] == 3, 30, what="B's messages")
     assert binding(a, "c")["connected"] and binding(b, "b-c")["connected"]
     assert binding(a, "c")["received_total"] == 5
+
+
+def test_a_stomp_link_that_cannot_connect_says_why(activemq: Broker) -> None:
+    """stomp.py's ConnectFailedException has no text: an unreachable broker and a client id
+    in use both read 'cannot connect to HOST:PORT: ' with nothing after the colon."""
+    import stomp
+
+    from dodwan.bridges.binding import LinkError
+    from dodwan.bridges.stomp import StompLink, durable_name
+    from dodwan.bridges.uri import BindingSpec
+
+    restart(activemq)
+
+    def link(uri: str) -> StompLink:
+        spec = BindingSpec.from_dict({"uri": uri, "name": "hq", "direction": "in"})
+        return StompLink(spec, "gw", lambda _m: True)
+
+    with pytest.raises(LinkError, match=r"cannot connect to 127.0.0.1:\d+: Connection refused"):
+        link(f"stomp://127.0.0.1:{free_port()}/topic/x").connect()
+    held = link(activemq.url(f"topic/{topic_name()}"))
+    holder = stomp.Connection12([("127.0.0.1", activemq.port)])
+    holder.connect(wait=True, headers={"client-id": durable_name(held.spec, "gw")})
+    try:
+        with pytest.raises(LinkError, match=r"cannot connect to .*: broker error: .*already conn"):
+            held.connect()
+    finally:
+        holder.disconnect()
+        held.close()
 
 
 # ---------------------------------------------------------------------- replace

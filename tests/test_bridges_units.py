@@ -516,6 +516,41 @@ def test_stomp_durable_subscriptions_of_two_gateways_never_share_a_name() -> Non
     assert mqtt.client_base is client_base
 
 
+def test_a_stomp_connect_the_broker_never_answers_times_out_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """stomp.py waits for CONNECTED without a deadline: a port that takes the connection
+    and stays silent held the binding's thread for ever."""
+    import threading
+
+    from dodwan.bridges import stomp as stomp_link
+    from dodwan.bridges.binding import LinkError
+
+    monkeypatch.setattr(stomp_link, "CONNECT_TIMEOUT", 1.0)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    uri = f"stomp://127.0.0.1:{silent.getsockname()[1]}/topic/x"
+    spec = BindingSpec.from_dict({"uri": uri, "name": "hq", "direction": "in"})
+    link = stomp_link.StompLink(spec, "gw", lambda _m: True)
+    failed: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            link.connect()
+        except BaseException as exc:
+            failed.append(exc)
+
+    t = threading.Thread(target=connect, daemon=True)
+    t.start()
+    t.join(15)
+    silent.close()
+    assert not t.is_alive(), "connect() still waiting for the broker"
+    assert isinstance(failed[0], LinkError)
+    assert "no CONNECTED frame within 1 s" in str(failed[0])
+    link.close()
+
+
 def _cli_examples(text: str) -> list[list[str]]:
     """The ``dodwan ...`` command lines of a Markdown text: shell blocks (with ``\\``
     continuations) and inline code spans; a trailing ``...`` stands for more options."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import socket
 import threading
 import time
 from typing import Any
@@ -60,18 +61,53 @@ def durable_name(spec: BindingSpec, host_id: str) -> str | None:
     return client_base(host_id, spec.name)
 
 
+def _error_text(frame: Any) -> str:
+    """The reason an ERROR frame gives: its ``message`` header, else its body's first line
+    (ActiveMQ's body is a Java stack trace)."""
+    text = str(frame.headers.get("message", "")).strip()
+    if not text:
+        body = frame.body if isinstance(frame.body, bytes) else str(frame.body or "").encode()
+        text = body.decode("utf-8", "replace").strip().split("\n", 1)[0]
+    return f"broker error: {text or 'no reason given'}"[:300]
+
+
+def _tcp_failure(host: str, port: int) -> str:
+    """Why a TCP connection to the broker fails (stomp.py only logs it)."""
+    try:
+        socket.create_connection((host, port), CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return "the connection failed (the port answered a second attempt)"
+
+
+def _abandon(conn: Any) -> None:
+    """Close a connection that never became one (stomp.py sends no DISCONNECT then, and
+    leaves its socket and thread running)."""
+    with contextlib.suppress(Exception):
+        conn.disconnect()
+    with contextlib.suppress(Exception):
+        conn.transport.disconnect_socket()
+
+
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
-    def __init__(self, link: StompLink) -> None:
+    """Reports one connection's events; a late one from an older connection is ignored."""
+
+    def __init__(self, link: StompLink, generation: int) -> None:
         self.link = link
+        self.generation = generation
+
+    def on_connected(self, frame: Any) -> None:
+        if self.generation == self.link._generation:
+            self.link._up.set()
 
     def on_receipt(self, frame: Any) -> None:
         self.link._receipt(frame.headers.get("receipt-id", ""))
 
     def on_error(self, frame: Any) -> None:
-        self.link._failed(f"broker error: {frame.headers.get('message', '')} {frame.body!r}"[:300])
+        self.link._failed(_error_text(frame), self.generation)
 
     def on_disconnected(self) -> None:
-        self.link._failed("connection closed")
+        self.link._failed("connection closed", self.generation)
 
     def on_message(self, frame: Any) -> None:
         self.link._message(frame)
@@ -82,8 +118,12 @@ class StompLink:
         self.spec = spec
         self.on_message = on_message
         self.conn: Any = None
+        self._generation = 0
+        self._up = threading.Event()
         self._lost = threading.Event()
         self._why = ""
+        """Why the connection was lost: the first reason (the broker's ERROR, not the
+        closing of the connection that follows it)."""
         self._receipts: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         ep = spec.endpoint
@@ -103,8 +143,11 @@ class StompLink:
         if ev is not None:
             ev.set()
 
-    def _failed(self, why: str) -> None:
-        self._why = why
+    def _failed(self, why: str, generation: int) -> None:
+        if generation != self._generation:
+            return
+        if not self._lost.is_set():
+            self._why = why
         self._lost.set()
 
     def _message(self, frame: Any) -> None:
@@ -146,6 +189,8 @@ class StompLink:
 
     def connect(self) -> None:
         ep = self.spec.endpoint
+        self._generation += 1
+        self._up.clear()
         self._lost.clear()
         self._why = ""
         conn = stomp.Connection12(
@@ -155,14 +200,24 @@ class StompLink:
             auto_decode=False,
             timeout=CONNECT_TIMEOUT,
         )
-        conn.set_listener("dodwan", _Listener(self))
+        conn.set_listener("dodwan", _Listener(self, self._generation))
         extra = {"client-id": self.durable} if self.durable else {}
+        started = time.monotonic()
         try:
-            conn.connect(ep.user, ep.password, wait=True, headers=extra)
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                conn.disconnect()
-            raise LinkError(f"cannot connect to {ep.host}:{ep.port}: {exc}") from None
+            # Not wait=True: stomp.py would wait for CONNECTED without a deadline.
+            conn.connect(ep.user, ep.password, wait=False, headers=extra)
+        except Exception as exc:  # stomp.py's ConnectFailedException has no text
+            if str(exc):
+                why = str(exc)
+            elif time.monotonic() - started >= CONNECT_TIMEOUT:
+                why = "timed out"
+            else:
+                why = _tcp_failure(ep.host, ep.port)
+        else:
+            why = self._await_connected()
+        if why:
+            _abandon(conn)
+            raise LinkError(f"cannot connect to {ep.host}:{ep.port}: {why}")
         self.conn = conn
         with self._lock:
             self._ledger_acks.clear()
@@ -177,6 +232,16 @@ class StompLink:
                     headers={"receipt": rid, **sub},
                 )
             )
+
+    def _await_connected(self) -> str:
+        """Wait for the broker's CONNECTED; the reason when it refused or never answered."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        while not self._up.wait(0.05):
+            if self._lost.is_set():
+                return self._why
+            if time.monotonic() > deadline:
+                return f"no CONNECTED frame within {CONNECT_TIMEOUT:g} s"
+        return ""
 
     def _wait_receipt(self, frame: Any) -> None:
         rid = f"r-{secrets.token_hex(6)}"
