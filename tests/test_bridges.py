@@ -797,6 +797,35 @@ def test_a_stomp_link_that_cannot_connect_says_why(activemq: Broker) -> None:
         held.close()
 
 
+def test_a_message_the_stomp_broker_refuses_is_kept_and_reported_and_the_others_go(
+    activemq: Broker, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """An attribute of 7000 ':' is fine for DoDWAN, but STOMP escapes each ':' as two bytes:
+    a 14000-byte header, over ActiveMQ's 10240. The broker's ERROR cost the whole batch,
+    which was sent again at once, for ever (27 reconnections in 8 s): the messages behind
+    it never went, and the status said only 'connection closed'."""
+    restart(activemq)
+    topic = topic_name()
+    uri, make_remote = Proto("stomp", activemq).destination(topic, queue=True)
+    hq = remotes(make_remote)
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    # In the outbox before the binding exists: one batch, the refused message first.
+    big = publish(gw, topic, 1, note=":" * 7000)
+    ids = publish(gw, topic, 5, start=1)
+    add_binding(gw, uri, "hq", topic, direction="out")
+    exactly_once(hq, ids, gw=gw)
+    st: dict[str, Any] = wait_for(
+        lambda: (b := binding(gw, "hq"))["sent_total"] == 5 and b,
+        10,
+        what=lambda: f"marked sent: {binding(gw, 'hq')}",
+    )
+    assert st["backlog"] == 1, st  # kept, not dropped, not counted sent
+    assert f"STOMP broker refused 1 message(s) on /queue/{topic}: " in st["last_error"], st
+    assert "header" in st["last_error"], st  # the broker's reason
+    assert st["connects"] <= 4, st  # the batch, the refused message alone, the others
+    assert big[0] not in hq.dodwan_ids()
+
+
 # ---------------------------------------------------------------------- replace
 
 

@@ -551,6 +551,32 @@ def test_a_stomp_connect_the_broker_never_answers_times_out_saying_so(
     link.close()
 
 
+def test_the_messages_of_a_refused_batch_go_alone_and_the_refused_one_is_held() -> None:
+    """Which message of a refused batch the broker refuses is found by sending them one at
+    a time; it is then left out (kept in the outbox) and tried again later, ever later."""
+    from dodwan.bridges.refusals import RETRY_MIN, Refusals
+
+    r = Refusals()
+    assert r.batch([1, 2, 3], [1, 2, 3]) == [1, 2, 3]
+    r.refused([1, 2, 3], now=0.0)
+    assert r.strikes == 1
+    assert r.batch([1, 2, 3], [1, 2, 3]) == [1]  # a suspect goes alone
+    r.refused([1], now=0.0)  # refused alone: that is the one
+    assert r.withheld(1.0) == [1] and r.strikes == 2
+    assert r.batch([2, 3, 4], [2, 3, 4]) == [2]
+    r.sent([2])
+    assert r.strikes == 0
+    assert r.batch([3, 4], [3, 4]) == [3]
+    r.sent([3])
+    assert r.batch([4, 5], [4, 5]) == [4, 5]  # past the refused batch: batches again
+    assert r.withheld(RETRY_MIN + 1) == []  # due: sent alone again
+    assert r.batch([1, 4], [1, 4]) == [1]
+    r.refused([1], now=RETRY_MIN + 1)
+    assert r.held[1] == (3 * RETRY_MIN + 1, 2 * RETRY_MIN)  # twice as long
+    assert r.withheld(3 * RETRY_MIN + 2) == []
+    assert r.batch([4], [4]) == [4] and r.held == {}  # it expired meanwhile: forgotten
+
+
 def _cli_examples(text: str) -> list[list[str]]:
     """The ``dodwan ...`` command lines of a Markdown text: shell blocks (with ``\\``
     continuations) and inline code spans; a trailing ``...`` stands for more options."""

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from .mapping import Inbound
 from .outbox import Outbox, OutRow
+from .refusals import Refusals
 from .uri import BindingSpec
 
 log = logging.getLogger("dodwan.bridges")
@@ -33,6 +34,12 @@ DRAIN_MAX = 15.0
 
 class LinkError(Exception):
     """The link to the broker failed (reconnect)."""
+
+
+class Refused(LinkError):
+    """The broker refused the batch sent, for one of its messages (the link is lost too):
+    none of it is on the broker. Its messages are then sent one at a time, and one the
+    broker refuses alone is held back (see :class:`~.refusals.Refusals`)."""
 
 
 class Link(Protocol):
@@ -100,6 +107,7 @@ class Binding:
         self.filtered = 0
         """Messages the binding's selector kept from crossing (both ways)."""
         self.connects = 0
+        self.refusals = Refusals()
         self._taken = 0
         self._never = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"bridge-{spec.name}", daemon=True)
@@ -150,6 +158,7 @@ class Binding:
             "filtered": self.filtered,
             "settled": self.settled,
             "connects": self.connects,
+            "refused": len(self.refusals.held),
             "paused": not self._resume.is_set(),
         }
 
@@ -195,7 +204,11 @@ class Binding:
                     self._idle.set()
                 while self._retired.is_set() and not self._stop.is_set():
                     self._stop.wait(0.2)
-                if self._stop.wait(backoff):
+                # A broker refusing what it is sent accepts the connection every time:
+                # back off by refusals, not from the minimum again.
+                strikes = min(self.refusals.strikes, 8)
+                pause = max(backoff, min(BACKOFF_MAX, BACKOFF_MIN * 2**strikes))
+                if self._stop.wait(pause if strikes else backoff):
                     break
                 backoff = min(BACKOFF_MAX, backoff * 2)
         finally:
@@ -240,14 +253,21 @@ class Binding:
                 self._idle.set()
                 continue
             now = time.time()
-            rows = self.outbox.pending(name, now, BATCH)
+            rows = self.outbox.pending(name, now, BATCH, self.refusals.withheld(now))
+            rows = list(self.refusals.batch(rows, [r.seq for r in rows]))
             if rows:
-                link.send(rows)
-                self.sent += self.outbox.mark_sent(name, [r.seq for r in rows])
+                seqs = [r.seq for r in rows]
+                try:
+                    link.send(rows)
+                except Refused:
+                    self.refusals.refused(seqs, now)
+                    raise
+                self.refusals.sent(seqs)
+                self.sent += self.outbox.mark_sent(name, seqs)
                 link.poll(0.0, self._wake)  # serve inbound traffic between batches
                 continue
             self._idle.set()
-            due = self.outbox.next_due(name)
+            due = self.outbox.next_due(name, self.refusals.withheld(now))
             timeout = 1.0 if due is None else min(1.0, max(0.01, due - now))
             link.poll(timeout, self._wake)
             self._wake.clear()

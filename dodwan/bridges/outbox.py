@@ -20,6 +20,7 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,23 +144,30 @@ class Outbox:
             rows = self._db.execute("SELECT msg_id FROM outbox WHERE binding = ?", (binding,))
             return {str(r[0]) for r in rows.fetchall()}
 
-    def pending(self, binding: str, now: float, limit: int) -> list[OutRow]:
-        """The oldest unsent messages that may go now, in order."""
+    def pending(
+        self, binding: str, now: float, limit: int, exclude: Sequence[int] = ()
+    ) -> list[OutRow]:
+        """The oldest unsent messages that may go now, in order (but the ``exclude`` rows:
+        held back after the broker refused them)."""
+        skip = f"AND seq NOT IN ({','.join('?' * len(exclude))}) " if exclude else ""
         with self._lock:
             rows = self._db.execute(
                 "SELECT seq, msg_id, descriptor, payload, deadline FROM outbox "
-                "WHERE binding = ? AND state = 0 AND not_before <= ? ORDER BY seq LIMIT ?",
-                (binding, now, limit),
+                f"WHERE binding = ? AND state = 0 AND not_before <= ? {skip}"
+                "ORDER BY seq LIMIT ?",
+                (binding, now, *exclude, limit),
             ).fetchall()
         return [
             OutRow(int(s), str(i), json.loads(d), bytes(p), float(dl)) for s, i, d, p, dl in rows
         ]
 
-    def next_due(self, binding: str) -> float | None:
+    def next_due(self, binding: str, exclude: Sequence[int] = ()) -> float | None:
         """When the earliest held-off message may go (None: nothing waits)."""
+        skip = f" AND seq NOT IN ({','.join('?' * len(exclude))})" if exclude else ""
         with self._lock:
             (t,) = self._db.execute(
-                "SELECT min(not_before) FROM outbox WHERE binding = ? AND state = 0", (binding,)
+                f"SELECT min(not_before) FROM outbox WHERE binding = ? AND state = 0{skip}",
+                (binding, *exclude),
             ).fetchone()
         return None if t is None else float(t)
 

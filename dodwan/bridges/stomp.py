@@ -31,7 +31,7 @@ from typing import Any
 import stomp
 
 from . import ledger
-from .binding import InboundHandler, LinkError
+from .binding import InboundHandler, LinkError, Refused
 from .ids import client_base
 from .mapping import Inbound, deadline_of, priority_of, user_properties
 from .outbox import OutRow
@@ -68,7 +68,7 @@ def _error_text(frame: Any) -> str:
     if not text:
         body = frame.body if isinstance(frame.body, bytes) else str(frame.body or "").encode()
         text = body.decode("utf-8", "replace").strip().split("\n", 1)[0]
-    return f"broker error: {text or 'no reason given'}"[:300]
+    return (text or "no reason given")[:250]
 
 
 def _tcp_failure(host: str, port: int) -> str:
@@ -104,7 +104,7 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
         self.link._receipt(frame.headers.get("receipt-id", ""))
 
     def on_error(self, frame: Any) -> None:
-        self.link._failed(_error_text(frame), self.generation)
+        self.link._broker_error(_error_text(frame), self.generation)
 
     def on_disconnected(self) -> None:
         self.link._failed("connection closed", self.generation)
@@ -124,6 +124,8 @@ class StompLink:
         self._why = ""
         """Why the connection was lost: the first reason (the broker's ERROR, not the
         closing of the connection that follows it)."""
+        self._error = ""
+        """The message of the broker's ERROR frame on this connection, if one came."""
         self._receipts: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         ep = spec.endpoint
@@ -142,6 +144,11 @@ class StompLink:
             ev = self._receipts.get(rid)
         if ev is not None:
             ev.set()
+
+    def _broker_error(self, text: str, generation: int) -> None:
+        if generation == self._generation and not self._error:
+            self._error = text
+        self._failed(f"broker error: {text}", generation)
 
     def _failed(self, why: str, generation: int) -> None:
         if generation != self._generation:
@@ -193,6 +200,7 @@ class StompLink:
         self._up.clear()
         self._lost.clear()
         self._why = ""
+        self._error = ""
         conn = stomp.Connection12(
             [(ep.host, ep.port)],
             reconnect_attempts_max=1,
@@ -238,7 +246,7 @@ class StompLink:
         deadline = time.monotonic() + CONNECT_TIMEOUT
         while not self._up.wait(0.05):
             if self._lost.is_set():
-                return self._why
+                return f"broker error: {self._error}" if self._error else "closed before CONNECTED"
             if time.monotonic() > deadline:
                 return f"no CONNECTED frame within {CONNECT_TIMEOUT:g} s"
         return ""
@@ -291,6 +299,19 @@ class StompLink:
         conn = self.conn
         if conn is None or self._lost.is_set():
             raise LinkError(f"STOMP connection lost: {self._why}")
+        try:
+            self._send(conn, rows)
+        except LinkError:
+            if not self._error:
+                raise
+            # The broker answered a frame of the batch with ERROR (e.g. ActiveMQ: a header
+            # over its 10240-byte limit): nothing of the batch is committed.
+            what = "1 message(s)" if len(rows) == 1 else f"a batch of {len(rows)} message(s)"
+            raise Refused(
+                f"STOMP broker refused {what} on {self.destination}: {self._error}"
+            ) from None
+
+    def _send(self, conn: Any, rows: list[OutRow]) -> None:
         tx = f"tx-{secrets.token_hex(6)}"
         conn.begin(transaction=tx)
         for row in rows:
@@ -310,11 +331,24 @@ class StompLink:
             acks, self._ledger_acks = self._ledger_acks, []
         for ack in acks:  # the older ledger messages go as this one comes
             conn.ack(ack, transaction=tx)
-        conn.send(
-            self.ledger,
-            ledger.encode(self.spec, [r.msg_id for r in rows]),
-            headers={"persistent": "true", ledger.HEADER: "1", "transaction": tx},
+        # The ledger message asks for a receipt, and the COMMIT goes only once it came
+        # without an ERROR before it: ActiveMQ may refuse a frame of the batch (a header
+        # over its limit) yet read on and commit the rest with the ledger message, which
+        # would then name a message the broker does not have.
+        self._wait_receipt(
+            lambda rid: conn.send(
+                self.ledger,
+                ledger.encode(self.spec, [r.msg_id for r in rows]),
+                headers={
+                    "persistent": "true",
+                    ledger.HEADER: "1",
+                    "transaction": tx,
+                    "receipt": rid,
+                },
+            )
         )
+        if self._error or self._lost.is_set():
+            raise LinkError(f"STOMP connection lost: {self._why}")
         self._wait_receipt(lambda rid: conn.commit(transaction=tx, headers={"receipt": rid}))
 
     def poll(self, timeout: float, wake: threading.Event) -> None:
