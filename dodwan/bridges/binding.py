@@ -207,8 +207,7 @@ class Binding:
                 # A broker refusing what it is sent accepts the connection every time:
                 # back off by refusals, not from the minimum again.
                 strikes = min(self.refusals.strikes, 8)
-                pause = max(backoff, min(BACKOFF_MAX, BACKOFF_MIN * 2**strikes))
-                if self._stop.wait(pause if strikes else backoff):
+                if self._stop.wait(max(backoff, min(BACKOFF_MAX, BACKOFF_MIN * 2**strikes))):
                     break
                 backoff = min(BACKOFF_MAX, backoff * 2)
         finally:

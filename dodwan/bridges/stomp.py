@@ -5,9 +5,11 @@ receipt: the rows are marked sent once the receipt arrives, so a batch is on the
 entirely or not at all. The transaction also writes the batch's ledger message
 (:mod:`.ledger`) and acknowledges the older ones, which the link consumes; after a
 reconnection the ledger is browsed (ActiveMQ's ``browser:true``) to learn whether the
-batch whose receipt never came was committed. Messages are persistent; application attributes are headers (which
-ActiveMQ keeps as JMS string properties), with ``dodwan-id`` and the JMS headers STOMP
-names (``correlation-id``, ``type``, ``priority``, ``expires`` from the deadline).
+batch whose receipt never came was committed. The COMMIT goes only once the ledger
+message's receipt came with no ERROR before it; a batch answered with ERROR is
+:class:`~.binding.Refused` (its messages are then sent alone, see :mod:`.refusals`).
+Messages are persistent; application attributes are headers (which ActiveMQ keeps as JMS
+string properties), with ``dodwan-id`` and the JMS headers STOMP names (``correlation-id``, ``type``, ``priority``, ``expires`` from the deadline).
 
 Inbound, the binding subscribes with ``client-individual`` acknowledgement and acknowledges
 a message after its DoDWAN publication; the broker's ``message-id`` (the same for every
