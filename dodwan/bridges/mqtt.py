@@ -38,7 +38,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from . import ledger
-from .binding import InboundHandler, LinkError
+from .binding import InboundHandler, LinkError, Refused
 from .ids import client_base as client_base  # importable here, as before
 from .mapping import GATEWAY_HEADER, Inbound, deadline_of, user_properties
 from .outbox import OutRow
@@ -357,13 +357,14 @@ class MqttLink:
                 if time.monotonic() > deadline:
                     raise LinkError("MQTT broker did not confirm in time")
         # A PUBACK/PUBREC with a failure code (e.g. 0x87 not authorized): the broker did not
-        # take the message. Nothing of the batch is marked sent; it is tried again later
-        # (the others of the batch went through: their echoes mark them sent).
+        # take the message. Nothing of the batch is marked sent (the others of the batch
+        # went through: their echoes mark them sent); its messages go one at a time, and
+        # one refused alone is held back and tried again later (see .refusals).
         refused = [
             self.out.rejected.pop(info.mid) for info in infos if info.mid in self.out.rejected
         ]
         if refused:
-            raise LinkError(
+            raise Refused(
                 f"MQTT broker refused {len(refused)} message(s) on {topic!r}: {refused[0]}"
             )
 
