@@ -191,6 +191,10 @@ def test_config_file_joms_table(tmp_path: Path) -> None:
         ("[joms]\nmax_redeliveries = -2\n", "max_redeliveries must be >= 0"),
         ("[node.limits]\nmax_message_size = 10000\n", "max_message_size .*at least 16385"),
         ("[node]\ncache_capacity = 1000\n", "cache_capacity = 1000 is out of range"),
+        # checked at start with or without --stomp, one line naming the setting
+        ("[joms]\nreceiver_policy = 'nosuchmod_x:f'\n", r"\[joms\]: receiver_policy .*import"),
+        ("[joms]\nreceiver_policy = 'os:nonexistent'\n", r"\[joms\]: receiver_policy .*attr"),
+        ("[joms]\nreceiver_policy = 'json:loads'\n", r"\[joms\]: receiver_policy .*TypeError"),
     ],
 )
 def test_config_errors_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:

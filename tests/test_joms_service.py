@@ -427,6 +427,39 @@ def test_service_config_from_a_config_file_table() -> None:
     assert set(docs) >= {"default_ttl", "nondurable", "lease"} and all(docs.values())
 
 
+def not_a_policy() -> str:
+    return "no choose() here"
+
+
+def raising_policy() -> Any:
+    raise RuntimeError("policy broke\non two lines")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nosuchmod_for_joms_tests:f", "cannot import module 'nosuchmod_for_joms_tests'"),
+        ("os:nonexistent", "module 'os' has no attribute 'nonexistent'"),
+        ("json:loads", r"calling json:loads\(\) failed: TypeError"),
+        ("os:sep", "'os:sep' is not callable"),
+        (":f", "'module:callable'"),
+        ("os:", "'module:callable'"),
+        ("round-robin-ish", "'module:callable'"),
+        (f"{__name__}:not_a_policy", r"did not return an object with a choose\(\) method"),
+        (f"{__name__}:raising_policy", "RuntimeError: policy broke on two lines"),
+    ],
+)
+def test_a_bad_receiver_policy_is_one_line_naming_the_setting(spec: str, message: str) -> None:
+    """Whatever goes wrong importing or calling ``module:callable``, the error is a
+    ValueError naming ``receiver_policy``, on one line (the daemon prints it as is)."""
+    from joms.service.queues import load_policy
+
+    with pytest.raises(ValueError, match=message) as info:
+        load_policy(spec)
+    assert str(info.value).startswith("receiver_policy ")
+    assert "\n" not in str(info.value)
+
+
 def test_waiting_durable_messages_come_higher_priority_first() -> None:
     w = World("a")
     s = w.svc["a"]

@@ -385,6 +385,13 @@ def _joms_settings() -> Any:
     return config
 
 
+def _joms_queues() -> Any:
+    """``joms.service.queues`` (where ``receiver_policy`` is loaded)."""
+    from joms.service import queues
+
+    return queues
+
+
 def _check_joms(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
     """The ``[joms]`` table, checked the way the service will read it (names, types,
     ranges); a one-line ConfigError otherwise."""
@@ -393,7 +400,10 @@ def _check_joms(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
     except ImportError as exc:  # pragma: no cover - joms ships with dodwan
         raise ConfigError(f"{where} needs the joms package: {exc}") from None
     try:
-        settings.ServiceConfig.from_mapping(table)
+        service = settings.ServiceConfig.from_mapping(table)
+        # with or without --stomp: a policy that cannot load is an error now, not a
+        # traceback when a STOMP gateway is started one day
+        _joms_queues().load_policy(service.receiver_policy)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     return dict(table)

@@ -40,7 +40,10 @@ class ServiceConfig:
 
     receiver_policy: str = "round-robin"
     """How a queue manager picks a receiver: ``round-robin`` or ``module:callable``
-    returning a :class:`~joms.service.queues.ReceiverPolicy`."""
+    returning a :class:`~joms.service.queues.ReceiverPolicy`. The daemon imports and calls
+    it when it starts, with or without ``--stomp``: a module that cannot be imported, a
+    missing attribute, a callable that raises or returns no ``choose`` method is refused
+    with one line naming the setting."""
 
     purge_acknowledged: bool = True
     """Subscribe to every queue acknowledgement and drop the cached copies (originals and

@@ -90,16 +90,46 @@ class RoundRobin:
 
 
 def load_policy(spec: str) -> ReceiverPolicy:
-    """``round-robin`` or ``module:callable`` (called without arguments)."""
+    """``round-robin`` or ``module:callable`` (called without arguments).
+
+    Whatever goes wrong (no such module, no such attribute, the callable raising or
+    returning something without ``choose``) is a one-line ValueError naming the setting:
+    the daemon checks the setting at start and prints that line."""
     if spec == "round-robin":
         return RoundRobin()
     module, sep, attr = spec.partition(":")
-    if not sep:
+    if not (sep and module.strip() and attr.strip()):
         raise ValueError(
             f"receiver_policy must be 'round-robin' or 'module:callable', not {spec!r}"
         )
-    factory = getattr(importlib.import_module(module), attr)
-    policy = factory()
-    if not hasattr(policy, "choose"):
-        raise ValueError(f"{spec} did not return an object with a choose() method")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # the user's module may raise anything while it loads
+        raise ValueError(
+            f"receiver_policy {spec!r}: cannot import module {module!r} ({_one_line(e)})"
+        ) from None
+    try:
+        factory = getattr(mod, attr)
+    except AttributeError:
+        raise ValueError(
+            f"receiver_policy {spec!r}: module {module!r} has no attribute {attr!r}"
+        ) from None
+    if not callable(factory):
+        raise ValueError(f"receiver_policy {spec!r} is not callable")
+    try:
+        policy = factory()
+    except Exception as e:  # user code
+        raise ValueError(
+            f"receiver_policy {spec!r}: calling {spec}() failed: {_one_line(e)}"
+        ) from None
+    if not callable(getattr(policy, "choose", None)):
+        raise ValueError(
+            f"receiver_policy {spec!r} did not return an object with a choose() method"
+        )
     return policy  # type: ignore[no-any-return]
+
+
+def _one_line(e: BaseException) -> str:
+    """``Type: message`` with the message's line breaks made spaces."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
