@@ -195,6 +195,9 @@ def test_config_file_joms_table(tmp_path: Path) -> None:
         ("[joms]\nreceiver_policy = 'nosuchmod_x:f'\n", r"\[joms\]: receiver_policy .*import"),
         ("[joms]\nreceiver_policy = 'os:nonexistent'\n", r"\[joms\]: receiver_policy .*attr"),
         ("[joms]\nreceiver_policy = 'json:loads'\n", r"\[joms\]: receiver_policy .*TypeError"),
+        ("[joms]\nlease = nan\n", r"\[joms\]: lease must be a finite number"),
+        ("[joms]\ndefault_ttl = inf\n", r"\[joms\]: default_ttl must be a finite number"),
+        ("[joms]\ndirectory_period = nan\n", r"\[joms\]: directory_period must be a finite"),
     ],
 )
 def test_config_errors_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:

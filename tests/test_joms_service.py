@@ -460,6 +460,33 @@ def test_a_bad_receiver_policy_is_one_line_naming_the_setting(spec: str, message
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["default_ttl", "nondurable_keep", "lease", "directory_period", "ack_delay",
+     "order_gap_timeout"],
+)  # fmt: skip
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_every_float_setting_must_be_finite(name: str, value: float) -> None:
+    """NaN passes every ``<= 0`` check: lease = nan starved queue consumers, default_ttl =
+    nan failed every send, directory_period = nan never advertised."""
+    with pytest.raises(ValueError, match=f"^{name} must be a finite number"):
+        ServiceConfig.from_mapping({name: value})
+    with pytest.raises(ValueError, match=f"^{name} must be a finite number"):
+        ServiceConfig(**{name: value})
+
+
+def test_every_float_setting_is_covered_by_the_finite_check() -> None:
+    from dataclasses import fields
+
+    floats = {
+        f.name for f in fields(ServiceConfig) if isinstance(getattr(ServiceConfig(), f.name), float)
+    }
+    assert floats == {
+        "default_ttl", "nondurable_keep", "lease", "directory_period", "ack_delay",
+        "order_gap_timeout",
+    }  # fmt: skip
+
+
 def test_waiting_durable_messages_come_higher_priority_first() -> None:
     w = World("a")
     s = w.svc["a"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -11,7 +12,7 @@ from dodwan.core.config import attribute_docs
 
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
-    """JOMS service settings. Durations are seconds."""
+    """JOMS service settings. Durations are seconds; every one must be finite."""
 
     default_ttl: float = 3600.0
     """Lifetime of a message sent with JMSExpiration 0 (its DoDWAN deadline is now + this)."""
@@ -77,6 +78,10 @@ class ServiceConfig:
     the oldest held message is delivered at once (a gap is counted)."""
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # NaN passes every comparison below: refuse it first
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, not {value}")
         if self.default_ttl <= 0:
             raise ValueError("default_ttl must be positive")
         if self.nondurable not in ("durable", "accept", "refuse"):
