@@ -25,6 +25,7 @@ from sim.external_events import EVENT_ID, Creation, EventsError
 from sim.external_events import parse as parse_events
 from sim.maps import MapError, load_map, route_stops
 from sim.medium import MTU
+from sim.mobility.trace import TraceError, load_trace, map_hosts
 from sim.protocol import DEFAULTS as PROTOCOL_DEFAULTS
 from sim.protocol import LIMIT_DEFAULTS, Protocol
 
@@ -620,6 +621,7 @@ class _Validator:
         base = self.protocol(top.get("protocol", {}), ("protocol",), Protocol())
 
         self.traced = "contacts" in top
+        problems_before_groups = len(self.problems)
         groups = []
         raw_groups = top.get("groups")
         if not raw_groups:
@@ -637,6 +639,8 @@ class _Validator:
             self.err(("groups",), f"at most {MAX_HOSTS:,} hosts in all groups together")
             groups = []  # refused: do not name them all
         self.check_carriers(groups)
+        # the host list is complete: trace host ids can be checked against it
+        hosts_known = len(self.problems) == problems_before_groups
         map_layers = self.map_layers(top.get("map"), groups, (width, height))
 
         host_set = {h for g in groups for h in g.host_names()}
@@ -781,7 +785,8 @@ class _Validator:
 
         contacts = None
         if "contacts" in top:
-            contacts = self.contacts(top["contacts"], ("contacts",))
+            hosts = partial.host_names() if hosts_known else None
+            contacts = self.contacts(top["contacts"], ("contacts",), hosts)
 
         if self.problems:
             return None
@@ -1269,7 +1274,9 @@ class _Validator:
         except InvalidSelectorException as e:
             self.err(path, str(e))
 
-    def contacts(self, raw: Any, path: _Path) -> ContactTrace | None:
+    def contacts(self, raw: Any, path: _Path, hosts: list[str] | None) -> ContactTrace | None:
+        """The ``[contacts]`` table; the trace is read as the run reads it (every line, and
+        host ids against ``hosts`` unless None: the groups have problems of their own)."""
         t = self.table(raw, path, ("trace", "format"))
         if t is None:
             return None
@@ -1279,7 +1286,15 @@ class _Validator:
         p = self.relative(trace)
         fmt = self.string(t, path, "format", guess_trace_format(p), choices=TRACE_FORMATS)
         if not p.is_file():
-            self.err((*path, "trace"), f"no such file: {p}")
+            what = "not a file" if p.exists() else "no such file"
+            self.err((*path, "trace"), f"{what}: {p}")
+            return None
+        try:
+            events = load_trace(p, fmt)
+            if hosts is not None:
+                map_hosts(events, hosts, p)
+        except TraceError as e:
+            self.err((*path, "trace"), str(e))
             return None
         return ContactTrace(path=p, format=fmt)
 

@@ -716,8 +716,40 @@ def test_analyze_a_sweep_with_no_finished_run_is_a_clean_error(tmp_path: Path) -
     assert "Traceback" not in res.output
 
 
-def test_a_failing_run_is_reported_and_the_others_finish(tmp_path: Path) -> None:
-    """A setting that validates but cannot run (a trace naming host 3 with only 2 hosts)."""
+def test_a_failing_run_is_reported_and_the_others_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A setting that validates but fails while it runs (here the simulation raises for
+    one setting; a trace naming a host the setting removed used to be the example, but
+    validation reads the trace now) does not stop the others."""
+    import sim.runner
+
+    real = sim.runner.simulate
+
+    def simulate_or_fail(scenario: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(scenario.host_names()) == 2:
+            raise RuntimeError("the simulation broke")
+        return real(scenario, *args, **kwargs)
+
+    monkeypatch.setattr(sim.runner, "simulate", simulate_or_fail)
+    path = small_scenario(tmp_path)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--set", "groups.walker.count=4,2", "--out", str(out)]
+    args += ["--jobs", "1"]  # in this process, where simulate is patched
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1, res.output
+    assert "1 run(s) done, 0 already done, 1 failed" in res.output
+    assert "FAILED groups.walker.count=2 seed 1: RuntimeError" in res.output
+    assert "the simulation broke" in res.output and "Traceback" not in res.output
+    ok, bad = (out / "runs" / f"groups.walker.count={n}" / "seed-1" for n in (4, 2))
+    assert (ok / MARKER).is_file() and not (bad / MARKER).exists()
+    again = CliRunner().invoke(main, args)  # the failed run is retried, the good one skipped
+    assert again.exit_code == 1 and "0 run(s) done, 1 already done, 1 failed" in again.output
+
+
+def test_a_trace_naming_a_host_a_setting_removes_is_refused_before_any_run(
+    tmp_path: Path,
+) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("0,0,1,up\n5,0,3,up\n")
     path = small_scenario(tmp_path, f'\n[contacts]\ntrace = "{trace}"\n')
@@ -725,13 +757,9 @@ def test_a_failing_run_is_reported_and_the_others_finish(tmp_path: Path) -> None
     args = ["sweep", str(path), "--set", "groups.walker.count=4,2", "--out", str(out)]
     res = CliRunner().invoke(main, [*args, "--jobs", "1"])
     assert res.exit_code == 1, res.output
-    assert "1 run(s) done, 0 already done, 1 failed" in res.output
-    assert "FAILED groups.walker.count=2 seed 1: TraceError" in res.output
-    assert "not a scenario host" in res.output and "Traceback" not in res.output
-    ok, bad = (out / "runs" / f"groups.walker.count={n}" / "seed-1" for n in (4, 2))
-    assert (ok / MARKER).is_file() and not (bad / MARKER).exists()
-    again = CliRunner().invoke(main, args)  # the failed run is retried, the good one skipped
-    assert again.exit_code == 1 and "0 run(s) done, 1 already done, 1 failed" in again.output
+    assert "1 setting(s) are not valid" in res.output and "groups.walker.count=2" in res.output
+    assert "t.csv:2: trace host '3' is not a scenario host" in res.output
+    assert not (out / "runs").exists() and "Traceback" not in res.output
 
 
 @pytest.mark.parametrize(

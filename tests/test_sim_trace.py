@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -9,7 +10,7 @@ import pytest
 
 from sim.mobility.trace import TraceError, load_trace, map_hosts
 from sim.runner import simulate
-from sim.scenario import ContactTrace, load, loads
+from sim.scenario import ContactTrace, ScenarioError, load, loads
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -139,3 +140,94 @@ def test_a_trace_may_start_with_a_utf8_bom(tmp_path: Path, name: str, text: str)
     f.write_text("\ufeff" + text, encoding="utf-8")
     assert load_trace(f, "csv" if name.endswith("csv") else "one") == plain
     assert len(plain) == 2
+
+
+def _gzipped_trace() -> bytes:
+    import gzip
+
+    return gzip.compress(("0 CONN 0 1 up\n10 CONN 1 2 up\n50 CONN 0 1 down\n" * 200).encode())
+
+
+def _corrupt(data: bytes) -> bytes:
+    """Two bytes flipped in the middle of the deflate data."""
+    out = bytearray(data)
+    out[len(data) // 2] ^= 0xFF
+    out[len(data) // 2 + 1] ^= 0x55
+    return bytes(out)
+
+
+def _bad_crc(data: bytes) -> bytes:
+    out = bytearray(data)
+    out[-6] ^= 0xFF
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [_corrupt, _bad_crc, lambda d: d[: len(d) // 2]],
+    ids=["corrupt-deflate", "bad-crc", "truncated"],
+)
+def test_a_damaged_gzip_trace_is_a_trace_error(tmp_path: Path, damage: object) -> None:
+    # a corrupt deflate stream raised zlib.error ("invalid distance too far back"), a traceback
+    f = tmp_path / "t.txt.gz"
+    f.write_bytes(damage(_gzipped_trace()))  # type: ignore[operator]
+    with pytest.raises(TraceError, match=rf"^{f}: not a readable gzip file") as info:
+        load_trace(f, "one")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expect"),
+    [
+        ("t.txt.gz", _corrupt(_gzipped_trace()), "not a readable gzip file"),
+        ("t.txt.gz", _gzipped_trace()[:40], "not a readable gzip file"),
+        ("t.txt", b"0 CONN 0 1 up\n5 CONN 0 1 sideways\n", r"t\.txt:2: state 'sideways'"),
+        ("t.txt", b"0 CONN 0 1 up extra\n", r"t\.txt:1: expected"),
+        ("t.txt", b"0 CONN 0 9 up\n", r"t\.txt:1: trace host '9' is not a scenario host"),
+        ("t.csv", b"when,a,b,up\n0,0,1,up\n", r"t\.csv:1: CSV header"),
+        ("t.txt", b"0 CONN 0 n-0 up\n", "itself"),
+        ("t.txt", "0 CONN 0 1 up # caf\xe9\n".encode("latin-1"), "not a text file"),
+    ],
+    ids=[
+        "corrupt-gz",
+        "truncated-gz",
+        "bad-state",
+        "extra-field",
+        "unknown-host",
+        "bad-header",
+        "self-contact",
+        "latin1",
+    ],
+)
+def test_validation_reads_the_trace_as_the_run_does(
+    tmp_path: Path, name: str, content: bytes, expect: str
+) -> None:
+    """``dodwan-sim validate`` said OK for traces the run then refused (corrupt, truncated,
+    malformed, naming unknown hosts): the scenario's validation now reads the trace."""
+    (tmp_path / name).write_bytes(content)
+    text = BASE + f'[contacts]\ntrace = "{name}"\n'
+    with pytest.raises(ScenarioError) as info:
+        loads(text, source=tmp_path / "s.toml")
+    (problem,) = info.value.problems
+    assert problem.key == "contacts.trace"
+    assert re.search(expect, problem.message), problem.message
+
+
+def test_validation_accepts_a_good_trace_by_name_or_index(tmp_path: Path) -> None:
+    (tmp_path / "t.txt").write_text("1 CONN n-2 3 up\n2 CONN 0 1 up\n")
+    sc = loads(BASE + '[contacts]\ntrace = "t.txt"\n', source=tmp_path / "s.toml")
+    assert sc.contacts is not None and sc.contacts.path == tmp_path / "t.txt"
+
+
+def test_validate_command_reports_a_broken_trace(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    (tmp_path / "t.txt.gz").write_bytes(_corrupt(_gzipped_trace()))
+    f = tmp_path / "s.toml"
+    f.write_text(BASE + '[contacts]\ntrace = "t.txt.gz"\n')
+    res = CliRunner().invoke(main, ["validate", str(f)])
+    assert res.exit_code == 1 and "OK" not in res.output, res.output
+    assert "contacts.trace" in res.output and "not a readable gzip file" in res.output
+    assert "Traceback" not in res.output

@@ -8,6 +8,7 @@ the same functions). Host ids in a trace name scenario hosts: either a host's na
 from __future__ import annotations
 
 import gzip
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -77,7 +78,9 @@ def load_trace(path: Path, fmt: str) -> list[LinkEvent]:
     """Parse a trace and return its events sorted by time (stable for equal times)."""
     try:
         events = parse_csv(path) if fmt == "csv" else parse_one(path)
-    except (gzip.BadGzipFile, EOFError) as e:  # before OSError, which BadGzipFile is
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # before OSError (BadGzipFile is)
+        # BadGzipFile: not gzip, bad CRC or length; EOFError: truncated; zlib.error:
+        # corrupt deflate data ("invalid distance too far back", ...)
         raise TraceError(f"{path}: not a readable gzip file ({e})") from e
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror}") from e
