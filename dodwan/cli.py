@@ -145,9 +145,9 @@ def _daemon_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(default, bool):
             fn = click.option(f"--{flag}/--no-{flag}", name, default=None, help=help_text)(fn)
         else:
-            fn = click.option(f"--{flag}", name, type=type(default), default=None, help=help_text)(
-                fn
-            )
+            fn = click.option(
+                f"--{flag}", name, type=cfg.option_type(default), default=None, help=help_text
+            )(fn)
     for s in reversed(cfg.SETTINGS):
         if not s.cli:
             continue
@@ -156,9 +156,9 @@ def _daemon_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(s.default, bool):
             fn = click.option(f"--{flag}/--no-{flag}", s.name, default=None, help=help_text)(fn)
             continue
-        fn = click.option(f"--{flag}", s.name, type=type(s.default), default=None, help=help_text)(
-            fn
-        )
+        fn = click.option(
+            f"--{flag}", s.name, type=cfg.option_type(s.default), default=None, help=help_text
+        )(fn)
     return fn
 
 

@@ -1,4 +1,5 @@
-"""Sizes as people read them, the same in every command: binary units, labelled as such.
+"""Sizes as people read them, the same in every command: binary units, labelled as such;
+and numbers as people write them, checked the same way by every reader of text.
 
 ``human_size(5_000_000)`` is ``"4.8 MiB"`` (1 KiB = 1024 bytes): the settings that bound
 sizes (cache capacity, fragment cache, request bodies) are powers of two and documented in
@@ -6,6 +7,23 @@ KiB/MiB, so the outputs use the same units.
 """
 
 from __future__ import annotations
+
+import re
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+
+
+def is_plain_number(text: str, *, integer: bool = False) -> bool:
+    """Whether ``text`` is a number written with ASCII digits: an optional sign, digits
+    with an optional point and fraction, an optional exponent (``integer``: digits only).
+
+    Python's ``float`` and ``int`` also read other scripts' digits (``"٣"`` is 3, ``"３"``
+    too), underscores (``"1_0"`` is 10) and surrounding white space; contact traces,
+    external-events files and the daemon's options check their numbers with this first,
+    so they read exactly what the config file's TOML would (``inf`` and ``nan`` are not
+    numbers here either)."""
+    return (_INTEGER if integer else _NUMBER).fullmatch(text) is not None
 
 
 def human_size(n: float) -> str:

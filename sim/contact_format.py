@@ -4,7 +4,10 @@ and the Spark analysis (``sim.analysis.load``) both parse every line with these 
 Rules shared by both formats:
 
 * ``#`` starts a comment, at the start of a line or after its fields; blank lines are skipped;
-* a time is a finite number >= 0 (seconds);
+* a time is a finite number >= 0 (seconds) written with ASCII digits: an optional ``+``,
+  digits with an optional fraction, an optional exponent (``+5``, ``1e1``, ``.5``); no
+  ``_`` nor other scripts' digits, which Python's ``float`` would read
+  (``dodwan.units.is_plain_number``, the check of external-events files too);
 * host ids are non-empty and a host cannot be in contact with itself;
 * the state is ``up``/``down``, ``1``/``0`` or ``true``/``false`` (any case).
 
@@ -21,6 +24,8 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Sequence
+
+from dodwan.units import is_plain_number
 
 FORMATS = ("one", "csv")
 COLUMNS = ("time", "a", "b", "up")
@@ -59,6 +64,8 @@ def _event(t: str, a: str, b: str, state: str) -> Event:
         raise FormatError(f"time {t.strip()!r} is not a number") from None
     if not math.isfinite(time) or time < 0:
         raise FormatError(f"time {t.strip()!r} must be a finite number >= 0")
+    if not is_plain_number(t.strip()):  # float() also reads "1_0" (10) and "٣" (3)
+        raise FormatError(f"time {t.strip()!r} is not a number (ASCII digits, no '_')")
     up = STATES.get(state.strip().lower())
     if up is None:
         raise FormatError(f"state {state.strip()!r} is not up or down")

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dodwan.units import is_plain_number
 from sim.mobility.trace import TraceError, host_index
 
 CREATE = "C"
@@ -34,9 +35,6 @@ _OTHER_KINDS = {
 _UNITS = {"": 1, "k": 1000, "M": 10**6, "G": 10**9, "kiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}
 _SIZE = re.compile(r"(\d+)(k|M|G|kiB|MiB|GiB)?", re.ASCII)
 _ONE_ID = re.compile(r"\D+(\d+)", re.ASCII)
-_TIME = re.compile(r"\+?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
-"""A time as written in an events file: ASCII digits only (``float`` also reads other
-scripts' digits and ``1_0``), no sign but ``+`` (a negative time is refused apart)."""
 
 
 class EventsError(Exception):
@@ -106,7 +104,7 @@ def _creation(
         raise EventsError(f"{where}: {kind!r} is {known}; only C (create) lines are supported")
     if len(fields) not in (6, 7):
         raise EventsError(f"{where}: expected '<time> C <id> <from> <to> <size> [<respsize>]'")
-    if not _TIME.fullmatch(fields[0].removeprefix("-")):
+    if not is_plain_number(fields[0]):  # ASCII digits only: float() also reads "1_0", "٣"
         raise EventsError(f"{where}: time {fields[0]!r} is not a number")
     time = float(fields[0])
     if not math.isfinite(time) or time < 0:

@@ -141,6 +141,48 @@ def test_daemon_refuses_bad_settings(tmp_path: Path, args: list[str], needle: st
     _one_error_line(run("daemon", "--state-dir", str(tmp_path), *args), needle)
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--horizon", "٣"),  # int("٣") is 3
+        ("--horizon", "1_0"),  # int("1_0") is 10
+        ("--bitrate", "２000"),
+        ("--exec-timeout", "6_0"),
+        ("--exec-timeout", "٣.5"),
+        ("--announce-period", " 5"),
+    ],
+)
+def test_daemon_numbers_are_written_with_ascii_digits(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    """The config file (TOML) only takes ASCII digits; the options took whatever Python's
+    int() and float() read. The missing config file stops the daemon either way: before
+    the fix that was the error, now the option is refused first."""
+    conf = str(tmp_path / "none.toml")
+    r = run("daemon", "--state-dir", str(tmp_path), "--config", conf, option, value)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"Invalid value for '{option}'" in r.output and repr(value) in r.output, r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "key", "value"),
+    [
+        (["--horizon", "3"], "horizon", 3),
+        (["--horizon", "+3"], "horizon", 3),
+        (["--exec-timeout", "1e1"], "exec_timeout", 10.0),
+        (["--exec-timeout", ".5"], "exec_timeout", 0.5),
+        (["--bitrate", "2000000"], "bitrate", 2000000),
+    ],
+)
+def test_daemon_number_options_still_take_plain_numbers(
+    args: list[str], key: str, value: float
+) -> None:
+    from dodwan.cli import daemon
+
+    ctx = daemon.make_context("daemon", args)
+    assert ctx.params[key] == value and type(ctx.params[key]) is type(value)
+
+
 # ---------------------------------------------------------------------- with a daemon
 
 

@@ -278,6 +278,8 @@ def test_external_events_are_replayed_exactly(tmp_path: Path) -> None:
         ("5 C M9 1 2", "expected '<time> C <id> <from> <to> <size> [<respsize>]'"),
         ("soon C M9 1 2 100", "time 'soon' is not a number"),
         ("--5 C M9 1 2 100", "time '--5' is not a number"),
+        ("1_0 C M9 1 2 100", "time '1_0' is not a number"),  # float() reads 10
+        ("٣ C M9 1 2 100", "time '٣' is not a number"),  # float() reads 3
         ("5 C M9 1 2 lots", "size 'lots' is not a byte count"),
         ("5 C M9 1 20 100", "host '20' is not a scenario host nor an index below 20"),
         ("5 C M9 1 p-1 100", "is from and to the same host p-1"),

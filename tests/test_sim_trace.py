@@ -231,3 +231,36 @@ def test_validate_command_reports_a_broken_trace(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "OK" not in res.output, res.output
     assert "contacts.trace" in res.output and "not a readable gzip file" in res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("time", ["1_0", "٣", "３", "1_0.5", "1e1_0", "0x10"])
+@pytest.mark.parametrize("fmt", ["one", "csv"])
+def test_a_trace_time_is_written_with_ascii_digits(tmp_path: Path, fmt: str, time: str) -> None:
+    """``float`` reads ``1_0`` as 10 and other scripts' digits (``٣`` is 3): the
+    external-events reader refused them, the trace reader took them; both use one check."""
+    f = tmp_path / "t"
+    line = f"{time} CONN 0 1 up\n" if fmt == "one" else f"time,a,b,up\n{time},0,1,up\n"
+    f.write_text(f"0 CONN 0 1 up\n{line}" if fmt == "one" else line, encoding="utf-8")
+    where = 2
+    with pytest.raises(TraceError, match=rf"^{f}:{where}: time '{time}' is not a number"):
+        load_trace(f, fmt)
+
+
+@pytest.mark.parametrize(
+    ("time", "value"), [("+5", 5.0), ("1e1", 10.0), ("5.", 5.0), (".5", 0.5), ("-0", 0.0)]
+)
+def test_trace_times_take_a_plus_sign_and_an_exponent_like_events_files(
+    tmp_path: Path, time: str, value: float
+) -> None:
+    """What The ONE (Java's Double.parseDouble) and the external-events reader read."""
+    f = tmp_path / "t.txt"
+    f.write_text(f"{time} CONN 0 1 up\n")
+    assert [e.time for e in load_trace(f, "one")] == [value]
+
+
+def test_traces_and_events_files_share_one_number_check() -> None:
+    from dodwan.units import is_plain_number
+    from sim import contact_format, external_events
+
+    assert contact_format.is_plain_number is is_plain_number
+    assert external_events.is_plain_number is is_plain_number

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import click
+
 from ..core.config import MAX_COPY_BUDGET, NodeConfig, attribute_docs, field_docs
 from ..core.limits import Limits
+from ..units import is_plain_number
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +326,31 @@ def limit_docs() -> dict[str, str]:
     return attribute_docs(Limits)
 
 
+class PlainNumber(click.ParamType):
+    """A ``dodwan daemon`` number option, read as the config file's TOML reads numbers:
+    ASCII digits only (``int``/``float`` alone also take ``٣`` as 3 and ``1_0`` as 10)."""
+
+    def __init__(self, kind: type[int] | type[float]) -> None:
+        self.kind = kind
+        self.name = "integer" if kind is int else "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, self.kind) and not isinstance(value, bool):
+            return value
+        text = str(value)
+        if not is_plain_number(text, integer=self.kind is int):
+            what = "an integer" if self.kind is int else "a number"
+            self.fail(f"{text!r} is not {what} written with ASCII digits", param, ctx)
+        return self.kind(text)
+
+
+def option_type(default: Any) -> click.ParamType | type:
+    """The click type of the option of a setting with this default."""
+    if isinstance(default, int | float) and not isinstance(default, bool):
+        return PlainNumber(type(default))
+    return type(default)
+
+
 class ConfigError(ValueError):
     """A config file or option value is invalid (message fit for one line of output)."""
 
@@ -569,9 +597,10 @@ def render_markdown() -> str:
         "",
         "`dodwan daemon` reads its settings from, in increasing priority: the defaults below,",
         "the TOML file given with `--config FILE`, and command-line options. Every daemon",
-        "setting is also a `dodwan daemon --<name>` option (underscores become dashes). The",
-        "state directory is `--state-dir`, else `state_dir` from the file, else",
-        "`$DODWAN_STATE_DIR`, else `$XDG_STATE_HOME/dodwan`, else `~/.local/state/dodwan`;",
+        "setting is also a `dodwan daemon --<name>` option (underscores become dashes); an",
+        "option's number is written with ASCII digits, as in TOML (`--horizon 3`, not `٣`",
+        "nor `1_0`). The state directory is `--state-dir`, else `state_dir` from the file,",
+        "else `$DODWAN_STATE_DIR`, else `$XDG_STATE_HOME/dodwan`, else `~/.local/state/dodwan`;",
         "the other commands (`dodwan status`, …) find the daemon through it.",
         "Protocol settings of the core go in the `[node]` table of the file.",
         "",
