@@ -234,6 +234,48 @@ def test_config_missing_file_and_bad_node_values(tmp_path: Path) -> None:
         cfg.load(None, {"horizon": 0}).node_config("h")
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"exec_concurrency": 5000}, r"exec_concurrency = 5000 is out of range \(1 … 1024\)$"),
+        ({"bitrate": 200_000_000_000}, r"bitrate = 2e\+11 is out of range \(0 … 100000000000\)$"),
+        ({"horizon": 9}, r"node.horizon = 9 is out of range \(1 … 8\)$"),
+        ({"follow_window": 1000}, r"follow_window = 1000 is out of range \(64 KiB … 64 GiB\)$"),
+        ({"cache_capacity": 1}, r"cache_capacity = 1 is out of range \(64 KiB … 1 TiB\)$"),
+    ],
+)
+def test_ranges_show_binary_units_only_for_byte_sizes(
+    overrides: dict[str, int], message: str
+) -> None:
+    """1024 commands or 1024 bits/s are not '1 KiB': only byte sizes get units."""
+    with pytest.raises(cfg.ConfigError, match=message):
+        cfg.load(None, overrides)
+
+
+def test_the_docs_table_shows_units_only_for_byte_sizes() -> None:
+    ranged = {**cfg.RANGES, **cfg.NODE_RANGES, **cfg.LIMIT_RANGES}
+    assert set(ranged) >= cfg.BYTE_SIZES
+    doc = cfg.render_markdown()
+
+    def range_cell(name: str) -> str:
+        (row,) = [line for line in doc.splitlines() if line.startswith(f"| `{name}` |")]
+        return row.split("|")[3].strip()
+
+    # counts, bits per second, instructions: plain numbers
+    assert range_cell("exec_concurrency") == "1 … 1024"
+    assert range_cell("bitrate") == "0 … 100000000000"
+    assert range_cell("request_window") == "1 … 65536"
+    assert range_cell("max_attributes") == "16 … 65536"
+    assert range_cell("max_neighbours") == "2 … 1048576"
+    assert range_cell("max_profile_program") == "16 … 16777216"
+    for name in set(ranged) - cfg.BYTE_SIZES:
+        assert "iB" not in range_cell(name), name
+    # byte sizes: binary units
+    assert range_cell("cache_capacity") == "64 KiB … 1 TiB"
+    assert range_cell("max_descriptor_bytes") == "1 KiB … 1 MiB"
+    assert range_cell("max_inflation_total") == "1 MiB … 1024 TiB"
+
+
 def test_configuration_doc_is_generated_from_the_settings() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     assert doc == cfg.render_markdown()

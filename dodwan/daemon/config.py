@@ -292,16 +292,44 @@ REPLACED_LIMITS = {
 state peers make a host keep)."""
 
 
-def _range_text(bounds: tuple[float, float] | None) -> str:
+BYTE_SIZES = frozenset(
+    {
+        "burst",
+        "socket_buffer",
+        "fragment_cache",
+        "stomp_write_window",
+        "follow_window",
+        "max_datagram",
+        "cache_capacity",
+        "max_descriptor_bytes",
+        "max_message_size",
+        "max_partial_bytes",
+        "max_remote_memory",
+        "max_inflation_per_origin",
+        "max_inflation_total",
+    }
+)
+"""The ranged settings that are byte sizes: only their bounds are shown in KiB, MiB, ...
+(1024 commands, 1024 bits/s or 65536 attributes are not sizes)."""
+
+TiB = 1024 * GiB
+
+
+def _range_text(bounds: tuple[float, float] | None, size: bool = False) -> str:
+    """``lo … hi``; in binary units when ``size`` (a byte size) and a bound is a whole
+    number of them."""
     if bounds is None:
         return ""
     lo, hi = bounds
 
     def fmt(v: float) -> str:
-        if v >= 1024 and float(v).is_integer():
-            for unit, size in (("GiB", GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-                if v % size == 0:
-                    return f"{int(v // size)} {unit}"
+        if size and v >= 1024 and float(v).is_integer():
+            units = (("TiB", TiB), ("GiB", GiB), ("MiB", 1 << 20), ("KiB", 1 << 10))
+            for unit, n in units:
+                if v % n == 0:
+                    return f"{int(v // n)} {unit}"
+        if float(v).is_integer() and abs(v) < 1e15:
+            return str(int(v))  # not 1.04858e+06
         return f"{v:g}"
 
     return f"{fmt(lo)} … {fmt(hi)}"
@@ -549,7 +577,8 @@ def _check_ranges(
             raise ConfigError(f"{prefix}{name} must be a finite number, not {value}")
         bounds = ranges.get(name)
         if bounds is not None and not bounds[0] <= value <= bounds[1]:
-            raise ConfigError(f"{prefix}{name} = {value:g} is out of range ({_range_text(bounds)})")
+            text = _range_text(bounds, name in BYTE_SIZES)
+            raise ConfigError(f"{prefix}{name} = {value:g} is out of range ({text})")
 
 
 def _check_bridges(tables: Any, max_ttl: float) -> None:
@@ -626,7 +655,7 @@ def render_markdown() -> str:
         "|---|---|---|---|",
     ]
     for s in SETTINGS:
-        rng = _range_text(RANGES.get(s.name))
+        rng = _range_text(RANGES.get(s.name), s.name in BYTE_SIZES)
         lines.append(f"| `{s.name}` | `{_toml_value(s.default)}` | {rng} | {s.help} |")
     lines += [
         "",
@@ -640,7 +669,7 @@ def render_markdown() -> str:
     ]
     docs = field_docs()
     for name in NODE_FIELDS:
-        rng = _range_text(NODE_RANGES.get(name))
+        rng = _range_text(NODE_RANGES.get(name), name in BYTE_SIZES)
         lines.append(
             f"| `{name}` | `{_toml_value(NODE_DEFAULTS[name])}` | {rng} | {docs.get(name, '')} |"
         )
@@ -664,7 +693,7 @@ def render_markdown() -> str:
     ]
     ldocs = limit_docs()
     for name, default in LIMIT_DEFAULTS.items():
-        rng = _range_text(LIMIT_RANGES.get(name))
+        rng = _range_text(LIMIT_RANGES.get(name), name in BYTE_SIZES)
         lines.append(f"| `{name}` | `{_toml_value(default)}` | {rng} | {ldocs.get(name, '')} |")
     joms = _joms_settings()
     jdefaults = joms.ServiceConfig()
