@@ -161,6 +161,19 @@ def test_config_file_and_overrides(tmp_path: Path) -> None:
     assert c.joms == {}
 
 
+def test_a_config_file_may_start_with_a_utf8_bom(tmp_path: Path) -> None:
+    """Windows editors write one; it gave 'Invalid statement (at line 1, column 1)'.
+    Contact traces and external-events files already skip it."""
+    f = tmp_path / "c.toml"
+    text = 'interface = "eth9"\nbitrate = 2000000\n[node]\nannounce_period = 2.5\n'
+    f.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    c = cfg.load(f)
+    assert (c.interface, c.bitrate, c.node["announce_period"]) == ("eth9", 2000000, 2.5)
+    f.write_bytes(b"\xef\xbb\xbf\xef\xbb\xbf" + text.encode())  # one BOM, not two
+    with pytest.raises(cfg.ConfigError, match="not valid TOML"):
+        cfg.load(f)
+
+
 def test_config_file_joms_table(tmp_path: Path) -> None:
     """The ``[joms]`` table reaches the STOMP gateway's service as written (the service
     builds its ServiceConfig from it)."""

@@ -40,8 +40,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "state_dir",
         "",
-        "Directory of the daemon's database, lock and admin address. Empty: --state-dir, "
-        "else $DODWAN_STATE_DIR, else $XDG_STATE_HOME/dodwan, else ~/.local/state/dodwan.",
+        "Directory of the daemon's database, lock and admin address (created when missing; "
+        "a file of that name is refused). Empty: --state-dir, else $DODWAN_STATE_DIR, else "
+        "$XDG_STATE_HOME/dodwan, else ~/.local/state/dodwan.",
         cli=False,
     ),
     Setting(
@@ -473,7 +474,8 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     joms: dict[str, Any] = {}
     if path is not None:
         try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            # utf-8-sig: a byte order mark (Windows editors) is no TOML statement
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
         except OSError as exc:
@@ -625,7 +627,8 @@ def render_markdown() -> str:
         " and dodwan/core/config.py instead. -->",
         "",
         "`dodwan daemon` reads its settings from, in increasing priority: the defaults below,",
-        "the TOML file given with `--config FILE`, and command-line options. Every daemon",
+        "the TOML file given with `--config FILE` (UTF-8; a byte order mark at its start, as",
+        "some Windows editors write, is ignored), and command-line options. Every daemon",
         "setting is also a `dodwan daemon --<name>` option (underscores become dashes); an",
         "option's number is written with ASCII digits, as in TOML (`--horizon 3`, not `٣`",
         "nor `1_0`). The state directory is `--state-dir`, else `state_dir` from the file,",
