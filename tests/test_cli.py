@@ -141,6 +141,20 @@ def test_daemon_refuses_bad_settings(tmp_path: Path, args: list[str], needle: st
     _one_error_line(run("daemon", "--state-dir", str(tmp_path), *args), needle)
 
 
+def test_a_state_directory_that_is_a_file_is_named_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said '...: File exists' (mkdir's error), which reads like a clash, not a mistake."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    monkeypatch.setenv("DODWAN_STATE_DIR", str(f))
+    _one_error_line(
+        run("daemon", "--group", random_group()), f"state directory {f} is not a directory"
+    )
+    r = run("daemon", "--state-dir", str(f / "sub"), "--group", random_group())
+    _one_error_line(r, f"cannot use state directory {f / 'sub'}: {f} is not a directory")
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [

@@ -199,13 +199,24 @@ class Daemon:
         except StoreError as exc:
             raise DaemonError(str(exc)) from None
 
+    def _state_dir_problem(self, exc: OSError) -> str:
+        """Why the state directory cannot be used; mkdir says 'File exists' for a file of
+        that name and 'Not a directory' for a file on the way: name the file instead."""
+        if self.state_dir.exists() and not self.state_dir.is_dir():
+            return f"state directory {self.state_dir} is not a directory"
+        if isinstance(exc, NotADirectoryError):
+            for parent in self.state_dir.parents:
+                if parent.exists() and not parent.is_dir():
+                    return (
+                        f"cannot use state directory {self.state_dir}: {parent} is not a directory"
+                    )
+        return f"cannot use state directory {self.state_dir}: {exc.strerror}"
+
     async def start(self) -> None:
         try:
             self._lock()
         except OSError as exc:
-            raise DaemonError(
-                f"cannot use state directory {self.state_dir}: {exc.strerror}"
-            ) from None
+            raise DaemonError(self._state_dir_problem(exc)) from None
         self._check_state_files()
         try:
             (self.state_dir / ADMIN_FILE).unlink(missing_ok=True)
