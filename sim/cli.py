@@ -22,9 +22,17 @@ import click
 
 from dodwan import native
 from dodwan.textsafe import safe, safe_text
+from dodwan.units import is_plain_number
 from sim.mobility.trace import TraceError
 from sim.runner import CHECKPOINT_EVERY, RunResult, SimulationError, simulate
-from sim.scenario import ContactTrace, Scenario, ScenarioError, guess_trace_format, load
+from sim.scenario import (
+    MAX_DURATION,
+    ContactTrace,
+    Scenario,
+    ScenarioError,
+    guess_trace_format,
+    load,
+)
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -60,6 +68,8 @@ class FiniteFloat(click.FloatRange):
             number = 0.0  # the range type says what is wrong
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
+        if isinstance(value, str) and not is_plain_number(value):  # float() reads ٣ and 1_0
+            self.fail(f"{value!r} is not a number written with ASCII digits.", param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -68,7 +78,7 @@ seed_option = click.option(
 )
 until_option = click.option(
     "--until",
-    type=FiniteFloat(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True, max=MAX_DURATION),
     help="Simulated seconds to run (default: the scenario's duration).",
 )
 

@@ -42,6 +42,13 @@ TRACE_FORMATS = ("one", "csv")
 ARRIVAL_PROCESSES = ("periodic", "poisson")
 GENERATOR_MODES = ("one", "all")
 MAP_MODELS = ("map", "map_route")
+MAX_DURATION = 10 * 365 * 86400.0
+"""Longest simulated time (``duration``, ``--until``): ten years, the longest ``max_ttl``
+the daemon accepts."""
+MIN_STEP = 1e-6
+"""Shortest ``mobility_step`` and ``cache_sample_period`` (a microsecond): the clock still
+moves by it at ``MAX_DURATION`` (a float there is exact to about 6e-8 s), where 1e-300
+would add nothing and the run would never end."""
 MAX_WARMUP = 7 * 86400.0
 """Longest ``mobility_warmup`` (a week of movement before the run)."""
 MAX_WARMUP_STEPS = 1_000_000
@@ -596,13 +603,13 @@ class _Validator:
         name = self.string(top, (), "name")
         description = self.string(top, (), "description", "")
         seed = self.num(top, (), "seed", 0, minimum=0, integer=True)
-        duration = self.num(top, (), "duration", None, positive=True)
-        step = self.num(top, (), "mobility_step", 1.0, positive=True)
+        duration = self.num(top, (), "duration", None, positive=True, maximum=MAX_DURATION)
+        step = self.num(top, (), "mobility_step", 1.0, minimum=MIN_STEP)
         warmup = self.num(top, (), "mobility_warmup", 0.0, minimum=0.0, maximum=MAX_WARMUP)
         if warmup and step and warmup / step > MAX_WARMUP_STEPS:
             self.err(("mobility_warmup",), f"at most {MAX_WARMUP_STEPS:,} mobility steps "
                      f"({MAX_WARMUP_STEPS * step:g} s with mobility_step = {step:g})")  # fmt: skip
-        sample = self.num(top, (), "cache_sample_period", 60.0, positive=True)
+        sample = self.num(top, (), "cache_sample_period", 60.0, minimum=MIN_STEP)
 
         world = self.table(top.get("world", {}), ("world",), ("width", "height")) or {}
         width = self.num(world, ("world",), "width", None, positive=True)

@@ -240,6 +240,24 @@ def test_float_options_refuse_non_finite_values(
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("1e300", "315360000"),  # MAX_DURATION, as the scenario's duration
+        ("٣", "ASCII digits"),  # float() reads 3
+        ("1_0", "ASCII digits"),  # float() reads 10
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "contacts"])
+def test_until_is_bounded_and_written_with_ascii_digits(
+    tmp_path: Path, command: str, value: str, needle: str
+) -> None:
+    args = [command, str(SCENARIOS / "quickstart.toml"), "--out", str(tmp_path / "o")]
+    res = CliRunner().invoke(main, [*args, "--until", value])
+    assert res.exit_code == 2 and needle in res.output, res.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_contacts_refuses_a_scenario_that_replays_a_trace(tmp_path: Path) -> None:
     # it used to write the contacts of random default positions, not the scenario's trace
     out = tmp_path / "c.one.txt"

@@ -335,3 +335,40 @@ def test_docs_have_a_heading_for_every_table() -> None:
     headings = [ln for ln in doc.splitlines() if ln.startswith("#")]
     for table in ("world", "radio", "map", "protocol", "contacts", "traffic"):
         assert any(f"`[{table}]`" in h for h in headings), table
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "message"),
+    [
+        ("duration = 1e300", "duration", "must be <= 315360000"),
+        ("duration = 315360001.0", "duration", "must be <= 315360000"),
+        ("mobility_step = 1e-300", "mobility_step", "must be >= 1e-06"),
+        ("mobility_step = 1e-7", "mobility_step", "must be >= 1e-06"),
+        ("cache_sample_period = 1e-300", "cache_sample_period", "must be >= 1e-06"),
+    ],
+)
+def test_durations_and_steps_have_sane_bounds(line: str, key: str, message: str) -> None:
+    """duration = 1e300 validated (and printed a 300-digit time); a step of 1e-300 adds
+    nothing to the clock, so the run would never end."""
+    name = line.split(" =", 1)[0]
+    text = GOOD.replace("duration = 100.0", "duration = 100.0" if name != "duration" else line)
+    if name != "duration":
+        text = text.replace("seed = 3\n", f"seed = 3\n{line}\n")
+    found = problems(text)
+    assert list(found) == [key] and message in found[key][1], found
+
+
+def test_the_longest_duration_and_shortest_steps_are_accepted() -> None:
+    from sim.scenario import MAX_DURATION, MIN_STEP
+
+    assert MAX_DURATION == 10 * 365 * 86400.0 and MIN_STEP == 1e-6
+    extra = f"mobility_step = {MIN_STEP!r}\ncache_sample_period = {MIN_STEP!r}\n"
+    text = GOOD.replace("duration = 100.0", f"duration = {MAX_DURATION!r}\n{extra}")
+    sc = loads(text)
+    assert (sc.duration, sc.mobility_step, sc.cache_sample_period) == (
+        MAX_DURATION,
+        MIN_STEP,
+        MIN_STEP,
+    )
+    # and a step still moves the clock at the end of the longest run
+    assert MAX_DURATION + MIN_STEP > MAX_DURATION
