@@ -792,8 +792,8 @@ class _Validator:
 
         contacts = None
         if "contacts" in top:
-            hosts = partial.host_names() if hosts_known else None
-            contacts = self.contacts(top["contacts"], ("contacts",), hosts)
+            trace_hosts = partial.host_names() if hosts_known else None
+            contacts = self.contacts(top["contacts"], ("contacts",), trace_hosts)
 
         if self.problems:
             return None

@@ -355,7 +355,7 @@ def limit_docs() -> dict[str, str]:
     return attribute_docs(Limits)
 
 
-class PlainNumber(click.ParamType):
+class PlainNumber(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on
     """A ``dodwan daemon`` number option, read as the config file's TOML reads numbers:
     ASCII digits only (``int``/``float`` alone also take ``٣`` as 3 and ``1_0`` as 10)."""
 
@@ -373,7 +373,7 @@ class PlainNumber(click.ParamType):
         return self.kind(text)
 
 
-def option_type(default: Any) -> click.ParamType | type:
+def option_type(default: Any) -> PlainNumber | type:
     """The click type of the option of a setting with this default."""
     if isinstance(default, int | float) and not isinstance(default, bool):
         return PlainNumber(type(default))
