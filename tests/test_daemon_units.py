@@ -205,6 +205,16 @@ def test_config_file_joms_table(tmp_path: Path) -> None:
         ("[node.limits]\nmax_message_size = 10000\n", "max_message_size .*at least 16385"),
         ("[node]\ncache_capacity = 1000\n", "cache_capacity = 1000 is out of range"),
         # checked at start with or without --stomp, one line naming the setting
+        # one setting named, the one that is wrong (not "X and Y must ...")
+        ("exec_concurrency = 0\n", r"^exec_concurrency must be at least 1"),
+        ("burst = 0\n", r"^burst must be at least 1"),
+        ("[joms]\nack_delay = -1\n", r"\.toml: \[joms\]: ack_delay must be >= 0$"),
+        ("[joms]\nlease = 0\n", r"\.toml: \[joms\]: lease must be positive$"),
+        ("[joms]\ndirectory_period = 0\n", r"\.toml: \[joms\]: directory_period must be positive$"),
+        (
+            "[joms]\norder_window_bytes = -1\n",
+            r"\.toml: \[joms\]: order_window_bytes must be >= 0$",
+        ),
         ("[joms]\nreceiver_policy = 'nosuchmod_x:f'\n", r"\[joms\]: receiver_policy .*import"),
         ("[joms]\nreceiver_policy = 'os:nonexistent'\n", r"\[joms\]: receiver_policy .*attr"),
         ("[joms]\nreceiver_policy = 'json:loads'\n", r"\[joms\]: receiver_policy .*TypeError"),

@@ -541,8 +541,9 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     ):
         if values[name] < 0:
             raise ConfigError(f"{name} must not be negative")
-    if values["exec_concurrency"] < 1 or values["burst"] < 1:
-        raise ConfigError("exec_concurrency and burst must be at least 1")
+    for name in ("exec_concurrency", "burst"):
+        if values[name] < 1:
+            raise ConfigError(f"{name} must be at least 1")
     if not 1 <= values["multicast_ttl"] <= 255:
         raise ConfigError("multicast_ttl must be between 1 and 255")
     size = limits.get("max_message_size", LIMIT_DEFAULTS["max_message_size"])
@@ -629,7 +630,8 @@ def render_markdown() -> str:
         "`dodwan daemon` reads its settings from, in increasing priority: the defaults below,",
         "the TOML file given with `--config FILE` (UTF-8; a byte order mark at its start, as",
         "some Windows editors write, is ignored), and command-line options. Every daemon",
-        "setting is also a `dodwan daemon --<name>` option (underscores become dashes); an",
+        "setting but `bridges` is also a `dodwan daemon --<name>` option (underscores become",
+        "dashes; bindings are added at run time with `dodwan bridge add`); an",
         "option's number is written with ASCII digits, as in TOML (`--horizon 3`, not `٣`",
         "nor `1_0`). The state directory is `--state-dir`, else `state_dir` from the file,",
         "else `$DODWAN_STATE_DIR`, else `$XDG_STATE_HOME/dodwan`, else `~/.local/state/dodwan`;",

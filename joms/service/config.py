@@ -88,16 +88,20 @@ class ServiceConfig:
             raise ValueError("nondurable must be 'durable', 'accept' or 'refuse'")
         if self.nondurable_keep <= 0:
             raise ValueError("nondurable_keep must be positive")
-        if self.lease <= 0 or self.directory_period <= 0 or self.ack_delay < 0:
-            raise ValueError("lease and directory_period must be positive, ack_delay >= 0")
+        for name in ("lease", "directory_period"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.ack_delay < 0:
+            raise ValueError("ack_delay must be >= 0")
         if self.max_pending < 1:
             raise ValueError("max_pending must be >= 1")
         if self.max_redeliveries < -1:
             raise ValueError("max_redeliveries must be >= 0, or -1 for no limit")
         if not self.dead_letter_queue or "@" in self.dead_letter_queue:
             raise ValueError("dead_letter_queue must be a queue name without '@'")
-        if self.order_gap_timeout < 0 or self.order_window_bytes < 0:
-            raise ValueError("order_gap_timeout and order_window_bytes must be >= 0")
+        for name in ("order_gap_timeout", "order_window_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ServiceConfig:
