@@ -442,7 +442,7 @@ def profile(ctx: click.Context, local_state_dir: str | None, as_json: bool) -> N
 @click.option("--file", "file_", metavar="FILE", help="Payload read from a file ('-' = stdin).")
 @click.option(
     "--ttl",
-    type=float,
+    type=cfg.PlainNumber(float),
     default=3600.0,
     show_default=True,
     help="Seconds until the message's deadline.",
@@ -870,8 +870,12 @@ def bridge() -> None:
     help="JMS selector choosing the messages that cross, both ways "
     "(e.g. \"severity IN ('high','critical')\").",
 )
-@click.option("--ttl", type=float, help="Seconds incoming messages live in DoDWAN (3600).")
-@click.option("--holdoff", type=float, help="Seconds outgoing messages wait (standby: 30).")
+@click.option(
+    "--ttl", type=cfg.PlainNumber(float), help="Seconds incoming messages live in DoDWAN (3600)."
+)
+@click.option(
+    "--holdoff", type=cfg.PlainNumber(float), help="Seconds outgoing messages wait (standby: 30)."
+)
 @click.option(
     "--standby",
     is_flag=True,

@@ -73,8 +73,17 @@ class FiniteFloat(click.FloatRange):
         return super().convert(value, param, ctx)
 
 
+class PlainIntRange(click.IntRange):
+    """An integer option in a range, written with ASCII digits (int() reads ٣ and 1_0)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not is_plain_number(value, integer=True):
+            self.fail(f"{value!r} is not an integer written with ASCII digits.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 seed_option = click.option(
-    "--seed", type=click.IntRange(min=0), help="Override the scenario's seed."
+    "--seed", type=PlainIntRange(min=0), help="Override the scenario's seed."
 )
 until_option = click.option(
     "--until",

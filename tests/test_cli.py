@@ -179,6 +179,24 @@ def test_daemon_numbers_are_written_with_ascii_digits(
 
 
 @pytest.mark.parametrize(
+    "args",
+    [
+        ["publish", "-a", "topic=x", "--text", "t", "--ttl", "٣"],
+        ["publish", "-a", "topic=x", "--text", "t", "--ttl", "1_0"],
+        ["bridge", "add", "stomp://127.0.0.1:61613/topic/x", "-a", "topic=x", "--ttl", "6_0"],
+        ["bridge", "add", "stomp://127.0.0.1:61613/topic/x", "-a", "topic=x", "--holdoff", "٣"],
+    ],
+)
+def test_other_number_options_are_written_with_ascii_digits(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """As the daemon's options: refused by the CLI, before any daemon is asked (none runs)."""
+    r = run("--state-dir", str(tmp_path), *args)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "ASCII digits" in r.output and repr(args[-1]) in r.output, r.output
+
+
+@pytest.mark.parametrize(
     ("args", "key", "value"),
     [
         (["--horizon", "3"], "horizon", 3),
@@ -291,7 +309,8 @@ def test_publish_from_stdin_and_chosen_id(sd: str) -> None:
         (["-a", "id=x y", "--text", "x"], "message id"),
         (["-a", "origin=me", "--text", "x"], "set by DoDWAN"),
         (["--ttl", "-5", "--text", "x"], "--ttl must be a positive, finite number"),
-        (["--ttl", "inf", "--text", "x"], "--ttl must be a positive, finite number"),
+        (["--ttl", "inf", "--text", "x"], "'inf' is not a finite number"),
+        (["--ttl", "nan", "--text", "x"], "'nan' is not a finite number"),
         (["--id", "only-an-id", "--text", "x"], "give at least one attribute"),
     ],
 )

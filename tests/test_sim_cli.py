@@ -258,6 +258,14 @@ def test_until_is_bounded_and_written_with_ascii_digits(
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("value", ["٣", "1_0", "+3 "])
+def test_seed_is_written_with_ascii_digits(tmp_path: Path, value: str) -> None:
+    args = ["run", str(SCENARIOS / "quickstart.toml"), "--out", str(tmp_path / "o")]
+    res = CliRunner().invoke(main, [*args, "--seed", value])
+    assert res.exit_code == 2 and "ASCII digits" in res.output, res.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_contacts_refuses_a_scenario_that_replays_a_trace(tmp_path: Path) -> None:
     # it used to write the contacts of random default positions, not the scenario's trace
     out = tmp_path / "c.one.txt"
