@@ -1,6 +1,6 @@
 """Wire format v2: the only module that packs or unpacks bytes (spec: docs/protocol.md).
 
-Every datagram starts with ``b"DW"``, a version byte (1), a kind byte and the sender's host
+Every datagram starts with ``b"DW"``, a version byte (2), a kind byte and the sender's host
 id. Lengths and integers are unsigned LEB128 varints; strings are UTF-8 prefixed by their
 byte length. Decoding is strict: truncation, trailing bytes, out-of-range values and
 anything beyond the :class:`~dodwan.core.limits.Limits` raise :class:`WireError`.

@@ -13,7 +13,9 @@ from sim.analysis.stats import time_bins
 ByKind = dict[str, tuple[int, int]]
 
 KINDS = ("announce", "catalog", "request", "fragment")
-"""Datagram kinds of log schema v1 (announcements = announce + catalog)."""
+"""Datagram kinds always reported (announcements = announce + catalog); the other kinds a
+run logs (``profile``, ``profile_request``, ``ack``) follow them, and every kind counts in
+the totals."""
 
 
 def _per(num: float, den: float) -> float | None:
