@@ -213,6 +213,68 @@ def test_disk_full_received_message_is_dropped_and_counted(
     assert "Traceback" not in b.log.read_text()
 
 
+def _fill(disk: Path) -> Path:
+    """Fill ``disk`` (a small tmpfs) with a file; returns it (unlink it to make room)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    return filler
+
+
+def _status_of(port: int, method: str, path: str, body: bytes = b"") -> tuple[int, str]:
+    """(HTTP status, error message or body) of one admin request."""
+    status, text = _raw_http(
+        port,
+        f"{method} {path} HTTP/1.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body,
+    )
+    try:
+        return status, str(json.loads(text).get("error", text.decode()))
+    except (ValueError, AttributeError):
+        return status, text.decode(errors="replace")
+
+
+def _sub_keys(d: DaemonProc) -> set[str]:
+    return {s["key"] for s in d.client().get("/subscriptions")}
+
+
+@pytest.mark.timeout(120)
+def test_disk_full_unsubscribe_is_refused_and_the_subscription_kept(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """An unsubscription the database cannot store is a 507 and changes nothing: the running
+    daemon keeps delivering to the subscription, as its disk says it should after a restart
+    (it used to answer 200 and drop it in memory only, to come back at the next start)."""
+    a = DaemonProc(small_disk / "a", ["--group", random_group(), "--host-id", "A"])
+    a.log = tmp_path / "a.log"
+    a.start()
+    out = tmp_path / "out"
+    try:
+        a.client().post("/subscribe", {"patterns": {"topic": "t"}, "key": "k",
+                                        "sink": {"kind": "dir", "target": str(out)}})  # fmt: skip
+        filler = _fill(small_disk)
+        port = json.loads((a.state_dir / "admin.json").read_text())["port"]
+        status, error = _status_of(port, "DELETE", "/subscriptions/k")
+        assert status == 507, (status, error)
+        assert "cannot store" in error and "'k'" in error and "full" in error, error
+        assert "k" in _sub_keys(a)
+        filler.unlink()
+        msg_id = a.client().post("/publish", {"attributes": {"topic": "t"}, "text": "hi"})["id"]
+        wait_for(lambda: msg_id in _received(out), what="the kept subscription's sink delivers")
+        a.kill()
+        a.start()
+        assert "k" in _sub_keys(a)
+        assert a.client().delete("/subscriptions/k") == {"unsubscribed": "k"}
+        a.kill()
+        a.start()
+        assert "k" not in _sub_keys(a)
+    finally:
+        a.kill()
+    assert "Traceback" not in a.log.read_text()
+
+
 # ---------------------------------------------------------------------- 3. integrity
 
 

@@ -1001,9 +1001,30 @@ class Daemon:
         key = self._add_subscription(patterns, body.get("key"), kind, target, trusted)
         return {"key": key}
 
-    def _drop_subscription(self, key: str) -> None:
+    def _drop_subscription(self, key: str, stored_first: bool = False) -> None:
+        """Remove a subscription and its sink.
+
+        With ``stored_first`` (an unsubscription someone is told about), the deletion is
+        committed before anything changes in memory: if the database cannot store it (disk
+        full), the transaction is rolled back, the subscription stays, and ``ApiError(507)``
+        says so. Otherwise the running daemon would stop delivering to a subscription its
+        database still holds, and that comes back at the next start. (A follow stream's
+        subscription is dropped at each start anyway, so its end never waits on the disk.)
+        """
         node, store, sinks = self._node(), self.store, self.sinks
         assert store is not None and sinks is not None
+        if stored_first:
+            failures = store.write_failures
+            store.delete_sink(key)
+            store.delete_subscription(key)
+            store.commit()
+            if store.write_failures != failures:
+                self._after_input()  # drops what the rolled-back transaction also held
+                raise ApiError(
+                    507,
+                    f"cannot store the removal of subscription {key!r} ({store.last_error}); "
+                    "it is kept",
+                )
         store.delete_sink(key)
         sinks.remove(key)
         try:
@@ -1018,7 +1039,7 @@ class Daemon:
             raise ApiError(409, f"{key!r} belongs to the JOMS service")
         if key.startswith(BRIDGE_PREFIX):
             raise ApiError(409, f"{key!r} belongs to a bridge; use `dodwan bridge rm`")
-        self._drop_subscription(key)
+        self._drop_subscription(key, stored_first=True)
         self._after_input()
         return {"unsubscribed": key}
 
