@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from brokers import free_port
+from brokers import Broker, free_port
+from brokers import mosquitto as mosquitto
 from click.testing import CliRunner, Result
 from test_daemon_helpers import DaemonProc, random_group, random_port, wait_for
 from test_daemon_helpers import daemons as daemons
@@ -270,6 +271,56 @@ def test_disk_full_unsubscribe_is_refused_and_the_subscription_kept(
         a.kill()
         a.start()
         assert "k" not in _sub_keys(a)
+    finally:
+        a.kill()
+    assert "Traceback" not in a.log.read_text()
+
+
+@pytest.mark.timeout(180)
+def test_disk_full_bridge_changes_are_refused_and_change_nothing(
+    small_disk: Path, tmp_path: Path, mosquitto: Broker
+) -> None:
+    """``bridge rm``, ``bridge add`` and a replacement the disk cannot store are one-line
+    507s and leave the bindings as they were, in the running daemon as after a restart
+    (``bridge rm`` used to drop the binding and its subscription in memory, answer 500 with
+    a traceback in the log, and have it back at the next start)."""
+    a = DaemonProc(small_disk / "a", ["--group", random_group(), "--host-id", "A"])
+    a.log = tmp_path / "a.log"
+    a.start()
+
+    def bindings() -> dict[str, dict[str, str]]:
+        return {b["name"]: b["attributes"] for b in a.client().get("/bridges")}
+
+    b1 = {"uri": mosquitto.url("faults/b1"), "name": "b1", "direction": "out",
+          "attributes": {"topic": "x"}}  # fmt: skip
+    try:
+        a.client().post("/bridges", b1)
+        wait_for(lambda: a.client().get("/bridges")[0]["connected"], what="b1 connected")
+        filler = _fill(small_disk)
+        port = json.loads((a.state_dir / "admin.json").read_text())["port"]
+        status, error = _status_of(port, "DELETE", "/bridges/b1")
+        assert status == 507, (status, error)
+        assert "cannot store" in error and "'b1'" in error and "full" in error, error
+        assert bindings() == {"b1": {"topic": "x"}} and "bridge:b1" in _sub_keys(a)
+        b2 = {**b1, "name": "b2", "uri": mosquitto.url("faults/b2")}
+        status, error = _status_of(port, "POST", "/bridges", json.dumps(b2).encode())
+        assert status == 507, (status, error)
+        assert "cannot store" in error and "'b2'" in error and "full" in error, error
+        replacement = {**b1, "attributes": {"topic": "y"}, "replace": True}
+        status, error = _status_of(port, "POST", "/bridges", json.dumps(replacement).encode())
+        assert status == 507, (status, error)
+        assert "cannot store" in error and "'b1'" in error and "full" in error, error
+        assert bindings() == {"b1": {"topic": "x"}} and "bridge:b2" not in _sub_keys(a)
+        wait_for(lambda: a.client().get("/bridges")[0]["connected"], what="b1 connected")
+        filler.unlink()
+        a.kill()
+        a.start()
+        assert bindings() == {"b1": {"topic": "x"}} and "bridge:b1" in _sub_keys(a)
+        assert a.client().delete("/bridges/b1")["removed"] == "b1"
+        assert bindings() == {} and "bridge:b1" not in _sub_keys(a)
+        a.kill()
+        a.start()
+        assert bindings() == {} and "bridge:b1" not in _sub_keys(a)
     finally:
         a.kill()
     assert "Traceback" not in a.log.read_text()

@@ -23,7 +23,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..core import CacheFullError, MessageDelivered, PatternError, Profile
 from .binding import Binding, InboundHandler, Link
@@ -41,6 +41,8 @@ from .selection import descriptor_values, inbound_values
 from .uri import BindingSpec, SpecError
 
 log = logging.getLogger("dodwan.bridges")
+
+T = TypeVar("T")
 
 KEY_PREFIX = "bridge:"
 CONNECT_WAIT = 15.0
@@ -398,6 +400,18 @@ class BridgeManager:
 
     # ------------------------------------------------------------------ run-time changes
 
+    @staticmethod
+    def _stored(name: str, what: str, outcome: str, write: Callable[[], T]) -> T:
+        """``write()`` to the outbox database, made before the change it records: when it
+        fails (disk full) nothing has changed, and the answer is a 507 naming it (one log
+        line, no traceback): the running bindings stay what a restart would bring back."""
+        try:
+            return write()
+        except sqlite3.Error as exc:
+            message = f"cannot store {what} {name!r} ({exc}); {outcome}"
+            log.warning("bridge %s: %s", name, message)
+            raise BridgeError(507, message) from None
+
     async def add(self, data: Any, replace: bool = False) -> dict[str, Any]:
         try:
             spec = BindingSpec.from_dict(data, self.host.max_ttl)
@@ -409,23 +423,59 @@ class BridgeManager:
             old = self._bindings.get(spec.name)
             if old is not None and not replace:
                 raise BridgeError(409, f"binding {spec.name!r} exists; use replace to change it")
-            # A replacement keeps the instance (and the outbox rows); a binding added after
-            # `bridge rm` of the same name is a new one: the old one's ledger is not its own.
-            spec = self._instance(spec)
+            outbox = self.outbox
+            assert outbox is not None
             if old is None:
+                # Stored first (with a new instance: a binding added after `bridge rm` of
+                # the same name is a new one, the old one's ledger is not its own).
+                spec = dataclasses.replace(
+                    spec,
+                    instance=self._stored(
+                        spec.name,
+                        "binding",
+                        "not added",
+                        lambda: outbox.add_binding(spec.name, spec.as_dict(), "api"),
+                    ),
+                )
                 # The cached matching messages go out, as at start-up: the core hands them
                 # over to a new subscription, but not again to one of the same key (a
                 # binding removed and added again).
-                self._recover(spec)
+                try:
+                    self._recover(spec)
+                except sqlite3.Error as exc:  # recovered at the next start (see _recover)
+                    log.warning(
+                        "bridge %s: cached messages not put in the outbox (%s); they are at "
+                        "the next start",
+                        spec.name,
+                        exc,
+                    )
                 self._launch(spec)  # first: the core hands the cached messages over at once
                 self._bind(spec)
             else:
+                # A replacement keeps the instance (and the outbox rows).
+                spec = self._stored(
+                    spec.name,
+                    "the replacement of binding",
+                    "the old one stays",
+                    lambda: self._instance(spec),
+                )
                 await self._replace(old, spec)
         return self.binding_status(spec.name)
 
-    def _bind(self, spec: BindingSpec) -> None:
+    def _store_replacement(self, spec: BindingSpec) -> None:
         assert self.outbox is not None
-        self.outbox.put_binding(spec.name, spec.as_dict(), "api")
+        outbox = self.outbox
+        self._stored(
+            spec.name,
+            "the replacement of binding",
+            "the old one stays",
+            lambda: outbox.put_binding(spec.name, spec.as_dict(), "api"),
+        )
+
+    def _bind(self, spec: BindingSpec) -> None:
+        """The core subscription of a binding just stored. (Its own writes to the core's
+        database are not checked: the outbox database says which bindings there are, and
+        each start subscribes and unsubscribes ``bridge:NAME`` keys to match it.)"""
         key = KEY_PREFIX + spec.name
         if spec.outbound:
             self.host.subscribe(key, spec.patterns())
@@ -447,6 +497,12 @@ class BridgeManager:
             raise BridgeError(
                 502, f"new binding {spec.name!r} did not connect ({reason}); the old one stays"
             )
+        try:
+            self._store_replacement(spec)
+        except BridgeError:
+            await loop.run_in_executor(None, new.stop)
+            old.unretire()
+            raise
         old.pause()
         await loop.run_in_executor(None, old.wait_idle, 30.0)
         self._bindings[spec.name] = new
@@ -473,6 +529,12 @@ class BridgeManager:
             raise BridgeError(
                 502, f"new binding {spec.name!r} did not connect ({reason}); the old one stays"
             )
+        try:
+            self._store_replacement(spec)
+        except BridgeError:
+            await loop.run_in_executor(None, new.stop)
+            self._launch(old.spec)  # back as it was
+            raise
         self._bindings[spec.name] = new
         self._bind(spec)
         new.resume()
@@ -480,15 +542,26 @@ class BridgeManager:
 
     async def remove(self, name: str) -> dict[str, Any]:
         async with self._busy:
-            b = self._bindings.pop(name, None)
+            b = self._bindings.get(name)
             if b is None:
                 raise BridgeError(404, f"no binding {name!r}")
+            # Its link is stopped first (nothing goes out or comes in while its rows go);
+            # it stays the current binding, whose deliveries the outbox takes, until they
+            # are gone: if that cannot be stored, it is started again as it was.
+            await asyncio.get_running_loop().run_in_executor(None, b.stop)
+            outbox = self.outbox
+            assert outbox is not None
+            try:
+                unsent = self._stored(
+                    name, "the removal of binding", "it is kept", lambda: outbox.drop_binding(name)
+                )
+            except BridgeError:
+                self._launch(b.spec)
+                raise
+            del self._bindings[name]
             key = KEY_PREFIX + name
             if key in self.host.subscription_keys():
                 self.host.unsubscribe(key)
-            await asyncio.get_running_loop().run_in_executor(None, b.stop)
-            assert self.outbox is not None
-            unsent = self.outbox.drop_binding(name)
             self._loops_prevented.pop(name, None)
         if unsent:
             log.warning("bridge %s removed with %d unsent message(s)", name, unsent)

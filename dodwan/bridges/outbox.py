@@ -14,13 +14,14 @@ per-binding totals. One connection is shared by the event loop and the binding t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,22 @@ class Outbox:
         with self._lock:
             self._db.close()
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (the caller holds the lock). A failure (disk
+        full) rolls back and raises: a transaction left open would take in every later
+        write of the shared connection, and make the next ``BEGIN`` fail."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise
+
     # ------------------------------------------------------------------ bindings
 
     def bindings(self) -> list[tuple[str, dict[str, Any], str]]:
@@ -90,11 +107,27 @@ class Outbox:
                 (name, json.dumps(spec, sort_keys=True), source),
             )
 
+    def add_binding(self, name: str, spec: dict[str, Any], source: str) -> str:
+        """Keep a binding and return the token of its instance (see :meth:`instance`), in
+        one transaction: raises ``sqlite3.Error`` (e.g. disk full) with nothing stored."""
+        with self._lock, self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO bindings(name, spec, source) VALUES (?, ?, ?)",
+                (name, json.dumps(spec, sort_keys=True), source),
+            )
+            db.execute(
+                "INSERT OR IGNORE INTO instances(binding, token) VALUES (?, ?)",
+                (name, secrets.token_hex(8)),
+            )
+            (token,) = db.execute(
+                "SELECT token FROM instances WHERE binding = ?", (name,)
+            ).fetchone()
+        return str(token)
+
     def drop_binding(self, name: str) -> int:
-        """Forget a binding and its rows; returns how many unsent messages went with it."""
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
+        """Forget a binding and its rows; returns how many unsent messages went with it.
+        Raises ``sqlite3.Error`` (e.g. disk full) with nothing changed."""
+        with self._lock, self._transaction() as db:
             (unsent,) = db.execute(
                 "SELECT count(*) FROM outbox WHERE binding = ? AND state = 0", (name,)
             ).fetchone()
@@ -103,8 +136,7 @@ class Outbox:
             db.execute("DELETE FROM inbound_seen WHERE binding = ?", (name,))
             db.execute("DELETE FROM bindings WHERE name = ?", (name,))
             db.execute("DELETE FROM instances WHERE binding = ?", (name,))
-            db.execute("COMMIT")
-            return int(unsent)
+        return int(unsent)
 
     def instance(self, name: str) -> str:
         """The token of the binding instance of this name: made on first use, kept until
@@ -178,9 +210,7 @@ class Outbox:
         if not seqs:
             return 0
         now = time.time()
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
+        with self._lock, self._transaction() as db:
             # state 2 too: its echo (from this very send) may come before the confirmation.
             cur = db.executemany(
                 "UPDATE outbox SET state = 1, done_at = ? WHERE seq = ? AND state IN (0, 2)",
@@ -192,7 +222,6 @@ class Outbox:
                 "UPDATE marks SET hwm = max(hwm, ?), sent = sent + ? WHERE binding = ?",
                 (max(seqs), n, binding),
             )
-            db.execute("COMMIT")
         return n
 
     def pending_seqs(self, binding: str, msg_ids: set[str]) -> list[int]:
