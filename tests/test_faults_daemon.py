@@ -273,7 +273,9 @@ def test_disk_full_unsubscribe_is_refused_and_the_subscription_kept(
         assert "k" not in _sub_keys(a)
     finally:
         a.kill()
-    assert "Traceback" not in a.log.read_text()
+    text = a.log.read_text()
+    assert "Traceback" not in text
+    assert "cannot store the removal of subscription 'k'" in text, text
 
 
 @pytest.mark.timeout(180)

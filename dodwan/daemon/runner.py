@@ -1020,11 +1020,12 @@ class Daemon:
             store.commit()
             if store.write_failures != failures:
                 self._after_input()  # drops what the rolled-back transaction also held
-                raise ApiError(
-                    507,
+                message = (
                     f"cannot store the removal of subscription {key!r} ({store.last_error}); "
-                    "it is kept",
+                    "it is kept"
                 )
+                log.warning("%s", message)
+                raise ApiError(507, message)
         store.delete_sink(key)
         sinks.remove(key)
         try:
