@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from brokers import Broker, free_port
@@ -326,6 +327,94 @@ def test_disk_full_bridge_changes_are_refused_and_change_nothing(
     finally:
         a.kill()
     assert "Traceback" not in a.log.read_text()
+
+
+class _Stomp:
+    """A raw STOMP 1.2 client connection (frames as the gateway sends them)."""
+
+    def __init__(self, port: int, client_id: str) -> None:
+        from joms.stomp.frame import Frame, FrameParser
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.parser = FrameParser()
+        self.pending: list[Frame] = []
+        self.send(Frame("CONNECT", {"accept-version": "1.2", "host": "A",
+                                    "client-id": client_id}))  # fmt: skip
+        assert self.next().command == "CONNECTED"
+
+    def send(self, frame: Any) -> None:
+        from joms.stomp.frame import encode
+
+        self.sock.sendall(encode(frame))
+
+    def next(self) -> Any:
+        """The next frame; None once the gateway closed the connection."""
+        while not self.pending:
+            data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.pending.extend(self.parser.feed(data))
+        return self.pending.pop(0)
+
+    def request(self, command: str, headers: dict[str, str], body: bytes = b"") -> Any:
+        from joms.stomp.frame import Frame
+
+        self.send(Frame(command, {**headers, "receipt": "r"}, body))
+        return self.next()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.timeout(120)
+def test_disk_full_joms_durable_subscribe_is_a_resource_error_and_the_gateway_goes_on(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """A durable SUBSCRIBE whose JOMS state (joms.sqlite) cannot be stored is answered with
+    an ERROR saying so (ResourceAllocationException, as a SEND dodwan.db cannot store), the
+    connection's end on the full disk is one log line, and once there is room the gateway
+    serves as before, the state kept meanwhile written too (a traceback per failure, and
+    ``internal error storing the frames: OperationalError``, before)."""
+    port = free_port()
+    a = DaemonProc(
+        small_disk / "a",
+        ["--group", random_group(), "--host-id", "A", "--stomp", f"127.0.0.1:{port}"],
+    )
+    a.log = tmp_path / "a.log"
+    a.start()
+    news = {"destination": "/topic/news"}
+    try:
+        c1 = _Stomp(port, "c1")
+        ok = c1.request("SUBSCRIBE", {**news, "id": "0", "durable-subscription-name": "d0"})
+        assert ok.command == "RECEIPT", ok
+        c2 = _Stomp(port, "c2")
+        filler = _fill(small_disk)
+        f = c2.request("SUBSCRIBE", {**news, "id": "0", "durable-subscription-name": "d1"})
+        assert f.command == "ERROR", f
+        assert f.headers.get("joms-exception") == "ResourceAllocationException", f.headers
+        assert "cannot store" in f.headers["message"] and "full" in f.headers["message"], f
+        assert c2.next() is None  # closed by the gateway: its end is handled on the full disk
+        c2.close()
+        filler.unlink()
+        c3 = _Stomp(port, "c3")
+        ok = c3.request("SEND", news, b"after")
+        assert ok.command == "RECEIPT", ok
+        got = c1.next()
+        assert got.command == "MESSAGE" and got.body == b"after", got
+        c2 = _Stomp(port, "c2")
+        first = c2.request("SUBSCRIBE", {**news, "id": "0", "durable-subscription-name": "d1"})
+        # d1 exists since the refused SUBSCRIBE (kept in memory, stored once there was
+        # room): it kept the message, sent with the receipt
+        got = {f.command: f for f in (first, c2.next())}
+        assert set(got) == {"RECEIPT", "MESSAGE"}, got
+        assert got["MESSAGE"].body == b"after"
+        for c in (c1, c2, c3):
+            c.close()
+    finally:
+        a.kill()
+    text = a.log.read_text()
+    assert "Traceback" not in text, text
+    assert "cannot write to" in text and "joms.sqlite" in text, text
 
 
 # ---------------------------------------------------------------------- 3. integrity

@@ -4,9 +4,16 @@ a transaction; and what the service writes for a durable message dispatched at o
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+import os
 import random
 import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +30,7 @@ from joms.service import (
 )
 from joms.service import model as mdl
 from joms.service.base import _SEP
+from joms.stomp.host import ServiceDriver
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -330,3 +338,79 @@ def test_queue_messages_arriving_at_one_instant_wait_in_arrival_order() -> None:
         d.update({"id": f"h2-{n}", "deadline": "5000", "priority": "4"})
         s.on_delivery(s._queues_key, d, b"q%d" % n, 1001.0)
     assert [m.body for m in s.browse(q, 1001.0)] == [b"q%d" % n for n in range(40)]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs under tmp_path (unmounted at teardown), as in test_faults_daemon."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a 2 MB tmpfs needs root")
+    d = tmp_path / "small"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], check=True)
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_the_service_timer_stays_armed_on_a_full_disk_and_its_writes_are_kept(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit of the service's store that fails inside the driver's timer (disk full) is
+    one log line: the timer is re-armed, and the writes are kept and made at a later commit
+    once there is room (the failure used to escape the loop callback and leave the timer
+    unarmed, the service's adverts and housekeeping stopped)."""
+    path = small_disk / "joms.sqlite"
+    store = SqliteServiceStore(path)
+    service = JomsService(_Port(), ServiceConfig(directory_period=0.05), store, random.Random(1))
+    service.start(time.time())
+    big = os.urandom(200_000)
+    writing = False
+
+    def flush() -> None:  # the runner's hook: here, work that writes the service's state
+        if writing:
+            store.put("t", "k", big)
+
+    fired = 0
+    more = asyncio.Event()
+    handle_timer = service.handle_timer
+
+    def counted(now: float) -> None:
+        nonlocal fired
+        fired += 1
+        more.set()
+        handle_timer(now)
+
+    service.handle_timer = counted  # type: ignore[method-assign]
+    driver = ServiceDriver(service, time.time, flush=flush)
+    errors: list[dict[str, Any]] = []
+
+    async def timer_fires(times: int) -> None:
+        until = fired + times
+        while fired < until:
+            more.clear()
+            await asyncio.wait_for(more.wait(), 5.0)
+
+    async def run() -> None:
+        nonlocal writing
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        driver.poke()
+        await timer_fires(1)
+        filler = small_disk / "filler"
+        with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        writing = True
+        await timer_fires(3)  # each commit fails; the timer goes on
+        filler.unlink()
+        writing = False
+        await timer_fires(2)
+        driver.close()
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(run())
+    assert not errors, errors
+    failures = [r for r in caplog.records if "joms.sqlite" in r.getMessage()]
+    assert len(failures) == 1 and not any(r.exc_info for r in caplog.records), caplog.text
+    assert "cannot write" in failures[0].getMessage() and "full" in failures[0].getMessage()
+    store.close()
+    assert SqliteServiceStore(path).get("t", "k") == big

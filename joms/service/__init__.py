@@ -5,7 +5,7 @@ from .events import Event, MessageDispatched
 from .model import Destination, JomsMessage
 from .port import DisseminationPort
 from .service import JomsService
-from .store import MemoryServiceStore, ServiceStore, SqliteServiceStore
+from .store import MemoryServiceStore, ServiceStore, SqliteServiceStore, StoreWriteError
 
 __all__ = [
     "Destination",
@@ -18,4 +18,5 @@ __all__ = [
     "ServiceConfig",
     "ServiceStore",
     "SqliteServiceStore",
+    "StoreWriteError",
 ]

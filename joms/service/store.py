@@ -17,6 +17,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 
+class StoreWriteError(Exception):
+    """The store could not commit (disk full, I/O error). Nothing of the transaction is in
+    the file; its writes are kept and made by the next commit that succeeds, so the file
+    catches up with the service's state once there is room."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"cannot store the JOMS service's state in {path.name} ({reason})")
+        self.path = path
+        self.reason = reason
+
+
 class ServiceStore(Protocol):
     """Tables of ``key -> bytes`` records, listed in key order."""
 
@@ -137,6 +148,10 @@ class SqliteServiceStore:
         self._held = 0
         self._waiting: dict[tuple[str, str], bytes | None] = {}
         """Writes of the open transaction not yet given to SQLite (None: a deletion)."""
+        self._written: dict[tuple[str, str], bytes | None] = {}
+        """Writes of the open transaction given to SQLite (kept again if it rolls back)."""
+        self.write_failures = 0
+        """Commits that failed (disk full, I/O error) and were rolled back, writes kept."""
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
@@ -170,8 +185,11 @@ class SqliteServiceStore:
                 return False
             self._waiting[k] = None  # (it may also be in the file, from an earlier put)
             return True
-        cur = self._db.execute("DELETE FROM records WHERE tbl = ? AND key = ?", k)
-        return cur.rowcount > 0
+        found = self._db.execute("SELECT 1 FROM records WHERE tbl = ? AND key = ?", k)
+        if found.fetchone() is None:
+            return False
+        self._waiting[k] = None  # a write like the others: kept if its commit fails
+        return True
 
     def items(
         self, table: str, prefix: str = "", limit: int | None = None
@@ -195,25 +213,45 @@ class SqliteServiceStore:
         if not self._waiting:
             return
         waiting, self._waiting = self._waiting, {}
+        self._written.update(waiting)
         # a page per deletion, the bytes of each record: roughly what the log gets
         self._committed += sum(4096 if v is None else len(v) + 64 for v in waiting.values())
         puts = [(t, k, v) for (t, k), v in waiting.items() if v is not None]
         dels = [k for k, v in waiting.items() if v is None]
-        if dels:
-            self._db.executemany("DELETE FROM records WHERE tbl = ? AND key = ?", dels)
-        if puts:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO records (tbl, key, value) VALUES (?, ?, ?)", puts
-            )
+        try:
+            if dels:
+                self._db.executemany("DELETE FROM records WHERE tbl = ? AND key = ?", dels)
+            if puts:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO records (tbl, key, value) VALUES (?, ?, ?)", puts
+                )
+        except sqlite3.Error as exc:
+            self._rollback(exc)
+
+    def _rollback(self, exc: sqlite3.Error) -> None:
+        """Undo the open transaction after a failed write or commit, and raise.
+
+        A refusal of the file system (disk full, I/O error: ``OperationalError``) keeps the
+        transaction's writes for the next commit and raises :class:`StoreWriteError`: the
+        service goes on with its state in memory and the file catches up once there is
+        room. Any other error (a record SQLite cannot take) drops them and is raised as is.
+        """
+        with contextlib.suppress(sqlite3.Error):
+            self._db.rollback()
+        written, self._written = self._written, {}
+        if not isinstance(exc, sqlite3.OperationalError):
+            raise exc
+        self._waiting = {**written, **self._waiting}  # a later write of a record wins
+        self.write_failures += 1
+        raise StoreWriteError(self.path, str(exc)) from None
 
     def _commit(self) -> None:
+        self._write()
         try:
-            self._write()
             self._db.commit()
-        except sqlite3.Error:  # e.g. disk full: none of the transaction is kept
-            with contextlib.suppress(sqlite3.Error):
-                self._db.rollback()
-            raise
+        except sqlite3.Error as exc:  # e.g. disk full: none of the transaction is in the file
+            self._rollback(exc)
+        self._written = {}
         if self._committed >= CHECKPOINT_BYTES and Checkpointer is not None:
             self._committed = 0
             if self._checkpointer is None:

@@ -17,14 +17,24 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import JMSException, ResourceAllocationException
 from ..service import JomsService, ServiceConfig
-from ..service.store import MemoryServiceStore, ServiceStore, SqliteServiceStore
+from ..service.store import (
+    MemoryServiceStore,
+    ServiceStore,
+    SqliteServiceStore,
+    StoreWriteError,
+)
 
 log = logging.getLogger(__name__)
+
+STORE_FAILURE_LOG_PERIOD = 10.0
+"""Seconds between two log lines about commits of the service's store that failed."""
 
 
 class GatewayHost(Protocol):
@@ -64,6 +74,9 @@ class ServiceDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._busy = False
+        self.store_failures = 0
+        """Commits of the service's store that failed (disk full); their writes are kept."""
+        self._store_failure_logged = -STORE_FAILURE_LOG_PERIOD
 
     def now(self) -> float:
         return self._now()
@@ -73,27 +86,63 @@ class ServiceDriver:
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        with self._service_hold():  # committed after the node's store (inner)
-            if self._batch is None:
-                yield
-            else:
-                with self._batch():
+        """See :class:`GatewayHost`. When the service's store cannot commit (disk full),
+        raises ResourceAllocationException: the caller confirms none of the run (the
+        service keeps its state, written once there is room; see StoreWriteError)."""
+        try:
+            with self._service_hold():  # committed after the node's store (inner)
+                if self._batch is None:
                     yield
+                else:
+                    with self._batch():
+                        yield
+        except StoreWriteError as exc:
+            self._store_failed(exc)
+            refusal = exc.__context__
+            if isinstance(refusal, JMSException):  # the node's store refused too: its say
+                raise refusal from None
+            raise ResourceAllocationException(f"{exc}: not confirmed") from None
 
     def _service_hold(self) -> contextlib.AbstractContextManager[None]:
         """One commit of the service's store for a run of inputs (when it can group)."""
         hold = getattr(self.service.store, "hold", None)
         return hold() if hold is not None else contextlib.nullcontext()
 
+    @contextlib.contextmanager
+    def _stored(self) -> Iterator[None]:
+        """One commit of the service's store around a service call no client waits on: a
+        failure (disk full) is logged in one line (every STORE_FAILURE_LOG_PERIOD seconds)
+        and the service goes on; the store keeps the writes for its next commit."""
+        try:
+            with self._service_hold():
+                yield
+        except StoreWriteError as exc:
+            self._store_failed(exc)
+
+    def _store_failed(self, exc: StoreWriteError) -> None:
+        self.store_failures += 1
+        if time.monotonic() - self._store_failure_logged >= STORE_FAILURE_LOG_PERIOD:
+            self._store_failure_logged = time.monotonic()
+            log.warning(
+                "cannot write to %s (%s): the JOMS service's state is kept in memory and "
+                "written once there is room; requests needing it are refused meanwhile "
+                "(%d failed commit(s); one line per %g s)",
+                exc.path,
+                exc.reason,
+                self.store_failures,
+                STORE_FAILURE_LOG_PERIOD,
+            )
+
     def deliver(self, key: str, descriptor: Mapping[str, str], payload: bytes) -> None:
         """Feed a DoDWAN delivery for a ``joms:`` key (from the runner)."""
-        self.service.on_delivery(key, descriptor, payload, self._now())
+        with self._stored():
+            self.service.on_delivery(key, descriptor, payload, self._now())
         self.poke()
 
     def deliver_many(self, deliveries: list[tuple[str, Mapping[str, str], bytes]]) -> None:
         """Feed a burst of deliveries: one store commit, then one flush of the outputs
         (one write per connection) — not one of each per message."""
-        with self._service_hold():
+        with self._stored():
             for key, descriptor, payload in deliveries:
                 self.service.on_delivery(key, descriptor, payload, self._now())
         self.poke()
@@ -103,11 +152,11 @@ class ServiceDriver:
             return
         self._busy = True
         try:
-            with self._service_hold():  # committed before the wakeups write anything
+            with self._stored():  # committed before the wakeups write anything
                 self._flush()
         finally:
             self._busy = False
-        self._rearm()
+        self._rearm()  # also after a failed commit: the service's timer must go on
         for cb in list(self._wakeups):
             try:
                 cb()
@@ -132,7 +181,8 @@ class ServiceDriver:
     def _on_timer(self) -> None:
         self._timer = self._timer_at = None
         try:
-            self.service.handle_timer(self._now())
+            with self._stored():
+                self.service.handle_timer(self._now())
         except Exception:
             log.exception("JOMS service timer failed")
         self.poke()

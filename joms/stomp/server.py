@@ -25,6 +25,7 @@ from ..errors import InvalidDestinationException, JMSException
 from ..service import model as mdl
 from ..service.events import MessageDispatched
 from ..service.model import Destination, JomsMessage
+from ..service.store import StoreWriteError
 from .frame import Frame, FrameLimits, FrameParser, ProtocolError, encode, for_stomp_10
 from .host import GatewayHost, as_gateway_host
 
@@ -242,6 +243,8 @@ class StompConnection(asyncio.Protocol):
                 self.error(str(exc), frame, exception=type(exc).__name__)
             except StompError as exc:
                 self.error(str(exc), frame)
+            except StoreWriteError as exc:  # a read that wrote the waiting records first
+                self.error(f"{exc}: not confirmed", frame, exception="ResourceAllocationException")
             except Exception as exc:  # never let one client take the gateway down
                 log.exception("STOMP gateway failed on a %s frame", frame.command)
                 self.error(f"internal error handling {frame.command}: {type(exc).__name__}", frame)
@@ -253,8 +256,12 @@ class StompConnection(asyncio.Protocol):
                 h.cancel()
         if self.conn_id is not None:
             self.gw.connections.pop(self.conn_id, None)
+            batch = getattr(self.gw.host, "batch", None)
             try:
-                self.service.close_connection(self.conn_id, self.gw.host.now())
+                with batch() if batch is not None else contextlib.nullcontext():
+                    self.service.close_connection(self.conn_id, self.gw.host.now())
+            except JMSException:
+                pass  # the close could not be stored (disk full): the host logged it
             except Exception:
                 log.exception("closing JOMS connection failed")
             self.conn_id = None
