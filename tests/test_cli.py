@@ -309,8 +309,8 @@ def test_publish_from_stdin_and_chosen_id(sd: str) -> None:
         (["-a", "id=x y", "--text", "x"], "message id"),
         (["-a", "origin=me", "--text", "x"], "set by DoDWAN"),
         (["--ttl", "-5", "--text", "x"], "--ttl must be a positive, finite number"),
-        (["--ttl", "inf", "--text", "x"], "'inf' is not a finite number"),
-        (["--ttl", "nan", "--text", "x"], "'nan' is not a finite number"),
+        (["--ttl", "inf", "--text", "x"], "--ttl must be a positive, finite number"),
+        (["--ttl", "nan", "--text", "x"], "--ttl must be a positive, finite number"),
         (["--id", "only-an-id", "--text", "x"], "give at least one attribute"),
     ],
 )

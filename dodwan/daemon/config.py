@@ -367,8 +367,8 @@ class PlainNumber(click.ParamType):  # type: ignore[type-arg]  # generic from cl
         if isinstance(value, self.kind) and not isinstance(value, bool):
             return value
         text = str(value)
-        if self.kind is float and text.strip().lstrip("+-").lower() in ("inf", "infinity", "nan"):
-            self.fail(f"{text!r} is not a finite number", param, ctx)
+        if self.kind is float and text.lstrip("+-").lower() in ("inf", "infinity", "nan"):
+            return float(text)  # the setting's own check refuses it, naming the setting
         if not is_plain_number(text, integer=self.kind is int):
             what = "an integer" if self.kind is int else "a number"
             self.fail(f"{text!r} is not {what} written with ASCII digits", param, ctx)
