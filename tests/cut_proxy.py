@@ -7,7 +7,9 @@ and closes both connections: the gateway cannot tell whether the batch was commi
 is exactly the window a broker stopped at the wrong moment opens, made deterministic.
 
 It can also cut the uplink of one gateway only (:meth:`block`, :meth:`unblock`): existing
-connections are closed and new ones refused, while the broker keeps running for others.
+connections are closed and new ones refused, while the broker keeps running for others; and
+:meth:`hold` what the broker sends one client (its messages stay unacknowledged at the
+broker, as when the gateway is slow to take them in).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class CutProxy:
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._listener.settimeout(0.2)
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._first: dict[socket.socket, bytes] = {}
+        """The first chunk each relayed client sent (e.g. its MQTT CONNECT)."""
+        self._held: dict[socket.socket, threading.Event] = {}
         self._blocked = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
@@ -63,6 +68,7 @@ class CutProxy:
             pair = (client, upstream)
             self._pairs.append(pair)
             cut = threading.Event()
+            self._held[client] = threading.Event()
             for args in ((client, upstream, True, cut), (upstream, client, False, cut)):
                 threading.Thread(target=self._pump, args=args, daemon=True).start()
 
@@ -75,6 +81,10 @@ class CutProxy:
                 if not data:
                     break
                 cut = False
+                if from_client:
+                    self._first.setdefault(src, data)
+                elif self._held[dst].is_set():
+                    continue  # held: the client never gets it (nor acknowledges it)
                 if from_client:
                     with self._lock:
                         if self._marker is not None and self._marker in data:
@@ -98,9 +108,21 @@ class CutProxy:
         except OSError:
             pass
         finally:
+            self._first.pop(src if from_client else dst, None)  # no longer open
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.close()
+
+    def hold(self, marker: bytes) -> int:
+        """From now on, drop what the broker sends on the open connections whose client's
+        first chunk held ``marker`` (an MQTT client id): the broker keeps those messages
+        unacknowledged in the client's session. Returns how many connections are held."""
+        held = 0
+        for client, _ in self._pairs:
+            if marker in self._first.get(client, b""):
+                self._held[client].set()
+                held += 1
+        return held
 
     def block(self) -> None:
         """The uplink is down: close every relayed connection and refuse new ones."""

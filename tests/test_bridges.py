@@ -521,7 +521,7 @@ def test_two_hosts_whose_ledger_names_clashed_each_send_their_own(
     assert binding(b, "hq")["settled"] == 0
 
 
-@pytest.mark.parametrize("name", by_broker(LEDGERS))
+@pytest.mark.parametrize("name", by_broker([*LEDGERS, "mqtt"]))
 def test_a_binding_removed_and_added_again_sends_the_cached_messages_once(
     name: str,
     request: pytest.FixtureRequest,
