@@ -1,5 +1,6 @@
 """MQTT bindings against a real Mosquitto where the broker's answers matter: access control
-(refused publications), retained messages, client ids of two gateways."""
+(refused publications), retained messages, client ids of two gateways, the persistent
+session a binding removed and added again finds."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
+from bridge_remotes import MqttRemote
 from brokers import Broker
 from brokers import mosquitto as mosquitto
 from brokers import mosquitto_acl as mosquitto_acl
+from cut_proxy import CutProxy
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-from test_bridges import ARGS, binding, publish, topic_name
+from test_bridges import ARGS, add_binding, binding, exactly_once, publish, topic_name
+from test_bridges import remotes as remotes
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
@@ -93,3 +97,73 @@ def test_a_retained_message_is_imported_once(
     # moves to the new connection while the old still holds it: then that one copy is
     # recognised by its content (seen once in CI) and counted, not imported.
     assert binding(gw, "hq")["duplicates"] <= 1
+
+
+@pytest.mark.parametrize("to", ["the same topic", "another topic"])
+def test_echoes_of_a_removed_binding_do_not_mark_the_new_one_s_messages_sent(
+    to: str, mosquitto: Broker, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """`bridge rm hq` while the echoes of what hq sent still wait in its inbound session
+    (the gateway had not taken them in yet), then `bridge add ... --name hq`: the new
+    binding takes the same session over (same client id) and gets those echoes, which
+    carry the same `dodwan-gateway` HOST/NAME. They marked the new binding's messages sent
+    though it never sent them: none of those 5 reached another topic (lost), nor went
+    again to the same one (where a binding added again sends the cached messages again)."""
+    topic = topic_name()
+    port = mosquitto.port
+    hq1 = remotes(lambda: MqttRemote(port, f"{topic}a/#"))
+    hq2 = remotes(lambda: MqttRemote(port, f"{topic}b/#")) if to == "another topic" else hq1
+    proxy = CutProxy(port)
+    try:
+        gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+        add_binding(gw, f"mqtt://127.0.0.1:{proxy.port}/{topic}a/#", "hq", topic, direction="out")
+        # Its echo has come back: the binding read its ledger and serves its inbound session.
+        cached = publish(gw, topic, 1)
+        wait_for(lambda: binding(gw, "hq")["echoes"] == 1, 30, what="the first echo")
+        assert proxy.hold(b"dodwan-gw-hq-in") == 1  # later echoes wait at the broker
+        cached += publish(gw, topic, 5, start=1)
+        exactly_once(hq1, cached, gw=gw)
+        st = wait_for(lambda: (b := binding(gw, "hq"))["sent_total"] == 6 and b, 10, what="6")
+        assert st["echoes"] == 1, st
+        assert gw.client().delete("/bridges/hq")["unsent_dropped"] == 0
+        again = f"{topic}b/#" if to == "another topic" else f"{topic}a/#"
+        add_binding(gw, mosquitto.url(again), "hq", topic, direction="out")
+        # A sentinel behind the cached messages: whatever is sent goes before it.
+        sentinel = publish(gw, topic, 1, start=99)
+        want = sorted(cached * (2 if hq2 is hq1 else 1) + sentinel)
+
+        def arrived() -> str:
+            return f"{len(hq2.dodwan_ids())} of {len(want)}; gateway: {binding(gw, 'hq')}"
+
+        wait_for(lambda: sentinel[0] in hq2.dodwan_ids(), 30, what=arrived)
+        assert sorted(hq2.dodwan_ids()) == want, arrived()
+        st = wait_for(lambda: (b := binding(gw, "hq"))["backlog"] == 0 and b, 10, what="sent")
+        assert st["sent_total"] == 7 and st["settled"] == 0, st
+        assert sorted(hq1.dodwan_ids()) == (want if hq2 is hq1 else sorted(cached))
+    finally:
+        proxy.close()
+
+
+def test_an_echo_on_the_removed_binding_s_topic_does_not_count_for_the_new_one(
+    mosquitto: Broker, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """The persistent session keeps the removed binding's subscription (MQTT cannot list a
+    session's subscriptions to drop it): after `bridge rm hq` and `bridge add` of hq to
+    another topic, another gateway's message on the old topic still came in, and was taken
+    as an echo of the new destination: the new binding never sent that message there."""
+    topic = topic_name()
+    port = mosquitto.port
+    hq1 = remotes(lambda: MqttRemote(port, f"{topic}a/#"))
+    hq2 = remotes(lambda: MqttRemote(port, f"{topic}b/#"))
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    add_binding(gw, mosquitto.url(f"{topic}a/#"), "hq", topic, direction="out")
+    cached = publish(gw, topic, 3)
+    exactly_once(hq1, cached, gw=gw)
+    assert gw.client().delete("/bridges/hq")["unsent_dropped"] == 0
+    # The cached messages wait 8 s: meanwhile another gateway sends one of them to the
+    # old topic.
+    add_binding(gw, mosquitto.url(f"{topic}b/#"), "hq", topic, direction="out", holdoff=8.0)
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    hq1.publish(b"report 0", "m0", {"dodwan-id": cached[0], "dodwan-gateway": "gw2/hq"})
+    wait_for(lambda: binding(gw, "hq")["echoes"] >= 1, 10, what="the other gateway's echo")
+    exactly_once(hq2, cached, timeout=30, gw=gw)

@@ -30,6 +30,7 @@ from .binding import Binding, InboundHandler, Link
 from .mapping import (
     DEADLINE_HEADER,
     GATEWAY_HEADER,
+    INSTANCE_HEADER,
     ORIGIN_MARK,
     Inbound,
     content_digest,
@@ -270,13 +271,23 @@ class BridgeManager:
             # It went to the broker from a DoDWAN gateway (maybe this one): it is in the
             # field already. A binding that has not sent it yet need not.
             binding.echoes += 1
+            if msg.elsewhere:
+                # From a destination the binding no longer names (the MQTT session keeps
+                # the subscriptions of a removed or replaced binding of this name): whether
+                # there or not, the message is not on this binding's destination yet.
+                return True
             if (
                 spec.outbound
                 and msg.headers.get(GATEWAY_HEADER) == f"{self.host.host_id}/{spec.name}"
             ):
-                # This binding's own message, taken by the broker: sent (MQTT's ledger).
-                seqs = self.outbox.pending_seqs(spec.name, {echo})
-                binding.sent += self.outbox.mark_sent(spec.name, seqs)
+                # Sent by a binding of this gateway and name. This very instance's message,
+                # taken by the broker: sent (MQTT's ledger). One a removed binding of the
+                # same name sent (its echo waited in the session the new one took over), or
+                # an earlier version (no instance), says nothing about this instance's
+                # rows: they are sent (again), a copy at worst, never a loss.
+                if spec.instance and msg.headers.get(INSTANCE_HEADER) == spec.instance:
+                    seqs = self.outbox.pending_seqs(spec.name, {echo})
+                    binding.sent += self.outbox.mark_sent(spec.name, seqs)
             elif spec.outbound:
                 try:
                     keep = float(msg.headers.get(DEADLINE_HEADER, ""))

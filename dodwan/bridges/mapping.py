@@ -24,6 +24,9 @@ ORIGIN_HEADER = "dodwan-origin"
 DEADLINE_HEADER = "dodwan-deadline"
 GATEWAY_HEADER = "dodwan-gateway"
 """HOST/NAME of the binding that sent a message (MQTT: it recognises its own echoes)."""
+INSTANCE_HEADER = "dodwan-instance"
+"""The token of the binding instance that sent a message (MQTT): HOST/NAME alone does not
+tell a binding from one of the same name removed before (see :mod:`.ledger`)."""
 
 SYSTEM = frozenset(
     {"id", "deadline", "origin", "date", "size", "priority", "persistent"}
@@ -48,6 +51,10 @@ class Inbound:
     priority: int | None = None
     redelivered: bool = False
     """The broker says it delivered this message before (MQTT DUP, AMQP/STOMP redelivered)."""
+    elsewhere: bool = False
+    """It came from a destination the binding does not name (MQTT: a subscription that a
+    removed or replaced binding of the same name left in the persistent session, which
+    cannot be listed to drop it): as an echo, it says nothing about the binding's own."""
 
     @property
     def dodwan_id(self) -> str | None:

@@ -6,7 +6,9 @@ Two client connections per binding, each with its own session:
   connection. MQTT has no transaction to write a ledger in, so the binding's own
   subscription is its ledger: the inbound connection (a persistent session) also
   subscribes to the outbound topic, and every message this binding sends carries
-  ``dodwan-gateway`` = HOST/NAME. After a reconnection, the binding publishes a probe on
+  ``dodwan-gateway`` = HOST/NAME and ``dodwan-instance`` = the binding instance's token
+  (only this instance's echoes count as sent: the session outlives ``bridge rm``, and a
+  binding of the same name added again takes it over). After a reconnection, the binding publishes a probe on
   its private topic ``dodwan-ledger/HOST/NAME`` and waits for it to come back: the broker
   delivers a session's messages in order, so by then every message it took before the
   link broke has come back too, and is marked sent. Only the others are sent again (by
@@ -40,7 +42,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from . import ledger
 from .binding import InboundHandler, LinkError, Refused
 from .ids import client_base as client_base  # importable here, as before
-from .mapping import GATEWAY_HEADER, Inbound, deadline_of, user_properties
+from .mapping import GATEWAY_HEADER, INSTANCE_HEADER, Inbound, deadline_of, user_properties
 from .outbox import OutRow
 from .uri import BindingSpec
 
@@ -221,6 +223,8 @@ class MqttLink:
         self.on_message = on_message
         self._base = client_base(host_id, spec.name)
         self.gateway = f"{host_id}/{spec.name}"
+        self.marks = [(GATEWAY_HEADER, self.gateway), (INSTANCE_HEADER, spec.instance)]
+        """The user properties that make a message's echo this binding instance's own."""
         self.ledger_topic = ledger.topic_name(host_id, spec.name)
         self.out: _Client | None = None
         self._probe = threading.Event()
@@ -231,6 +235,9 @@ class MqttLink:
         self.inb.client.on_connect = self._on_connect_in
         self.inb.client.on_subscribe = self._on_subscribe
         self._topics: list[str] = []
+        ep = spec.endpoint
+        self._filter = ep.destination if spec.inbound else ep.out_target
+        """What the binding's own subscription (besides the ledger probes) covers."""
 
     def _on_connect_in(self, c: Any, _u: Any, _flags: Any, reason: Any, props: Any) -> None:
         """Subscribe; the inbound side is up once the broker granted every subscription."""
@@ -289,6 +296,7 @@ class MqttLink:
             # A retained message may come again (a new session, the binding added again):
             # like a redelivery, it is recognised by its content while its copy lives.
             redelivered=bool(msg.dup or msg.retain),
+            elsewhere=not paho.topic_matches_sub(self._filter, msg.topic),
         )
         if not self.spec.inbound and inbound.dodwan_id is None:
             client.ack(msg.mid, msg.qos)  # the ledger subscription of an outbound binding
@@ -341,7 +349,7 @@ class MqttLink:
         for row in rows:
             d = row.descriptor
             props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-            props.UserProperty = [*user_properties(d).items(), (GATEWAY_HEADER, self.gateway)]
+            props.UserProperty = [*user_properties(d).items(), *self.marks]
             left = deadline_of(d, time.time() + 3600) - time.time()
             props.MessageExpiryInterval = max(1, int(left))
             if d.get("jms_correlation_id"):
