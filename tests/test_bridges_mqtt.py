@@ -94,9 +94,10 @@ def test_a_retained_message_is_imported_once(
     wait_for(lambda: binding(gw, "hq")["ttl"] == 7200, 30, what="replaced")
     assert received_after_sentinel(3) == 3
     # Retain handling 1 keeps the broker from sending it again, except when the session
-    # moves to the new connection while the old still holds it: then that one copy is
-    # recognised by its content (seen once in CI) and counted, not imported.
-    assert binding(gw, "hq")["duplicates"] <= 1
+    # moves to a new connection while the old still holds it: then that copy is recognised
+    # by its content and counted, not imported (the totals above). The session moved twice:
+    # the start-up's second connection and the replacement (one copy each seen under load).
+    assert binding(gw, "hq")["duplicates"] <= 2
 
 
 @pytest.mark.parametrize("to", ["the same topic", "another topic"])
