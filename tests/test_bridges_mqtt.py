@@ -4,6 +4,9 @@ session a binding removed and added again finds."""
 
 from __future__ import annotations
 
+import json
+import signal
+import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +22,8 @@ from test_bridges import ARGS, add_binding, binding, exactly_once, publish, topi
 from test_bridges import remotes as remotes
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
+
+from dodwan.daemon.client import ClientError
 
 
 @pytest.mark.parametrize("qos", [1, 2])
@@ -168,3 +173,60 @@ def test_an_echo_on_the_removed_binding_s_topic_does_not_count_for_the_new_one(
     hq1.publish(b"report 0", "m0", {"dodwan-id": cached[0], "dodwan-gateway": "gw2/hq"})
     wait_for(lambda: binding(gw, "hq")["echoes"] >= 1, 10, what="the other gateway's echo")
     exactly_once(hq2, cached, timeout=30, gw=gw)
+
+
+def _upgraded_with_an_invalid_binding(
+    daemons: Callable[..., DaemonProc],
+) -> tuple[DaemonProc, str, list[str]]:
+    """A gateway whose binding 'lead' (3 unsent messages) was stored by an older version
+    with a URI this one refuses, restarted."""
+    topic = topic_name()
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    add_binding(gw, "mqtt://127.0.0.1:1/placeholder", "lead", topic, direction="out")
+    ids = publish(gw, topic, 3)
+    wait_for(lambda: binding(gw, "lead")["backlog"] == 3, 30, what="3 in the outbox")
+    assert gw.kill(signal.SIGTERM) == 0
+    db = sqlite3.connect(gw.state_dir / "bridges.db")
+    with db:
+        (spec,) = db.execute("SELECT spec FROM bindings WHERE name = 'lead'").fetchone()
+        old = {**json.loads(spec), "uri": "mqtt://bob:s3cret@127.0.0.1:1//lead"}
+        db.execute("UPDATE bindings SET spec = ? WHERE name = 'lead'", (json.dumps(old),))
+    db.close()
+    gw.start()
+    return gw, topic, ids
+
+
+def test_a_stored_binding_a_newer_version_refuses_is_kept_with_its_outbox(
+    mosquitto: Broker, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """An older version accepted `mqtt://HOST:PORT//lead` (an empty first topic level),
+    which this one refuses. At the upgrade, the stored binding was deleted with its unsent
+    messages (its spec gone, the operator left to guess it). It is now kept, shown as
+    invalid with the reason, and can be replaced (its outbox goes out) or removed."""
+    gw, topic, ids = _upgraded_with_an_invalid_binding(daemons)
+    st = binding(gw, "lead")
+    assert st["state"] == "invalid" and "empty first level" in st["last_error"], st
+    assert st["backlog"] == 3 and not st["connected"], st
+    assert "s3cret" not in json.dumps(gw.client().get("/bridges"))
+    metrics = gw.client().request("GET", "/metrics")
+    assert 'dodwan_bridge_backlog{binding="lead"} 3' in metrics, metrics
+    with pytest.raises(ClientError, match="use replace to change it"):  # not by accident
+        add_binding(gw, mosquitto.url(topic), "lead", topic, direction="out")
+    hq = remotes(lambda: MqttRemote(mosquitto.port, f"{topic}/#"))
+    fixed = add_binding(
+        gw, mosquitto.url(f"{topic}/x"), "lead", topic, direction="out", replace=True
+    )
+    assert fixed.get("state") != "invalid" and fixed["backlog"] <= 3, fixed
+    exactly_once(hq, ids, gw=gw)
+    assert binding(gw, "lead")["backlog"] == 0
+
+
+def test_a_stored_binding_a_newer_version_refuses_can_be_removed(
+    daemons: Callable[..., DaemonProc],
+) -> None:
+    gw, _topic, _ids = _upgraded_with_an_invalid_binding(daemons)
+    assert gw.client().delete("/bridges/lead") == {"removed": "lead", "unsent_dropped": 3}
+    assert gw.client().get("/bridges") == []
+    assert gw.kill(signal.SIGTERM) == 0
+    gw.start()
+    assert gw.client().get("/bridges") == []  # gone for good, as asked

@@ -110,6 +110,10 @@ class BridgeManager:
         self.configured = configured
         self.outbox: Outbox | None = None
         self._bindings: dict[str, Binding] = {}
+        self._invalid: dict[str, tuple[dict[str, Any], str]] = {}
+        """Bindings kept from a previous run that this version refuses (an older one
+        accepted them), by name: (stored spec, reason). Kept with their outbox rows, not
+        run, until replaced or removed."""
         self._loops_prevented: dict[str, int] = {}
         self._expired = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -127,12 +131,24 @@ class BridgeManager:
                 try:
                     specs[name] = (BindingSpec.from_dict(data), "api")
                 except SpecError as exc:
-                    log.error("bridge %s kept from a previous run is invalid: %s", name, exc)
+                    # Not dropped: its spec and unsent messages are the operator's.
+                    uri = str(data.get("uri", ""))
+                    reason = str(exc).replace(uri, _without_credentials(uri)) if uri else str(exc)
+                    self._invalid[name] = (data, reason)
+                    log.error(
+                        "bridge %s kept from a previous run is refused by this version (%s): "
+                        "not run; its %d unsent message(s) are kept until it is replaced "
+                        "('dodwan bridge add URI --name %s --replace ...') or removed",
+                        name,
+                        reason,
+                        self.outbox.marks(name)["backlog"],
+                        name,
+                    )
         for data in self.configured:
             spec = BindingSpec.from_dict(data)  # validated at config load already
             specs[spec.name] = (spec, "config")
         for name, _data, _source in self.outbox.bindings():
-            if name not in specs:
+            if name not in specs and name not in self._invalid:
                 self.outbox.drop_binding(name)
         for key in self.host.subscription_keys():
             name = key[len(KEY_PREFIX) :]
@@ -434,6 +450,12 @@ class BridgeManager:
             old = self._bindings.get(spec.name)
             if old is not None and not replace:
                 raise BridgeError(409, f"binding {spec.name!r} exists; use replace to change it")
+            if spec.name in self._invalid and not replace:
+                raise BridgeError(
+                    409,
+                    f"binding {spec.name!r} kept from a previous run is invalid "
+                    f"({self._invalid[spec.name][1]}); use replace to change it",
+                )
             outbox = self.outbox
             assert outbox is not None
             if old is None:
@@ -462,6 +484,7 @@ class BridgeManager:
                     )
                 self._launch(spec)  # first: the core hands the cached messages over at once
                 self._bind(spec)
+                self._invalid.pop(spec.name, None)  # replaced: its outbox rows are this one's
             else:
                 # A replacement keeps the instance (and the outbox rows).
                 spec = self._stored(
@@ -554,6 +577,14 @@ class BridgeManager:
     async def remove(self, name: str) -> dict[str, Any]:
         async with self._busy:
             b = self._bindings.get(name)
+            if b is None and name in self._invalid:
+                outbox = self.outbox
+                assert outbox is not None
+                unsent = self._stored(
+                    name, "the removal of binding", "it is kept", lambda: outbox.drop_binding(name)
+                )
+                del self._invalid[name]
+                return {"removed": name, "unsent_dropped": unsent}
             if b is None:
                 raise BridgeError(404, f"no binding {name!r}")
             # Its link is stopped first (nothing goes out or comes in while its rows go);
@@ -570,6 +601,7 @@ class BridgeManager:
                 self._launch(b.spec)
                 raise
             del self._bindings[name]
+            self._invalid.pop(name, None)
             key = KEY_PREFIX + name
             if key in self.host.subscription_keys():
                 self.host.unsubscribe(key)
@@ -590,7 +622,27 @@ class BridgeManager:
         return out
 
     def status(self) -> list[dict[str, Any]]:
-        return [self.binding_status(n) for n in sorted(self._bindings)]
+        rows = [self.binding_status(n) for n in self._bindings]
+        rows += [self._invalid_status(n) for n in self._invalid if n not in self._bindings]
+        return sorted(rows, key=lambda r: str(r["name"]))
+
+    def _invalid_status(self, name: str) -> dict[str, Any]:
+        """A binding kept from a previous run that this version refuses: its stored spec
+        (credentials left out), the reason, its outbox figures."""
+        assert self.outbox is not None
+        data, reason = self._invalid[name]
+        out = {k: v for k, v in data.items() if k in _SHOWN_WHEN_INVALID}
+        out.update(
+            name=name,
+            uri=_without_credentials(str(data.get("uri", ""))),
+            state="invalid",
+            connected=False,
+            errors=0,
+            last_error=f"refused by this version: {reason}",
+        )
+        out.setdefault("direction", "both")
+        out.update(self.outbox.marks(name))
+        return out
 
     def metrics(self) -> list[str]:
         rows = self.status()
@@ -616,6 +668,18 @@ class BridgeManager:
             f"dodwan_bridge_expired_total {self._expired}",
         ]
         return lines
+
+
+_SHOWN_WHEN_INVALID = frozenset({"direction", "attributes", "filter", "selector", "ttl", "holdoff"})
+
+
+def _without_credentials(uri: str) -> str:
+    """``uri`` without ``USER:PASSWORD@`` (for a URI that may not parse as a binding's)."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
 
 
 def _exclusive(spec: BindingSpec) -> bool:
