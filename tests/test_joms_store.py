@@ -11,13 +11,12 @@ import logging
 import os
 import random
 import sqlite3
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_faults_daemon import small_disk as small_disk  # a 2 MB tmpfs (root only)
 
 from joms.service import (
     Destination,
@@ -338,18 +337,6 @@ def test_queue_messages_arriving_at_one_instant_wait_in_arrival_order() -> None:
         d.update({"id": f"h2-{n}", "deadline": "5000", "priority": "4"})
         s.on_delivery(s._queues_key, d, b"q%d" % n, 1001.0)
     assert [m.body for m in s.browse(q, 1001.0)] == [b"q%d" % n for n in range(40)]
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MB tmpfs under tmp_path (unmounted at teardown), as in test_faults_daemon."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a 2 MB tmpfs needs root")
-    d = tmp_path / "small"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], check=True)
-    yield d
-    subprocess.run(["umount", "-l", str(d)], check=False)
 
 
 def test_the_service_timer_stays_armed_on_a_full_disk_and_its_writes_are_kept(

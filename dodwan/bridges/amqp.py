@@ -217,15 +217,19 @@ class AmqpLink:
                 headers=user_properties(d),
             )
             ch.basic_publish(exchange, key, row.payload, properties=props)
-        ch.basic_publish(
-            "",
-            self.ledger,
-            ledger.encode(self.spec, ledger_ids),
-            properties=pika.BasicProperties(delivery_mode=2, type=ledger.HEADER),
-        )
+        self._publish_ledger(ch, ledger_ids)
         ch.tx_commit()
         # The ledger's newest message is this one: no refused batch's any more.
         self._void.clear()
+
+    def _publish_ledger(self, ch: Any, ids: list[str]) -> None:
+        """Put the ledger message naming ``ids`` in the channel's transaction."""
+        ch.basic_publish(
+            "",
+            self.ledger,
+            ledger.encode(self.spec, ids),
+            properties=pika.BasicProperties(delivery_mode=2, type=ledger.HEADER),
+        )
 
     def _rewrite_ledger(self, ids: list[str]) -> None:
         """After a refusal: make the ledger name only what the broker did take (best effort;
@@ -233,12 +237,7 @@ class AmqpLink:
         with contextlib.suppress(pika.exceptions.AMQPError, OSError, AttributeError):
             ch = self.conn.channel()
             ch.tx_select()
-            ch.basic_publish(
-                "",
-                self.ledger,
-                ledger.encode(self.spec, ids),
-                properties=pika.BasicProperties(delivery_mode=2, type=ledger.HEADER),
-            )
+            self._publish_ledger(ch, ids)
             ch.tx_commit()
             ch.close()
             self._void.clear()
