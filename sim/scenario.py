@@ -416,10 +416,28 @@ class _LineFinder:
             table.append(seg)
             key = re.compile(r"(^|[\[{,\s.])\"?" + re.escape(seg) + r"\"?\s*(=|\]|\.)")
             for i in range(cursor, len(self.lines)):
-                if key.search(self.lines[i].split("#", 1)[0]):
+                if key.search(self.lines[i].split("#", 1)[0]) or _quoted_key(self.lines[i], seg):
                     cursor, found = i, i + 1
                     break
         return found
+
+
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"\s*(=|\]|\.)')
+"""A basic-string key, with TOML escapes (``"k\\u001b"``)."""
+
+
+def _quoted_key(line: str, key: str) -> bool:
+    """Whether ``line`` names ``key`` as a quoted key written with escapes (a key holding
+    a control character can only be written so)."""
+    if key.isprintable() or '"' not in line:
+        return False
+    for m in _QUOTED.finditer(line):
+        try:
+            if tomllib.loads(f'k = "{m.group(1)}"')["k"] == key:
+                return True
+        except tomllib.TOMLDecodeError:
+            continue
+    return False
 
 
 class _Validator:
