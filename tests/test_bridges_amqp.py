@@ -270,3 +270,70 @@ def test_a_malformed_expiration_is_ignored_with_a_warning(
     assert acked == [1], "not acknowledged: the message would come back for ever"
     assert got[0].expires is None and got[0].body == b"x"
     assert any("expiration" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("kind", "durable"), [("direct", True), ("fanout", True), ("topic", False)]
+)
+def test_an_existing_exchange_of_another_type_or_durability_is_used_as_it_is(
+    kind: str, durable: bool, rabbit: Broker, daemons: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """Its owner declared the exchange direct, fanout or not durable: declaring it again as
+    a durable topic exchange was refused (PRECONDITION_FAILED, 'inequivalent arg'), the
+    binding down for good. An existing exchange is now only checked (a passive declare),
+    and used both ways: outbound with the routing key as given, inbound through the
+    binding's queue bound with its key."""
+    exchange = f"own{kind}{secrets.token_hex(4)}"
+    conn = _conn(rabbit)
+    ch = conn.channel()
+    ch.exchange_declare(exchange, exchange_type=kind, durable=durable)
+    mine = ch.queue_declare("", exclusive=True).method.queue  # what the exchange routes out
+    ch.queue_bind(mine, exchange, routing_key="ko")
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    t_out, t_in = topic_name(), topic_name()
+    client = gw.client()
+    client.post(
+        "/bridges",
+        {
+            "uri": rabbit.url(f"{exchange}/ko"),
+            "name": "ho",
+            "direction": "out",
+            "attributes": {"topic": t_out},
+        },
+    )
+    client.post(
+        "/bridges",
+        {
+            "uri": rabbit.url(f"{exchange}/ki"),
+            "name": "hi",
+            "direction": "in",
+            "attributes": {"topic": t_in},
+        },
+    )
+    for name in ("ho", "hi"):
+        wait_for(
+            lambda name=name: binding(gw, name)["connected"],
+            30,
+            what=lambda name=name: f"binding {name} connected: {binding(gw, name)}",
+        )
+    ids = publish(gw, t_out, 2)
+    got: list[str] = []
+
+    def taken() -> bool:
+        while (m := ch.basic_get(mine, auto_ack=True))[0] is not None:
+            got.append(str((m[1].headers or {}).get("dodwan-id")))
+        return set(ids) <= set(got)
+
+    wait_for(taken, 30, interval=0.1, what=lambda: f"{len(got)} of 2 through the exchange")
+    out = tmp_path / "in"
+    field_sink(gw, t_in, out)
+    ch.basic_publish(exchange, "ki", b"from the broker", pika.BasicProperties(delivery_mode=2))
+    conn.close()
+
+    def came_in() -> bool:
+        return any(
+            out.joinpath(d["id"]).read_bytes() == b"from the broker" for d in descriptors(out)
+        )
+
+    wait_for(came_in, 30, what="the broker's message in DoDWAN")
+    assert binding(gw, "ho")["errors"] == 0 and binding(gw, "hi")["errors"] == 0

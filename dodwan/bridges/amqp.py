@@ -1,10 +1,13 @@
 """AMQP 0-9-1 links (pika): ``amqp://HOST:PORT/EXCHANGE/ROUTING_KEY`` or ``/queue/NAME``.
 
-Written for RabbitMQ. An exchange binding declares a durable topic exchange; outbound
-messages are published to it with the routing key; inbound, the binding consumes from its
-own durable queue (:func:`inbound_queue`: ``dodwan.HOST.NAME``, with a hash of the pair
-when either holds a '.') bound to the exchange with the routing key (which may hold ``*``
-and ``#``), so what arrives while the gateway is away waits in that queue. A queue binding
+Written for RabbitMQ. An exchange binding uses the exchange as its owner declared it (a
+passive declare: a direct, fanout or non-durable exchange too) and declares a durable topic
+exchange only when it is missing; outbound messages are published to it with the routing
+key; inbound, the binding consumes from its own durable queue (:func:`inbound_queue`:
+``dodwan.HOST.NAME``, with a hash of the pair when either holds a '.') bound to the
+exchange with the routing key (which may hold ``*`` and ``#``, wildcards for a topic
+exchange only; a fanout exchange ignores the key), so what arrives while the gateway is
+away waits in that queue. A queue binding
 sends to and consumes from the durable queue NAME, used as its owner declared it (a passive
 declare; declared only when missing).
 
@@ -108,9 +111,7 @@ class AmqpLink:
         try:
             self.conn = pika.BlockingConnection(params)
             if ep.kind == "exchange":
-                ch = self.conn.channel()
-                ch.exchange_declare(ep.destination, exchange_type="topic", durable=True)
-                ch.close()
+                self._declare_exchange()
             if ep.kind == "queue" or self.spec.inbound:
                 self._declare_queue()
             if self.spec.outbound:
@@ -129,6 +130,22 @@ class AmqpLink:
             self.disconnect()
             why = str(exc) or "connection refused or closed"
             raise LinkError(f"AMQP {ep.host}:{ep.port}: {type(exc).__name__}: {why}") from None
+
+    def _declare_exchange(self) -> None:
+        """Use the exchange as it is when it exists (its owner may have declared it direct,
+        fanout or not durable; declaring it again as a durable topic exchange is refused:
+        PRECONDITION_FAILED); declare a durable topic exchange only when it is missing."""
+        ch = self.conn.channel()
+        name = self.spec.endpoint.destination
+        try:
+            ch.exchange_declare(name, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code != 404:  # NOT_FOUND; anything else (e.g. 403) is the answer
+                raise
+            # A failed passive declare closes the channel (AMQP 0-9-1): a new one.
+            ch = self.conn.channel()
+            ch.exchange_declare(name, exchange_type="topic", durable=True)
+        ch.close()
 
     def _declare_queue(self) -> None:
         """Use the queue as it is when it exists (its owner may have declared it with
