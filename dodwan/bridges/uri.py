@@ -4,9 +4,9 @@ A binding is created from a URI (R-MOM style), one per remote destination:
 
 * ``stomp://HOST:PORT/topic/NAME`` or ``stomp://HOST:PORT/queue/NAME`` (ActiveMQ),
 * ``mqtt://HOST:PORT/TOPIC`` where TOPIC may end in ``/#`` or hold ``+`` (Mosquitto),
-* ``amqp://HOST:PORT/EXCHANGE/ROUTING_KEY`` (an exchange of any type, a durable topic one when
-  missing; ``#`` and ``*`` allowed in
-  the routing key for the inbound binding; RabbitMQ) or ``amqp://HOST:PORT/queue/NAME``.
+* ``amqp://HOST:PORT/EXCHANGE/ROUTING_KEY`` (an exchange of any type, declared as a durable
+  topic one when missing; ``#`` and ``*`` allowed in the routing key for the inbound
+  binding; RabbitMQ) or ``amqp://HOST:PORT/queue/NAME``.
 
 ``user:password@`` may precede the host. The rest of a binding (direction, the attributes
 that map DoDWAN messages to the destination, a filter, the deadline of incoming messages)
