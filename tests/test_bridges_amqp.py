@@ -4,8 +4,10 @@ queues, and a message's own expiration."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import secrets
 import subprocess
 from collections.abc import Callable, Iterator
@@ -270,6 +272,53 @@ def test_a_malformed_expiration_is_ignored_with_a_warning(
     assert acked == [1], "not acknowledged: the message would come back for ever"
     assert got[0].expires is None and got[0].body == b"x"
     assert any("expiration" in r.getMessage() for r in caplog.records)
+
+
+def test_a_message_for_a_deleted_queue_is_not_marked_sent_and_goes_once_it_is_back(
+    rabbit: Broker, daemons: Callable[..., DaemonProc]
+) -> None:
+    """The queue of a queue binding is deleted while the binding is up. Its messages went
+    to the default exchange without ``mandatory``: RabbitMQ dropped them (no queue of that
+    name) and the transaction committed, the ledger message naming them: all marked sent,
+    none anywhere, no error. Now RabbitMQ returns them (NO_ROUTE), they are not marked
+    sent, the ledger is rewritten without them, and they go once the binding has declared
+    the queue again at its reconnection: each exactly once."""
+    queue = f"gone{secrets.token_hex(4)}"
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    topic = topic_name()
+    body = {"uri": rabbit.url(f"queue/{queue}"), "name": "hq", "direction": "out"}
+    gw.client().post("/bridges", {**body, "attributes": {"topic": topic}})
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    ids = publish(gw, topic, 1)
+    wait_for(lambda: binding(gw, "hq")["sent_total"] == 1, 30, what="the first one sent")
+    assert take_all(rabbit, queue) == ids
+    conn = _conn(rabbit)
+    conn.channel().queue_delete(queue)
+    conn.close()
+
+    later = publish(gw, topic, 3, start=1)
+    wait_for(
+        lambda: (b := binding(gw, "hq"))["errors"] >= 1 or b["sent_total"] == 4,
+        30,
+        what=lambda: f"the 3 sent or refused: {binding(gw, 'hq')}",
+    )
+    st = binding(gw, "hq")
+    assert st["errors"] >= 1, f"marked sent although RabbitMQ dropped them: {st}"
+    error = st["last_error"]
+    assert re.search(rf"AMQP broker returned [123] message\(s\) on 'queue/{queue}'", error), st
+    assert "NO_ROUTE" in error, st
+
+    got: list[str] = []
+
+    def arrived() -> bool:
+        with contextlib.suppress(pika.exceptions.ChannelClosedByBroker):
+            got.extend(take_all(rabbit, queue))
+        return binding(gw, "hq")["backlog"] == 0 and set(later) <= set(got)
+
+    wait_for(arrived, 60, interval=0.2, what=lambda: f"{len(got)} of 3 in the queue again")
+    got.extend(take_all(rabbit, queue))
+    assert sorted(got) == sorted(later), "a message was lost or sent twice"
+    assert binding(gw, "hq")["sent_total"] == 4
 
 
 @pytest.mark.parametrize(

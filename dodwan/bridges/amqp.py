@@ -9,7 +9,13 @@ exchange with the routing key (which may hold ``*`` and ``#``, wildcards for a t
 exchange only; a fanout exchange ignores the key), so what arrives while the gateway is
 away waits in that queue. A queue binding
 sends to and consumes from the durable queue NAME, used as its owner declared it (a passive
-declare; declared only when missing).
+declare; declared only when missing, at each connection). It publishes to the default
+exchange with ``mandatory``: RabbitMQ returns a message for a queue deleted meanwhile
+(``basic.return`` NO_ROUTE) instead of dropping it. It routes a transaction's messages at
+the commit, so a return comes before ``tx.commit-ok`` with the rest committed, the ledger
+message too: the returned messages are not marked sent, the ledger is rewritten without
+them, and the link is dropped; the reconnection declares the queue again and they are sent
+again (:meth:`AmqpLink._fail_returned`).
 
 Outbound batches are published in one AMQP transaction (``tx.commit`` answers once RabbitMQ
 has taken the whole batch), together with the batch's ledger message (:mod:`.ledger`) in
@@ -95,6 +101,9 @@ class AmqpLink:
         """Ids the ledger may name although the broker refused them (see :meth:`send`)."""
         self._careful = False
         """After a refusal: one message per transaction, so that the next says which."""
+        self._returned: dict[str, str] = {}
+        """DoDWAN id -> reply text of the messages RabbitMQ returned (basic.return) in the
+        transaction being committed (queue bindings publish with ``mandatory``)."""
 
     def connect(self) -> None:
         ep = self.spec.endpoint
@@ -119,6 +128,7 @@ class AmqpLink:
                 ch.queue_declare(self.ledger, durable=True, arguments={"x-max-length": 1})
                 ch.close()
                 self.out_ch = self.conn.channel()
+                self.out_ch.add_on_return_callback(self._on_return)
                 self.out_ch.tx_select()
             if self.spec.inbound:
                 ch = self.conn.channel()
@@ -212,14 +222,25 @@ class AmqpLink:
             return "", self.queue, f"queue/{self.queue}"
         return ep.destination, ep.out_target, f"{ep.destination}/{ep.out_target}"
 
-    def _commit(self, rows: list[OutRow], ledger_ids: list[str]) -> None:
+    def _on_return(self, _ch: Any, method: Any, props: Any, _body: bytes) -> None:
+        """basic.return: RabbitMQ routed a ``mandatory`` message to no queue."""
+        self._returned[str(props.message_id)] = f"{method.reply_code} {method.reply_text}"
+
+    def _commit(self, rows: list[OutRow], ledger_ids: list[str]) -> dict[str, str]:
         """Publish the rows and the ledger message naming ``ledger_ids`` in one transaction.
 
-        Raises ChannelClosedByBroker when the broker refused (some of) them."""
+        Returns the messages RabbitMQ returned (id -> reply): committed with the rest, the
+        ledger message included, but on no queue. Raises ChannelClosedByBroker when the
+        broker refused (some of) them."""
         exchange, key, _ = self._target()
         ch = self.out_ch
         if ch is None:
             raise LinkError("AMQP channel closed")
+        # A queue binding's messages go to the default exchange: without ``mandatory`` one
+        # for a queue deleted meanwhile was dropped, the commit answered ok, the ledger
+        # naming it. An exchange binding keeps topic semantics (no queue bound: dropped).
+        mandatory = self.spec.endpoint.kind == "queue"
+        self._returned.clear()
         for row in rows:
             d = row.descriptor
             date = d.get("date", "")
@@ -233,11 +254,22 @@ class AmqpLink:
                 app_id="dodwan",
                 headers=user_properties(d),
             )
-            ch.basic_publish(exchange, key, row.payload, properties=props)
+            ch.basic_publish(exchange, key, row.payload, properties=props, mandatory=mandatory)
         self._publish_ledger(ch, ledger_ids)
         ch.tx_commit()
         # The ledger's newest message is this one: no refused batch's any more.
         self._void.clear()
+        if mandatory:
+            # RabbitMQ routes a transaction's messages at the commit: its basic.return frames
+            # come before tx.commit-ok, so pika holds them by now; this dispatches them.
+            try:
+                self.conn.process_data_events(time_limit=0)
+            except (pika.exceptions.AMQPError, OSError):
+                # Whether RabbitMQ returned some is unknown: the ledger is trusted for none
+                # of the batch (sent again: a copy rather than a loss).
+                self._void.update(r.msg_id for r in rows)
+                raise
+        return dict(self._returned)
 
     def _publish_ledger(self, ch: Any, ids: list[str]) -> None:
         """Put the ledger message naming ``ids`` in the channel's transaction."""
@@ -267,7 +299,7 @@ class AmqpLink:
         for batch in batches:
             ids = [r.msg_id for r in batch]
             try:
-                self._commit(batch, done + ids)
+                returned = self._commit(batch, done + ids)
             except pika.exceptions.ChannelClosedByBroker as exc:
                 # The broker answered: it refused (e.g. a full queue with overflow
                 # reject-publish: "partial tx completion"). RabbitMQ commits the rest of
@@ -283,8 +315,26 @@ class AmqpLink:
                 ) from None
             except (pika.exceptions.AMQPError, OSError) as exc:
                 raise LinkError(f"AMQP publish failed: {type(exc).__name__} {exc}") from None
+            if returned:
+                self._fail_returned(done, ids, returned)
             done += ids
         self._careful = False
+
+    def _fail_returned(self, done: list[str], ids: list[str], returned: dict[str, str]) -> None:
+        """RabbitMQ committed the batch ``ids`` but returned some of it (no queue: NO_ROUTE,
+        the queue deleted since the connection). The ledger message committed with it names
+        them: it is rewritten to name only what is on the broker (until then they are not
+        trusted from it), and the link is dropped. After the reconnection, which declares
+        the queue again when it is missing, the ledger marks the others sent and the
+        returned ones are sent again: exactly what RabbitMQ dropped, each once."""
+        self._void.update(returned)
+        self._rewrite_ledger(done + [i for i in ids if i not in returned])
+        _, _, dest = self._target()
+        why = sorted(set(returned.values()))
+        raise LinkError(
+            f"AMQP broker returned {len(returned)} message(s) on {dest!r}: {', '.join(why)} "
+            "(no queue took them: not marked sent, sent again after the reconnection)"
+        )
 
     def poll(self, timeout: float, wake: threading.Event) -> None:
         end = time.monotonic() + timeout
