@@ -417,6 +417,72 @@ def test_disk_full_joms_durable_subscribe_is_a_resource_error_and_the_gateway_go
     assert "cannot write to" in text and "joms.sqlite" in text, text
 
 
+def _stored_sub_keys(d: DaemonProc) -> set[str]:
+    """Subscription keys in the daemon's dodwan.db (read-only, beside the running daemon)."""
+    conn = sqlite3.connect(f"file:{d.state_dir / 'dodwan.db'}?mode=ro", uri=True)
+    try:
+        return {str(r[0]) for r in conn.execute("SELECT key FROM subscriptions")}
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(120)
+def test_disk_full_joms_core_unsubscriptions_reach_the_database_once_there_is_room(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """A JOMS consumer closing, or a durable subscription deleted, removes its core
+    subscription in the running daemon at once; when dodwan.db cannot store the removal
+    (disk full) it is redone by the next commit that succeeds, so the database agrees with
+    the daemon once there is room. (It used to be rolled back for good: the subscriptions
+    came back at the next start with no JOMS consumer behind them, still attracting
+    messages.)"""
+    import joms
+    from joms.errors import ResourceAllocationException
+
+    port = free_port()
+    a = DaemonProc(
+        small_disk / "a",
+        ["--group", random_group(), "--host-id", "A", "--stomp", f"127.0.0.1:{port}"],
+    )
+    a.log = tmp_path / "a.log"
+    a.start()
+    url = f"stomp://127.0.0.1:{port}"
+    try:
+        plain = joms.connect(url)
+        s1 = plain.create_session()
+        consumer = s1.create_consumer(s1.create_topic("news"))
+        named = joms.connect(url, client_id="c2")
+        s2 = named.create_session()
+        s2.create_durable_subscriber(s2.create_topic("news"), "d0").close()
+        before = _sub_keys(a)
+        joms_keys = {k for k in before if k.startswith(("joms:t:", "joms:d:"))}
+        assert len(joms_keys) == 2 and _stored_sub_keys(a) == before, before
+        filler = _fill(small_disk)
+        consumer.close()
+        with pytest.raises(ResourceAllocationException):
+            s2.unsubscribe("d0")  # JOMS keeps the deletion in memory, stored once there is room
+        assert _sub_keys(a) == before - joms_keys  # gone from the running daemon at once
+        filler.unlink()
+        # Any commit that succeeds (here a JOMS one, which also writes joms.sqlite) ...
+        after = joms.connect(url)
+        s3 = after.create_session()
+        s3.create_consumer(s3.create_topic("other")).close()
+        after.close()
+        # ... stores the removals: the database holds what the daemon holds
+        wait_for(lambda: _stored_sub_keys(a) == _sub_keys(a),
+                 what=lambda: f"dodwan.db {_stored_sub_keys(a)} == daemon {_sub_keys(a)}")  # fmt: skip
+        for c in (plain, named):
+            with contextlib.suppress(Exception):
+                c.close()
+        a.kill()
+        a.start()
+        left = {k for k in _sub_keys(a) if k.startswith(("joms:t:", "joms:d:"))}
+        assert not left, left  # no core subscription without a JOMS consumer behind it
+    finally:
+        a.kill()
+    assert "Traceback" not in a.log.read_text()
+
+
 # ---------------------------------------------------------------------- 3. integrity
 
 

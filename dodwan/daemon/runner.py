@@ -1019,6 +1019,7 @@ class Daemon:
             store.delete_subscription(key)
             store.commit()
             if store.write_failures != failures:
+                store.keep_subscription(key)  # kept: its deletion is not to be redone
                 self._after_input()  # drops what the rolled-back transaction also held
                 message = (
                     f"cannot store the removal of subscription {key!r} ({store.last_error}); "

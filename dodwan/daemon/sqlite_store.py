@@ -288,6 +288,12 @@ class SqliteStore:
         self._failed: set[str] = set()  # messages whose writes were rolled back
         self._deleting: set[str] = set()  # messages deleted in the open transaction
         self._redo_deletes: set[str] = set()  # deletions rolled back: redone at the next flush
+        # Subscriptions the core dropped (in memory) in the open transaction, and those whose
+        # deletion was rolled back: redone at the next flush, or the row would come back at
+        # the next start with nothing behind it (a JOMS consumer's, say). A caller that
+        # keeps the subscription after a failed deletion says so (keep_subscription).
+        self._sub_deleting: set[str] = set()
+        self._redo_sub_deletes: set[str] = set()
         self._broken = False  # a write of the open transaction failed
         self.write_failures = 0
         self.read_errors = 0
@@ -570,6 +576,7 @@ class SqliteStore:
         self._exec("DELETE FROM history WHERE deadline < ?", (before,))
 
     def put_subscription(self, key: str, specs: list[dict[str, str]]) -> None:
+        self.keep_subscription(key)  # the latest write wins
         self._wrote(True)
         self._exec(
             "INSERT OR REPLACE INTO subscriptions(key, specs) VALUES (?, ?)",
@@ -577,8 +584,17 @@ class SqliteStore:
         )
 
     def delete_subscription(self, key: str) -> None:
+        """Delete a subscription's row; if the transaction is rolled back (disk full), the
+        deletion is redone by the next flush that succeeds (see keep_subscription)."""
+        self._sub_deleting.add(key)
         self._wrote(True)
         self._exec("DELETE FROM subscriptions WHERE key = ?", (key,))
+
+    def keep_subscription(self, key: str) -> None:
+        """Forget a deletion of ``key`` not yet committed or rolled back: the caller keeps
+        the subscription (its removal was refused because it could not be stored)."""
+        self._sub_deleting.discard(key)
+        self._redo_sub_deletes.discard(key)
 
     def iter_subscriptions(self) -> Iterable[tuple[str, list[dict[str, str]]]]:
         out: list[tuple[str, list[dict[str, str]]]] = []
@@ -670,6 +686,8 @@ class SqliteStore:
         self._failed |= self._touched
         self._redo_deletes |= self._deleting
         self._deleting = set()
+        self._redo_sub_deletes |= self._sub_deleting
+        self._sub_deleting = set()
         for msg_id in self._touched:
             self._forget(msg_id)
         self._touched = set()
@@ -697,6 +715,8 @@ class SqliteStore:
                 for msg_id in self._redo_deletes:  # dropped from the core, still in the file
                     self.conn.execute("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
                     self.conn.execute("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
+                for key in self._redo_sub_deletes:  # dropped from the core, still in the file
+                    self.conn.execute("DELETE FROM subscriptions WHERE key = ?", (key,))
                 self._write_fragments()
                 self.conn.commit()
             except sqlite3.Error as exc:
@@ -707,6 +727,8 @@ class SqliteStore:
         self._touched = set()
         self._deleting = set()
         self._redo_deletes = set()
+        self._sub_deleting = set()
+        self._redo_sub_deletes = set()
         self._wal_bytes += 4096 * self._rows  # a page per other row, roughly
         self._rows = 0
         self._pending = 0
