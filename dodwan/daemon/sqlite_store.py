@@ -92,6 +92,19 @@ def sqlite_files(path: Path) -> list[Path]:
     return [path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
 
 
+def disk_room(path: Path) -> str:
+    """'; its disk is full …' when the file system holding ``path`` has (almost) no room
+    left for this process, else ''."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    if free >= 1 << 20:
+        return ""
+    return f"; its disk is full ({free} bytes free for it): make room and start again"
+
+
 def check_plain_files(paths: Iterable[Path]) -> None:
     """Refuse, before anything opens it, a path that exists and is not a regular file (a
     directory, or a FIFO that would block the open): SQLite would only say "unable to open
@@ -321,6 +334,10 @@ class SqliteStore:
         """SQLite's ``quick_check`` (page structure, no index cross-check) and our tables."""
         try:
             rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(5)")]
+        except sqlite3.OperationalError as exc:
+            # The file system refused (disk full, I/O error, locked): not damage. A cleanly
+            # closed WAL database needs room for its -shm and -wal files to be read at all.
+            raise StoreError(f"cannot open {self.path} ({exc}){disk_room(self.path)}") from None
         except sqlite3.DatabaseError as exc:
             if "not a database" in str(exc):
                 raise StoreError(
