@@ -55,7 +55,13 @@ from .netkey import NetKey, NetKeyError, read_key_file, write_secret_file
 from .pacer import Pacer
 from .service_host import SERVICE_PREFIX
 from .sinks import KINDS, SinkRouter, delivery_json
-from .sqlite_store import SqliteStore, StoreError, check_plain_files, sqlite_files
+from .sqlite_store import (
+    SqliteStore,
+    StoreError,
+    check_plain_files,
+    disk_room,
+    sqlite_files,
+)
 from .transport import Medium, UdpTransport, medium_for, parse_address
 
 log = logging.getLogger("dodwan.daemon")
@@ -449,6 +455,7 @@ class Daemon:
                     f"STOMP on {address!r} needs a login: set stomp_login and stomp_passcode_file"
                 )
         try:
+            from joms.service.store import StoreWriteError
             from joms.stomp.server import serve
         except ImportError as exc:
             raise DaemonError(
@@ -471,6 +478,11 @@ class Daemon:
             raise DaemonError(f"cannot listen on STOMP address {address}: {exc.strerror}") from None
         except sqlite3.Error as exc:  # the JOMS service's store
             raise DaemonError(f"cannot open {self.state_dir / JOMS_DB_FILE}: {exc}") from None
+        except StoreWriteError as exc:  # its first commit (disk full, I/O error)
+            raise DaemonError(
+                f"cannot start the JOMS service: cannot write to {exc.path} ({exc.reason})"
+                f"{'' if 'full' in exc.reason else disk_room(exc.path)}"
+            ) from None
         except ValueError as exc:
             raise DaemonError(f"--stomp: {exc}") from None
         self._stomp_server = server
