@@ -13,6 +13,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -481,6 +482,97 @@ def test_disk_full_joms_core_unsubscriptions_reach_the_database_once_there_is_ro
     finally:
         a.kill()
     assert "Traceback" not in a.log.read_text()
+
+
+def _start_outcome(d: DaemonProc, timeout: float = 20.0) -> str:
+    """'serving' once the daemon answers, or its one-line refusal (it must exit then)."""
+
+    def settled() -> str | None:
+        assert d.proc is not None
+        if d.proc.poll() is not None:
+            return "exited"
+        with contextlib.suppress(OSError, ValueError, KeyError, ClientError):
+            info = json.loads((d.state_dir / "admin.json").read_text())
+            if info["pid"] == d.proc.pid and d.client().get("/status")["host_id"]:
+                return "serving"
+        return None
+
+    if wait_for(settled, timeout, what="the daemon serves or exits") == "serving":
+        return "serving"
+    assert d.proc is not None and d.proc.returncode == 1, d.log.read_text()
+    return _exits_with_one_line(d)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
+@pytest.mark.parametrize("variant", ["plain", "stomp", "bridge"])
+def test_a_start_on_a_full_disk_serves_or_is_one_line_and_keeps_what_is_stored(
+    small_disk: Path, tmp_path: Path, variant: str, stop: int
+) -> None:
+    """A daemon started when the disk under its state directory is already full either
+    serves (and reports the disk as it writes) or refuses with one line naming the disk,
+    exit 1; what it stored before is intact once there is room. (A cleanly stopped
+    dodwan.db was called damaged, with advice to repair it; the JOMS service's first commit
+    on a full disk was a traceback.)"""
+    args = ["--group", random_group(), "--host-id", "A"]
+    if variant == "stomp":
+        args += ["--stomp", f"127.0.0.1:{free_port()}"]
+    elif variant == "bridge":
+        config = tmp_path / "bridge.toml"
+        config.write_text('[[bridges]]\nname = "b1"\nuri = "mqtt://127.0.0.1:1/t"\n'
+                          'direction = "out"\nattributes = { topic = "x" }\n')  # fmt: skip
+        args += ["--config", str(config)]
+    a = DaemonProc(small_disk / "a", args)
+    a.log = tmp_path / "a.log"
+    a.start()
+    try:
+        a.client().post("/subscribe", {"patterns": {"topic": "t"}, "key": "k",
+                                        "sink": {"kind": "dir", "target": str(tmp_path / "out")}})  # fmt: skip
+        msg_id = a.client().post("/publish", {"attributes": {"topic": "t"}, "text": "hi"})["id"]
+        keys = _sub_keys(a)
+        a.kill(stop)
+        filler = _fill(small_disk)
+        a.log = tmp_path / "full.log"
+        a.start(wait=False)
+        outcome = _start_outcome(a)
+        if outcome == "serving":
+            assert "k" in _sub_keys(a) and msg_id in _ids(a.client())
+        else:
+            assert "damaged" not in outcome and "repair" not in outcome, outcome
+            assert re.search(r"full|No space left", outcome), outcome
+        a.kill()
+        filler.unlink()
+        r = CliRunner().invoke(cli, ["check", "--state-dir", str(a.state_dir)])
+        assert r.exit_code == 0 and "ok" in r.output, r.output
+        a.log = tmp_path / "after.log"
+        a.start()
+        assert _sub_keys(a) >= {k for k in keys if not k.startswith("joms:")}
+        assert msg_id in _ids(a.client())
+    finally:
+        a.kill()
+    for log_file in ("a.log", "full.log", "after.log"):
+        assert "Traceback" not in (tmp_path / log_file).read_text(), log_file
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("variant", [[], ["--stomp", "127.0.0.1:0"]], ids=["plain", "stomp"])
+def test_a_fresh_state_directory_on_a_full_disk_is_one_line(
+    small_disk: Path, tmp_path: Path, variant: list[str]
+) -> None:
+    filler = _fill(small_disk)
+    a = DaemonProc(small_disk / "a", ["--group", random_group(), *variant])
+    a.log = tmp_path / "a.log"
+    try:
+        a.start(wait=False)
+        text = _exits_with_one_line(a)
+        assert a.proc is not None and a.proc.returncode == 1
+        assert "No space left on device" in text, text
+    finally:
+        a.kill()
+    filler.unlink()
+    a.log = tmp_path / "after.log"
+    a.start()  # once there is room, the same directory serves
+    a.kill()
 
 
 # ---------------------------------------------------------------------- 3. integrity
