@@ -367,6 +367,17 @@ class _Stomp:
         self.sock.close()
 
 
+def _stomp_daemon_on(disk: Path, tmp_path: Path) -> tuple[DaemonProc, int]:
+    """A daemon serving STOMP whose state directory is on ``disk`` (its log elsewhere)."""
+    port = free_port()
+    a = DaemonProc(
+        disk / "a", ["--group", random_group(), "--host-id", "A", "--stomp", f"127.0.0.1:{port}"]
+    )
+    a.log = tmp_path / "a.log"
+    a.start()
+    return a, port
+
+
 @pytest.mark.timeout(120)
 def test_disk_full_joms_durable_subscribe_is_a_resource_error_and_the_gateway_goes_on(
     small_disk: Path, tmp_path: Path
@@ -376,13 +387,7 @@ def test_disk_full_joms_durable_subscribe_is_a_resource_error_and_the_gateway_go
     connection's end on the full disk is one log line, and once there is room the gateway
     serves as before, the state kept meanwhile written too (a traceback per failure, and
     ``internal error storing the frames: OperationalError``, before)."""
-    port = free_port()
-    a = DaemonProc(
-        small_disk / "a",
-        ["--group", random_group(), "--host-id", "A", "--stomp", f"127.0.0.1:{port}"],
-    )
-    a.log = tmp_path / "a.log"
-    a.start()
+    a, port = _stomp_daemon_on(small_disk, tmp_path)
     news = {"destination": "/topic/news"}
     try:
         c1 = _Stomp(port, "c1")
@@ -440,13 +445,7 @@ def test_disk_full_joms_core_unsubscriptions_reach_the_database_once_there_is_ro
     import joms
     from joms.errors import ResourceAllocationException
 
-    port = free_port()
-    a = DaemonProc(
-        small_disk / "a",
-        ["--group", random_group(), "--host-id", "A", "--stomp", f"127.0.0.1:{port}"],
-    )
-    a.log = tmp_path / "a.log"
-    a.start()
+    a, port = _stomp_daemon_on(small_disk, tmp_path)
     url = f"stomp://127.0.0.1:{port}"
     try:
         plain = joms.connect(url)
