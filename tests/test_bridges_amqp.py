@@ -79,6 +79,21 @@ def queue_depth(broker: Broker, queue: str) -> int:
         conn.close()
 
 
+def _all_once(rabbit: Broker, queue: str, gw: DaemonProc, ids: list[str]) -> None:
+    """Take what reaches ``queue`` until the binding's outbox is empty and every one of
+    ``ids`` came (the queue may not exist yet), then check none came twice."""
+    got: list[str] = []
+
+    def arrived() -> bool:
+        with contextlib.suppress(pika.exceptions.ChannelClosedByBroker):  # no queue yet
+            got.extend(take_all(rabbit, queue))
+        return binding(gw, "hq")["backlog"] == 0 and set(ids) <= set(got)
+
+    wait_for(arrived, 60, interval=0.2, what=lambda: f"{len(got)} of {len(ids)} in the queue")
+    got.extend(take_all(rabbit, queue))
+    assert sorted(got) == sorted(ids), "a message was lost or sent twice"
+
+
 def test_a_publication_the_broker_refuses_stays_in_the_outbox_and_is_reported(
     rabbit: Broker, daemons: Callable[..., DaemonProc]
 ) -> None:
@@ -115,15 +130,7 @@ def test_a_publication_the_broker_refuses_stays_in_the_outbox_and_is_reported(
         assert queue_depth(rabbit, queue) == 5
 
         # Room again: the binding retries (with its back-off) until every one has gone.
-        got: list[str] = []
-
-        def drained() -> bool:
-            got.extend(take_all(rabbit, queue))
-            return binding(gw, "hq")["backlog"] == 0 and set(ids) <= set(got)
-
-        wait_for(drained, 60, interval=0.2, what=lambda: f"{len(got)} of 12 taken")
-        got.extend(take_all(rabbit, queue))
-        assert sorted(got) == sorted(ids), "a message was lost or sent twice"
+        _all_once(rabbit, queue, gw, ids)
         assert binding(gw, "hq")["sent_total"] == 12
     finally:
         rabbitmqctl(rabbit, "clear_policy", f"pfull{tag}")
@@ -308,16 +315,7 @@ def test_a_message_for_a_deleted_queue_is_not_marked_sent_and_goes_once_it_is_ba
     assert re.search(rf"AMQP broker returned [123] message\(s\) on 'queue/{queue}'", error), st
     assert "NO_ROUTE" in error, st
 
-    got: list[str] = []
-
-    def arrived() -> bool:
-        with contextlib.suppress(pika.exceptions.ChannelClosedByBroker):
-            got.extend(take_all(rabbit, queue))
-        return binding(gw, "hq")["backlog"] == 0 and set(later) <= set(got)
-
-    wait_for(arrived, 60, interval=0.2, what=lambda: f"{len(got)} of 3 in the queue again")
-    got.extend(take_all(rabbit, queue))
-    assert sorted(got) == sorted(later), "a message was lost or sent twice"
+    _all_once(rabbit, queue, gw, later)  # the queue declared again
     assert binding(gw, "hq")["sent_total"] == 4
 
 
