@@ -45,7 +45,6 @@ including the consumer callbacks (from ``process_data_events`` in :meth:`poll`).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import re
 import threading
@@ -57,6 +56,7 @@ import pika.exceptions
 
 from . import ledger
 from .binding import InboundHandler, LinkError
+from .ids import inbound_queue
 from .mapping import Inbound, priority_of, user_properties
 from .outbox import OutRow
 from .uri import BindingSpec
@@ -70,22 +70,6 @@ log = logging.getLogger("dodwan.bridges")
 
 _EXPIRATION = re.compile(r"[0-9]{1,15}")
 """AMQP ``expiration``: a time to live in ms, as a string of digits (RabbitMQ's form)."""
-
-
-def inbound_queue(host_id: str, name: str) -> str:
-    """The durable queue an exchange binding consumes from: one per (host, binding), the
-    same at every start (what the exchange routes while the gateway is away waits there).
-
-    ``dodwan.HOST.NAME`` when neither holds a '.' (the form of earlier versions, whose
-    queues are kept): it splits one way only. Otherwise a hash of the pair follows
-    (``dodwan.a.b.c`` was host a.b's binding c and host a's binding b.c): such a name has
-    at least four '.'-separated parts, so it is never a name of the first form either."""
-    plain = f"dodwan.{host_id}.{name}"
-    if "." not in host_id and "." not in name and len(plain.encode()) <= 200:
-        return plain
-    digest = hashlib.sha256(f"{host_id}\0{name}".encode()).hexdigest()[:16]
-    host = host_id.encode()[:100].decode("utf-8", "ignore") or "_"
-    return f"dodwan.{host}.{name}.{digest}"
 
 
 class AmqpLink:
@@ -145,31 +129,33 @@ class AmqpLink:
         """Use the exchange as it is when it exists (its owner may have declared it direct,
         fanout or not durable; declaring it again as a durable topic exchange is refused:
         PRECONDITION_FAILED); declare a durable topic exchange only when it is missing."""
-        ch = self.conn.channel()
         name = self.spec.endpoint.destination
-        try:
-            ch.exchange_declare(name, passive=True)
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            if exc.reply_code != 404:  # NOT_FOUND; anything else (e.g. 403) is the answer
-                raise
-            # A failed passive declare closes the channel (AMQP 0-9-1): a new one.
-            ch = self.conn.channel()
-            ch.exchange_declare(name, exchange_type="topic", durable=True)
-        ch.close()
+        self._use_or_declare(
+            lambda ch: ch.exchange_declare(name, passive=True),
+            lambda ch: ch.exchange_declare(name, exchange_type="topic", durable=True),
+        )
 
     def _declare_queue(self) -> None:
         """Use the queue as it is when it exists (its owner may have declared it with
         arguments: a length limit, a TTL, a dead-letter exchange, a quorum type; declaring
         it again without them is refused); declare it, durable, only when it is missing."""
+        self._use_or_declare(
+            lambda ch: ch.queue_declare(self.queue, passive=True),
+            lambda ch: ch.queue_declare(self.queue, durable=True),
+        )
+
+    def _use_or_declare(self, check: Any, declare: Any) -> None:
+        """``check`` (a passive declare) and, only when the broker says it is missing (404),
+        ``declare``; any other answer (e.g. 403) is raised."""
         ch = self.conn.channel()
         try:
-            ch.queue_declare(self.queue, passive=True)
+            check(ch)
         except pika.exceptions.ChannelClosedByBroker as exc:
-            if exc.reply_code != 404:  # NOT_FOUND; anything else (e.g. 403) is the answer
+            if exc.reply_code != 404:  # NOT_FOUND; anything else is the answer
                 raise
             # A failed passive declare closes the channel (AMQP 0-9-1): a new one.
             ch = self.conn.channel()
-            ch.queue_declare(self.queue, durable=True)
+            declare(ch)
         ch.close()
 
     def _expires(self, expiration: str | None) -> float | None:

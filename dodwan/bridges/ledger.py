@@ -23,10 +23,11 @@ never a loss).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import TYPE_CHECKING, Any
+
+from .ids import pair_digest
 
 if TYPE_CHECKING:
     from .uri import BindingSpec
@@ -42,10 +43,6 @@ def _host(host_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", host_id)[:64]
 
 
-def _digest(host_id: str, binding: str) -> str:
-    return hashlib.sha256(f"{host_id}\0{binding}".encode()).hexdigest()[:16]
-
-
 def queue_name(host_id: str, binding: str) -> str:
     """The binding's ledger queue (one per gateway host and binding name).
 
@@ -57,7 +54,7 @@ def queue_name(host_id: str, binding: str) -> str:
     first form."""
     if _PLAIN_HOST.match(host_id):
         return f"dodwan.ledger.{host_id}.{binding}"
-    return f"dodwan.ledger-{_digest(host_id, binding)}.{_host(host_id)}.{binding}"
+    return f"dodwan.ledger-{pair_digest(host_id, binding)}.{_host(host_id)}.{binding}"
 
 
 def topic_name(host_id: str, binding: str) -> str:
@@ -65,7 +62,7 @@ def topic_name(host_id: str, binding: str) -> str:
     ``dodwan-ledger/HOST/NAME/HASH`` (one level more) when HOST is not kept as it is."""
     if _PLAIN_HOST.match(host_id):
         return f"dodwan-ledger/{host_id}/{binding}"
-    return f"dodwan-ledger/{_host(host_id)}/{binding}/{_digest(host_id, binding)}"
+    return f"dodwan-ledger/{_host(host_id)}/{binding}/{pair_digest(host_id, binding)}"
 
 
 def _destination(spec: BindingSpec) -> str:
