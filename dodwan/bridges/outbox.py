@@ -115,14 +115,7 @@ class Outbox:
                 "INSERT OR REPLACE INTO bindings(name, spec, source) VALUES (?, ?, ?)",
                 (name, json.dumps(spec, sort_keys=True), source),
             )
-            db.execute(
-                "INSERT OR IGNORE INTO instances(binding, token) VALUES (?, ?)",
-                (name, secrets.token_hex(8)),
-            )
-            (token,) = db.execute(
-                "SELECT token FROM instances WHERE binding = ?", (name,)
-            ).fetchone()
-        return str(token)
+            return _token(db, name)
 
     def drop_binding(self, name: str) -> int:
         """Forget a binding and its rows; returns how many unsent messages went with it.
@@ -142,14 +135,7 @@ class Outbox:
         """The token of the binding instance of this name: made on first use, kept until
         :meth:`drop_binding` (so a binding added again after ``bridge rm`` gets a new one)."""
         with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO instances(binding, token) VALUES (?, ?)",
-                (name, secrets.token_hex(8)),
-            )
-            (token,) = self._db.execute(
-                "SELECT token FROM instances WHERE binding = ?", (name,)
-            ).fetchone()
-        return str(token)
+            return _token(self._db, name)
 
     # ------------------------------------------------------------------ messages
 
@@ -302,3 +288,13 @@ class Outbox:
             db.execute("DELETE FROM outbox WHERE deadline < ?", (now,))
             db.execute("DELETE FROM inbound_seen WHERE until < ?", (now,))
             return int(expired)
+
+
+def _token(db: sqlite3.Connection, name: str) -> str:
+    """The instance token of binding ``name``, made when it has none."""
+    db.execute(
+        "INSERT OR IGNORE INTO instances(binding, token) VALUES (?, ?)",
+        (name, secrets.token_hex(8)),
+    )
+    (token,) = db.execute("SELECT token FROM instances WHERE binding = ?", (name,)).fetchone()
+    return str(token)
