@@ -9,7 +9,9 @@ is exactly the window a broker stopped at the wrong moment opens, made determini
 It can also cut the uplink of one gateway only (:meth:`block`, :meth:`unblock`): existing
 connections are closed and new ones refused, while the broker keeps running for others; and
 :meth:`hold` what the broker sends one client (its messages stay unacknowledged at the
-broker, as when the gateway is slow to take them in).
+broker, as when the gateway is slow to take them in); and :meth:`stall` new connections: what
+their clients send reaches the broker only at :meth:`release` (a connection attempt that
+takes long, e.g. to a broker far away).
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class CutProxy:
         """The first chunk each relayed client sent (e.g. its MQTT CONNECT)."""
         self._held: dict[socket.socket, threading.Event] = {}
         self._blocked = threading.Event()
+        self._released = threading.Event()
+        self._released.set()
+        self.stalled = threading.Semaphore(0)
+        """Released once per connection accepted while stalled."""
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -59,18 +65,27 @@ class CutProxy:
             if self._blocked.is_set():
                 client.close()
                 continue
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
-            except OSError:
-                client.close()
+            if not self._released.is_set():
+                self.stalled.release()
+                threading.Thread(target=self._relay, args=(client,), daemon=True).start()
                 continue
-            upstream.settimeout(None)
-            pair = (client, upstream)
-            self._pairs.append(pair)
-            cut = threading.Event()
-            self._held[client] = threading.Event()
-            for args in ((client, upstream, True, cut), (upstream, client, False, cut)):
-                threading.Thread(target=self._pump, args=args, daemon=True).start()
+            self._relay(client)
+
+    def _relay(self, client: socket.socket) -> None:
+        if not self._released.is_set():
+            self._released.wait()  # the client's bytes wait in its socket meanwhile
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        pair = (client, upstream)
+        self._pairs.append(pair)
+        cut = threading.Event()
+        self._held[client] = threading.Event()
+        for args in ((client, upstream, True, cut), (upstream, client, False, cut)):
+            threading.Thread(target=self._pump, args=args, daemon=True).start()
 
     def _pump(
         self, src: socket.socket, dst: socket.socket, from_client: bool, cutting: threading.Event
@@ -138,8 +153,16 @@ class CutProxy:
     def unblock(self) -> None:
         self._blocked.clear()
 
+    def stall(self) -> None:
+        """Connections accepted from now on reach the broker only at :meth:`release`."""
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
     def close(self) -> None:
         self._stop.set()
+        self._released.set()
         self._listener.close()
         for pair in self._pairs:
             for s in pair:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -230,3 +231,33 @@ def test_a_stored_binding_a_newer_version_refuses_can_be_removed(
     assert gw.kill(signal.SIGTERM) == 0
     gw.start()
     assert gw.client().get("/bridges") == []  # gone for good, as asked
+
+
+def test_a_replacement_waits_for_the_old_binding_s_connection_in_flight(
+    mosquitto: Broker, daemons: Callable[..., DaemonProc]
+) -> None:
+    """A replacement asked for while the binding's connection is under way (just added, or
+    started again after a ``bridge rm`` the disk refused) let that connection go on: when it
+    reached the broker, it took the new binding's MQTT session over (same client id), and the
+    replacement failed with 502 'did not connect (... closed by the broker ...)' or lost its
+    connection at once. Now it waits for that attempt, then takes over from it."""
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    topic = topic_name()
+    proxy = CutProxy(mosquitto.port)
+    try:
+        proxy.stall()  # the first binding's connection attempt takes long
+        body = {"uri": f"mqtt://127.0.0.1:{proxy.port}/{topic}", "name": "hq", "direction": "in"}
+        gw.client().post("/bridges", body)
+        assert proxy.stalled.acquire(timeout=30), "the binding never tried to connect"
+        # Replaced by a direct connection while that attempt is in flight; the attempt
+        # reaches the broker a moment later (the old code had connected the new one by then).
+        threading.Timer(1.5, proxy.release).start()
+        gw.client().post("/bridges", {**body, "uri": mosquitto.url(topic), "replace": True})
+        st = wait_for(lambda: (b := binding(gw, "hq"))["connected"] and b, 30, what="connected")
+        assert st["uri"] == mosquitto.url(topic), st
+        _publish_plain(mosquitto.port, topic, b"after")
+        st = wait_for(lambda: (b := binding(gw, "hq"))["received_total"] and b, 30, what="received")
+        assert st["connects"] == 1 and st["errors"] == 0, st  # never taken over
+    finally:
+        proxy.release()
+        proxy.close()

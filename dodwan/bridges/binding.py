@@ -68,6 +68,10 @@ InboundHandler = Callable[[Inbound], bool]
 """Publishes an inbound message in DoDWAN; True when it is safe to acknowledge it."""
 
 
+class _Retired(Exception):
+    """A retired binding's link does not connect (again)."""
+
+
 class Binding:
     """The thread of one binding; state read by the loop for status."""
 
@@ -87,6 +91,8 @@ class Binding:
         self._stop = threading.Event()
         self._resume = threading.Event()
         self._retired = threading.Event()
+        self._attempt = threading.Lock()
+        """Held while the link connects (see :meth:`retire`)."""
         if not paused:
             self._resume.set()
         self.ready = threading.Event()
@@ -129,9 +135,14 @@ class Binding:
         self._resume.set()
         self._wake.set()
 
-    def retire(self) -> None:
-        """Keep the current connection but never reconnect (a replacement is coming)."""
+    def retire(self, timeout: float) -> None:
+        """Keep the current connection but never reconnect (a replacement is coming).
+        Blocking (call from an executor): a connection attempt in flight is waited for, up
+        to ``timeout``, as it would take a session over from the replacement's (an MQTT
+        client id) when it reached the broker after it."""
         self._retired.set()
+        if self._attempt.acquire(timeout=timeout):
+            self._attempt.release()
 
     def unretire(self) -> None:
         self._retired.clear()
@@ -181,7 +192,10 @@ class Binding:
         try:
             while not self._stop.is_set():
                 try:
-                    link.connect()
+                    with self._attempt:
+                        if self._retired.is_set():
+                            raise _Retired
+                        link.connect()
                     self.connected = True
                     self.connects += 1
                     self.ready.set()
@@ -193,6 +207,8 @@ class Binding:
                         if self.spec.inbound:
                             self._drain(link)
                     self._serve(link)
+                except _Retired:
+                    pass
                 except Exception as exc:
                     if not self._stop.is_set():
                         self.record_error(exc)

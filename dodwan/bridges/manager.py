@@ -521,7 +521,9 @@ class BridgeManager:
             await self._replace_exclusive(old, spec)
             return
         loop = asyncio.get_running_loop()
-        old.retire()  # the old link must not reconnect (it could take over the new session)
+        # The old link must not reconnect (it could take the new one's session over), nor
+        # be connecting: its attempt would reach the broker after the new one's.
+        await loop.run_in_executor(None, old.retire, CONNECT_WAIT)
         new = self._launch(spec, paused=True)
         await loop.run_in_executor(None, new.tried.wait, CONNECT_WAIT)
         if not new.ready.is_set():
