@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -245,10 +246,21 @@ def test_top_once_in_a_terminal_shows_a_hostile_neighbour_as_text(tmp_path: Path
         peer.start()
         peer.client().post("/subscribe", {"patterns": [{"topic": f"{MARKUP}{EVIL}"}],
                                           "sink": {"kind": "dir", "target": str(tmp_path / "in")}})  # fmt: skip
-        # a forged announcement: a sender name no daemon would take as its host id
+        # forged announcements: a sender name no daemon would take as its host id; sent
+        # every announce period, as a neighbour does, until `top` has drawn (a single one
+        # was forgotten on a loaded machine before `top` ran)
         forger = Victim(me, group)
+        done = threading.Event()
+
+        def forge() -> None:
+            while True:
+                forger.sock.sendto(announce(f"f{EVIL}"), forger.dest)
+                if done.wait(0.5):
+                    return
+
+        sender = threading.Thread(target=forge, daemon=True)
+        sender.start()
         try:
-            forger.sock.sendto(announce(f"f{EVIL}"), forger.dest)
             wait_for(
                 lambda: (
                     f"f{EVIL}" in me.status()["neighbours"]
@@ -257,10 +269,12 @@ def test_top_once_in_a_terminal_shows_a_hostile_neighbour_as_text(tmp_path: Path
                 15,
                 what="both neighbours and the peer's profile",
             )
+            rc, raw = run_in_pty([sys.executable, "-m", "dodwan.cli", "--state-dir",
+                                  str(me.state_dir), "top", "--once", "-n", "0.3"])  # fmt: skip
         finally:
+            done.set()
+            sender.join()
             forger.sock.close()
-        rc, raw = run_in_pty([sys.executable, "-m", "dodwan.cli", "--state-dir", str(me.state_dir),
-                           "top", "--once", "-n", "0.3"])  # fmt: skip
     finally:
         peer.kill()
         me.kill()
