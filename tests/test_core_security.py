@@ -715,3 +715,115 @@ def test_a_neighbour_that_offers_and_never_sends_is_not_asked_for_ever() -> None
     v.handle_timer(t + 0.1)
     v.datagrams_to_send(t + 0.1)
     assert v.counters["requests_sent"] == 5
+
+
+# --- forged descriptors under a genuine message id -----------------------------------------
+
+
+def _forged_offer(mid: str, topic: str, deadline: float) -> bytes:
+    """A catalog entry naming ``mid`` under a valid descriptor of the forger's choosing."""
+    forger = Node(NodeConfig(host_id="evil"), rng=random.Random(5))
+    forger.publish({"id": mid, "t": topic}, b"junk", deadline=deadline, now=0.0)
+    zdesc = forger._cache[mid].meta.zdesc
+    return wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, zdesc))
+
+
+def _requests_from(v: Node, now: float) -> list[tuple[str, str]]:
+    """(target, id) of every request ``v`` sends by ``now``."""
+    v.handle_timer(now)
+    out = []
+    for dg, _ in v.datagrams_to_send(now):
+        d = wire.decode(dg, v._limits)
+        if isinstance(d, wire.Request):
+            out += [(d.target, msg_id) for msg_id, _ in d.entries]
+    return out
+
+
+@pytest.mark.parametrize("topic", ["junk", "news"])
+def test_a_forged_offer_of_an_id_does_not_stop_the_genuine_message(topic: str) -> None:
+    # One catalog entry naming the id of a message the victim subscribed to, under a valid
+    # descriptor it does not want ("junk") and a 7-day deadline: the victim remembered "not
+    # wanted" for that id and never asked for the genuine message offered next. Forged
+    # under a descriptor it does want ("news"), it must not stop the genuine one either.
+    net = VirtualNetwork(seed=1)
+    net.add("h", max_datagram=1400)
+    net.add("v")
+    net.subscribe("v", {"t": "news"})
+    payload = random.Random(7).randbytes(30_000)  # 20+ fragments, most sent by digest
+    mid = net.publish("h", {"t": "news"}, payload, ttl=3600)
+    v = net.node("v")
+    forged = _forged_offer(mid, topic, deadline=net.now + 7 * 86400 - 60)
+    v.receive_datagram(wire.encode_announce("evil", 1, False, 0, 0, (), [forged]), "evil", 0.0)
+    net.link("h", "v")
+    net.run(60)
+    [got] = net.deliveries("v")
+    assert got.payload == payload
+    assert got.descriptor["t"] == "news"  # the genuine descriptor, not the forged one
+    [held] = v.cache_listing()
+    assert held["complete"] and held["descriptor"]["t"] == "news"
+
+
+@pytest.mark.parametrize("forged_first", [True, False])
+def test_the_genuine_offer_is_asked_for_whatever_was_offered_under_its_id(
+    forged_first: bool,
+) -> None:
+    h = Node(NodeConfig(host_id="h"), rng=random.Random(1))
+    mid = h.publish({"t": "news"}, b"genuine", deadline=3600.0, now=0.0)
+    c = h._cache[mid]
+    genuine = wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, c.meta.zdesc))
+    forged = _forged_offer(mid, "junk", deadline=7 * 86400 - 60)
+    v = Node(NodeConfig(host_id="v"), rng=random.Random(2))
+    v.subscribe({"t": "news"}, now=0.0)
+    offers = [("evil", "evil-addr", forged), ("h", "h-addr", genuine)]
+    for sender, address, entry in offers if forged_first else offers[::-1]:
+        v.receive_datagram(wire.encode_announce(sender, 1, False, 0, 0, (), [entry]), address, 1.0)
+    assert _requests_from(v, 2.0) == [("h", mid)]
+    # offered again later, from either: the verdict does not flip
+    for sender, address, entry in offers + offers:
+        v.receive_datagram(wire.encode_catalog(sender, 2, [entry]), address, 5.0)
+    v.receive_datagram(
+        wire.encode_fragment("h", mid, 1, 0, c.meta.zdesc, h._store.get_fragment(mid, 0) or b""),
+        "h-addr",
+        5.5,
+    )
+    assert [e["descriptor"]["t"] for e in v.cache_listing()] == ["news"]
+    assert [e.payload for e in iter(v.next_event, None) if isinstance(e, MessageDelivered)] == [
+        b"genuine"
+    ]
+
+
+def test_descriptors_offered_under_one_id_are_remembered_one_at_a_time() -> None:
+    # Many forged descriptors under one genuine id, before and after the genuine one: one
+    # descriptor and one verdict are remembered for the id whatever is offered; each
+    # forged one costs its sender's address a decode; only a descriptor wanted more (the
+    # genuine one, subscribed here) takes the place of the one remembered.
+    h = Node(NodeConfig(host_id="h"), rng=random.Random(1))
+    mid = h.publish({"t": "news"}, b"genuine", deadline=3600.0, now=0.0)
+    c = h._cache[mid]
+    genuine = wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, c.meta.zdesc))
+
+    def forged(attrs: dict[str, str]) -> bytes:
+        desc = {**c.descriptor, "deadline": str(7 * 86400 - 60), **attrs}
+        zdesc = zstandard.ZstdCompressor().compress(wire.encode_attributes(desc))
+        return wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, zdesc))
+
+    v = Node(NodeConfig(host_id="v"), rng=random.Random(2))
+    v.subscribe({"t": "news"}, now=0.0)
+    junk = [forged({"t": f"junk{i}"}) for i in range(1200)]
+    for k in range(0, len(junk), 100):
+        v.receive_datagram(wire.encode_announce("evil", 1, False, 0, 0, (), junk[k : k + 100]),
+                           "evil-addr", 1.0)  # fmt: skip
+    assert v.counters["descriptors_deferred"] >= 100  # one decode each, within its budget
+    assert len(v._zdesc_cache) == len(v._want_cache) == 1
+    assert v._remote.owner_of("descriptor", mid) == "evil-addr"
+    assert _requests_from(v, 1.5) == []
+    v.receive_datagram(wire.encode_announce("h", 1, False, 0, 0, (), [genuine]), "h-addr", 2.0)
+    assert _requests_from(v, 3.0) == [("h", mid)]
+    assert v._zdesc_cache[mid][0] == c.meta.zdesc  # the genuine one now, charged to h
+    assert v._remote.owner_of("descriptor", mid) == "h-addr"
+    # forged ones wanted as much (the same topic) do not take its place, nor grow anything
+    news = [forged({"x": str(i)}) for i in range(100)] + junk[:100]
+    v.receive_datagram(wire.encode_catalog("evil", 2, news), "evil-addr", 4.0)
+    assert len(v._zdesc_cache) == len(v._want_cache) == 1
+    assert v._zdesc_cache[mid][0] == c.meta.zdesc
+    assert v.counters["descriptors_displaced"] == 1

@@ -333,3 +333,35 @@ def test_junk_partial_sets_from_one_socket_leave_room_for_a_legitimate_message(
         nv.admin_answers_at_once()
         assert nv.rss_growth() < 32
         nv.legit_arrives_within_5_s(rng.randbytes(20_000))
+
+
+def test_a_forged_offer_of_an_id_does_not_stop_the_genuine_message(tmp_path: Path) -> None:
+    # One catalog entry naming an id under a valid descriptor the victim does not subscribe
+    # to, living 7 days: the victim remembered "not wanted" for that id and never fetched
+    # the genuine message published under it next, until the forged deadline.
+    with news_victim(tmp_path, "w") as nv:
+        mid = f"alert-{random.SystemRandom().randrange(1 << 40)}"
+        forger = Node(NodeConfig(host_id="evilw"), rng=random.Random(5))
+        now = time.time()
+        forger.publish({"id": mid, "topic": "junk"}, b"junk", deadline=now + 7 * 86400 - 60,
+                       now=now)  # fmt: skip
+        zdesc = forger._cache[mid].meta.zdesc
+        received = nv.v.counters().get("datagrams_received", 0)
+        entry = wire.encode_catalog_entry(wire.CatalogEntry(mid, 1, None, zdesc))
+        nv.v.sock.sendto(announce("evilw", entries=[entry]), nv.v.dest)
+        wait_for(lambda: nv.v.counters().get("datagrams_received", 0) > received,
+                 what="the forged offer heard")  # fmt: skip
+        nv.pub.start()
+        payload = random.Random(3).randbytes(20_000)  # several fragments, most by digest
+        nv.pub.client().publish_bytes(payload, attributes={"id": mid, "topic": "news.alert"},
+                                      ttl=600)  # fmt: skip
+        client = nv.proc.client()
+
+        def genuine() -> bool:
+            return any(e["id"] == mid and e["complete"] for e in client.get("/cache"))
+
+        wait_for(genuine, timeout=10.0, what="the genuine message at the victim")
+        [held] = [e for e in client.get("/cache") if e["id"] == mid]
+        assert held["descriptor"]["topic"] == "news.alert"
+        files = [p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()]
+        assert payload in files

@@ -48,10 +48,14 @@ class CatalogsMixin(NodeState):
             if c is not None:
                 self._offers.add(msg_id, self._offer_rank(c))
 
-    def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> int:
-        """Should this host fetch and carry the message, and why (``WANT_*``)?"""
+    def _wants(self, msg_id: str, zdesc: bytes, descriptor: Mapping[str, str]) -> int:
+        """Should this host fetch and carry the message ``zdesc`` (decoded: ``descriptor``)
+        describes, and why (``WANT_*``)? The verdict is remembered only for the descriptor
+        remembered for that id (see :meth:`_descriptor_of`): another one offered under the
+        same id, say a forger's, is judged on its own (after a decode charged to its
+        sender) and changes nothing remembered, so it cannot stop the genuine message."""
         cached = self._want_cache.get(msg_id)
-        if cached is not None and cached[0] == self._interest_epoch:
+        if cached is not None and cached[0] == self._interest_epoch and cached[2] == zdesc:
             return cached[1]
         limit = self.config.horizon - 1
         if self._own_profile.matches(descriptor):
@@ -60,10 +64,34 @@ class CatalogsMixin(NodeState):
             want = WANT_FOR
         else:
             want = WANT_CARRY if self.config.altruistic else WANT_NO
+        held = self._zdesc_cache.get(msg_id)
+        if held is None or held[0] != zdesc:
+            return want
         if len(self._want_cache) > 65536:
             self._want_cache.clear()
-        self._want_cache[msg_id] = (self._interest_epoch, want)
+        self._want_cache[msg_id] = (self._interest_epoch, want, held[0])
         return want
+
+    def _prefer(
+        self,
+        msg_id: str,
+        zdesc: bytes,
+        decoded: tuple[dict[str, str], m.Header],
+        want: int,
+        owner: Hashable,
+    ) -> None:
+        """A valid descriptor ``zdesc`` offered under ``msg_id`` by the peer at ``owner``
+        is ``want``-ed here: it takes the place of the one remembered for that id if that
+        one is wanted less (one planted first under the genuine message's id, say). The
+        remembered one is what fragments by digest and deferred offers are resolved against,
+        so it must be the one asked for; still one descriptor per id, charged to whoever
+        offered the one kept. Among equally wanted ones the first stays."""
+        held = self._zdesc_cache.get(msg_id)
+        if held is None or held[0] == zdesc or want <= self._wants(msg_id, held[0], held[1]):
+            return
+        self._count("descriptors_displaced")
+        self._remember_descriptor(msg_id, zdesc, decoded[0], decoded[1], owner)
+        self._want_cache[msg_id] = (self._interest_epoch, want, zdesc)
 
     def _catalog_entry(self, c: Cached) -> bytes:
         msg_id = c.header.msg_id
@@ -190,7 +218,7 @@ class CatalogsMixin(NodeState):
                 header = decoded[2]
                 if offered is None or header.deadline <= now:
                     continue
-                own = self._wants(msg_id, decoded[1]) == WANT_OWN
+                own = self._wants(msg_id, decoded[0], decoded[1]) == WANT_OWN
                 if not self._start(n, msg_id, offered, header, own, now):
                     self._deferred[msg_id] = host  # to the back
                     return  # still no room: the others wait for the next completion
@@ -230,12 +258,19 @@ class CatalogsMixin(NodeState):
                 self._bad_zdesc.clear()
             self._bad_zdesc.add(zdesc)
             return None
-        if cached is None:  # the first descriptor seen for an id wins
-            cost = 2 * len(zdesc) + sum(len(k) + len(v) for k, v in d.items()) + _ENTRY_COST
-            self._zdesc_cache[msg_id] = (zdesc, d, h)
-            self._know_until(h.deadline, msg_id)
-            self._remote.charge(owner, "descriptor", msg_id, cost)
+        if cached is None:  # the first descriptor seen for an id stays, unless one wanted
+            self._remember_descriptor(msg_id, zdesc, d, h, owner)  # more comes (_prefer)
         return d, h
+
+    def _remember_descriptor(
+        self, msg_id: str, zdesc: bytes, d: dict[str, str], h: m.Header, owner: Hashable
+    ) -> None:
+        """Keep ``zdesc`` decoded as the descriptor of ``msg_id`` (in place of any other),
+        charged to ``owner``, until its deadline."""
+        cost = 2 * len(zdesc) + sum(len(k) + len(v) for k, v in d.items()) + _ENTRY_COST
+        self._zdesc_cache[msg_id] = (zdesc, d, h)
+        self._know_until(h.deadline, msg_id)
+        self._remote.charge(owner, "descriptor", msg_id, cost)
 
     def _forget_descriptor(self, msg_id: str) -> None:
         """Forget what was learnt from offers of ``msg_id``: its decoded descriptor, whether
@@ -312,10 +347,11 @@ class CatalogsMixin(NodeState):
             if decoded[1].once and e.msg_id in self._acked:
                 acked.append(e.msg_id)  # delivered already: tell it, rather than fetch it
                 continue
-            want = self._wants(e.msg_id, decoded[0])
+            want = self._wants(e.msg_id, e.zdesc, decoded[0])
             if want == WANT_CARRY and e.copies == 1:
                 continue  # its copies are spent: it goes to subscribers only
             if want:
+                self._prefer(e.msg_id, e.zdesc, decoded, want, n.address)
                 zsize = decoded[1].zsize if e.frags > 1 else 0
                 new.append((e.msg_id, offered, zsize, decoded[1]))
                 if want == WANT_OWN:

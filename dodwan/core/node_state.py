@@ -174,8 +174,9 @@ class NodeState:
     _own_pieces: Pieces
     _matcher: Matcher
     _interest_epoch: int
-    _want_cache: dict[str, tuple[int, int]]
-    """message -> (interest epoch, ``WANT_*``)"""
+    _want_cache: dict[str, tuple[int, int, bytes]]
+    """message -> (interest epoch, ``WANT_*``, the compressed descriptor judged: the one
+    ``_zdesc_cache`` holds for it, shared)"""
     _retries: dict[str, int]
     """Message -> times it was asked again in a row without a fragment arriving."""
     _deferred: dict[str, str]
@@ -414,7 +415,17 @@ class NodeState:
     def _too_long_lived(self, header: m.Header, now: float) -> bool:
         raise NotImplementedError
 
-    def _wants(self, msg_id: str, descriptor: Mapping[str, str]) -> int:
+    def _wants(self, msg_id: str, zdesc: bytes, descriptor: Mapping[str, str]) -> int:
+        raise NotImplementedError
+
+    def _prefer(
+        self,
+        msg_id: str,
+        zdesc: bytes,
+        decoded: tuple[dict[str, str], m.Header],
+        want: int,
+        owner: Hashable,
+    ) -> None:
         raise NotImplementedError
 
     # transfers

@@ -372,12 +372,13 @@ class TransfersMixin(NodeState):
             if header.once and dg.msg_id in self._acked:
                 self._count("fragments_acked")  # delivered already
                 return
-            want = self._wants(dg.msg_id, descriptor)
+            want = self._wants(dg.msg_id, zdesc, descriptor)
             if not want or (
                 want == WANT_CARRY and self._neighbours[dg.sender].budgets.get(dg.msg_id) == 1
             ):
                 self._count("fragments_unwanted")
                 return
+            self._prefer(dg.msg_id, zdesc, decoded, want, address)
         if dg.index >= header.frags:
             raise WireError("fragment index out of range")
         if len(dg.chunk) != header.fragment_length(dg.index):
