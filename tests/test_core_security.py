@@ -827,3 +827,25 @@ def test_descriptors_offered_under_one_id_are_remembered_one_at_a_time() -> None
     assert len(v._zdesc_cache) == len(v._want_cache) == 1
     assert v._zdesc_cache[mid][0] == c.meta.zdesc
     assert v.counters["descriptors_displaced"] == 1
+
+
+def test_an_offer_of_another_descriptor_under_a_held_id_is_not_asked_for() -> None:
+    # A host reassembling a message asked any neighbour offering its id with the same
+    # fragment count for the fragments it lacked, whatever descriptor the offer carried:
+    # a forger's junk offer under that id held those fragments back for request_timeout.
+    h = Node(NodeConfig(host_id="h", max_datagram=1400), rng=random.Random(1))
+    mid = h.publish({"t": "news"}, random.Random(3).randbytes(20_000), deadline=3600.0, now=0.0)
+    c = h._cache[mid]
+    assert c.header.frags > 1
+    forged = {**c.descriptor, "t": "junk"}
+    zdesc = zstandard.ZstdCompressor().compress(wire.encode_attributes(forged))
+    entry = wire.encode_catalog_entry(wire.CatalogEntry(mid, c.header.frags, None, zdesc))
+    v = Node(NodeConfig(host_id="v"), rng=random.Random(2))
+    v.subscribe({"t": "news"}, now=0.0)
+    v.receive_datagram(wire.encode_announce("h", 1, False, 0, 0, (), ()), "h-addr", 1.0)
+    first = wire.encode_fragment("h", mid, 1, 0, c.meta.zdesc, h._store.get_fragment(mid, 0) or b"")
+    v.receive_datagram(first, "h-addr", 1.0)  # overheard: a partial copy of the genuine one
+    assert [e["complete"] for e in v.cache_listing()] == [False]
+    v.receive_datagram(wire.encode_announce("evil", 1, False, 0, 0, (), [entry]), "evil-addr", 1.1)
+    assert ("evil", mid) not in _requests_from(v, 2.0)
+    assert mid not in v._neighbours["evil"].offers  # nor is it taken to hold that message

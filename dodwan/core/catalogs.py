@@ -308,6 +308,15 @@ class CatalogsMixin(NodeState):
         acked: list[str] = []
         deferred = 0
         for e in entries:
+            c = self._cache.get(e.msg_id)
+            if c is not None and e.zdesc != c.meta.zdesc:
+                # another message under the id of one held here (forged): not an offer of
+                # it, so that neighbour is neither asked for it nor taken to hold it
+                old = n.offers.pop(e.msg_id, None)
+                if old is not None:
+                    n.offers_memory -= _offer_memory(e.msg_id, old)
+                n.budgets.pop(e.msg_id, None)
+                continue
             offered = all_of(e.frags) if e.have is None else e.have
             old = n.offers.get(e.msg_id)
             # kept on the neighbour, not in a local: a charge below may make the budget
@@ -316,13 +325,12 @@ class CatalogsMixin(NodeState):
                 0 if old is None else _offer_memory(e.msg_id, old)
             )
             n.offers[e.msg_id] = offered
-            c = self._cache.get(e.msg_id)
             if e.copies:
                 n.budgets[e.msg_id] = e.copies
             elif n.budgets:
                 n.budgets.pop(e.msg_id, None)
             if c is not None:
-                if e.have is None and e.zdesc == c.meta.zdesc:
+                if e.have is None:
                     self._seen_complete(e.msg_id, n.host_id)
                 if c.header.once and e.msg_id in self._acked:
                     acked.append(e.msg_id)  # delivered already: tell it
