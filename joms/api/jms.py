@@ -51,6 +51,8 @@ DEFAULT_PRIORITY = 4
 DEFAULT_TIME_TO_LIVE = 0.0
 
 _CLOSED = object()
+_WAKE = object()  # wakes a listener thread that is told to stop
+_local = threading.local()  # .consumer: the consumer whose listener runs on this thread
 
 
 def connect(
@@ -90,6 +92,7 @@ class Connection:
         self._sessions: list[Session] = []
         self._ids = itertools.count(1)
         self._started = threading.Event()
+        self._wake = threading.Condition()  # notified on start, close and consumer close
         self._closed = False
         self.exception_listener: Callable[[JMSException], None] | None = None
         self._transport = StompTransport(
@@ -148,19 +151,32 @@ class Connection:
         """Start (or resume) delivery to consumers."""
         self._check()
         self._started.set()
+        self._notify()
 
     def stop(self) -> None:
         """Pause delivery; messages wait in the consumers' buffers."""
         self._started.clear()
 
     def close(self) -> None:
+        """Close the sessions (waiting for listeners in progress), then the connection.
+
+        Blocked ``receive()`` calls return None. Calling it from a message listener of this
+        connection raises IllegalStateException (it would wait for that very listener)."""
         if self._closed:
             return
+        running = getattr(_local, "consumer", None)
+        if running is not None and running.session.connection is self:
+            raise IllegalStateException("a message listener may not close its own connection")
         for s in list(self._sessions):
             s.close()
         self._closed = True
         self._started.set()
+        self._notify()
         self._transport.close()
+
+    def _notify(self) -> None:
+        with self._wake:
+            self._wake.notify_all()
 
     def _check(self) -> None:
         if self._closed:
@@ -196,6 +212,11 @@ class Session:
         self.ack_mode = ack_mode
         self._consumers: list[MessageConsumer] = []
         self._unacked: list[tuple[str, str]] = []  # (subscription, ack id), CLIENT mode
+        self._tx_acks: dict[str, list[str]] = {}  # subscription -> ack ids, this transaction
+        self._lingering: list[MessageConsumer] = []
+        """Consumers closed while this session still held messages of theirs (CLIENT mode
+        unacknowledged, or acknowledged in the open transaction): their UNSUBSCRIBE waits
+        until acknowledge/recover, commit/rollback or close settles those messages."""
         self._closed = False
         self._lock = threading.RLock()
         self._tx: str | None = None
@@ -348,6 +369,8 @@ class Session:
         if self.transacted:
             assert self._tx is not None
             self.connection._transport.send(Frame("ACK", {"id": ack_id, "transaction": self._tx}))
+            with self._lock:
+                self._tx_acks.setdefault(cons._sid, []).append(ack_id)
         elif self.ack_mode == AUTO_ACKNOWLEDGE:
             self.connection._transport.send(Frame("ACK", {"id": ack_id}))
         else:
@@ -355,8 +378,26 @@ class Session:
                 self._unacked.append((cons._sid, ack_id))
             msg._ack = self.acknowledge
 
+    def _holds(self, sid: str) -> bool:
+        """Whether this session holds messages of consumer ``sid`` that only it can settle
+        (CLIENT mode unacknowledged, or acknowledged in the open transaction)."""
+        with self._lock:
+            if self.transacted:
+                return bool(self._tx_acks.get(sid))
+            return any(s == sid for s, _ in self._unacked)
+
+    def _end_lingering(self, settled: bool) -> None:
+        """UNSUBSCRIBE the consumers closed while this session held messages of theirs:
+        ``settled`` (acknowledged or committed), the gateway gives back all it sent them as
+        never delivered; otherwise the held ones go back for redelivery."""
+        lingering, self._lingering = self._lingering, []
+        for c in lingering:
+            c._unsubscribe([] if settled else c._delivered_unacked())
+
     def acknowledge(self) -> None:
-        """CLIENT_ACKNOWLEDGE: acknowledge every message consumed by this session so far."""
+        """CLIENT_ACKNOWLEDGE: acknowledge every message consumed by this session so far,
+        including those of its consumers closed since (JMS 1.1 §4.5.2)."""
+        self._check()
         with self._lock:
             pending, self._unacked = self._unacked, []
         for i, (_, ack_id) in enumerate(pending):
@@ -365,40 +406,64 @@ class Session:
                 self._request(f)
             else:
                 self.connection._transport.send(f)
+        self._end_lingering(settled=True)
 
     def commit(self) -> None:
+        """Publish the sends and acknowledge every message consumed in this transaction
+        (also by consumers closed since: JMS 1.1 §4.4.7)."""
+        self._check()
         if not self.transacted:
             raise IllegalStateException("commit() on a non-transacted session")
         assert self._tx is not None
         self._request(Frame("COMMIT", {"transaction": self._tx}))
+        with self._lock:
+            self._tx_acks = {}
+        self._end_lingering(settled=True)
         self._begin()
 
     def rollback(self) -> None:
         """Drop the sends and redeliver the messages consumed in this transaction."""
+        self._check()
         if not self.transacted:
             raise IllegalStateException("rollback() on a non-transacted session")
         assert self._tx is not None
+        self._end_lingering(settled=False)  # (before the ABORT: it needs their acks)
         self._request(Frame("ABORT", {"transaction": self._tx}))
+        with self._lock:
+            self._tx_acks = {}
         self._begin()
 
     def recover(self) -> None:
         """CLIENT_ACKNOWLEDGE: redeliver every unacknowledged message of this session."""
+        self._check()
         if self.transacted:
             raise IllegalStateException("recover() on a transacted session; use rollback()")
+        self._end_lingering(settled=False)  # their messages go back with the UNSUBSCRIBE
         with self._lock:
             pending, self._unacked = self._unacked, []
-        for _, ack_id in pending:
-            self._request(Frame("NACK", {"id": ack_id}))
+        live = {c._sid for c in self.connection._subs.values() if isinstance(c, MessageConsumer)}
+        for sid, ack_id in pending:
+            if sid in live:
+                self._request(Frame("NACK", {"id": ack_id}))
 
     def close(self) -> None:
+        """Close the consumers (waiting for listeners in progress); what the session holds
+        unacknowledged, or consumed in its open transaction, goes back for redelivery."""
         if self._closed:
             return
         for c in list(self._consumers):
-            c.close()
-        if self.transacted and self._tx is not None and self.connection._transport.failed is None:
+            c._close(linger=False)
+        alive = self.connection._transport.failed is None and not self.connection._closed
+        if alive:
+            with contextlib.suppress(JMSException):
+                self._end_lingering(settled=False)
+        self._lingering = []
+        if self.transacted and self._tx is not None and alive:
             with contextlib.suppress(JMSException):
                 self._request(Frame("ABORT", {"transaction": self._tx}))
         self._closed = True
+        with self._lock:
+            self._unacked, self._tx_acks = [], {}
         if self in self.connection._sessions:
             self.connection._sessions.remove(self)
 
@@ -531,21 +596,36 @@ class MessageConsumer:
         self._listener: Callable[[Message], None] | None = None
         self._listener_thread: threading.Thread | None = None
         self._closed = False
-        self._handing = threading.Lock()  # a message is handed over, or the consumer closes
+        # held while a message is handed over (a receive, or a listener running): close()
+        # and setting the listener wait for it; re-entrant, so a listener may call them
+        self._handing = threading.RLock()
+        self._in_listener = False
+        self._close_pending = False  # closed by its own listener: finished when it returns
+        self._unconsumed: list[str] = []
 
     def _arrived(self, f: Frame) -> None:
         self._inbox.put(f)
 
-    def _take(self, timeout: float | None) -> tuple[Frame, Message] | None:
-        """Next frame and its message, not yet marked delivered (see Session._delivered)."""
+    def _take(
+        self, timeout: float | None, stop: Callable[[], bool] | None = None
+    ) -> tuple[Frame, Message] | None:
+        """Next frame and its message, not yet marked delivered (see Session._delivered);
+        None at the deadline, once the consumer is closed, or once ``stop()`` is true."""
         conn = self.session.connection
         deadline = None if timeout is None else time.monotonic() + timeout
+
+        def done() -> bool:
+            return self._closed or (stop is not None and stop())
+
         while True:
-            if self._closed:
+            if done():
                 return None
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not conn._started.is_set():
-                if not conn._started.wait(remaining if remaining is not None else None):
+                with conn._wake:
+                    conn._wake.wait_for(lambda: conn._started.is_set() or done(), remaining)
+                late = deadline is not None and time.monotonic() >= deadline
+                if late and not conn._started.is_set():
                     return None
                 continue
             try:
@@ -556,6 +636,8 @@ class MessageConsumer:
                 )
             except queue.Empty:
                 return None
+            if item is _WAKE:
+                continue
             if item is _CLOSED:
                 self._inbox.put(_CLOSED)
                 if conn._transport.failed is not None and not self._closed:
@@ -567,7 +649,13 @@ class MessageConsumer:
             return item, from_frame(item)
 
     def receive(self, timeout: float | None = None) -> Message | None:
-        """Next message; waits ``timeout`` seconds (None = until one comes or close)."""
+        """Next message; waits ``timeout`` seconds (None = until one comes or close).
+
+        A receive blocked when the consumer (or its session or connection) closes returns
+        None; one called after the close raises IllegalStateException."""
+        if self._closed:
+            raise IllegalStateException("the consumer is closed")
+        self.session._check()
         if self._listener is not None:
             raise IllegalStateException("this consumer has a message listener")
         taken = self._take(timeout)
@@ -589,12 +677,25 @@ class MessageConsumer:
 
     @message_listener.setter
     def message_listener(self, listener: Callable[[Message], None] | None) -> None:
-        self._listener = listener
-        if listener is not None and self._listener_thread is None:
-            self._listener_thread = threading.Thread(
-                target=self._listen, daemon=True, name="joms-listener"
-            )
-            self._listener_thread.start()
+        """Set (start asynchronous delivery) or None (stop it: once this returns, no message
+        is taken by the listener any more; the rest stay for ``receive()``)."""
+        if self._closed:
+            raise IllegalStateException("the consumer is closed")
+        with self._handing:  # a listener in progress completes first
+            self._listener = listener
+            old = self._listener_thread
+            if listener is None:
+                self._listener_thread = None
+            elif old is None:
+                self._listener_thread = threading.Thread(
+                    target=self._listen, daemon=True, name="joms-listener"
+                )
+                self._listener_thread.start()
+        if listener is None and old is not None:
+            self._inbox.put(_WAKE)
+            self.session.connection._notify()
+            if old is not threading.current_thread():
+                old.join()
 
     def set_message_listener(self, listener: Callable[[Message], None] | None) -> None:
         self.message_listener = listener
@@ -603,68 +704,118 @@ class MessageConsumer:
         # AUTO_ACKNOWLEDGE acknowledges when the listener returns; other modes hand the
         # message over first (so the listener may call acknowledge()).
         after = self.session.ack_mode == AUTO_ACKNOWLEDGE and not self.session.transacted
-        while not self._closed:
+        me = threading.current_thread()
+
+        def replaced() -> bool:
+            return self._listener_thread is not me
+
+        _local.consumer = self
+        try:
+            while not self._closed and not replaced():
+                try:
+                    taken = self._take(0.5, replaced)
+                except JMSException:
+                    return
+                if taken is None:
+                    continue
+                frame, msg = taken
+                with self._handing:
+                    listener = self._listener
+                    if self._closed or replaced() or listener is None:
+                        # not handed over: it stays for receive() (or goes back at close)
+                        self._inbox.queue.appendleft(frame)
+                        return
+                    if not self._run_listener(listener, frame, msg, after):
+                        return
+        finally:
+            _local.consumer = None
+
+    def _run_listener(
+        self, listener: Callable[[Message], None], frame: Frame, msg: Message, after: bool
+    ) -> bool:
+        """Hand one message to the listener (``_handing`` held); False: stop listening."""
+        self._in_listener = True
+        try:
+            if not after:
+                self.session._delivered(self, frame, msg)
             try:
-                taken = self._take(0.2)
-                if taken is not None and not after:
-                    self.session._delivered(self, *taken)
-            except JMSException:
-                return
-            if taken is None:
-                continue
-            frame, msg = taken
-            listener = self._listener
-            try:
-                if listener is not None:
-                    listener(msg)
+                listener(msg)
             except Exception:  # JMS: a listener's exception must not stop delivery
                 log.exception("message listener failed")
             if after:
-                try:
-                    self.session._delivered(self, frame, msg)
-                except JMSException:
-                    return
+                self.session._delivered(self, frame, msg)
+        except JMSException:
+            return False
+        finally:
+            self._in_listener = False
+            if self._close_pending:  # the listener closed its consumer: finish that now
+                self._close_pending = False
+                self._finish_close()
+        return True
 
     def _delivered_unacked(self) -> list[str] | None:
-        """Ack ids of messages handed to the application and not yet acknowledged, when
-        this client knows them exactly (synchronous receive, AUTO or CLIENT mode); None
-        otherwise (a listener or a transaction may hold more)."""
+        """Ack ids of messages handed to the application that the session still holds
+        (unacknowledged, or acknowledged in its open transaction): what goes back for
+        redelivery when this consumer's subscription ends. None when not known exactly."""
         s = self.session
-        if self._listener_thread is not None or s.transacted:
-            return None
-        if s.ack_mode == AUTO_ACKNOWLEDGE:
-            return []  # each was acknowledged as it was handed over
-        if s.ack_mode != CLIENT_ACKNOWLEDGE:
-            return None
+        if s._closed and self._close_pending:
+            return None  # the session closed under a running listener
         with s._lock:
-            return [ack for sid, ack in s._unacked if sid == self._sid]
+            if s.transacted:
+                return list(s._tx_acks.get(self._sid, []))
+            if s.ack_mode == CLIENT_ACKNOWLEDGE:
+                return [ack for sid, ack in s._unacked if sid == self._sid]
+        return []  # AUTO: acknowledged as handed over; DUPS_OK: STOMP auto
 
     def close(self) -> None:
+        """Close the consumer; blocks until a receive or a listener in progress completes.
+
+        A blocked ``receive()`` returns None. Called from this consumer's own listener, it
+        returns at once and the close completes when the listener returns. Messages the
+        session still holds (CLIENT_ACKNOWLEDGE unacknowledged, or consumed in the open
+        transaction) stay the session's: ``acknowledge()``/``commit()`` settle them,
+        ``recover()``/``rollback()``/``close()`` send them back."""
+        self._close(linger=True)
+
+    def _close(self, linger: bool) -> None:
         with self._handing:
             if self._closed:
                 return
             self._closed = True
-            delivered = self._delivered_unacked()
-        self._inbox.put(_CLOSED)
+            conn = self.session.connection
+            conn._subs.pop(self._sid, None)
+            if self in self.session._consumers:
+                self.session._consumers.remove(self)
+            # messages the gateway sent that the application never received: given back as
+            # never delivered (no JMSRedelivered, no redelivery counted; JOMS extension)
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    item = self._inbox.get_nowait()
+                    if item is not _CLOSED and item is not _WAKE and item.headers.get("ack"):
+                        self._unconsumed.append(item.headers["ack"])
+            self._inbox.put(_CLOSED)  # wakes a blocked receive()
+            conn._notify()
+            if self._in_listener and threading.current_thread() is self._listener_thread:
+                self._close_pending = True
+                return
+            if linger and self.session._holds(self._sid):
+                self.session._lingering.append(self)
+                return
+        self._finish_close()
+
+    def _finish_close(self) -> None:
         conn = self.session.connection
-        conn._subs.pop(self._sid, None)
-        if self in self.session._consumers:
-            self.session._consumers.remove(self)
-        # messages the gateway sent that the application never received: given back as
-        # never delivered (no JMSRedelivered, no redelivery counted; JOMS extension header)
-        unconsumed = []
-        with contextlib.suppress(queue.Empty):
-            while True:
-                item = self._inbox.get_nowait()
-                if item is not _CLOSED and item.headers.get("ack"):
-                    unconsumed.append(item.headers["ack"])
+        if conn._transport.failed is not None or conn._closed:
+            return
+        with contextlib.suppress(JMSException):
+            self._unsubscribe(self._delivered_unacked())
+
+    def _unsubscribe(self, delivered: list[str] | None) -> None:
         headers = {"id": self._sid}
-        if unconsumed:
-            headers["joms-unconsumed"] = ",".join(unconsumed)
+        if self._unconsumed:
+            headers["joms-unconsumed"] = ",".join(self._unconsumed)
         if delivered is not None:
             # what the application holds unacknowledged; the gateway also gives back as never
             # delivered what it sent that has not reached this client yet
             headers["joms-delivered"] = ",".join(delivered)
-        if conn._transport.failed is None and not conn._closed:
-            with contextlib.suppress(JMSException):
-                conn._transport.request(Frame("UNSUBSCRIBE", headers))
+        self.session.connection._transport.request(Frame("UNSUBSCRIBE", headers))
