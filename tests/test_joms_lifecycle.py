@@ -280,3 +280,22 @@ def test_a_transaction_covers_messages_of_a_closed_consumer(host: LoopbackHost, 
         getattr(s, end)()
         _alive(c)
     assert _left_in(host, qn) == ([] if end == "commit" else [("job", True)])
+
+
+# ---------------------------------------------------------------- D7: DUPS_OK
+
+
+def test_dups_ok_gives_back_what_it_buffered(host: LoopbackHost) -> None:
+    qn = _name("DQ")
+    with joms.connect(host.stomp_url) as c:
+        s = c.create_session(ack_mode=joms.DUPS_OK_ACKNOWLEDGE)
+        q = s.create_queue(qn)
+        p = s.create_producer(q)
+        for i in range(5):
+            p.send(s.create_text_message(f"m{i}"))
+        k = s.create_consumer(q)
+        m = k.receive(5)
+        assert m is not None and m.text == "m0"
+        assert wait_for(lambda: k._inbox.qsize() >= 4)
+        k.close()
+    assert _left_in(host, qn) == [(f"m{i}", False) for i in range(1, 5)]

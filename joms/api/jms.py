@@ -52,6 +52,9 @@ DEFAULT_TIME_TO_LIVE = 0.0
 
 _CLOSED = object()
 _WAKE = object()  # wakes a listener thread that is told to stop
+_DUPS_OK_BATCH = 64
+"""DUPS_OK_ACKNOWLEDGE acknowledges lazily: at most this many messages handed over before
+one (cumulative) ACK, sooner when nothing more waits in the consumer's buffer."""
 _local = threading.local()  # .consumer: the consumer whose listener runs on this thread
 
 
@@ -332,7 +335,9 @@ class Session:
         sid = self.connection._next_id("sub")
         cons = MessageConsumer(self, dest, sid, selector, no_local)
         self.connection._subs[sid] = cons
-        ack = "auto" if self.ack_mode == DUPS_OK_ACKNOWLEDGE else "client-individual"
+        # DUPS_OK: cumulative acks, sent lazily (STOMP auto would lose what the client
+        # buffered but never handed to the application when the consumer closes)
+        ack = "client" if self.ack_mode == DUPS_OK_ACKNOWLEDGE else "client-individual"
         h = {"id": sid, "destination": str(dest), "ack": ack}
         if selector:
             h["selector"] = selector
@@ -364,9 +369,11 @@ class Session:
     def _delivered(self, cons: MessageConsumer, f: Frame, msg: Message) -> None:
         """Called when a message is handed to the application."""
         ack_id = f.headers.get("ack")
-        if ack_id is None or self.ack_mode == DUPS_OK_ACKNOWLEDGE:
+        if ack_id is None:
             return
-        if self.transacted:
+        if self.ack_mode == DUPS_OK_ACKNOWLEDGE:
+            cons._dups_ok_handed(ack_id)
+        elif self.transacted:
             assert self._tx is not None
             self.connection._transport.send(Frame("ACK", {"id": ack_id, "transaction": self._tx}))
             with self._lock:
@@ -602,6 +609,8 @@ class MessageConsumer:
         self._in_listener = False
         self._close_pending = False  # closed by its own listener: finished when it returns
         self._unconsumed: list[str] = []
+        self._dups_last: str | None = None  # DUPS_OK: last handed over, not acknowledged yet
+        self._dups_count = 0
 
     def _arrived(self, f: Frame) -> None:
         self._inbox.put(f)
@@ -753,6 +762,19 @@ class MessageConsumer:
                 self._finish_close()
         return True
 
+    def _dups_ok_handed(self, ack_id: str) -> None:
+        """DUPS_OK_ACKNOWLEDGE: ``ack_id`` was handed over; acknowledge (cumulatively) every
+        ``_DUPS_OK_BATCH`` messages, or when nothing more waits in the buffer."""
+        self._dups_last = ack_id
+        self._dups_count += 1
+        if self._dups_count >= _DUPS_OK_BATCH or self._inbox.empty():
+            self._dups_ok_flush()
+
+    def _dups_ok_flush(self) -> None:
+        ack_id, self._dups_last, self._dups_count = self._dups_last, None, 0
+        if ack_id is not None:
+            self.session.connection._transport.send(Frame("ACK", {"id": ack_id}))
+
     def _delivered_unacked(self) -> list[str] | None:
         """Ack ids of messages handed to the application that the session still holds
         (unacknowledged, or acknowledged in its open transaction): what goes back for
@@ -765,7 +787,7 @@ class MessageConsumer:
                 return list(s._tx_acks.get(self._sid, []))
             if s.ack_mode == CLIENT_ACKNOWLEDGE:
                 return [ack for sid, ack in s._unacked if sid == self._sid]
-        return []  # AUTO: acknowledged as handed over; DUPS_OK: STOMP auto
+        return []  # AUTO: acknowledged as handed over; DUPS_OK: acknowledged at close
 
     def close(self) -> None:
         """Close the consumer; blocks until a receive or a listener in progress completes.
@@ -808,6 +830,8 @@ class MessageConsumer:
         if conn._transport.failed is not None or conn._closed:
             return
         with contextlib.suppress(JMSException):
+            if self._dups_last is not None:
+                self._dups_ok_flush()
             self._unsubscribe(self._delivered_unacked())
 
     def _unsubscribe(self, delivered: list[str] | None) -> None:
