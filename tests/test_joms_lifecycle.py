@@ -299,3 +299,22 @@ def test_dups_ok_gives_back_what_it_buffered(host: LoopbackHost) -> None:
         assert wait_for(lambda: k._inbox.qsize() >= 4)
         k.close()
     assert _left_in(host, qn) == [(f"m{i}", False) for i in range(1, 5)]
+
+
+# ---------------------------------------------------------------- D10: temporary
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_deleting_a_temporary_destination_in_use_raises(host: LoopbackHost, kind: str) -> None:
+    with joms.connect(host.stomp_url) as c:
+        s = c.create_session()
+        tmp = s.create_temporary_queue() if kind == "queue" else s.create_temporary_topic()
+        k = c.create_session().create_consumer(tmp)  # another session of the connection
+        with pytest.raises(joms.JMSException):
+            tmp.delete()
+        s.create_producer(tmp).send(s.create_text_message("still here"))
+        m = k.receive(5)
+        assert m is not None and m.text == "still here"  # type: ignore[attr-defined]
+        k.close()
+        tmp.delete()
+        _alive(c)

@@ -254,9 +254,12 @@ class Session:
         return TemporaryTopic(self.connection._next_id(f"tmpt-{id(self):x}-"), self._delete_temp)
 
     def _delete_temp(self, tq: TemporaryQueue | TemporaryTopic) -> None:
-        for c in list(self._consumers):
-            if c.destination == tq:
-                c.close()
+        # JMS: "If there are existing receivers still using it, a JMSException will be
+        # thrown". Only this connection may consume it, so what it knows is the whole story.
+        self._check()
+        for c in self.connection._subs.values():
+            if isinstance(c, MessageConsumer) and not c._closed and c.destination == tq:
+                raise IllegalStateException(f"{tq} still has a consumer: close it first")
 
     def create_text_message(
         self, text: str | None = None, properties: dict[str, Any] | None = None
