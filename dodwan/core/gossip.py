@@ -204,6 +204,7 @@ class GossipMixin(NodeState):
         self._times.beacon_scale = 1.0
         self._pending.pop(h, None)
         self._send_classes.clear()  # a requester gone: classes again
+        self._send_keyed = -1
         for msg_id, asked in list(self._send_for.items()):
             asked.discard(h)
             if not asked:  # nobody left to send it to

@@ -99,6 +99,12 @@ class Node(
         self._send_for = {}
         self._sending = None
         self._send_classes = {}
+        self._send_seq = {}
+        self._send_seq_next = 0
+        self._send_keys = {}
+        self._send_heap = []
+        self._send_dirty = set()
+        self._send_keyed = -1
         self._encoders = {}
         self.counters = {}
 

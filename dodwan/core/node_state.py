@@ -106,6 +106,20 @@ class NodeState:
     """The message being sent: served until its queue is empty before another starts."""
     _send_classes: dict[str, tuple[int, tuple[int, int, bool]]]
     """Queued message -> (interest epoch, its sending class); see ``_send_class``."""
+    _send_seq: dict[str, int]
+    """Queued message -> its place in the queue (a count of messages queued, ever): the
+    one asked first goes first on a tie; queued again, it goes last."""
+    _send_seq_next: int
+    _send_keys: dict[str, tuple[int, int, bool, int, int, str]]
+    """Queued message -> its key in ``_send_heap``: (class, fragments left, place in the
+    queue, message); see ``_next_to_send``."""
+    _send_heap: list[tuple[int, int, bool, int, int, str]]
+    """The keys of ``_send_keys``, least first, and outdated ones, dropped when on top."""
+    _send_dirty: set[str]
+    """Queued messages whose key may have changed since the last choice (asked again)."""
+    _send_keyed: int
+    """The interest epoch ``_send_keys`` were computed in; -1 when every class must be
+    computed again (a requester lost)."""
     _encoders: dict[str, tuple[bytes, bytes, bytes, bytes]]
     """Queued message -> the fixed parts of its fragment datagrams: prefix and suffix of
     the form with the descriptor, then of the form sent by digest (the same again when

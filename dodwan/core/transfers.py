@@ -84,48 +84,71 @@ class TransfersMixin(NodeState):
         short contact carries one whole message rather than parts of several); then one a
         requester itself subscribed to (it is the destination); then higher priority, then
         persistent before non-persistent; then the one with the fewest fragments left to
-        send, then the one asked first."""
+        send, then the one asked first.
+
+        The queued messages are kept in a heap by that key (``_send_keys``): a choice costs
+        O(log M) amortised with M messages queued, not a look at each of them, so serving
+        a fragment of each of many messages stays linear (docs/security.md). A key is
+        pushed again when it changes (outdated ones are dropped when they come on top):
+        fragments left when a request adds some (``_send_dirty``) or, for the message
+        under way, when another one takes over (it is the only one whose fragments are
+        sent, and its own count does not matter while it goes on); its class when
+        ``_send_class`` computes it again, at the first choice after a change of
+        requesters or of interest epoch, when the former walk of the whole queue did."""
+        queue, keys, heap = self._send_queue, self._send_keys, self._send_heap
+        if self._send_keyed != self._interest_epoch:  # every class again
+            self._send_keyed = self._interest_epoch
+            self._send_dirty.clear()
+            keys.clear()
+            heap.clear()
+            seq = self._send_seq
+            for msg_id, q in queue.items():
+                direct, prio, transient = self._send_class(msg_id)
+                key = (direct, prio, transient, len(q), seq[msg_id], msg_id)
+                keys[msg_id] = key
+                heap.append(key)
+            heapq.heapify(heap)
+        elif self._send_dirty:
+            for msg_id in self._send_dirty:
+                asked = queue.get(msg_id)
+                if asked is not None:
+                    self._rekey(msg_id, len(asked))
+            self._send_dirty.clear()
+        if len(heap) > 2 * len(keys) + 64:  # mostly outdated keys: the current ones only
+            heap.clear()
+            heap.extend(keys.values())
+            heapq.heapify(heap)
+        while True:
+            top = heap[0]
+            if keys.get(top[5]) == top:
+                break
+            heapq.heappop(heap)
         cur = self._sending
-        if cur is not None and cur not in self._send_queue:
-            cur = None
-        # The best key (class, fragments left), compared field by field: on a tie the one
-        # asked first (earlier in the queue) stays best. No tuple is built per message.
-        best, b_direct, b_prio, b_transient, b_left = "", 0, 0, False, 0
-        cur_class: tuple[int, int, bool] | None = None
-        for msg_id, q in self._send_queue.items():
-            direct, prio, transient = cls = self._send_class(msg_id)
-            left = len(q)
-            if msg_id == cur:
-                cur_class = cls
-            if (
-                not best
-                or direct < b_direct
-                or (direct == b_direct and prio < b_prio)
-                or (direct == b_direct and prio == b_prio and transient < b_transient)
-                or (
-                    direct == b_direct
-                    and prio == b_prio
-                    and transient == b_transient
-                    and left < b_left
-                )
-            ):
-                best, b_direct, b_prio, b_transient, b_left = msg_id, direct, prio, transient, left
-        # the message under way goes on unless one of a better class (direct, priority,
-        # persistent) was asked for meanwhile
-        if (
-            cur is not None
-            and cur_class is not None
-            and cur_class <= (b_direct, b_prio, b_transient)
-        ):
-            return cur
+        if cur is not None:
+            k = keys.get(cur)
+            if k is not None:
+                # the message under way goes on unless one of a better class (direct,
+                # priority, persistent) was asked for meanwhile
+                if k[0] < top[0] or (
+                    k[0] == top[0] and (k[1] < top[1] or (k[1] == top[1] and k[2] <= top[2]))
+                ):
+                    return cur
+                self._rekey(cur, len(queue[cur]))  # its fragments left, counted again
+        best = top[5]
         self._sending = best
         return best
+
+    def _rekey(self, msg_id: str, left: int) -> None:
+        """Push the current key of queued ``msg_id``."""
+        direct, prio, transient = self._send_class(msg_id)
+        key = (direct, prio, transient, left, self._send_seq[msg_id], msg_id)
+        self._send_keys[msg_id] = key
+        heapq.heappush(self._send_heap, key)
 
     def _send_class(self, msg_id: str) -> tuple[int, int, bool]:
         """Sending class of a queued message, best lowest: asked by a host that subscribed
         to it, then higher priority, then persistent (kept until a requester comes or goes,
-        or the profiles known change: it is looked at for every queued message every time
-        the link is ready)."""
+        or the profiles known change)."""
         hit = self._send_classes.get(msg_id)
         if hit is not None and hit[0] == self._interest_epoch:
             return hit[1]
@@ -212,6 +235,11 @@ class TransfersMixin(NodeState):
         self._send_queue.pop(msg_id, None)
         self._send_for.pop(msg_id, None)
         self._send_classes.pop(msg_id, None)
+        self._send_seq.pop(msg_id, None)
+        self._send_keys.pop(msg_id, None)  # its keys in the heap are outdated now
+        if not self._send_queue:
+            self._send_heap.clear()
+            self._send_dirty.clear()
         self._encoders.pop(msg_id, None)
         if self._sending == msg_id:
             self._sending = None
@@ -314,6 +342,9 @@ class TransfersMixin(NodeState):
                 q = self._send_queue.get(msg_id)
                 if q is None:
                     q = self._send_queue[msg_id] = OrderedDict()
+                    self._send_seq[msg_id] = self._send_seq_next  # last in the queue
+                    self._send_seq_next += 1
+                self._send_dirty.add(msg_id)  # its class or fragments left may change
                 asked = self._send_for.setdefault(msg_id, set())
                 if dg.sender not in asked:
                     asked.add(dg.sender)
