@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from joms_support import LoopThread, start_hosts
+from joms_support import LoopThread, RawStomp, start_hosts
 
 import joms
 from joms.runtime import LoopbackHost
@@ -436,3 +436,76 @@ def test_a_text_body_may_hold_a_nul_character(pair: list[LoopbackHost]) -> None:
         s.create_producer(t).send(s.create_text_message("a\0b"))
         got = sub.receive(timeout=10)
         assert isinstance(got, joms.TextMessage) and got.text == "a\0b"
+
+
+# ---------------------------------------------------------------- property names and frame headers
+# Every name the gateway uses as a SEND or MESSAGE header (and every joms- name): as a user
+# property it would redirect, overwrite or lose the message (docs/joms.md, docs/stomp.md).
+_HEADER_NAMES = [
+    "destination",
+    "type",
+    "expires",
+    "reply-to",
+    "correlation-id",
+    "transaction",
+    "content-length",
+    "content-type",
+    "receipt",
+    "timestamp",
+    "ack",
+    "subscription",
+    "message-id",
+    "redelivered",
+    "original-destination",
+    "dlq-reason",
+    "joms-types",
+    "joms-body-type",
+    "joms-null-text",
+    "joms-anything",
+]
+
+
+@pytest.mark.parametrize("name", _HEADER_NAMES)
+def test_a_property_named_like_a_frame_header_is_refused_where_it_is_set(
+    pair: list[LoopbackHost], name: str
+) -> None:
+    """JMS 1.1 §3.5: user properties are independent of the header fields. A property
+    called ``destination`` once sent the message to the topic it named, ``expires`` lost
+    it, ``content-length`` closed the connection; now set_property refuses the name."""
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic(f"pname{next(_fresh)}")
+        cons = s.create_consumer(t)
+        m = s.create_text_message("x")
+        with pytest.raises(joms.MessageFormatException, match="reserved"):
+            m.set_property(name, "/topic/elsewhere")
+        with pytest.raises(joms.MessageFormatException, match="reserved"):
+            s.create_text_message("x", properties={name: "1"})
+        m.set_property("kept", "yes")
+        s.create_producer(t).send(m)
+        got = cons.receive(5)
+        assert got is not None and got.text == "x" and got.get_property("kept") == "yes"
+        assert got.get_property(name) is None and got.destination == t
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["message-id", "timestamp", "subscription", "ack", "redelivered", "original-destination",
+     "dlq-reason", "joms-anything"],
+)  # fmt: skip
+def test_a_raw_send_with_a_message_frame_header_is_refused_with_an_error(
+    pair: list[LoopbackHost], name: str
+) -> None:
+    """docs/stomp.md: a SEND header the gateway sets itself on MESSAGE frames cannot be a
+    user property (it would be overwritten or lost on delivery): ERROR, not silence."""
+    a, _ = pair
+    dest = f"/topic/rawpname{next(_fresh)}"
+    with RawStomp(a.stomp_address) as sub, RawStomp(a.stomp_address) as pub:
+        sub.send("SUBSCRIBE", {"id": "1", "destination": dest, "receipt": "s"})
+        sub.receipt("s")
+        pub.send("SEND", {"destination": dest, name: "mine", "receipt": "p"}, b"x")
+        err = pub.next("ERROR")
+        assert err.get("joms-exception") == "MessageFormatException"
+        assert name in (err.get("message") or "") and err.get("receipt-id") == "p"
+        assert [f.command for f in sub.quiet(0.5)] == []  # nothing was published

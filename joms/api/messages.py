@@ -27,6 +27,9 @@ NON_PERSISTENT = 1
 log = logging.getLogger(__name__)
 
 _VALUE_TYPES = mdl.PROPERTY_TYPES | {"bytes"}
+_PROVIDER_PROPERTIES = frozenset({"original-destination", "dlq-reason"})
+"""Properties the provider sets on a received message (a dead letter's): read like any
+other, but never sent on when the message is sent again (the provider sets its own)."""
 
 
 # ---------------------------------------------------------------- destinations
@@ -467,11 +470,15 @@ def to_frame(msg: Message, destination: Destination) -> Frame:
             if not isinstance(h[key], str):
                 raise MessageFormatException(f"the message's {field} must be a str")
             _check_wire_text(f"the message's {field}", h[key])
+    types: dict[str, str] = {}
     for name, value in msg._props.items():
+        if name in _PROVIDER_PROPERTIES:
+            continue  # (only on a received message; set_property refuses these names)
         h[name] = mdl.encode_property(value, msg._types[name])
-    types = mdl.encode_types(msg._types)
-    if types:
-        h["joms-types"] = types
+        types[name] = msg._types[name]
+    enc = mdl.encode_types(types)
+    if enc:
+        h["joms-types"] = enc
     return Frame("SEND", h, msg._encode_body())
 
 
@@ -510,27 +517,11 @@ def from_frame(f: Frame) -> Message:
         types = mdl.decode_types(h.get("joms-types", ""))
     except ValueError:
         types = {}
-    skip = {
-        "subscription",
-        "message-id",
-        "destination",
-        "ack",
-        "content-type",
-        "content-length",
-        "joms-body-type",
-        "joms-types",
-        "persistent",
-        "priority",
-        "timestamp",
-        "expires",
-        "redelivered",
-        "correlation-id",
-        "reply-to",
-        "type",
-    }
     for name, value in h.items():
-        if name in skip:
-            continue
+        if name.startswith("joms-") or (
+            name in mdl.STOMP_HEADERS and name not in _PROVIDER_PROPERTIES
+        ):
+            continue  # the frame's own headers (docs/stomp.md), never user properties
         t = types.get(name, "string")
         try:
             msg._props[name] = mdl.decode_property(value, t)

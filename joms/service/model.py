@@ -72,6 +72,19 @@ JOMS_ATTRIBUTES = frozenset(
     | {CORRELATION_ID, REPLY_TO, TYPE, TYPES, BODY, CONNECTION, REPLY_ID, REDELIVERED, COPY_OF}
     | {DELIVERY_COUNT, ORIGINAL_DESTINATION, DLQ_REASON, SEQUENCE, HAND}
 )
+STOMP_SEND_HEADERS = frozenset(
+    {"destination", "content-length", "content-type", "receipt", "transaction"}
+    | {"persistent", "priority", "expires", "reply-to", "correlation-id", "type"}
+    | {"joms-types", "joms-body-type"}
+)
+"""Headers of a STOMP SEND frame that the gateway reads as frame headers (docs/stomp.md)."""
+STOMP_HEADERS = STOMP_SEND_HEADERS | frozenset(
+    {"subscription", "message-id", "ack", "timestamp", "redelivered"}
+    | {"original-destination", "dlq-reason"}
+)
+"""Every header the gateway reads on SEND or writes on MESSAGE for its own purpose: as a
+user property (one header per property) it would redirect, overwrite or lose the message,
+so none may be one; nor may any name starting ``joms-`` (JOMS extension headers)."""
 HEADER_IDENTIFIERS = {
     "JMSDeliveryMode": DELIVERY_MODE,
     "JMSPriority": PRIORITY,
@@ -96,15 +109,17 @@ def check_property_name(name: str) -> None:
     if (
         name in DODWAN_SYSTEM
         or name in JOMS_ATTRIBUTES
-        or name.startswith(("jms_", "joms_", "JMS"))
+        or name in STOMP_HEADERS
+        or name.startswith(("jms_", "joms_", "joms-", "JMS"))
         or any(c in name for c in ",:=")
         or not name.isprintable()
         or any(c.isspace() for c in name)
     ):
         raise MessageFormatException(
             f"property name {name!r} is reserved or invalid (names used by DoDWAN/JOMS, "
-            "names starting with JMS, jms_ or joms_, and names with spaces, ',', ':' or '=' "
-            "cannot be used)"
+            "STOMP frame headers such as destination, type, expires or message-id, names "
+            "starting with JMS, jms_, joms_ or joms-, and names with spaces, ',', ':' or '=' "
+            "cannot be used: docs/joms.md)"
         )
     if len(_VALID_NAMES) < 4096:
         _VALID_NAMES.add(name)

@@ -56,30 +56,10 @@ DURABLE_HEADERS = (
 )
 NO_LOCAL_HEADERS = ("no-local", "activemq.noLocal")
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize")
-_SEND_RESERVED = frozenset(
-    {
-        "destination",
-        "content-length",
-        "content-type",
-        "receipt",
-        "transaction",
-        "persistent",
-        "priority",
-        "expires",
-        "reply-to",
-        "correlation-id",
-        "type",
-        "joms-types",
-        "joms-body-type",
-        "message-id",
-        "timestamp",
-        "redelivered",
-        "subscription",
-        "ack",
-        "original-destination",
-        "dlq-reason",
-    }
-)
+_SEND_RESERVED = mdl.STOMP_SEND_HEADERS
+"""SEND headers read as the frame's own; every other header is a user property, refused
+(ERROR, MessageFormatException) when its name is reserved (``mdl.check_property_name``):
+a MESSAGE frame header such as ``message-id`` would be overwritten on delivery."""
 _CONTENT_TYPES = {
     "text": "text/plain;charset=utf-8",
     "bytes": "application/octet-stream",
