@@ -509,3 +509,41 @@ def test_a_raw_send_with_a_message_frame_header_is_refused_with_an_error(
         assert err.get("joms-exception") == "MessageFormatException"
         assert name in (err.get("message") or "") and err.get("receipt-id") == "p"
         assert [f.command for f in sub.quiet(0.5)] == []  # nothing was published
+
+
+# ---------------------------------------------------------------- raw STOMP acknowledgements
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+def test_stomp_10_and_11_acks_name_the_copy_of_each_subscription(
+    pair: list[LoopbackHost], version: str, command: str
+) -> None:
+    """STOMP 1.1 names the message to ACK/NACK by ``subscription`` + ``message-id``; one
+    connection with two subscriptions to a topic gets the same message-id on both. The
+    gateway once kept one ack id per message-id: ACK of the s2 copy took the s1 one, and
+    the next ACK was an ERROR that closed the connection. (1.0 has no ``subscription``:
+    each ACK by message-id takes one copy.)"""
+    a, _ = pair
+    dest = f"/topic/twosubs{next(_fresh)}"
+    with RawStomp(a.stomp_address, version=version) as c, RawStomp(a.stomp_address) as p:
+        assert c.version == version
+        for sid in ("s1", "s2"):
+            c.send("SUBSCRIBE", {"id": sid, "destination": dest, "ack": "client-individual",
+                                 "receipt": sid})  # fmt: skip
+            c.receipt(sid)
+        p.send("SEND", {"destination": dest, "receipt": "p"}, b"M")
+        p.receipt("p")
+        copies = [c.next("MESSAGE", subscription=sid) for sid in ("s2", "s1")]
+        assert copies[0].headers["message-id"] == copies[1].headers["message-id"]
+        for m in copies:
+            sid, mid = m.headers["subscription"], m.headers["message-id"]
+            ack = {"message-id": mid, "receipt": f"a-{sid}"}
+            if version == "1.1":
+                ack["subscription"] = sid
+            c.send(command, ack)
+            c.receipt(f"a-{sid}")
+        frames = c.quiet(1.0)
+        assert [f.command for f in frames if f.command == "ERROR"] == []
+        again = sorted(f.headers["subscription"] for f in frames if f.command == "MESSAGE")
+        assert again == ([] if command == "ACK" else ["s1", "s2"])  # NACK: each copy again
+        if command == "NACK":
+            assert all(f.get("redelivered") == "true" for f in frames if f.command == "MESSAGE")

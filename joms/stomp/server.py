@@ -154,10 +154,12 @@ class StompConnection(asyncio.Protocol):
         self._connect_timer: asyncio.TimerHandle | None = None
         self.version = "1.2"
         """STOMP version agreed at CONNECT (header escaping follows it)."""
-        self._ack_of: OrderedDict[str, str] = OrderedDict()
-        """STOMP 1.0 and 1.1: message-id -> ack id of the messages sent in a client ack
-        mode (those versions ACK and NACK by message-id), the newest last; at most
-        ``ACK_IDS_KEPT``, forgotten when acknowledged or their subscription ends."""
+        self._ack_of: OrderedDict[str, dict[str, str]] = OrderedDict()
+        """STOMP 1.0 and 1.1: message-id -> {subscription id: ack id} of the messages sent
+        in a client ack mode (those versions ACK and NACK by message-id, 1.1 with the
+        ``subscription``: one message reaches two subscriptions of a connection under one
+        message-id), the newest last; at most ``ACK_IDS_KEPT`` message ids, each copy
+        forgotten when acknowledged or its subscription ends."""
 
     # ------------------------------------------------------------------ asyncio
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -316,7 +318,9 @@ class StompConnection(asyncio.Protocol):
         ack = ev.consumer not in self.auto
         if ack and self.version != "1.2":
             mid = ev.message.message_id
-            self._ack_of[mid] = ev.tag
+            copies = self._ack_of.setdefault(mid, {})
+            copies.pop(sub, None)
+            copies[sub] = ev.tag  # the oldest copy first (an ACK without subscription)
             self._ack_of.move_to_end(mid)
             if len(self._ack_of) > ACK_IDS_KEPT:
                 self._ack_of.popitem(last=False)
@@ -635,8 +639,9 @@ class StompConnection(asyncio.Protocol):
         if consumer is not None:
             self.sub_of.pop(consumer, None)
             self.auto.discard(consumer)
-            for mid in [m for m, t in self._ack_of.items() if t.rpartition("-")[0] == consumer]:
-                del self._ack_of[mid]
+            for mid, copies in list(self._ack_of.items()):
+                if copies.pop(sub_id or "", None) is not None and not copies:
+                    del self._ack_of[mid]
             self.sub_durable.pop(sub_id or "", None)
             unconsumed = [t for t in (frame.get("joms-unconsumed") or "").split(",") if t]
             held = frame.get("joms-delivered")
@@ -648,15 +653,29 @@ class StompConnection(asyncio.Protocol):
             self.service.unsubscribe_durable(self.conn_id, durable, self.now())
 
     def _ack_target(self, frame: Frame) -> tuple[str, str]:
-        tag = frame.get("id") or frame.get("message-id")
-        if tag is None:
-            raise StompError(f"{frame.command} needs an id header (the MESSAGE's ack header)")
-        if frame.get("id") is None and tag in self._ack_of:  # 1.0/1.1: by message-id
-            tag = self._ack_of.pop(tag)
+        tag = frame.get("id")
+        if tag is None:  # 1.0/1.1: by message-id (1.1: and subscription)
+            mid = frame.get("message-id")
+            if mid is None:
+                raise StompError(f"{frame.command} needs an id header (the MESSAGE's ack header)")
+            tag = self._tag_of(mid, frame.get("subscription"))
         consumer = tag.rpartition("-")[0]
         if consumer not in self.sub_of:
             raise StompError(f"{frame.command}: unknown ack id {tag!r}")
         return consumer, tag
+
+    def _tag_of(self, mid: str, sub: str | None) -> str:
+        """The ack id of the copy of message ``mid`` sent to subscription ``sub`` (None, as
+        STOMP 1.0 has it: the oldest copy not yet acknowledged); ``mid`` itself when no
+        such copy is known (a client may give the MESSAGE's ``ack`` header there)."""
+        copies = self._ack_of.get(mid)
+        if not copies:
+            return mid
+        key = next(iter(copies)) if sub is None else sub
+        tag = copies.pop(key, None)
+        if not copies:
+            del self._ack_of[mid]
+        return mid if tag is None else tag
 
     def on_ack(self, frame: Frame) -> None:
         consumer, tag = self._ack_target(frame)
