@@ -547,3 +547,28 @@ def test_stomp_10_and_11_acks_name_the_copy_of_each_subscription(
         assert again == ([] if command == "ACK" else ["s1", "s2"])  # NACK: each copy again
         if command == "NACK":
             assert all(f.get("redelivered") == "true" for f in frames if f.command == "MESSAGE")
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_nack_in_client_mode_is_cumulative(pair: list[LoopbackHost], kind: str) -> None:
+    """STOMP 1.2: ``client-individual`` works like ``client`` except that its ACK and NACK
+    are not cumulative, so a ``client`` NACK gives back every earlier unacknowledged
+    message too (it once gave back only the one named, the earlier one stayed
+    unacknowledged and never came again)."""
+    a, _ = pair
+    dest = f"/{kind}/nackclient{next(_fresh)}"
+    with RawStomp(a.stomp_address) as c, RawStomp(a.stomp_address) as p:
+        c.send("SUBSCRIBE", {"id": "1", "destination": dest, "ack": "client", "receipt": "s"})
+        c.receipt("s")
+        for i in range(2):
+            p.send("SEND", {"destination": dest, "receipt": f"p{i}"}, f"m{i}".encode())
+            p.receipt(f"p{i}")
+        first = [c.next("MESSAGE") for _ in range(2)]
+        assert [f.body for f in first] == [b"m0", b"m1"]
+        c.send("NACK", {"id": first[1].headers["ack"], "receipt": "n"})
+        c.receipt("n")
+        again = [c.next("MESSAGE", redelivered="true") for _ in range(2)]
+        assert [f.body for f in again] == [b"m0", b"m1"]
+        c.send("ACK", {"id": again[1].headers["ack"], "receipt": "a"})  # cumulative too
+        c.receipt("a")
+        assert [f.command for f in c.quiet(1.0)] == []

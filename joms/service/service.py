@@ -17,6 +17,7 @@ malformed input from the network is dropped and counted in :attr:`counters`.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import random
 from collections import deque
@@ -612,11 +613,16 @@ class JomsService(
         return True
 
     def nack(self, consumer_id: str, tag: str, now: float) -> bool:
-        """Redeliver a message (JMSRedelivered set); False when ``tag`` is unknown."""
+        """Redeliver a message (JMSRedelivered set) — in ``client`` mode, as STOMP 1.2 has
+        it, every unacknowledged one up to it too (cumulative, like ACK); False when
+        ``tag`` is unknown."""
         cons = self._consumers.get(consumer_id)
         if cons is None or tag not in cons.unacked:
             return False
-        self._redeliver(cons, [tag], now)
+        tags = [tag]
+        if cons.ack_mode == "client":
+            tags = list(itertools.takewhile(lambda t: t != tag, cons.unacked)) + tags
+        self._redeliver(cons, tags, now)
         self.store.commit()
         return True
 
