@@ -572,3 +572,32 @@ def test_nack_in_client_mode_is_cumulative(pair: list[LoopbackHost], kind: str) 
         c.send("ACK", {"id": again[1].headers["ack"], "receipt": "a"})  # cumulative too
         c.receipt("a")
         assert [f.command for f in c.quiet(1.0)] == []
+
+
+def test_a_text_message_sent_with_null_text_arrives_with_null_text(
+    pair: list[LoopbackHost],
+) -> None:
+    """JMS getText() returns null for a message sent with null text, and "" for "": the
+    two once arrived alike (""). Across daemons, so the mark travels through DoDWAN."""
+    a, b = pair
+    with joms.connect(b.stomp_url) as cb, joms.connect(a.stomp_url) as ca:
+        sb = cb.create_session()
+        t = sb.create_topic(f"nulltext{next(_fresh)}")
+        cons = sb.create_consumer(t)
+        sa = ca.create_session()
+        prod = sa.create_producer(t)
+        for text in (None, "", "x"):
+            prod.send(sa.create_text_message(text))
+        got = [cons.receive(10) for _ in range(3)]
+        assert [m.text for m in got] == [None, "", "x"]
+    with RawStomp(a.stomp_address) as raw:  # a raw client may send null text too
+        dest = f"/topic/rawnull{next(_fresh)}"
+        raw.send("SUBSCRIBE", {"id": "1", "destination": dest, "receipt": "s"})
+        raw.receipt("s")
+        raw.send("SEND", {"destination": dest, "joms-null-text": "true", "receipt": "p"})
+        raw.receipt("p")
+        m = raw.next("MESSAGE")
+        assert m.get("joms-null-text") == "true" and m.body == b""
+        raw.send("SEND", {"destination": dest, "joms-null-text": "true", "receipt": "q"}, b"x")
+        err = raw.next("ERROR")  # null text has no body
+        assert "joms-null-text" in (err.get("message") or "")

@@ -479,6 +479,8 @@ def to_frame(msg: Message, destination: Destination) -> Frame:
     enc = mdl.encode_types(types)
     if enc:
         h["joms-types"] = enc
+    if isinstance(msg, TextMessage) and msg.text is None:
+        h["joms-null-text"] = "true"  # JMS: getText() is null, not "", on the other side
     return Frame("SEND", h, msg._encode_body())
 
 
@@ -496,6 +498,8 @@ def from_frame(f: Frame) -> Message:
         msg._items, msg._pos = [], 0  # type: ignore[attr-defined]
     try:
         msg._decode_body(f.body)
+        if cls is TextMessage and h.get("joms-null-text") == "true" and not f.body:
+            msg._text = None  # type: ignore[attr-defined]
     except MessageFormatException as exc:  # delivered; reading the body raises (docs/joms.md)
         log.warning("message %s: undecodable body: %s", h.get("message-id"), exc)
         msg._body_error = exc

@@ -41,6 +41,7 @@ REPLY_TO = "jms_reply_to"
 TYPE = "jms_type"
 TYPES = "jms_types"
 BODY = "jms_body"
+NULL_TEXT = "jms_null_text"  # "true": a text message sent with null text (the body is empty)
 CONNECTION = "joms_conn"
 REPLY_ID = "reply_id"
 REDELIVERED = "jms_redelivered"  # only set on queue deliveries re-sent by a manager
@@ -70,12 +71,12 @@ DODWAN_SYSTEM = frozenset(
 JOMS_ATTRIBUTES = frozenset(
     {KIND, DEST_ID, DEST_TYPE, MESSAGE_ID, DELIVERY_MODE, TIMESTAMP, EXPIRATION}
     | {CORRELATION_ID, REPLY_TO, TYPE, TYPES, BODY, CONNECTION, REPLY_ID, REDELIVERED, COPY_OF}
-    | {DELIVERY_COUNT, ORIGINAL_DESTINATION, DLQ_REASON, SEQUENCE, HAND}
+    | {DELIVERY_COUNT, ORIGINAL_DESTINATION, DLQ_REASON, SEQUENCE, HAND, NULL_TEXT}
 )
 STOMP_SEND_HEADERS = frozenset(
     {"destination", "content-length", "content-type", "receipt", "transaction"}
     | {"persistent", "priority", "expires", "reply-to", "correlation-id", "type"}
-    | {"joms-types", "joms-body-type"}
+    | {"joms-types", "joms-body-type", "joms-null-text"}
 )
 """Headers of a STOMP SEND frame that the gateway reads as frame headers (docs/stomp.md)."""
 STOMP_HEADERS = STOMP_SEND_HEADERS | frozenset(
@@ -325,6 +326,9 @@ class JomsMessage:
     body: bytes = b""
     """Encoded body (UTF-8 text, raw bytes, or the JSON form of a map/stream body)."""
     body_type: str = "text"
+    null_text: bool = False
+    """A text message sent with null text (JMS getText() returns null; the body is empty),
+    as opposed to empty text."""
     properties: dict[str, Any] = field(default_factory=dict)
     """User properties: name -> bool/int/float/str."""
     property_types: dict[str, str] = field(default_factory=dict)
@@ -386,6 +390,8 @@ def validate_outgoing(msg: JomsMessage) -> None:
         raise MessageFormatException("the body must be bytes")
     if msg.body_type in ("map", "stream"):
         decode_typed_body(msg.body_type, msg.body)  # the documented typed JSON form
+    if msg.null_text and (msg.body_type != "text" or msg.body):
+        raise MessageFormatException("null text is a text message with an empty body")
     for name, value in msg.properties.items():
         check_property_name(name)
         t = msg.property_types.get(name) or property_type_of(value)
@@ -404,6 +410,8 @@ def to_descriptor(msg: JomsMessage) -> dict[str, str]:
         EXPIRATION: str(msg.expiration),
         BODY: msg.body_type,
     }
+    if msg.null_text:
+        d[NULL_TEXT] = "true"
     if msg.correlation_id is not None:
         d[CORRELATION_ID] = msg.correlation_id
     if msg.reply_to is not None:
@@ -457,6 +465,7 @@ def from_descriptor(d: Mapping[str, str], payload: bytes) -> JomsMessage:
             destination=dest,
             body=bytes(payload),
             body_type=body_type,
+            null_text=d.get(NULL_TEXT) == "true" and body_type == "text" and not payload,
             properties=props,
             property_types=ptypes,
             message_id=d.get(MESSAGE_ID) or "ID:" + d.get("id", "?"),

@@ -56,6 +56,8 @@ DURABLE_HEADERS = (
 )
 NO_LOCAL_HEADERS = ("no-local", "activemq.noLocal")
 PREFETCH_HEADERS = ("prefetch", "activemq.prefetchSize")
+NULL_TEXT_HEADER = "joms-null-text"
+"""``true`` on SEND and MESSAGE: a text message whose text is null (the body is empty)."""
 _SEND_RESERVED = mdl.STOMP_SEND_HEADERS
 """SEND headers read as the frame's own; every other header is a user property, refused
 (ERROR, MessageFormatException) when its name is reserved (``mdl.check_property_name``):
@@ -492,6 +494,11 @@ class StompConnection(asyncio.Protocol):
                 frame.body.decode("utf-8")
             except UnicodeDecodeError:
                 raise StompError("a text body must be UTF-8") from None
+        null_text = (h.get(NULL_TEXT_HEADER) or "false").lower()
+        if null_text not in ("true", "false"):
+            raise StompError(f"bad {NULL_TEXT_HEADER} header {null_text!r}: true or false")
+        if null_text == "true" and (body_type != "text" or frame.body):
+            raise StompError(f"{NULL_TEXT_HEADER}: true is for a text message with no body")
         persistent_text = h.get("persistent", "true").lower()
         if persistent_text not in ("true", "false"):
             raise StompError(f"bad persistent header {h.get('persistent')!r}: true or false")
@@ -534,6 +541,7 @@ class StompConnection(asyncio.Protocol):
             destination=dest,
             body=frame.body,
             body_type=body_type,
+            null_text=null_text == "true",
             properties=props,
             property_types=ptypes,
             delivery_mode=mdl.PERSISTENT if persistent else mdl.NON_PERSISTENT,
@@ -764,6 +772,8 @@ def message_frame(ev: MessageDispatched, subscription: str, *, ack: bool = True)
         h["ack"] = ev.tag
     if m.redelivered:
         h["redelivered"] = "true"
+    if m.null_text:
+        h[NULL_TEXT_HEADER] = "true"
     if m.correlation_id is not None:
         h["correlation-id"] = m.correlation_id
     if m.reply_to is not None:
