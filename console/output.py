@@ -82,7 +82,9 @@ def describe(msg: Message, subscription: int | None = None) -> str:
     label = msg.get_property(LABEL)
     ident = label if label is not None else msg.message_id or "?"
     props = " ".join(
-        f"{safe(k)}={_show(v)}" for k, v in sorted(msg.properties.items()) if k != LABEL
+        f"{safe(k)}={_show(v)}"
+        for k, v in sorted(msg.properties.items())
+        if k != LABEL and not k.startswith("JMSX")  # (provider-set: JMSXDeliveryCount)
     )
     head = f"[{subscription}] " if subscription is not None else ""
     flags = " (redelivered)" if msg.redelivered else ""

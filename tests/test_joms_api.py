@@ -601,3 +601,51 @@ def test_a_text_message_sent_with_null_text_arrives_with_null_text(
         raw.send("SEND", {"destination": dest, "joms-null-text": "true", "receipt": "q"}, b"x")
         err = raw.next("ERROR")  # null text has no body
         assert "joms-null-text" in (err.get("message") or "")
+
+
+def test_jmsx_delivery_count_counts_each_delivery_and_selectors_see_it(
+    pair: list[LoopbackHost],
+) -> None:
+    """JMS 1.1 §3.5.9 (and the mapping in docs/joms.md): JMSXDeliveryCount is set by the
+    provider on receive, 1 the first time, one more at each redelivery; it once never
+    reached the client (None, and NULL in selectors)."""
+    a, _ = pair
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session(transacted=True)
+        q = s.create_queue(f"dcount{next(_fresh)}")
+        s.create_producer(q).send(s.create_text_message("x"))
+        s.commit()
+        cons = s.create_consumer(q)
+        seen = []
+        for _ in range(3):
+            m = cons.receive(5)
+            seen.append((m.redelivered, m.get_property("JMSXDeliveryCount")))
+            assert m.property_type("JMSXDeliveryCount") == "int"
+            s.rollback()
+        assert seen == [(False, 1), (True, 2), (True, 3)]
+        assert cons.receive(5).get_property("JMSXDeliveryCount") == 4
+        s.commit()
+    with joms.connect(a.stomp_url) as c:
+        s = c.create_session(ack_mode=joms.CLIENT_ACKNOWLEDGE)
+        t = s.create_topic(f"dcount{next(_fresh)}")
+        first = s.create_consumer(t, selector="JMSXDeliveryCount = 1")
+        later = s.create_consumer(t, selector="JMSXDeliveryCount > 1")
+        s.create_producer(t).send(s.create_text_message("y"))
+        assert first.receive(5).get_property("JMSXDeliveryCount") == 1
+        assert later.receive(0.3) is None
+        s.recover()
+        again = first.receive(5)
+        assert again.redelivered and again.get_property("JMSXDeliveryCount") == 2
+        again.acknowledge()
+        # a queue's manager chooses the receiver by the count the message will have
+        q = s.create_queue(f"dcount{next(_fresh)}")
+        retry = s.create_consumer(q, selector="JMSXDeliveryCount > 1")
+        s2 = c.create_session(ack_mode=joms.CLIENT_ACKNOWLEDGE)
+        plain = s2.create_consumer(q)
+        s.create_producer(q).send(s.create_text_message("z"))
+        m = plain.receive(5)
+        assert m.get_property("JMSXDeliveryCount") == 1 and retry.receive(0.3) is None
+        plain.close()  # unacknowledged: handed out again, to the retry consumer
+        m = retry.receive(5)
+        assert m.text == "z" and m.redelivered and m.get_property("JMSXDeliveryCount") == 2
+        m.acknowledge()

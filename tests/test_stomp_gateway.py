@@ -104,7 +104,9 @@ def test_typed_properties_and_numeric_selector(host: LoopbackHost) -> None:
     )
     f = lst.get()
     assert f.body == "a"
-    assert f.headers["joms-types"] == "count:int,price:double"
+    # (JMSXDeliveryCount: set by the provider on every MESSAGE, docs/joms.md)
+    assert f.headers["joms-types"] == "JMSXDeliveryCount:int,count:int,price:double"
+    assert f.headers["JMSXDeliveryCount"] == "1"
     assert lst.none()
     c.disconnect()
 

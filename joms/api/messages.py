@@ -27,7 +27,9 @@ NON_PERSISTENT = 1
 log = logging.getLogger(__name__)
 
 _VALUE_TYPES = mdl.PROPERTY_TYPES | {"bytes"}
-_PROVIDER_PROPERTIES = frozenset({"original-destination", "dlq-reason"})
+_PROVIDER_PROPERTIES = frozenset(
+    {"original-destination", "dlq-reason", mdl.DELIVERY_COUNT_PROPERTY}
+)
 """Properties the provider sets on a received message (a dead letter's): read like any
 other, but never sent on when the message is sent again (the provider sets its own)."""
 

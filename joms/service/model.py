@@ -86,6 +86,8 @@ STOMP_HEADERS = STOMP_SEND_HEADERS | frozenset(
 """Every header the gateway reads on SEND or writes on MESSAGE for its own purpose: as a
 user property (one header per property) it would redirect, overwrite or lose the message,
 so none may be one; nor may any name starting ``joms-`` (JOMS extension headers)."""
+DELIVERY_COUNT_PROPERTY = "JMSXDeliveryCount"
+"""The provider-set property counting deliveries (an int on MESSAGE frames, in selectors)."""
 HEADER_IDENTIFIERS = {
     "JMSDeliveryMode": DELIVERY_MODE,
     "JMSPriority": PRIORITY,
@@ -357,9 +359,18 @@ class JomsMessage:
     """``<producer>:<n>``: this is the n-th message its producer sent to this destination
     (consumers use it to deliver each producer's messages in order)."""
 
+    @property
+    def jmsx_delivery_count(self) -> int:
+        """JMSXDeliveryCount (JMS 1.1 §3.5.9): 1 for a first delivery, one more for each
+        redelivery; at least 2 for a message flagged redelivered (it may have reached a
+        client before a crash without being counted)."""
+        n = self.delivery_count + 1
+        return max(n, 2) if self.redelivered else n
+
     def selector_values(self) -> dict[str, Any]:
         """Identifier -> value, as JMS selectors see the message."""
         values: dict[str, Any] = dict(self.properties)
+        values[DELIVERY_COUNT_PROPERTY] = self.jmsx_delivery_count
         values["JMSDeliveryMode"] = self.delivery_mode
         values["JMSPriority"] = self.priority
         values["JMSMessageID"] = self.message_id

@@ -428,7 +428,8 @@ class QueueManagerMixin(ServiceBase):
                 continue
             if pend.assigned is not None:
                 continue
-            if self._over_limit(pend.attempts + pend.message.delivery_count):
+            count = pend.attempts + pend.message.delivery_count
+            if self._over_limit(count):
                 self._drop_pending(q, mid)
                 self._dead_letter(
                     pend.message, self.host_id, now,
@@ -436,10 +437,14 @@ class QueueManagerMixin(ServiceBase):
                     f"(max_redeliveries = {self.config.max_redeliveries})",
                 )  # fmt: skip
                 continue
+            # selectors see the message as it will be handed out (its JMSXDeliveryCount)
+            seen = pend.message.copy(delivery_count=count, redelivered=True) if count else None
             cands = [
                 r.reply_id
                 for r in q.receivers.values()
-                if r.until > now and not r.closing and selector_matches(r.selector, pend.message)
+                if r.until > now
+                and not r.closing
+                and selector_matches(r.selector, seen or pend.message)
             ]
             if not cands:
                 continue

@@ -774,6 +774,8 @@ def message_frame(ev: MessageDispatched, subscription: str, *, ack: bool = True)
         h["redelivered"] = "true"
     if m.null_text:
         h[NULL_TEXT_HEADER] = "true"
+    # JMS 1.1 §3.5.9: set by the provider on receive (a property: one more header, an int)
+    h[mdl.DELIVERY_COUNT_PROPERTY] = str(m.jmsx_delivery_count)
     if m.correlation_id is not None:
         h["correlation-id"] = m.correlation_id
     if m.reply_to is not None:
@@ -784,7 +786,7 @@ def message_frame(ev: MessageDispatched, subscription: str, *, ack: bool = True)
         h["original-destination"] = m.original_destination
     if m.dlq_reason is not None:
         h["dlq-reason"] = m.dlq_reason
-    types = {}
+    types = {mdl.DELIVERY_COUNT_PROPERTY: "int"}
     for name, value in m.properties.items():
         t = m.property_types.get(name) or mdl.property_type_of(value)
         types[name] = t
