@@ -645,7 +645,10 @@ def test_jmsx_delivery_count_counts_each_delivery_and_selectors_see_it(
         s.create_producer(q).send(s.create_text_message("z"))
         m = plain.receive(5)
         assert m.get_property("JMSXDeliveryCount") == 1 and retry.receive(0.3) is None
-        plain.close()  # unacknowledged: handed out again, to the retry consumer
+        # unacknowledged when its session closes (JMS 1.1 §4.5.2: a consumer's close alone
+        # leaves it to the session): handed out again, to the retry consumer
+        plain.close()
+        s2.close()
         m = retry.receive(5)
         assert m.text == "z" and m.redelivered and m.get_property("JMSXDeliveryCount") == 2
         m.acknowledge()
