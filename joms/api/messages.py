@@ -168,7 +168,10 @@ class Message:
         self._body_read_only = False
         self._body_error: MessageFormatException | None = None
         for k, v in (properties or {}).items():
-            self.set_property(k, v)
+            # a received message's properties copied to forward it: those the provider set
+            # are its to set again (set by name, they are refused)
+            if k not in _PROVIDER_PROPERTIES:
+                self.set_property(k, v)
 
     # read-only state of a received message (JMS 1.1 §3.9, §3.10)
     def _check_props_writable(self) -> None:
