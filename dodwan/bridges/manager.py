@@ -47,6 +47,10 @@ T = TypeVar("T")
 
 KEY_PREFIX = "bridge:"
 CONNECT_WAIT = 15.0
+RETIRE_WAIT = 10.0
+"""How long a replacement waits for the old link's connection attempt in flight (the
+links' own connection timeout): with the new link's CONNECT_WAIT, within the admin
+client's 30 s."""
 PURGE_PERIOD = 60.0
 
 
@@ -523,7 +527,7 @@ class BridgeManager:
         loop = asyncio.get_running_loop()
         # The old link must not reconnect (it could take the new one's session over), nor
         # be connecting: its attempt would reach the broker after the new one's.
-        await loop.run_in_executor(None, old.retire, CONNECT_WAIT)
+        await loop.run_in_executor(None, old.retire, RETIRE_WAIT)
         new = self._launch(spec, paused=True)
         await loop.run_in_executor(None, new.tried.wait, CONNECT_WAIT)
         if not new.ready.is_set():
