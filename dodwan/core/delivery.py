@@ -144,6 +144,14 @@ class DeliveryMixin(NodeState):
         trusted = self._subs[key].trusted
         return None if trusted is None else sorted(trusted)
 
+    def subscription_accepts(self, key: str, msg_id: str) -> bool:
+        """Whether subscription ``key`` exists and would be delivered the complete cached
+        message ``msg_id``: its patterns match and, when it names trusted keys, one of them
+        signed it (what a delivery redone outside the core must check)."""
+        s = self._subs.get(key)
+        c = self._cache.get(msg_id)
+        return s is not None and c is not None and c.complete and s.accepts(c.descriptor)
+
     def _inflation_allowed(self, c: Cached, now: float) -> bool:
         """Charge what inflating ``c`` adds (its size beyond its compressed size) to its
         origin's allowance and to the total; when either is spent the delivery waits: the

@@ -417,7 +417,12 @@ class Daemon:
         self.store.commit()  # recorded: a restart will not run this sink again
 
     def _redo_deliveries(self) -> None:
-        """Deliveries the core made before a crash that their dir/exec sink did not finish."""
+        """Deliveries the core made before a crash that their dir/exec sink did not finish.
+
+        Such a delivery may have been made to an earlier subscription of the same key (one
+        in progress when it was removed): it is redone only if the key's subscription now
+        accepts the message (patterns, trusted keys), as the core would deliver it; else
+        it is over, recorded as done so that no later start looks at it again."""
         node, store, sinks = self.node, self.store, self.sinks
         assert node is not None and store is not None and sinks is not None
         undone = store.unfinished_deliveries()
@@ -428,6 +433,15 @@ class Daemon:
             if payload is None or entry is None:  # no longer cached: nothing to redo it from
                 self._count("redeliveries_impossible")
                 store.sink_done(msg_id, key, deadline)
+                continue
+            if not node.subscription_accepts(key, msg_id):
+                self._count("redeliveries_declined")
+                store.sink_done(msg_id, key, deadline)
+                log.info(
+                    "not redelivering %s to %s: its subscription now does not accept it",
+                    msg_id,
+                    key,
+                )
                 continue
             self._count("redeliveries")
             sinks.deliver(MessageDelivered(key, entry["descriptor"], payload), redelivered=True)

@@ -773,9 +773,12 @@ class SqliteStore:
         )
 
     def delete_sink(self, key: str) -> None:
+        """Forget a sink. Its ``sink_done`` rows stay (purged with their message's deadline,
+        as the reception history is): the core keeps the key's history after an
+        unsubscription, so without them a later subscription of the same key would find
+        every finished delivery of the old one "unfinished" and have it redone."""
         self._wrote(True)
         self._exec("DELETE FROM sinks WHERE key = ?", (key,))
-        self._exec("DELETE FROM sink_done WHERE key = ?", (key,))
 
     def sink_done(self, msg_id: str, key: str, deadline: float) -> None:
         """A sink finished a delivery (written, or its command ended): not redone at restart.
@@ -790,7 +793,9 @@ class SqliteStore:
         )
 
     def unfinished_deliveries(self) -> list[tuple[str, str, float]]:
-        """(msg_id, key, deadline) delivered by the core but not finished by the key's sink."""
+        """(msg_id, key, deadline) delivered by the core but not finished by a sink, for the
+        keys that have a dir or exec sink now. The delivery may have been made to an earlier
+        subscription of the key: the caller checks that the current one accepts it."""
         self._write_later()
         rows = self.conn.execute(
             "SELECT h.msg_id, h.key, h.deadline FROM history h JOIN sinks s ON s.key = h.key "
