@@ -145,9 +145,8 @@ class LoopbackHost:
         if self.server is not None:
             gw = getattr(self.server, "gateway", None)
             self.server.close()
-            if gw is not None:
-                for conn in list(gw.connections.values()):
-                    conn.close()
+            if gw is not None:  # clients told and disconnected, pending acks published
+                gw.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 2.0)
             self.server = None

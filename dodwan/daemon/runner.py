@@ -548,15 +548,7 @@ class Daemon:
         if self._memprobe_handle is not None:
             self._memprobe_handle.cancel()
         if self._stomp_server is not None:
-            closer = getattr(self._stomp_server, "close", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    res = closer()
-                    if inspect.isawaitable(res):
-                        await res
-                    waiter = getattr(self._stomp_server, "wait_closed", None)
-                    if waiter is not None:
-                        await asyncio.wait_for(waiter(), 2.0)
+            await self._close_stomp()
         if self.admin is not None:
             await self.admin.close()
         if self.bridges is not None:
@@ -583,6 +575,34 @@ class Daemon:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    async def _close_stomp(self) -> None:
+        """Stop the STOMP gateway before anything it uses is closed: no new connections,
+        every client told and disconnected, the JOMS service's pending acknowledgements
+        published (into dodwan.db, still open) and its timer stopped, its store closed.
+        (``asyncio.Server.close`` alone leaves the open connections serving, and 3.11's
+        ``wait_closed`` does not wait for them.)"""
+        server = self._stomp_server
+        closer = getattr(server, "close", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                res = closer()
+                if inspect.isawaitable(res):
+                    await res
+        gateway = getattr(server, "gateway", None)
+        if gateway is not None:
+            try:
+                gateway.close()
+            except Exception:
+                log.exception("stopping the STOMP gateway failed")
+            store = getattr(getattr(gateway, "service", None), "store", None)
+            with contextlib.suppress(Exception):
+                if store is not None:
+                    store.close()
+        waiter = getattr(server, "wait_closed", None)
+        if waiter is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(waiter(), 2.0)
 
     def _sink_items(self) -> list[tuple[str, tuple[str, str]]]:
         if self.sinks is None:  # close() after a start that failed before the sinks

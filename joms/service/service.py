@@ -252,6 +252,14 @@ class JomsService(
                 self._finish(cons, skey, msg, now)
         self.store.commit()
 
+    def flush(self, now: float) -> None:
+        """Before the runner stops: publish what is held back in memory (the ack batch),
+        consume the ``auto``-mode messages taken, and commit."""
+        self.settle(now)
+        if self._acks_out:
+            self._flush_acks(now)
+        self.store.commit()
+
     def get_timer(self) -> float | None:
         if self._handed:
             return 0.0  # taken auto-mode messages to settle: at once

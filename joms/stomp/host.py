@@ -77,6 +77,7 @@ class ServiceDriver:
         self.store_failures = 0
         """Commits of the service's store that failed (disk full); their writes are kept."""
         self._store_failure_logged = -STORE_FAILURE_LOG_PERIOD
+        self._closed = False
 
     def now(self) -> float:
         return self._now()
@@ -135,6 +136,8 @@ class ServiceDriver:
 
     def deliver(self, key: str, descriptor: Mapping[str, str], payload: bytes) -> None:
         """Feed a DoDWAN delivery for a ``joms:`` key (from the runner)."""
+        if self._closed:  # stopping: it comes again at the next start (new keys)
+            return
         with self._stored():
             self.service.on_delivery(key, descriptor, payload, self._now())
         self.poke()
@@ -142,13 +145,15 @@ class ServiceDriver:
     def deliver_many(self, deliveries: list[tuple[str, Mapping[str, str], bytes]]) -> None:
         """Feed a burst of deliveries: one store commit, then one flush of the outputs
         (one write per connection) — not one of each per message."""
+        if self._closed:
+            return
         with self._stored():
             for key, descriptor, payload in deliveries:
                 self.service.on_delivery(key, descriptor, payload, self._now())
         self.poke()
 
     def poke(self) -> None:
-        if self._busy:  # re-entered from flush(): the outer call finishes the job
+        if self._busy or self._closed:  # re-entered from flush(): the outer call finishes
             return
         self._busy = True
         try:
@@ -180,6 +185,8 @@ class ServiceDriver:
 
     def _on_timer(self) -> None:
         self._timer = self._timer_at = None
+        if self._closed:
+            return
         try:
             with self._stored():
                 self.service.handle_timer(self._now())
@@ -188,9 +195,20 @@ class ServiceDriver:
         self.poke()
 
     def close(self) -> None:
+        """Stop driving the service: publish what it holds back in memory (its pending
+        queue acknowledgements), stored in one commit, then no more timers, deliveries or
+        pokes. The runner closes the stores afterwards (the service's and its own)."""
+        if self._closed:
+            return
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
+            self._timer = self._timer_at = None
+        try:
+            with self.batch():
+                self.service.flush(self._now())
+        except JMSException as exc:  # the host's store refused (disk full): logged there
+            log.warning("stopping the JOMS service: %s", exc)
+        self._closed = True
 
 
 class _DaemonPort:

@@ -43,6 +43,9 @@ EXCEPTION_HEADER = "joms-exception"
 """ERROR header naming the JMS exception class of a refused request (JOMS extension)."""
 ACK_IDS_KEPT = 65_536
 """Message ids a STOMP 1.0/1.1 connection may still ACK by (see ``_ack_of``), at most."""
+STOPPING = "the server is stopping"
+"""ERROR message every connected client gets when the gateway stops (then it is closed)."""
+
 CONNECT_TIMEOUT = 10.0
 """Seconds a new connection has to send CONNECT (or STOMP) before an ERROR closes it."""
 WRITE_WINDOW = 8 * 1024 * 1024
@@ -107,7 +110,25 @@ class Gateway:
         self.passcode = passcode
         self.limits = limits or FrameLimits()
         self.connections: dict[str, StompConnection] = {}
+        self.open: set[StompConnection] = set()
+        """Every open client connection, also those not yet CONNECTed."""
+        self.closed = False
         host.add_wakeup(self.pump)
+
+    def close(self, message: str = STOPPING) -> None:
+        """The server stops (after the listening socket was closed): every client gets an
+        ERROR saying so and its connection is closed, its JOMS connection closed now
+        (transactions aborted, unacknowledged messages given back); then the service
+        publishes what it still holds in memory and its timer stops (``host.close()``).
+        Nothing is served afterwards, so the runner may close its stores."""
+        if self.closed:
+            return
+        self.closed = True
+        for conn in list(self.open):
+            conn.stop(message)
+        closer = getattr(self.host, "close", None)
+        if closer is not None:
+            closer()
 
     def pump(self) -> None:
         """Hand every pending service event to its connection (one write per connection)."""
@@ -127,7 +148,10 @@ class Gateway:
         self.service.settle(self.host.now())
 
     def protocol(self) -> StompConnection:
-        return StompConnection(self)
+        conn = StompConnection(self)
+        if self.closed:  # accepted just before the socket closed
+            conn.closing = True
+        return conn
 
 
 class StompConnection(asyncio.Protocol):
@@ -167,6 +191,10 @@ class StompConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if self.closing:  # the server is stopping
+            transport.close()
+            return
+        self.gw.open.add(self)
         loop = asyncio.get_running_loop()
         self._last_rx = loop.time()
         self._connect_timer = loop.call_later(self.gw.connect_timeout, self._connect_overdue)
@@ -234,7 +262,19 @@ class StompConnection(asyncio.Protocol):
                 self.error(f"internal error handling {frame.command}: {type(exc).__name__}", frame)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._end()
+
+    def stop(self, message: str) -> None:
+        """The server is stopping: an ERROR (once CONNECTed), close the connection, and
+        end its JOMS connection now rather than when the transport reports it closed."""
+        if self.conn_id is not None:
+            self.error(message)
+        self.close()
+        self._end()
+
+    def _end(self) -> None:
         self.closing = True
+        self.gw.open.discard(self)
         for h in (self._hb_send, self._hb_check, self._connect_timer):
             if h is not None:
                 h.cancel()
