@@ -252,6 +252,33 @@ class JomsService(
                 self._finish(cons, skey, msg, now)
         self.store.commit()
 
+    def flush_acks(self, now: float, conn_id: str | None = None) -> None:
+        """Publish now the queue acknowledgements waiting in the ack batch (``ack_delay``):
+        those of one connection's consumers, or all of them.
+
+        A transport calls it before it confirms a client's frame (the STOMP gateway before
+        a RECEIPT): an acknowledgement still in the batch lives in memory only, and a stop
+        in the next ``ack_delay`` seconds would have the queue manager hand the message out
+        again. Published, it is stored by the dissemination layer with the frame's run."""
+        if not self._acks_out:
+            return
+        if conn_id is None:
+            self._flush_acks(now)
+            return
+        conn = self._connections.get(conn_id)
+        if conn is None:
+            return
+        for cid in conn.consumers:
+            cons = self._consumers.get(cid)
+            if cons is None or cons.kind != "queue":
+                continue
+            out = self._acks_out.pop((cons.dest.name, cons.reply_id), None)
+            if out is not None and (out[0] or out[1]):
+                self._publish_ack(cons.dest.name, cons.reply_id, now, *out)
+        if not self._acks_out:
+            self._ack_flush_at = None
+        self.store.commit()
+
     def flush(self, now: float) -> None:
         """Before the runner stops: publish what is held back in memory (the ack batch),
         consume the ``auto``-mode messages taken, and commit."""

@@ -382,6 +382,9 @@ class StompConnection(asyncio.Protocol):
         result = handler(self, frame)
         receipt = frame.get("receipt")
         if receipt is not None and not self.closing:
+            # a RECEIPT confirms this frame and the earlier ones: their queue acks must be
+            # published (stored with the run) first, not waiting in the service's ack batch
+            self.service.flush_acks(self.now(), self.conn_id)
             headers = {"receipt-id": receipt}
             if cmd == "SEND" and isinstance(result, str):
                 headers["message-id"] = result  # JOMS extension: the JMSMessageID given
