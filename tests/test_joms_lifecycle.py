@@ -189,6 +189,69 @@ def test_a_listener_may_close_its_own_consumer(host: LoopbackHost) -> None:
     assert _left_in(host, qn) == [("two", False)]
 
 
+@pytest.mark.parametrize("mode", ["transacted", "client"])
+def test_a_listener_closing_its_own_consumer_leaves_its_message_to_the_session(
+    host: LoopbackHost, mode: str
+) -> None:
+    """The message a listener got before closing its own consumer is the session's to
+    settle, as after a close from another thread: it used to be given back at once (the
+    commit then found nothing, the acknowledge named a gone subscription and killed the
+    connection), and came again."""
+    qn = _name("LCQ")
+    with joms.connect(host.stomp_url) as c:
+        tx = mode == "transacted"
+        s = c.create_session(transacted=tx, ack_mode=joms.CLIENT_ACKNOWLEDGE)
+        q = s.create_queue(qn)
+        s.create_producer(q).send(s.create_text_message("job"))
+        if tx:
+            s.commit()
+        k = s.create_consumer(q)
+        done: queue.Queue = queue.Queue()
+
+        def once(m: joms.Message) -> None:
+            k.close()
+            done.put(m)
+
+        k.message_listener = once
+        m = done.get(timeout=5)
+        assert wait_for(lambda: k._listener_thread is None or not k._listener_thread.is_alive())
+        if tx:
+            s.commit()
+        else:
+            m.acknowledge()
+        _alive(c)
+    assert _left_in(host, qn) == []
+
+
+@pytest.mark.parametrize("mode", ["transacted", "client"])
+def test_a_listener_closing_its_session_gives_its_message_back_as_redelivered(
+    host: LoopbackHost, mode: str
+) -> None:
+    """Closing the session from a listener sends the message it holds back for redelivery
+    (JMSRedelivered, counted), as a close from another thread does; it used to go back as
+    never delivered."""
+    qn = _name("LSQ")
+    with joms.connect(host.stomp_url) as c:
+        tx = mode == "transacted"
+        s = c.create_session(transacted=tx, ack_mode=joms.CLIENT_ACKNOWLEDGE)
+        q = s.create_queue(qn)
+        s.create_producer(q).send(s.create_text_message("job"))
+        if tx:
+            s.commit()
+        k = s.create_consumer(q)
+        done: queue.Queue = queue.Queue()
+
+        def once(m: joms.Message) -> None:
+            s.close()
+            done.put(m)
+
+        k.message_listener = once
+        assert done.get(timeout=5).text == "job"  # type: ignore[attr-defined]
+        assert wait_for(lambda: k._listener_thread is None or not k._listener_thread.is_alive())
+        _alive(c)
+    assert _left_in(host, qn) == [("job", True)]
+
+
 def test_closing_the_connection_from_a_listener_raises(host: LoopbackHost) -> None:
     with joms.connect(host.stomp_url) as c:
         s = c.create_session()

@@ -611,6 +611,7 @@ class MessageConsumer:
         self._handing = threading.RLock()
         self._in_listener = False
         self._close_pending = False  # closed by its own listener: finished when it returns
+        self._close_linger = False  # ... left to the session then if it holds messages
         self._unconsumed: list[str] = []
         self._dups_last: str | None = None  # DUPS_OK: last handed over, not acknowledged yet
         self._dups_count = 0
@@ -760,9 +761,9 @@ class MessageConsumer:
             return False
         finally:
             self._in_listener = False
-            if self._close_pending:  # the listener closed its consumer: finish that now
+            if self._close_pending:  # the listener closed its consumer: finish that now,
+                self._settle_close(self._close_linger)  # (still pending while it does)
                 self._close_pending = False
-                self._finish_close()
         return True
 
     def _dups_ok_handed(self, ack_id: str) -> None:
@@ -822,10 +823,16 @@ class MessageConsumer:
             conn._notify()
             if self._in_listener and threading.current_thread() is self._listener_thread:
                 self._close_pending = True
+                self._close_linger = linger
                 return
-            if linger and self.session._holds(self._sid):
-                self.session._lingering.append(self)
-                return
+        self._settle_close(linger)
+
+    def _settle_close(self, linger: bool) -> None:
+        """End the subscription, or (``linger``) leave it to the session while it holds
+        messages of this consumer (see :meth:`close`)."""
+        if linger and not self.session._closed and self.session._holds(self._sid):
+            self.session._lingering.append(self)
+            return
         self._finish_close()
 
     def _finish_close(self) -> None:
