@@ -552,6 +552,34 @@ def test_stomp_10_and_11_acks_name_the_copy_of_each_subscription(
             assert all(f.get("redelivered") == "true" for f in frames if f.command == "MESSAGE")
 
 
+def test_a_stomp_10_ack_by_message_id_skips_copies_a_cumulative_ack_settled(
+    pair: list[LoopbackHost],
+) -> None:
+    """STOMP 1.0 ACKs by message-id alone, meaning the oldest copy not yet acknowledged
+    (docs/stomp.md). Two ``client`` subscriptions get M1 and M2; ACK M2 takes one
+    subscription's copy and, cumulatively, its M1 too; ACK M1 then means the other
+    subscription's copy. The gateway once took the settled copy and answered an ERROR that
+    closed the connection."""
+    a, _ = pair
+    dest = f"/topic/cumul{next(_fresh)}"
+    with RawStomp(a.stomp_address, version="1.0") as c, RawStomp(a.stomp_address) as p:
+        for sid in ("A", "B"):
+            c.send("SUBSCRIBE", {"id": sid, "destination": dest, "ack": "client",
+                                 "receipt": sid})  # fmt: skip
+            c.receipt(sid)
+        for body in (b"m1", b"m2"):
+            p.send("SEND", {"destination": dest, "receipt": "p"}, body)
+            p.receipt("p")
+        msgs = [c.next("MESSAGE") for _ in range(4)]
+        mid = {m.body: m.headers["message-id"] for m in msgs}
+        c.send("ACK", {"message-id": mid[b"m2"], "receipt": "a1"})
+        c.receipt("a1")
+        c.send("ACK", {"message-id": mid[b"m1"], "receipt": "a2"})
+        c.receipt("a2")
+        frames = c.quiet(1.0)
+        assert [f for f in frames if f.command == "ERROR"] == [] and not c.closed, frames
+
+
 @pytest.mark.parametrize("kind", ["queue", "topic"])
 def test_nack_in_client_mode_is_cumulative(pair: list[LoopbackHost], kind: str) -> None:
     """STOMP 1.2: ``client-individual`` works like ``client`` except that its ACK and NACK

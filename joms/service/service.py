@@ -635,6 +635,11 @@ class JomsService(
         self._delete_durable(d)
         self.store.commit()
 
+    def waiting(self, consumer_id: str, tag: str) -> bool:
+        """Whether ``tag`` was sent to the consumer and is not acknowledged yet."""
+        cons = self._consumers.get(consumer_id)
+        return cons is not None and tag in cons.unacked
+
     def ack(self, consumer_id: str, tag: str, now: float, *, tx: str | None = None) -> bool:
         """Acknowledge (cumulatively in ``client`` mode); False when ``tag`` is unknown."""
         cons = self._consumers.get(consumer_id)

@@ -722,8 +722,14 @@ class StompConnection(asyncio.Protocol):
         copies = self._ack_of.get(mid)
         if not copies:
             return mid
-        key = next(iter(copies)) if sub is None else sub
-        tag = copies.pop(key, None)
+        key = sub
+        if sub is None:
+            for k, t in list(copies.items()):
+                if self.service.waiting(t.rpartition("-")[0], t):
+                    key = k
+                    break
+                del copies[k]  # settled meanwhile (a cumulative ACK or NACK): forgotten
+        tag = None if key is None else copies.pop(key, None)
         if not copies:
             del self._ack_of[mid]
         return mid if tag is None else tag
