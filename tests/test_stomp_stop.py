@@ -7,6 +7,7 @@ no failed write.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -94,3 +95,43 @@ def test_sigterm_with_a_busy_stomp_client_is_an_orderly_stop(daemons) -> None:
         assert "Traceback" not in log, log
         assert "cannot write" not in log, log
         assert "closed database" not in log, log
+
+
+def test_a_connection_accepted_as_the_gateway_stops_is_closed_unserved() -> None:
+    """asyncio makes a connection's protocol, then calls its ``connection_made`` one loop
+    step later; a stop landing in between (the daemon closes the gateway and its stores with
+    no await between them) used to leave that connection unknown to the gateway's close and
+    served afterwards: CONNECTED, then a RECEIPT for a SEND, from a stopped server."""
+    import asyncio
+    import socket
+
+    from joms_support import LoopThread, start_hosts
+
+    from joms.stomp.frame import Frame as StompFrame
+    from joms.stomp.frame import FrameParser, encode
+
+    lt = LoopThread()
+    (h,) = start_hosts(lt, 1, prefix="stopaccept")
+    gw = h.server.gateway
+    try:
+
+        async def listen() -> tuple[str, int]:
+            def factory():  # type: ignore[no-untyped-def]
+                conn = gw.protocol()  # the gateway still open
+                gw.close()  # the stop, before connection_made
+                return conn
+
+            srv = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
+            return srv.sockets[0].getsockname()[:2]  # type: ignore[no-any-return]
+
+        with socket.create_connection(lt.call(listen()), timeout=5) as s:
+            s.sendall(encode(StompFrame("CONNECT", {"accept-version": "1.2", "host": "h"})))
+            s.sendall(encode(StompFrame("SEND", {"destination": "/queue/q", "receipt": "r"}, b"x")))
+            parser, got = FrameParser(), []
+            with contextlib.suppress(ConnectionResetError):  # closed with our frames unread
+                while data := s.recv(65536):  # until the gateway closes it
+                    got += parser.feed(data)
+        assert [f.command for f in got] == [], got
+    finally:
+        lt.call(h.stop())
+        lt.close()

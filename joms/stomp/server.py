@@ -191,7 +191,10 @@ class StompConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        if self.closing:  # the server is stopping
+        # the server is stopping (it may have closed between this protocol's making and
+        # this call, a loop step later: it did not know this connection then)
+        if self.closing or self.gw.closed:
+            self.closing = True
             transport.close()
             return
         self.gw.open.add(self)
