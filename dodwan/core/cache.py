@@ -306,7 +306,10 @@ class CacheMixin(NodeState):
             if c.rank() != vrank:
                 heapq.heappush(self._evict_heap, (c.rank(), vid))
                 continue
-            if c.header.deadline > now and vrank >= rank:
+            # never for capacity: one ranked at or above the newcomer, nor an own
+            # publication not yet handed on (only expiry or the user removes those, even
+            # for a newer or higher-priority own publication)
+            if c.header.deadline > now and (vrank >= rank or vrank[0] == 3):
                 victims.append((vrank, vid))
                 break
             self._drop(vid, now, "expired" if c.header.deadline <= now else "capacity")
