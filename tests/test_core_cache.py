@@ -271,3 +271,36 @@ def test_bytes_still_to_come_are_kept_up_to_date_without_summing_every_reservati
     for h in hosts:
         n = net.node(h)
         assert not n._partial and (n._reserved_left, n._origin_left) == (0, {}), h
+
+
+def test_own_publications_not_yet_sent_are_not_evicted_for_newer_ones() -> None:
+    """docs/protocol.md: own publications not yet sent in full once are removed only by
+    expiry or the user. A newer own publication (same or higher priority) once evicted
+    older ones nobody had received yet (`messages_evicted`, the publish answered 200); it
+    is refused now (CacheFullError: 409 at the admin API), and the older ones stay."""
+    n = make(capacity=1 << 20)
+    kept = [n.publish({"t": "x"}, noise(100_000, i), deadline=3600, now=i) for i in range(10)]
+    with pytest.raises(CacheFullError):
+        n.publish({"t": "x"}, noise(100_000, 99), deadline=3600, now=20, priority=9)
+    assert sorted(c["id"] for c in n.cache_listing()) == sorted(kept)
+    assert n.counters.get("messages_evicted", 0) == 0
+
+
+def test_subscriptions_whose_expressions_together_cost_too_much_are_refused() -> None:
+    """``max_profile_program`` bounds one profile's expressions, a peer's too: subscriptions
+    each within it but over it together were accepted, then every neighbour dropped the
+    whole profile (`dropped_bad_pattern`) and nothing was delivered to this host."""
+    from dodwan.core.patterns import Profile
+
+    def pattern(k: int) -> dict[str, str]:
+        return {"topic": f"s{k}", **{f"f{i}": "[a-z]{1,200}" for i in range(15)}}
+
+    n = make()
+    each = Profile.from_patterns([pattern(0)]).cost
+    fits = Limits().max_profile_program // each
+    for k in range(fits):
+        n.subscribe(pattern(k), now=0, key=f"k{k}")
+    with pytest.raises(ValueError, match="max_profile_program"):
+        n.subscribe(pattern(fits), now=0, key=f"k{fits}")
+    assert len(n.subscriptions()) == fits
+    n.subscribe(pattern(fits), now=0, key="k0")  # replacing one: the same cost

@@ -105,6 +105,12 @@ class DeliveryMixin(NodeState):
         merged = Profile([p for prof in [*others, profile] for p in prof.patterns])
         if len(merged.patterns) > self._limits.max_patterns:
             raise ValueError(f"the host profile would exceed {self._limits.max_patterns} patterns")
+        if merged.cost > self._limits.max_profile_program:  # a peer would drop it whole
+            raise ValueError(
+                "the host profile's expressions would be too complex: more than "
+                f"limits.max_profile_program ({self._limits.max_profile_program}) RE2 "
+                "instructions with the other subscriptions; use fewer or simpler patterns"
+            )
         if len(split(merged, self._piece_room())) > self._limits.max_profile_pieces:
             raise ValueError(
                 f"the host profile would span more than {self._limits.max_profile_pieces} "
