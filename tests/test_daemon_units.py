@@ -244,6 +244,34 @@ def test_the_smallest_sizes_accepted_leave_room_for_a_publication(tmp_path: Path
     assert cfg.NODE_RANGES["cache_capacity"][0] - margin >= 1
 
 
+def test_the_smallest_max_datagram_accepted_leaves_room_for_a_publication(
+    tmp_path: Path,
+) -> None:
+    """The documented minimum of max_datagram once refused every publication ("descriptor
+    leaves only 40 bytes per fragment in a 256-byte datagram"): at the minimum, a host with
+    the longest host id, signing its messages, still publishes a small and a large
+    payload with a few attributes; below it the daemon refuses to start, in one line."""
+    low = int(cfg.NODE_RANGES["max_datagram"][0])
+    f = tmp_path / "dg.toml"
+    f.write_text(f"[node]\nmax_datagram = {low - 1}\n")
+    with pytest.raises(cfg.ConfigError, match=r"node\.max_datagram = \d+ is out of range") as info:
+        cfg.load(f)
+    assert "\n" not in str(info.value)
+    f.write_text(f"[node]\nmax_datagram = {low}\n")
+    conf = cfg.load(f)
+    assert conf.node["max_datagram"] == low
+    for host_id in ("h", "h" * 64):
+        for key in (None, bytes(range(32))):
+            node = Node(conf.node_config(host_id, signing_key=key), rng=random.Random(1))
+            for size in (1, 200_000):
+                node.publish(
+                    {"topic": "weather/alerts", "lang": "fr"},
+                    random.Random(size).randbytes(size),
+                    deadline=1e9 + 3600,
+                    now=1e9,
+                )
+
+
 def _load_limits(tmp_path: Path, max_message_size: int) -> cfg.DaemonConfig:
     f = tmp_path / "limits.toml"
     f.write_text(f"[node.limits]\nmax_message_size = {max_message_size}\n")

@@ -218,6 +218,13 @@ PUBLISH_MARGIN = 16 * 1024
 zstd's framing of an incompressible payload (3 bytes per 128 KiB block) and the descriptor.
 Both settings must exceed it (their ranges start above it), or nothing could be published."""
 
+MIN_DATAGRAM = 640
+"""Smallest ``max_datagram`` the daemon accepts: a fragment datagram holds the compressed
+descriptor (at most about 520 bytes for a message without application attributes, signed,
+from a 64-character host id) and at least 64 bytes of payload (``Node._geometry``); the
+rest is margin for a few application attributes. The core's own minimum, 256, suits short
+host ids without signatures only."""
+
 RANGES: dict[str, tuple[float, float]] = {
     "bitrate": (0, 100e9),
     "burst": (1, GiB),
@@ -240,7 +247,7 @@ NODE_RANGES: dict[str, tuple[float, float]] = {
     "announce_jitter": (0, 0.99),
     "beacon_period": (0, 3600),
     "neighbour_timeout": (0, 7 * DAY),
-    "max_datagram": (256, 65507),
+    "max_datagram": (MIN_DATAGRAM, 65507),
     "cache_capacity": (64 * 1024, 1024 * GiB),
     "request_delay": (0, 60),
     "request_timeout": (0.001, 3600),
@@ -670,6 +677,12 @@ def render_markdown() -> str:
         "",
         "These are the fields of the core's `NodeConfig`; the host id is the daemon setting",
         "`host_id`.",
+        "",
+        f"`max_datagram` starts at {MIN_DATAGRAM} bytes (the core alone allows 256): every",
+        "fragment datagram carries the compressed descriptor, about 520 bytes for a signed",
+        "message from a 64-character host id, and at least 64 bytes of payload, so a smaller",
+        "datagram could refuse every publication; what is left holds a few short application",
+        "attributes (a descriptor that does not fit is refused with a 400 naming it).",
         "",
         "| name | default | range | meaning |",
         "|---|---|---|---|",
