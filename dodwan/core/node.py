@@ -291,8 +291,8 @@ class Node(
             raise ValueError("deadline must be later than now")
         if deadline - now > self._limits.max_ttl:
             raise ValueError(
-                f"time to live {deadline - now:g} s is longer than the maximum, "
-                f"{self._limits.max_ttl:g} s (limits.max_ttl)"
+                f"time to live {deadline - now:.15g} s is longer than the maximum, "
+                f"{self._limits.max_ttl:.15g} s (limits.max_ttl)"
             )
         if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
             raise ValueError("priority must be an int between 0 and 9")
@@ -358,6 +358,40 @@ class Node(
         self._store.commit()
         return msg_id
 
+    def largest_fragmented_payload(self, attribute_bytes: int = 0) -> int:
+        """Largest incompressible payload :meth:`publish` can cut into at most
+        ``limits.max_fragments`` fragments of this ``max_datagram``, when the application
+        attributes take at most ``attribute_bytes`` in the compressed descriptor.
+
+        The descriptor counted has system attributes of realistic widths (plus 16 bytes
+        of margin), and zstd's framing of the payload (header, checksum, 3 bytes per
+        128 KiB block) is set aside. A compressible payload can be larger. The cache and
+        ``limits.max_message_size`` bound it too (not counted here).
+        """
+        digits = "7305918264" * 2  # like real values: digits that barely compress
+        widest = {
+            m.ID: f"{self.host_id}-{'9e3779b97f4a7c15'}",
+            m.DEADLINE: f"{digits[:10]}.{digits[10:17]}",
+            m.ORIGIN: self.host_id,
+            m.DATE: f"{digits[3:13]}.{digits[13:20]}",
+            m.SIZE: digits[:12],
+            m.PRIORITY: "9",
+            m.PERSISTENT: "false",
+            m.ZSIZE: digits[5:17],
+            m.ZHASH: m.payload_digest(digits.encode()),
+            m.FRAGS: str(self._limits.max_fragments),
+            m.FSIZE: str(self.config.max_datagram),
+        }
+        if self._signer is not None:
+            self._signer.sign(widest)
+        zdesc = m.compress_descriptor(widest, self.config.compression_level)
+        size = len(zdesc) + max(0, attribute_bytes) + 16
+        room = m.fragment_room(self.config.max_datagram, self.host_id, widest[m.ID], size)
+        if room < 64:  # as _geometry refuses
+            return 0
+        capacity = self._limits.max_fragments * room
+        return max(0, capacity - 32 - 3 * -(-capacity // (128 * 1024)))
+
     def _geometry(self, descriptor: dict[str, str], zsize: int) -> tuple[bytes, int, int]:
         """Choose the fragment size so a fragment datagram fits ``max_datagram``: the
         compressed descriptor, the fragment count and size.
@@ -392,7 +426,11 @@ class Node(
                 )
             if fsize <= room:
                 if frags > self._limits.max_fragments:
-                    raise ValueError("payload needs too many fragments; raise max_datagram")
+                    raise ValueError(
+                        f"payload needs {frags} fragments of {fsize} bytes, more than "
+                        f"limits.max_fragments ({self._limits.max_fragments}): raise "
+                        "max_datagram or limits.max_fragments, or use fewer attributes"
+                    )
                 if zsize > self._limits.max_message_size + 1024:  # as Header.parse checks
                     raise ValueError("compressed payload larger than limits allow")
                 return zdesc, frags, fsize

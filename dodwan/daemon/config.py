@@ -218,6 +218,11 @@ PUBLISH_MARGIN = 16 * 1024
 zstd's framing of an incompressible payload (3 bytes per 128 KiB block) and the descriptor.
 Both settings must exceed it (their ranges start above it), or nothing could be published."""
 
+ATTRIBUTE_RESERVE = 64
+"""Bytes of (compressed) application attributes a fragment's descriptor is assumed to
+carry when ``max_payload`` counts what ``limits.max_fragments`` fragments hold: a
+publication with more attributes has less room per fragment."""
+
 MIN_DATAGRAM = 640
 """Smallest ``max_datagram`` the daemon accepts: a fragment datagram holds the compressed
 descriptor (at most about 520 bytes for a message without application attributes, signed,
@@ -704,9 +709,14 @@ def render_markdown() -> str:
         "",
         "Bounds on what a peer (or a local caller) can make the node hold or compute. The",
         "defaults suit a radio; on loopback or a fast LAN raise `max_requests_per_second`.",
-        "The largest payload `POST /publish` accepts is",
-        f"`min(max_message_size, cache_capacity) − {PUBLISH_MARGIN // 1024} KiB`, hence the"
-        f" minimum of `max_message_size` ({PUBLISH_MARGIN + 1} bytes: one byte of payload).",
+        "The largest payload `POST /publish` accepts (`max_payload` in `GET /status`) is the",
+        f"smallest of `min(max_message_size, cache_capacity) − {PUBLISH_MARGIN // 1024} KiB`",
+        f"(hence the minimum of `max_message_size`, {PUBLISH_MARGIN + 1} bytes: one byte of",
+        "payload), the admin API's 96 MiB request body, and what `max_fragments` fragments of",
+        "`max_datagram` hold: counted for an incompressible payload with up to",
+        f"{ATTRIBUTE_RESERVE} bytes of compressed application attributes (about",
+        "`max_fragments × (max_datagram − 300)` unsigned; payloads are zstd-compressed, but a",
+        "larger compressible payload is refused too).",
         "",
         "| name | default | range | meaning |",
         "|---|---|---|---|",

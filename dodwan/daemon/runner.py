@@ -46,9 +46,9 @@ from ..core import (
     Profile,
 )
 from ..core.errors import WireError
-from .admin import RAW_PAYLOAD, AdminServer, ApiError
+from .admin import MAX_BODY, RAW_PAYLOAD, AdminServer, ApiError
 from .collector import settle_collector
-from .config import PUBLISH_MARGIN, DaemonConfig
+from .config import ATTRIBUTE_RESERVE, PUBLISH_MARGIN, DaemonConfig
 from .memdebug import MemProbe
 from .netkey import OVERHEAD as NETKEY_OVERHEAD
 from .netkey import NetKey, NetKeyError, read_key_file, write_secret_file
@@ -909,12 +909,22 @@ class Daemon:
                 f"payload of {len(payload)} bytes: the largest publication is {biggest} bytes",
             )
         now = time.time()
+        for field in ("ttl", "priority"):  # bool is an int: True would be 1 s, priority 1
+            if isinstance(body.get(field), bool):
+                raise ApiError(400, f"{field} must be a number, not a boolean")
         try:
-            ttl = float(body.get("ttl", DEFAULT_TTL))
+            given = body.get("ttl", DEFAULT_TTL)
+            ttl = float(given)
             priority = body.get("priority", 4)
             persistent = body.get("persistent", True)
             if not ttl > 0 or not math.isfinite(ttl):
                 raise ValueError("ttl must be a positive, finite number of seconds")
+            max_ttl = node.config.limits.max_ttl
+            if ttl > max_ttl:  # the value as given (now + ttl - now is not always ttl)
+                raise ValueError(
+                    f"time to live {given} s is longer than the maximum, {max_ttl:.15g} s "
+                    "(limits.max_ttl)"
+                )
             msg_id = node.publish(
                 attributes,
                 payload,
@@ -934,9 +944,18 @@ class Daemon:
         return {"id": msg_id}
 
     def max_payload(self) -> int:
-        """Largest payload a publication may carry (documented in docs/admin-api.md)."""
-        conf = self._node().config
-        return min(conf.limits.max_message_size, conf.cache_capacity) - PUBLISH_MARGIN
+        """Largest payload ``POST /publish`` accepts (documented in docs/admin-api.md and
+        docs/configuration.md): what the cache and ``max_message_size`` hold, what one
+        request body carries (as ``application/octet-stream``), and, for an incompressible
+        payload with up to ``ATTRIBUTE_RESERVE`` bytes of application attributes, what
+        ``max_fragments`` fragments of this ``max_datagram`` hold."""
+        node = self._node()
+        conf = node.config
+        return min(
+            min(conf.limits.max_message_size, conf.cache_capacity) - PUBLISH_MARGIN,
+            MAX_BODY,
+            node.largest_fragmented_payload(ATTRIBUTE_RESERVE),
+        )
 
     def _check_stored(self, msg_id: str) -> None:
         """After a publication: if its storage failed, it is dropped (never sent) and the
