@@ -1345,6 +1345,8 @@ def _refusal(
         why = str(e)
         if "time to live" in why:
             return "ttl", why
+        if "fragments" in why:  # (its advice names attributes too: the size is to blame)
+            return "size", why
         if "attribute" in why or "descriptor" in why:
             return "attributes", why
         return "size", why

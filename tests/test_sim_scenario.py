@@ -289,7 +289,7 @@ def test_message_attributes_are_checked_as_publish_checks_them() -> None:
         (
             "[protocol.limits]\nmax_fragments = 2\n",
             "traffic.publish[0].size",
-            "too many fragments",
+            "more than limits.max_fragments",
         ),
         # attribute names the core refuses
         ('attributes = { "" = "x" }', "traffic.publish[0].attributes", "bad attribute name"),
