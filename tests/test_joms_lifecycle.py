@@ -189,6 +189,30 @@ def test_a_listener_may_close_its_own_consumer(host: LoopbackHost) -> None:
     assert _left_in(host, qn) == [("two", False)]
 
 
+def _job_to_a_listener_that_closes(
+    c: joms.Connection, mode: str, qn: str, closing: str
+) -> tuple[joms.Session, joms.Message]:
+    """Queue ``qn`` holds one message "job"; a consumer of a ``mode`` session (transacted
+    or CLIENT_ACKNOWLEDGE) gets it in a listener that closes its ``closing`` ("consumer"
+    or "session") first. Returns once the listener has ended: the session and message."""
+    s = c.create_session(transacted=mode == "transacted", ack_mode=joms.CLIENT_ACKNOWLEDGE)
+    q = s.create_queue(qn)
+    s.create_producer(q).send(s.create_text_message("job"))
+    if s.transacted:
+        s.commit()
+    k = s.create_consumer(q)
+    done: queue.Queue = queue.Queue()
+
+    def once(m: joms.Message) -> None:
+        (k if closing == "consumer" else s).close()
+        done.put(m)
+
+    k.message_listener = once
+    m = done.get(timeout=5)
+    assert wait_for(lambda: k._listener_thread is None or not k._listener_thread.is_alive())
+    return s, m
+
+
 @pytest.mark.parametrize("mode", ["transacted", "client"])
 def test_a_listener_closing_its_own_consumer_leaves_its_message_to_the_session(
     host: LoopbackHost, mode: str
@@ -199,23 +223,8 @@ def test_a_listener_closing_its_own_consumer_leaves_its_message_to_the_session(
     connection), and came again."""
     qn = _name("LCQ")
     with joms.connect(host.stomp_url) as c:
-        tx = mode == "transacted"
-        s = c.create_session(transacted=tx, ack_mode=joms.CLIENT_ACKNOWLEDGE)
-        q = s.create_queue(qn)
-        s.create_producer(q).send(s.create_text_message("job"))
-        if tx:
-            s.commit()
-        k = s.create_consumer(q)
-        done: queue.Queue = queue.Queue()
-
-        def once(m: joms.Message) -> None:
-            k.close()
-            done.put(m)
-
-        k.message_listener = once
-        m = done.get(timeout=5)
-        assert wait_for(lambda: k._listener_thread is None or not k._listener_thread.is_alive())
-        if tx:
+        s, m = _job_to_a_listener_that_closes(c, mode, qn, "consumer")
+        if s.transacted:
             s.commit()
         else:
             m.acknowledge()
@@ -232,22 +241,8 @@ def test_a_listener_closing_its_session_gives_its_message_back_as_redelivered(
     never delivered."""
     qn = _name("LSQ")
     with joms.connect(host.stomp_url) as c:
-        tx = mode == "transacted"
-        s = c.create_session(transacted=tx, ack_mode=joms.CLIENT_ACKNOWLEDGE)
-        q = s.create_queue(qn)
-        s.create_producer(q).send(s.create_text_message("job"))
-        if tx:
-            s.commit()
-        k = s.create_consumer(q)
-        done: queue.Queue = queue.Queue()
-
-        def once(m: joms.Message) -> None:
-            s.close()
-            done.put(m)
-
-        k.message_listener = once
-        assert done.get(timeout=5).text == "job"  # type: ignore[attr-defined]
-        assert wait_for(lambda: k._listener_thread is None or not k._listener_thread.is_alive())
+        _, m = _job_to_a_listener_that_closes(c, mode, qn, "session")
+        assert m.text == "job"  # type: ignore[attr-defined]
         _alive(c)
     assert _left_in(host, qn) == [("job", True)]
 
