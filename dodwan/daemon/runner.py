@@ -147,6 +147,7 @@ class Daemon:
                 raise ValueError(f"--signing-key: {exc}") from None
         self.store: SqliteStore | None = None
         self.node: Node | None = None
+        self._max_payload: tuple[Node, int] | None = None
         self.transport: UdpTransport | None = None
         self.pacer: Pacer | None = None
         self.sinks: SinkRouter | None = None
@@ -950,12 +951,19 @@ class Daemon:
         payload with up to ``ATTRIBUTE_RESERVE`` bytes of application attributes, what
         ``max_fragments`` fragments of this ``max_datagram`` hold."""
         node = self._node()
-        conf = node.config
-        return min(
-            min(conf.limits.max_message_size, conf.cache_capacity) - PUBLISH_MARGIN,
-            MAX_BODY,
-            node.largest_fragmented_payload(ATTRIBUTE_RESERVE),
-        )
+        if self._max_payload is None or self._max_payload[0] is not node:
+            # fixed for a node's life (its settings, host id and key): computed once, not
+            # at every publication (it compresses, and may sign, a descriptor)
+            conf = node.config
+            self._max_payload = (
+                node,
+                min(
+                    min(conf.limits.max_message_size, conf.cache_capacity) - PUBLISH_MARGIN,
+                    MAX_BODY,
+                    node.largest_fragmented_payload(ATTRIBUTE_RESERVE),
+                ),
+            )
+        return self._max_payload[1]
 
     def _check_stored(self, msg_id: str) -> None:
         """After a publication: if its storage failed, it is dropped (never sent) and the
