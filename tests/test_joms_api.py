@@ -654,6 +654,38 @@ def test_a_received_message_s_properties_can_be_copied_to_forward_it(
             s.create_text_message("y").set_property("JMSXDeliveryCount", 3)
 
 
+def test_message_group_properties_can_be_set_selected_and_forwarded(
+    pair: list[LoopbackHost],
+) -> None:
+    """JMS 1.1 §3.5.9: JMSXGroupID and JMSXGroupSeq are the properties a client sets to
+    group messages, and every provider must support them. set_property refused them (every
+    name starting JMS was reserved). Now they travel with their JMS types (string, int),
+    selectors see them, forwarding keeps them, and a value of another type is refused."""
+    a, _ = pair
+    with joms.connect(a.stomp_url) as ca:
+        sa, sb = ca.create_session(), ca.create_session()
+        t = sa.create_topic(f"groups{next(_fresh)}")
+        later = sb.create_consumer(t, selector="JMSXGroupID = 'g1' AND JMSXGroupSeq >= 2")
+        prod = sa.create_producer(t)
+        for seq in (1, 2):
+            m = sa.create_text_message(f"m{seq}")
+            m.set_property("JMSXGroupID", "g1")
+            m.set_int_property("JMSXGroupSeq", seq)
+            prod.send(m)
+        got = later.receive(10)
+        assert got.text == "m2" and got.get_property("JMSXGroupSeq") == 2
+        assert got.property_type("JMSXGroupSeq") == "int"
+        assert got.get_property("JMSXGroupID") == "g1"
+        assert later.receive(0.3) is None
+        fwd = sb.create_text_message("again", properties=got.properties)
+        assert fwd.get_property("JMSXGroupSeq") == 2 and fwd.get_property("JMSXGroupID") == "g1"
+        for name, value in (("JMSXGroupSeq", "2"), ("JMSXGroupSeq", 1 << 40), ("JMSXGroupID", 3)):
+            with pytest.raises(joms.MessageFormatException, match=name):
+                sa.create_text_message("y").set_property(name, value)
+        with pytest.raises(joms.MessageFormatException):  # the other JMSX names stay the provider's
+            sa.create_text_message("y").set_property("JMSXUserID", "me")
+
+
 def test_jmsx_delivery_count_counts_each_delivery_and_selectors_see_it(
     pair: list[LoopbackHost],
 ) -> None:

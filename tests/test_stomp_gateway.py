@@ -633,3 +633,31 @@ def test_stomp_10_and_11_clients_acknowledge_by_message_id(
             chunk = s.recv(65536)
             assert chunk and b"ERROR" not in data + chunk, data + chunk
             data += chunk
+
+
+def test_message_group_properties_are_client_properties_with_their_jms_types(
+    host: LoopbackHost,
+) -> None:
+    """JMS 1.1 §3.5.9: JMSXGroupID (string) and JMSXGroupSeq (int) are set by the client
+    and every provider supports them. Every name starting JMS was once refused, so a raw
+    STOMP SEND carrying them got an ERROR. A STOMP client need not type them (their JMS
+    type is known); a value that is not of that type is refused."""
+    c, lst = connect(host)
+    c.subscribe("/topic/grp", id="1", headers={"selector": "JMSXGroupSeq > 1"})
+    sync(c, lst)
+    for seq in ("1", "2"):
+        c.send("/topic/grp", f"m{seq}", headers={"JMSXGroupID": "order-7", "JMSXGroupSeq": seq})
+    f = lst.get()
+    assert f.body == "m2" and f.headers["JMSXGroupID"] == "order-7"
+    assert f.headers["JMSXGroupSeq"] == "2" and "JMSXGroupSeq:int" in f.headers["joms-types"]
+    assert lst.none()
+    for bad in (b"JMSXGroupSeq:first\n", b"JMSXGroupSeq:2\njoms-types:JMSXGroupSeq:string\n"):
+        reply = raw_exchange(
+            host,
+            b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/topic/grp\nreceipt:r1\n"
+            + bad
+            + b"\n\x00",
+        )
+        assert b"ERROR" in reply and b"RECEIPT" not in reply and b"JMSXGroupSeq" in reply
+    assert lst.none()
+    c.disconnect()

@@ -208,9 +208,8 @@ class Message:
     # properties
     def set_property(self, name: str, value: Any, jms_type: str | None = None) -> None:
         self._check_props_writable()
-        mdl.check_property_name(name)
         t = jms_type or mdl.property_type_of(value)
-        mdl.encode_property(value, t)
+        mdl.check_property(name, value, t)
         if isinstance(value, str):
             _check_wire_text(f"property {name!r}", value)
         self._props[name] = value

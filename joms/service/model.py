@@ -88,6 +88,9 @@ user property (one header per property) it would redirect, overwrite or lose the
 so none may be one; nor may any name starting ``joms-`` (JOMS extension headers)."""
 DELIVERY_COUNT_PROPERTY = "JMSXDeliveryCount"
 """The provider-set property counting deliveries (an int on MESSAGE frames, in selectors)."""
+CLIENT_JMSX = {"JMSXGroupID": "string", "JMSXGroupSeq": "int"}
+"""The JMS-defined properties a client sets (JMS 1.1 §3.5.9: message groups), with the type
+each must have; every other name starting ``JMS`` is refused as a property."""
 HEADER_IDENTIFIERS = {
     "JMSDeliveryMode": DELIVERY_MODE,
     "JMSPriority": PRIORITY,
@@ -106,6 +109,8 @@ _VALID_NAMES: set[str] = set()
 def check_property_name(name: str) -> None:
     """Raise MessageFormatException unless ``name`` may be a user property."""
     if type(name) is str and name in _VALID_NAMES:
+        return
+    if name in CLIENT_JMSX:
         return
     if not isinstance(name, str) or not name or len(name) > 64:
         raise MessageFormatException(f"bad property name {name!r}: 1-64 characters")
@@ -126,6 +131,19 @@ def check_property_name(name: str) -> None:
         )
     if len(_VALID_NAMES) < 4096:
         _VALID_NAMES.add(name)
+
+
+def check_property(name: str, value: Any, jms_type: str) -> None:
+    """Raise MessageFormatException unless ``value`` of type ``jms_type`` may be sent as
+    user property ``name`` (a JMSX property a client sets must have its JMS type)."""
+    check_property_name(name)
+    fixed = CLIENT_JMSX.get(name)
+    if fixed is not None and jms_type != fixed:
+        raise MessageFormatException(
+            f"property {name} must be {'an' if fixed == 'int' else 'a'} {fixed} "
+            f"(JMS 1.1 §3.5.9), not {jms_type}"
+        )
+    encode_property(value, jms_type)
 
 
 def property_type_of(value: Any) -> str:
@@ -404,9 +422,7 @@ def validate_outgoing(msg: JomsMessage) -> None:
     if msg.null_text and (msg.body_type != "text" or msg.body):
         raise MessageFormatException("null text is a text message with an empty body")
     for name, value in msg.properties.items():
-        check_property_name(name)
-        t = msg.property_types.get(name) or property_type_of(value)
-        encode_property(value, t)
+        check_property(name, value, msg.property_types.get(name) or property_type_of(value))
 
 
 def to_descriptor(msg: JomsMessage) -> dict[str, str]:

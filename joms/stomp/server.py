@@ -573,10 +573,11 @@ class StompConnection(asyncio.Protocol):
         for name, value in h.items():
             if name in _SEND_RESERVED:
                 continue
-            t = types.get(name, "string")
+            t = types.get(name) or mdl.CLIENT_JMSX.get(name, "string")
             try:
                 mdl.check_property_name(name)
                 props[name] = mdl.decode_property(value, t)
+                mdl.check_property(name, props[name], t)
             except ValueError as exc:
                 why = str(exc)
                 if "literal" in why or "convert" in why:  # int()/float() wording
