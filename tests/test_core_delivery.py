@@ -173,6 +173,26 @@ def test_a_flood_of_fragment_zeros_does_not_hold_back_a_real_message() -> None:
     assert [d.descriptor["id"] for d in net.deliveries("s")] == [real]
 
 
+def test_a_host_catching_up_on_one_busy_origin_gets_full_catalog_rounds() -> None:
+    # One origin takes at most 16 entries of a round while others have offers to make (a
+    # flooding origin cannot crowd them out, test above). With no other origin it was still
+    # held to 16 and the room left went unused: a host back in range of a busy sensor was
+    # offered 16 of its messages per round (~50 messages/s whatever the link's speed).
+    net = VirtualNetwork(seed=7, bitrate=2e6)
+    a = net.add("a")
+    net.add("b")
+    net.subscribe("b", {"topic": "readings"})
+    count = 320
+    for k in range(count):
+        net.publish("a", {"topic": "readings", "k": str(k)}, b"x" * 40, ttl=3600)
+    _apart(net, 5.0)
+    before = a.counters["announcements_sent"]
+    net.link("a", "b")
+    assert net.run(60.0, stop=lambda: len(net.deliveries("b")) == count)
+    rounds = a.counters["announcements_sent"] - before
+    assert rounds < count / 16 * 0.75, f"{rounds} rounds to offer {count} messages"
+
+
 @pytest.mark.parametrize(
     ("small", "large"),
     [({"priority": 1}, {"priority": 9}), ({"persistent": False}, {"persistent": True})],

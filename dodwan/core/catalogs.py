@@ -148,6 +148,23 @@ class CatalogsMixin(NodeState):
         neighbours = list(self._neighbours.values())
         per_origin: dict[str, int] = {}  # entries of this round per origin
         deferred: list[tuple[str, tuple[int, Rank]]] = []
+        full = False
+
+        def place(entry: bytes) -> bool:
+            """Add ``entry`` to the round (False: the round is full; a too large entry is
+            dropped, True)."""
+            nonlocal room
+            if len(entry) > room:
+                if len(groups) >= self.config.max_catalog_datagrams:
+                    return False
+                groups.append([])
+                room = budget - wire.catalog_overhead(self.host_id)
+                if len(entry) > room:
+                    return True
+            groups[-1].append(entry)
+            room -= len(entry)
+            return True
+
         while (msg_id := offers.pop()) is not None:
             c = cache.get(msg_id)
             if c is None or c.header.deadline <= now or c.count == 0:
@@ -161,23 +178,24 @@ class CatalogsMixin(NodeState):
             if per_origin.get(origin, 0) >= _ORIGIN_OFFERS and len(deferred) < _DEFERRED_MAX:
                 deferred.append(offers.popped())  # one origin cannot fill a round: next one
                 continue
-            entry = self._catalog_entry(c)
-            if len(entry) > room:
-                if len(groups) >= self.config.max_catalog_datagrams:
-                    offers.unpop()  # next round, which comes promptly
-                    self._offers_left = True
-                    break
-                groups.append([])
-                room = budget - wire.catalog_overhead(self.host_id)
-                if len(entry) > room:
-                    continue
-            groups[-1].append(entry)
-            room -= len(entry)
+            if not place(self._catalog_entry(c)):
+                offers.unpop()  # next round, which comes promptly
+                full = True
+                break
             per_origin[origin] = per_origin.get(origin, 0) + 1
             offers.offered(msg_id, now)
-        for popped in deferred:
+        # Every other origin had its turn: the room left goes to the offers put off, best
+        # first (a host catching up on one busy origin is not held to 16 offers a round).
+        taken = 0
+        if not full:
+            for msg_id, _ in deferred:
+                if not place(self._catalog_entry(cache[msg_id])):
+                    break
+                offers.offered(msg_id, now)
+                taken += 1
+        for popped in deferred[taken:]:
             offers.restore(popped)
-        if deferred:
+        if len(deferred) > taken or full:
             self._offers_left = True  # the next round comes promptly
         return groups
 
