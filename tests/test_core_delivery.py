@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dodwan import Node, NodeConfig
+from dodwan import MemoryStore, Node, NodeConfig
 from dodwan.core import wire
 from dodwan.virtual import VirtualNetwork
 
@@ -191,6 +191,36 @@ def test_a_host_catching_up_on_one_busy_origin_gets_full_catalog_rounds() -> Non
     assert net.run(60.0, stop=lambda: len(net.deliveries("b")) == count)
     rounds = a.counters["announcements_sent"] - before
     assert rounds < count / 16 * 0.75, f"{rounds} rounds to offer {count} messages"
+
+
+def test_a_neighbour_that_restarted_within_the_timeout_is_offered_everything_again() -> None:
+    # b restarts faster than the neighbour timeout (15 s here): a never lost it, so the
+    # offers it made meanwhile (to nobody listening) were taken as made and repeated only
+    # after their backoff, and what it knew of b (offers, requests queued) stayed. b's
+    # announcements starting over (a lower sequence number) now show the restart: b is a
+    # new neighbour, everything it wants is offered again at once.
+    store = MemoryStore()
+    net = VirtualNetwork(seed=11, bitrate=2e6)
+    a = net.add("a")
+    net.add("b", store=store)
+    net.subscribe("b", {"topic": "readings"}, key="r")
+    net.link("a", "b")
+    net.run(12.0)
+    net.unlink("a", "b")  # b goes down ...
+    sent = [
+        net.publish("a", {"topic": "readings", "k": str(k)}, b"x" * 40, ttl=3600) for k in range(40)
+    ]
+    net.run(4.0)  # (a offers them to b, which does not hear)
+    assert "b" in a.neighbours()
+    b = Node(NodeConfig(host_id="b"), rng=random.Random(12), store=store)
+    net.replace("b", b)  # ... and comes back, its subscription restored from its store
+    net.link("a", "b")
+    start = net.now
+    assert net.run(
+        30.0, stop=lambda: {d.descriptor["id"] for d in net.deliveries("b")} >= set(sent)
+    )
+    assert net.now - start < 5.0, f"{net.now - start:.1f} s to get what a held for it"
+    assert a.counters["neighbours_restarted"] == 1 and "b" in a.neighbours()
 
 
 @pytest.mark.parametrize(

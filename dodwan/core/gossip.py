@@ -148,7 +148,7 @@ class GossipMixin(NodeState):
                 self._lose(stale.host_id)
                 self._count("neighbours_displaced")
                 self._recompute_known(now)
-            n = Neighbour(sender, source, now)
+            n = Neighbour(sender, source, now, since=now)
             self._neighbours[sender] = n
             self._times.beacon_scale = 1.0
             self._events.append(NeighbourFound(sender, source))
@@ -329,6 +329,18 @@ class GossipMixin(NodeState):
 
     def _on_announce(self, dg: wire.Announce, now: float) -> None:
         n = self._neighbours[dg.sender]
+        if dg.seq < n.seq and now - n.since >= self.config.announce_period:
+            # Its announcements started over: it restarted, faster than the neighbour
+            # timeout. What was learnt of it or offered to it is stale (offers made while
+            # it was down count as made): it is a new neighbour, offered everything again.
+            # (At most once an announce period per neighbour: a forger alternating numbers
+            # under its name cannot make this host redo that work at every datagram.)
+            self._count("neighbours_restarted")
+            address = n.address
+            self._lose(dg.sender)
+            self._heard(dg.sender, address, now)
+            n = self._neighbours[dg.sender]
+        n.seq = dg.seq
         if n.altruistic != dg.altruistic:
             n.altruistic = dg.altruistic
             self._offers.changed()

@@ -17,6 +17,11 @@ class Neighbour:
     host_id: str
     address: Hashable
     last_heard: float
+    seq: int = 0
+    """Sequence number of its last announcement (its announcements start over at 1 when
+    it restarts)."""
+    since: float = 0.0
+    """When it became a neighbour."""
     altruistic: bool = False
     profile: Profile = field(default_factory=Profile)
     version: int | None = None
