@@ -108,9 +108,7 @@ _VALID_NAMES: set[str] = set()
 
 def check_property_name(name: str) -> None:
     """Raise MessageFormatException unless ``name`` may be a user property."""
-    if type(name) is str and name in _VALID_NAMES:
-        return
-    if name in CLIENT_JMSX:
+    if type(name) is str and (name in _VALID_NAMES or name in CLIENT_JMSX):
         return
     if not isinstance(name, str) or not name or len(name) > 64:
         raise MessageFormatException(f"bad property name {name!r}: 1-64 characters")
