@@ -515,6 +515,48 @@ def test_a_raw_send_with_a_message_frame_header_is_refused_with_an_error(
 
 
 # ---------------------------------------------------------------- raw STOMP acknowledgements
+@pytest.mark.parametrize("end", ["COMMIT", "ABORT"])
+def test_a_raw_client_s_ack_in_a_transaction_outlives_its_unsubscribe(
+    pair: list[LoopbackHost], end: str
+) -> None:
+    """ACK in a transaction, UNSUBSCRIBE, COMMIT: the commit once found the message given
+    back with the closed subscription (the service dropped acks of a gone consumer), so
+    the next receiver of the queue got it again. The close now waits for the transaction:
+    COMMIT consumes it, ABORT gives it back (redelivered); a message sent meanwhile goes to
+    the next receiver, not to the closed subscription."""
+    a, _ = pair
+    dest = f"/queue/txunsub{next(_fresh)}"
+    with RawStomp(a.stomp_address) as c, RawStomp(a.stomp_address) as p:
+        c.send("SUBSCRIBE", {"id": "1", "destination": dest, "ack": "client-individual",
+                             "receipt": "s"})  # fmt: skip
+        c.receipt("s")
+        p.send("SEND", {"destination": dest, "receipt": "p1"}, b"once")
+        p.receipt("p1")
+        m = c.next("MESSAGE")
+        c.send("BEGIN", {"transaction": "t"})
+        c.send("ACK", {"id": m.headers["ack"], "transaction": "t"})
+        c.send("UNSUBSCRIBE", {"id": "1", "receipt": "u"})
+        c.receipt("u")
+        p.send("SEND", {"destination": dest, "receipt": "p2"}, b"meanwhile")
+        p.receipt("p2")
+        c.send(end, {"transaction": "t", "receipt": "e"})
+        c.receipt("e")
+        assert [f.body for f in c.frames if f.command == "MESSAGE"] == []
+        with RawStomp(a.stomp_address) as nxt:
+            nxt.send("SUBSCRIBE", {"id": "2", "destination": dest, "receipt": "s2"})
+            nxt.receipt("s2")
+            p.send("SEND", {"destination": dest, "receipt": "p3"}, b"sentinel")
+            p.receipt("p3")
+            got: dict[bytes, str | None] = {}
+            while b"sentinel" not in got:
+                f = nxt.next("MESSAGE")
+                got[f.body] = f.get("redelivered")
+    expected: dict[bytes, str | None] = {b"meanwhile": None, b"sentinel": None}
+    if end == "ABORT":
+        expected[b"once"] = "true"
+    assert got == expected
+
+
 @pytest.mark.parametrize("version", ["1.1", "1.0"])
 @pytest.mark.parametrize("command", ["ACK", "NACK"])
 def test_stomp_10_and_11_acks_name_the_copy_of_each_subscription(

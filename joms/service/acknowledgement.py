@@ -22,6 +22,8 @@ from .model import Destination, JomsMessage
 class AcknowledgementMixin(ServiceBase):
     # ---------------------------------------------------------------- dispatch
     def _pump(self, cons: _Consumer, now: float) -> None:
+        if cons.closing is not None:
+            return  # closed by its client; waiting for a transaction to settle its acks
         limit = cons.prefetch if cons.ack_mode != "auto" else 0
         while cons.pending and (not limit or len(cons.unacked) < limit):
             skey, msg = cons.pending.popleft()
@@ -156,6 +158,7 @@ class AcknowledgementMixin(ServiceBase):
             cons = self._consumers.get(cid)
             if cons is not None:
                 self._apply_ack(cons, tag, now)
+        self._end_deferred_closes(conn, now)
         self.store.commit()
 
     def abort(self, conn_id: str, tx: str, now: float) -> None:
@@ -168,8 +171,8 @@ class AcknowledgementMixin(ServiceBase):
             by_consumer.setdefault(cid, []).append(tag)
         for cid, tags in by_consumer.items():
             cons = self._consumers.get(cid)
-            if cons is None:
-                continue
+            if cons is None or cons.closing is not None:
+                continue  # (a consumer closed meanwhile gives them back as it closes now)
             if cons.ack_mode == "client":
                 last = set(tags)
                 upto: list[str] = []
@@ -179,4 +182,15 @@ class AcknowledgementMixin(ServiceBase):
                         break
                 tags = upto
             self._redeliver(cons, tags, now)
+        self._end_deferred_closes(conn, now)
         self.store.commit()
+
+    def _end_deferred_closes(self, conn: _Connection, now: float) -> None:
+        """Close the consumers closed by the client while a transaction held acks of their
+        messages, once no open transaction holds any."""
+        held = {c for tx in conn.txs.values() for c, _ in tx.acks}
+        for cid in list(conn.consumers):
+            cons = self._consumers.get(cid)
+            if cons is not None and cons.closing is not None and cid not in held:
+                unconsumed, delivered = cons.closing
+                self.close_consumer(cid, now, unconsumed=unconsumed, delivered=delivered)

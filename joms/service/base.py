@@ -156,6 +156,11 @@ class _Consumer:
     reorder: Reorder[tuple[str, JomsMessage]] | None = None
     """Topic consumers: puts each producer's messages back in order; queue consumers: puts
     the manager's hand-outs (joms_hand) back in order."""
+    closing: tuple[list[str], list[str] | None] | None = None
+    """Closed by its client (``unconsumed``, ``delivered`` tags of the close) while a
+    transaction of its connection holds acknowledgements of its messages: it gets nothing
+    more, and the close waits for that transaction to end, which settles them (JMS: the
+    transaction, not the consumer, decides their fate)."""
 
 
 @dataclass(slots=True)

@@ -542,8 +542,15 @@ class JomsService(
         *,
         unconsumed: list[str] | tuple[str, ...] = (),
         delivered: list[str] | tuple[str, ...] | None = None,
+        defer: bool = True,
     ) -> None:
         """Close a consumer: unacked messages are kept for redelivery (durable, queue).
+
+        While an open transaction of its connection holds acknowledgements of its messages
+        (a STOMP client's ACK in a transaction, then UNSUBSCRIBE, then COMMIT), the close
+        waits for the transaction's end (``_Consumer.closing``), so the commit consumes
+        them rather than find them given back; ``defer=False`` closes at once (the
+        subscription is being deleted).
 
         ``unconsumed``: tags of dispatched messages the client application never received
         (still in the client's buffer): they go back as never delivered — no JMSRedelivered,
@@ -552,6 +559,16 @@ class JomsService(
         (also those still on their way to the client) goes back as never delivered."""
         cons = self._consumers.get(consumer_id)
         if cons is None:
+            return
+        conn = self._connections.get(cons.conn)
+        if (
+            defer
+            and conn is not None
+            and any(c == consumer_id for tx in conn.txs.values() for c, _ in tx.acks)
+        ):
+            if cons.closing is None:
+                cons.closing = (list(unconsumed), None if delivered is None else list(delivered))
+                self._count("consumer_closes_deferred")
             return
         self.settle(now)  # what the transport took in auto mode is consumed
         if delivered is not None:
@@ -563,7 +580,6 @@ class JomsService(
         for _, item in reversed(back):
             cons.pending.appendleft(item)
         del self._consumers[consumer_id]
-        conn = self._connections.get(cons.conn)
         if conn is not None:
             conn.consumers.discard(consumer_id)
             for tx in conn.txs.values():

@@ -702,7 +702,11 @@ class StompConnection(asyncio.Protocol):
             held = frame.get("joms-delivered")
             delivered = None if held is None else [t for t in held.split(",") if t]
             self.service.close_consumer(
-                consumer, self.now(), unconsumed=unconsumed, delivered=delivered
+                consumer,
+                self.now(),
+                unconsumed=unconsumed,
+                delivered=delivered,
+                defer=durable is None,  # a durable subscription deleted: its acks are moot
             )
         if durable is not None:
             self.service.unsubscribe_durable(self.conn_id, durable, self.now())
