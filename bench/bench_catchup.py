@@ -32,20 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dodwan.daemon.client import AdminClient, ClientError  # noqa: E402
+from bench_daemon import _wait  # noqa: E402  (its polling wait, same errors tolerated)
 
-
-def _wait(pred: object, timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            v = pred()  # type: ignore[operator]
-        except (ClientError, OSError, ValueError, KeyError):
-            v = None
-        if v:
-            return v
-        time.sleep(0.02)
-    raise SystemExit(f"timed out waiting for {what}")
+from dodwan.daemon.client import AdminClient  # noqa: E402
 
 
 class Daemon:
