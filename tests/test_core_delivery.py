@@ -196,9 +196,8 @@ def test_a_host_catching_up_on_one_busy_origin_gets_full_catalog_rounds() -> Non
 def test_a_neighbour_that_restarted_within_the_timeout_is_offered_everything_again() -> None:
     # b restarts faster than the neighbour timeout (15 s here): a never lost it, so the
     # offers it made meanwhile (to nobody listening) were taken as made and repeated only
-    # after their backoff, and what it knew of b (offers, requests queued) stayed. b's
-    # announcements starting over (a lower sequence number) now show the restart: b is a
-    # new neighbour, everything it wants is offered again at once.
+    # after their backoff. b's announcements starting over (a lower sequence number) now
+    # show the restart: everything it wants is offered again at once, as to a newcomer.
     store = MemoryStore()
     net = VirtualNetwork(seed=11, bitrate=2e6)
     a = net.add("a")

@@ -327,19 +327,33 @@ class GossipMixin(NodeState):
                 self._outbox.append(wire.encode_catalog(self.host_id, self._seq, entries))
         self._count("announcements_sent")
 
+    def _restarted(self, n: Neighbour, now: float) -> None:
+        """Neighbour ``n`` restarted, faster than the neighbour timeout. The offers made to
+        it while it was down count as made (repeated only on their backoff, up to 32
+        periods) and what it said it holds is stale: forget the latter and offer again,
+        as to a host that just arrived, what it and the hosts it relays want (everything,
+        to an altruistic carrier). What it asked for stays queued: a restarted host keeps
+        its partial sets, and a forger announcing under its name (heeded at most once an
+        announce period per neighbour) cannot make this host drop what it serves."""
+        self._count("neighbours_restarted")
+        n.since = now
+        self._remote.release("offers", n.host_id)
+        n.offers.clear()
+        n.budgets.clear()
+        n.offers_memory = 0
+        for host in dict.fromkeys([n.host_id, *n.refs]):
+            self._offer_matches(host)
+        if n.altruistic:
+            self._offers.changed()
+        self._relays_due = True
+        prompt = now + self._rng.uniform(0, PROMPT_ANNOUNCE)
+        if self._next_announce is None or self._next_announce > prompt:
+            self._next_announce = prompt
+
     def _on_announce(self, dg: wire.Announce, now: float) -> None:
         n = self._neighbours[dg.sender]
         if dg.seq < n.seq and now - n.since >= self.config.announce_period:
-            # Its announcements started over: it restarted, faster than the neighbour
-            # timeout. What was learnt of it or offered to it is stale (offers made while
-            # it was down count as made): it is a new neighbour, offered everything again.
-            # (At most once an announce period per neighbour: a forger alternating numbers
-            # under its name cannot make this host redo that work at every datagram.)
-            self._count("neighbours_restarted")
-            address = n.address
-            self._lose(dg.sender)
-            self._heard(dg.sender, address, now)
-            n = self._neighbours[dg.sender]
+            self._restarted(n, now)  # its announcements started over
         n.seq = dg.seq
         if n.altruistic != dg.altruistic:
             n.altruistic = dg.altruistic

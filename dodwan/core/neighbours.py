@@ -21,7 +21,7 @@ class Neighbour:
     """Sequence number of its last announcement (its announcements start over at 1 when
     it restarts)."""
     since: float = 0.0
-    """When it became a neighbour."""
+    """When it became a neighbour, or was last found restarted."""
     altruistic: bool = False
     profile: Profile = field(default_factory=Profile)
     version: int | None = None
