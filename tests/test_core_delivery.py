@@ -222,6 +222,28 @@ def test_a_neighbour_that_restarted_within_the_timeout_is_offered_everything_aga
     assert a.counters["neighbours_restarted"] == 1 and "b" in a.neighbours()
 
 
+def test_a_forged_restart_does_not_make_a_host_drop_what_it_serves() -> None:
+    # An announcement under b's name with a lower number reads as b's restart. It must not
+    # cost b the fragments it asked for (a forger could otherwise stall b's transfers once
+    # an announce period), and a second one within the period is not heeded at all.
+    net = VirtualNetwork(seed=3, bitrate=2e6)
+    a = net.add("a", cache_capacity=8 * MB, announce_period=1.0)
+    net.add("b", cache_capacity=8 * MB, announce_period=1.0)
+    net.subscribe("b", {"topic": "maps"})
+    net.publish("a", {"topic": "maps"}, random.Random(3).randbytes(2 * MB), 1e5)
+    _apart(net)
+    net.link("a", "b")
+    net.run(1.5)  # (b has been a neighbour longer than a period: a restart would be heeded)
+    net.run(10.0, stop=lambda: a.fragments_queued > 0)
+    queued = a.fragments_queued
+    assert queued > 0
+    forged = wire.encode_announce("b", 0, False, 0, 0, (), (), True)
+    a.receive_datagram(forged, "forger", net.now)
+    assert a.counters["neighbours_restarted"] == 1 and a.fragments_queued == queued
+    a.receive_datagram(forged, "forger", net.now + 0.01)
+    assert a.counters["neighbours_restarted"] == 1
+
+
 @pytest.mark.parametrize(
     ("small", "large"),
     [({"priority": 1}, {"priority": 9}), ({"persistent": False}, {"persistent": True})],
