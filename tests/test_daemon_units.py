@@ -221,6 +221,13 @@ def test_config_file_joms_table(tmp_path: Path) -> None:
         ("[joms]\nlease = nan\n", r"\[joms\]: lease must be a finite number"),
         ("[joms]\ndefault_ttl = inf\n", r"\[joms\]: default_ttl must be a finite number"),
         ("[joms]\ndirectory_period = nan\n", r"\[joms\]: directory_period must be a finite"),
+        # upper bounds (none once: a day-long ack batch, a lease of years were accepted)
+        ("[joms]\nack_delay = 3600\n", r"\[joms\]: ack_delay must be at most 10 "),
+        ("[joms]\nlease = 1e9\n", r"\[joms\]: lease must be at most 86400 s "),
+        ("[joms]\norder_gap_timeout = 1e6\n", r"\[joms\]: order_gap_timeout must be at most"),
+        ("[joms]\nmax_pending = 1000000000000\n", r"\[joms\]: max_pending must be at most"),
+        # every send with expiration 0 was refused by the core at run time
+        ("[joms]\ndefault_ttl = 1e7\n", r"default_ttl \(1e\+07 s\) must be at most node"),
     ],
 )
 def test_config_errors_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:

@@ -480,6 +480,17 @@ def _check_joms(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
     return dict(table)
 
 
+def _check_joms_ttl(joms: Mapping[str, Any], max_ttl: float) -> None:
+    """A JMS message sent without an expiration lives ``default_ttl``: beyond the core's
+    ``max_ttl`` every such send would be refused."""
+    ttl = float(joms.get("default_ttl", _joms_settings().ServiceConfig().default_ttl))
+    if ttl > max_ttl:
+        raise ConfigError(
+            f"[joms] default_ttl ({ttl:g} s) must be at most node.limits.max_ttl "
+            f"({max_ttl:g} s): every JMS message sent without an expiration would be refused"
+        )
+
+
 def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> DaemonConfig:
     """Defaults, then the TOML file (if any), then non-None ``overrides`` (command line)."""
     values = {s.name: s.default for s in SETTINGS}
@@ -571,6 +582,7 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     _check_ranges("node.", node, NODE_RANGES)
     _check_ranges("node.limits.", {**LIMIT_DEFAULTS, **limits}, LIMIT_RANGES)
     _check_bridges(values["bridges"], float({**LIMIT_DEFAULTS, **limits}["max_ttl"]))
+    _check_joms_ttl(joms, float({**LIMIT_DEFAULTS, **limits}["max_ttl"]))
     if node["neighbour_timeout"] and node["neighbour_timeout"] <= node["announce_period"]:
         raise ConfigError(
             f"node.neighbour_timeout ({node['neighbour_timeout']:g} s) must be 0 (3 × "
@@ -734,14 +746,18 @@ def render_markdown() -> str:
         "Settings of the JOMS service behind the STOMP gateway (`--stomp`), the fields of",
         "`joms.service.ServiceConfig` (see `docs/joms.md`); checked when the daemon starts,",
         "with or without `--stomp`. Durations are seconds and must be finite (`nan` and `inf`",
-        "are refused, with one line naming the setting).",
+        "are refused, with one line naming the setting); `default_ttl` must be at most",
+        "`node.limits.max_ttl` (a longer one would have every message sent without an",
+        "expiration refused).",
         "",
-        "| name | default | meaning |",
-        "|---|---|---|",
+        "| name | default | at most | meaning |",
+        "|---|---|---|---|",
     ]
     for name, doc in joms.field_docs().items():
         text = " ".join(doc.split())
-        lines.append(f"| `{name}` | `{_toml_value(getattr(jdefaults, name))}` | {text} |")
+        bound = joms.UPPER_BOUNDS.get(name)
+        most = "" if bound is None else bound[1]
+        lines.append(f"| `{name}` | `{_toml_value(getattr(jdefaults, name))}` | {most} | {text} |")
     lines += [
         "",
         "## Running under a service manager",

@@ -9,6 +9,20 @@ from typing import Any
 
 from dodwan.core.config import attribute_docs
 
+_DAY = 86400.0
+UPPER_BOUNDS: dict[str, tuple[float, str]] = {
+    "nondurable_keep": (365 * _DAY, "31536000 s (a year)"),
+    "lease": (_DAY, "86400 s (a day: a receiver that died keeps its messages this long)"),
+    "directory_period": (_DAY, "86400 s (a day)"),
+    "ack_delay": (10.0, "10 s (consumed queue messages wait this long for their ack)"),
+    "order_gap_timeout": (3600.0, "3600 s (a message behind a gap is held this long)"),
+    "order_window_bytes": (float(1 << 30), "1073741824 (1 GiB held back per consumer)"),
+    "max_pending": (10_000_000, "10000000 messages per subscription or queue"),
+    "max_redeliveries": (1000, "1000, or -1 for no limit"),
+}
+"""Upper bound of each setting, and what it bounds: beyond, a setting is a typo or a stall
+(a whole day of lease, a message held back an hour for order), not a choice."""
+
 
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
@@ -102,6 +116,9 @@ class ServiceConfig:
         for name in ("order_gap_timeout", "order_window_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        for name, (most, why) in UPPER_BOUNDS.items():
+            if getattr(self, name) > most:
+                raise ValueError(f"{name} must be at most {why}")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ServiceConfig:
