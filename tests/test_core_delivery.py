@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dodwan import MemoryStore, Node, NodeConfig
+from dodwan import MemoryStore, NeighbourRestarted, Node, NodeConfig
 from dodwan.core import wire
 from dodwan.virtual import VirtualNetwork
 
@@ -220,6 +220,7 @@ def test_a_neighbour_that_restarted_within_the_timeout_is_offered_everything_aga
     )
     assert net.now - start < 5.0, f"{net.now - start:.1f} s to get what a held for it"
     assert a.counters["neighbours_restarted"] == 1 and "b" in a.neighbours()
+    assert [e.host_id for e in net.events("a") if isinstance(e, NeighbourRestarted)] == ["b"]
 
 
 def test_a_forged_restart_does_not_make_a_host_drop_what_it_serves() -> None:

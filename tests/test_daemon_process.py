@@ -424,3 +424,21 @@ def test_memory_probe_samples_the_daemon_tables(
     assert last["store"]["frag_messages"] == 1 and last["store"]["unwritten"] == 0
     assert last["node"]["_cache"] == 1
     # the daemons fixture then checks the log holds no traceback (a failing probe logs one)
+
+
+def test_a_neighbour_restarted_within_the_timeout_is_noticed_and_logged(daemons) -> None:
+    """A daemon restarted faster than its neighbours' timeout was the same neighbour to
+    them, as if it had never left (what they offered it while it was down counted as
+    offered). Its announcements starting over now tell them, and the log says so."""
+    group = random_group()
+    a = daemons("a", "--group", group, "--host-id", "a", "--announce-period", "0.5",
+                "--neighbour-timeout", "600", "--log-level", "info")  # fmt: skip
+    b = daemons("b", "--group", group, "--host-id", "b", "--announce-period", "0.5")
+    wait_for(lambda: b.status()["counters"].get("announcements_sent", 0) >= 4, what="b runs")
+    assert b.kill(signal.SIGTERM) == 0
+    b.start()
+    wait_for(lambda: a.status()["counters"].get("neighbours_restarted") == 1, what="restart")
+    counters = a.status()["counters"]
+    assert counters["neighbours_found"] == 1 and "neighbours_lost" not in counters
+    assert "b" in a.status()["neighbours"]
+    wait_for(lambda: "neighbour b restarted" in a.log.read_text(), what="the log line")

@@ -8,6 +8,7 @@ from .events import (
     MessageEvicted,
     NeighbourFound,
     NeighbourLost,
+    NeighbourRestarted,
     TraceRecord,
 )
 from .limits import Limits
@@ -26,6 +27,7 @@ __all__ = [
     "MessageMeta",
     "NeighbourFound",
     "NeighbourLost",
+    "NeighbourRestarted",
     "Node",
     "NodeConfig",
     "Pattern",

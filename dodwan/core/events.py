@@ -33,6 +33,17 @@ class NeighbourFound:
 
 
 @dataclass(frozen=True, slots=True)
+class NeighbourRestarted:
+    """A current neighbour's announcements started over: it restarted, faster than the
+    neighbour timeout; everything it wants is offered to it again."""
+
+    host_id: str
+    """The neighbour's host id."""
+    address: Hashable
+    """The runner's address it is heard from now."""
+
+
+@dataclass(frozen=True, slots=True)
 class NeighbourLost:
     """A neighbour stayed silent longer than the neighbour timeout."""
 
@@ -50,7 +61,7 @@ class MessageEvicted:
     """Why: ``capacity`` or ``stale`` (an incomplete set that made no progress)."""
 
 
-Event = MessageDelivered | NeighbourFound | NeighbourLost | MessageEvicted
+Event = MessageDelivered | NeighbourFound | NeighbourRestarted | NeighbourLost | MessageEvicted
 
 TRACE_KINDS = frozenset(
     {

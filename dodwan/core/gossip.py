@@ -11,7 +11,7 @@ from mypy_extensions import trait
 
 from . import wire
 from .bits import indexes
-from .events import NeighbourFound, NeighbourLost
+from .events import NeighbourFound, NeighbourLost, NeighbourRestarted
 from .neighbours import Neighbour
 from .node_state import NodeState
 from .patterns import Profile
@@ -336,6 +336,7 @@ class GossipMixin(NodeState):
         its partial sets, and a forger announcing under its name (heeded at most once an
         announce period per neighbour) cannot make this host drop what it serves."""
         self._count("neighbours_restarted")
+        self._events.append(NeighbourRestarted(n.host_id, n.address))
         n.since = now
         self._remote.release("offers", n.host_id)
         n.offers.clear()

@@ -41,6 +41,7 @@ from ..core import (
     MessageEvicted,
     NeighbourFound,
     NeighbourLost,
+    NeighbourRestarted,
     Node,
     PatternError,
     Profile,
@@ -728,6 +729,9 @@ class Daemon:
             log.info("neighbour %s found at %s", ev.host_id, ev.address)
         elif isinstance(ev, NeighbourLost):
             log.info("neighbour %s lost", ev.host_id)
+        elif isinstance(ev, NeighbourRestarted):
+            log.info("neighbour %s restarted (now at %s): offering it everything again",
+                     ev.host_id, ev.address)  # fmt: skip
         elif isinstance(ev, MessageEvicted):
             log.info("message %s evicted (%s)", ev.msg_id, ev.reason)
 
