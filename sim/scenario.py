@@ -20,6 +20,7 @@ from typing import Any
 from dodwan.core.message import APP_SETTABLE, ONCE, SYSTEM_ATTRIBUTES
 from dodwan.core.node import CacheFullError, Node
 from dodwan.core.patterns import Pattern, PatternError
+from dodwan.daemon.config import NODE_RANGES
 from sim.contact_format import guess_format
 from sim.external_events import EVENT_ID, Creation, EventsError
 from sim.external_events import parse as parse_events
@@ -49,6 +50,13 @@ MIN_STEP = 1e-6
 """Shortest ``mobility_step`` and ``cache_sample_period`` (a microsecond): the clock still
 moves by it at ``MAX_DURATION`` (a float there is exact to about 6e-8 s), where 1e-300
 would add nothing and the run would never end."""
+TIMER_BOUNDS = {k: NODE_RANGES[k] for k in ("announce_period", "request_timeout")}
+"""The daemon's range of the protocol timers a simulated host runs on: far below it (an
+``announce_period`` of 1e-9) a run fills the memory without moving the clock. The other
+settings keep the wider range the core accepts (a simulation may want a tiny cache)."""
+MIN_INTERVAL = 1e-3
+"""Shortest publication ``interval`` of a traffic entry (a thousand messages a second from
+each publisher): 1e-12 once validated and then filled the memory without moving the clock."""
 MAX_WARMUP = 7 * 86400.0
 """Longest ``mobility_warmup`` (a week of movement before the run)."""
 MAX_WARMUP_STEPS = 1_000_000
@@ -75,6 +83,11 @@ _ROUTES = {"carrier": ("random", "cycle"), "map_route": ("cycle", "back_and_fort
 """The ``route`` values each model accepts (the first is its default)."""
 STOP_TOLERANCE = 1.0
 """Metres a ``map_route`` stop may lie from the nearest node of its layers."""
+
+
+def _finite(x: Any) -> bool:
+    """A finite int or float (TOML reads ``nan`` and ``inf`` as floats; bool is not a number)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True)
@@ -532,12 +545,8 @@ class _Validator:
                 self.err((*path, key), "is required")
             return default
         val = t[key]
-        if (
-            not isinstance(val, list)
-            or len(val) != n
-            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in val)
-        ):
-            self.err((*path, key), f"must be a list of {n} numbers, got {val!r}")
+        if not isinstance(val, list) or len(val) != n or not all(_finite(x) for x in val):
+            self.err((*path, key), f"must be a list of {n} finite numbers, got {val!r}")
             return default
         return tuple(float(x) for x in val)
 
@@ -844,7 +853,9 @@ class _Validator:
         settings = dict(base.settings)
         for k in t:
             if k in PROTOCOL_DEFAULTS:
-                settings[k] = self.setting(t, path, k, PROTOCOL_DEFAULTS[k], settings[k])
+                settings[k] = self.setting(
+                    t, path, k, PROTOCOL_DEFAULTS[k], settings[k], TIMER_BOUNDS.get(k)
+                )
         limits = dict(base.limits)
         lt: dict[str, Any] = {}
         if "limits" in t:
@@ -871,15 +882,23 @@ class _Validator:
         return proto
 
     def setting(
-        self, t: Mapping[str, Any], path: _Path, key: str, default: Any, current: Any
+        self,
+        t: Mapping[str, Any],
+        path: _Path,
+        key: str,
+        default: Any,
+        current: Any,
+        bounds: tuple[float, float] | None = None,
     ) -> Any:
-        """One protocol value, type-checked against its default (``current`` when wrong)."""
+        """One protocol value, type-checked against its default and within ``bounds``
+        (``current`` when wrong)."""
+        lo, hi = bounds if bounds is not None else (None, None)
         if isinstance(default, bool):
             return self.boolean(t, path, key, current)
         if isinstance(default, int):
-            val = self.num(t, path, key, current, integer=True)
+            val = self.num(t, path, key, current, integer=True, minimum=lo, maximum=hi)
         elif isinstance(default, float):
-            val = self.num(t, path, key, current)
+            val = self.num(t, path, key, current, minimum=lo, maximum=hi)
         else:  # pragma: no cover - every settable field is a bool, int or float today
             raise TypeError(f"protocol setting {key} has an unsupported type")
         return val
@@ -920,12 +939,9 @@ class _Validator:
         if "positions" in t:
             raw_pos = t["positions"]
             if not isinstance(raw_pos, list) or not all(
-                isinstance(p, list)
-                and len(p) == 2
-                and all(isinstance(x, int | float) and not isinstance(x, bool) for x in p)
-                for p in raw_pos
+                isinstance(p, list) and len(p) == 2 and all(_finite(x) for x in p) for p in raw_pos
             ):
-                self.err((*path, "positions"), "must be a list of [x, y] pairs")
+                self.err((*path, "positions"), "must be a list of [x, y] pairs of finite numbers")
             elif len(raw_pos) != count:
                 self.err((*path, "positions"), f"has {len(raw_pos)} entries for {count} hosts")
             else:
@@ -1053,7 +1069,9 @@ class _Validator:
                 if k in t:
                     self.err((*path, k), "cannot be combined with at (the exact times)")
             t = {k: v for k, v in t.items() if k not in ("interval", "process", "start", "stop")}
-        interval = math.inf if "at" in t else self.num(t, path, "interval", None, positive=True)
+        interval = (
+            math.inf if "at" in t else self.num(t, path, "interval", None, minimum=MIN_INTERVAL)
+        )
         start = self.num(t, path, "start", 0.0, minimum=0.0)
         stop = self.num(t, path, "stop", duration or 0.0, minimum=0.0)
         if stop is not None and start is not None and stop < start:
@@ -1143,8 +1161,8 @@ class _Validator:
         if not re.fullmatch(r"[A-Za-z0-9_.]+", name):
             self.err((*path, "name"), "must use only letters, digits, '_' and '.'")
         interval = self.range_of(t, path, "interval", None, integer=False)
-        if interval is not None and interval[0] <= 0:
-            self.err((*path, "interval"), f"must be > 0, got {t['interval']!r}")
+        if interval is not None and interval[0] < MIN_INTERVAL:
+            self.err((*path, "interval"), f"must be >= {MIN_INTERVAL}, got {t['interval']!r}")
             interval = None
         ttl = self.range_of(t, path, "ttl", (3600.0, 3600.0), integer=False)
         if ttl[0] <= 0:
@@ -1232,7 +1250,7 @@ class _Validator:
                 publishers=self.names(tt, p, "publishers", required=False),
                 subscribers=self.names(tt, p, "subscribers", required=False),
                 selector=self.string(tt, p, "selector", ""),
-                interval=self.num(tt, p, "interval", 60.0, positive=True),
+                interval=self.num(tt, p, "interval", 60.0, minimum=MIN_INTERVAL),
                 size=self.num(tt, p, "size", 1000, minimum=0, integer=True),
                 ttl=self.num(tt, p, "ttl", 3600.0, positive=True, maximum=MAX_TTL),
                 properties=self.jms_properties(tt.get("properties", {}), (*p, "properties")),
@@ -1259,7 +1277,7 @@ class _Validator:
                 manager=self.string(tt, p, "manager") or "",
                 senders=self.names(tt, p, "senders"),
                 receivers=self.names(tt, p, "receivers"),
-                interval=self.num(tt, p, "interval", 60.0, positive=True),
+                interval=self.num(tt, p, "interval", 60.0, minimum=MIN_INTERVAL),
                 size=self.num(tt, p, "size", 1000, minimum=0, integer=True),
                 ttl=self.num(tt, p, "ttl", 3600.0, positive=True, maximum=MAX_TTL),
             )

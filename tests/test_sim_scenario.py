@@ -358,6 +358,27 @@ def test_durations_and_steps_have_sane_bounds(line: str, key: str, message: str)
     assert list(found) == [key] and message in found[key][1], found
 
 
+@pytest.mark.parametrize(
+    ("edit", "key", "message"),
+    [
+        # list values were checked for type and length only: inf crashed the run (after it
+        # had cleared --out), nan ran to exit 0 with wrong contacts
+        (("speed = [1.0, 2.0]", "speed = [1.0, inf]"), "groups[0].mobility.speed", "finite"),
+        (("pause = [0.0, 5.0]", "pause = [nan, 5.0]"), "groups[0].mobility.pause", "finite"),
+        # validated, then filled the memory without moving the clock
+        (("interval = 10.0", "interval = 1e-12"), "traffic.publish[0].interval", ">= 0.001"),
+        (("[[groups]]", "[protocol]\nannounce_period = 1e-9\n[[groups]]"),
+         "protocol.announce_period", ">= 0.01"),
+    ],
+)  # fmt: skip
+def test_non_finite_lists_and_absurd_rates_are_refused(
+    edit: tuple[str, str], key: str, message: str
+) -> None:
+    assert edit[0] in GOOD
+    found = problems(GOOD.replace(edit[0], edit[1], 1))
+    assert list(found) == [key] and message in found[key][1], found
+
+
 def test_the_longest_duration_and_shortest_steps_are_accepted() -> None:
     from sim.scenario import MAX_DURATION, MIN_STEP
 
