@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from .cli_types import FiniteFloat
 from .core.config import field_docs
 from .daemon import config as cfg
 from .daemon.client import AdminClient, ClientError, admin_path
@@ -119,7 +120,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(0, 600),
+    type=FiniteFloat(0, 600),
     default=0.0,
     metavar="SECONDS",
     help="Wait up to SECONDS for the daemon to serve (one just started takes a moment).",
@@ -800,7 +801,7 @@ def cache_purge(ctx: click.Context, local_state_dir: str | None, msg_id: str) ->
 @click.option(
     "-n",
     "--interval",
-    type=click.FloatRange(0.1, 60.0),
+    type=FiniteFloat(0.1, 60.0),
     default=1.0,
     show_default=True,
     help="Seconds between refreshes (at most half an announce period, for link quality).",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import resource
 import signal
@@ -21,8 +20,8 @@ from typing import Any
 import click
 
 from dodwan import native
+from dodwan.cli_types import FiniteFloat, PlainIntRange, non_empty
 from dodwan.textsafe import safe, safe_text
-from dodwan.units import is_plain_number
 from sim.mobility.trace import TraceError
 from sim.runner import CHECKPOINT_EVERY, RunResult, SimulationError, simulate
 from sim.scenario import (
@@ -57,31 +56,6 @@ def _fmt_time(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-class FiniteFloat(click.FloatRange):
-    """A float option in a range that is also finite: ``nan``, ``inf`` (which Python's
-    float() reads) made a run that never ends and a run.json that is not JSON."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = 0.0  # the range type says what is wrong
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        if isinstance(value, str) and not is_plain_number(value):  # float() reads ٣ and 1_0
-            self.fail(f"{value!r} is not a number written with ASCII digits.", param, ctx)
-        return super().convert(value, param, ctx)
-
-
-class PlainIntRange(click.IntRange):
-    """An integer option in a range, written with ASCII digits (int() reads ٣ and 1_0)."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not is_plain_number(value, integer=True):
-            self.fail(f"{value!r} is not an integer written with ASCII digits.", param, ctx)
-        return super().convert(value, param, ctx)
-
-
 seed_option = click.option(
     "--seed", type=PlainIntRange(min=0), help="Override the scenario's seed."
 )
@@ -100,7 +74,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False),
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), callback=non_empty,
               help="Folder for the Parquet tables and run.json.")  # fmt: skip
 @seed_option
 @until_option
@@ -301,7 +275,7 @@ def _parse_set(
 @click.option("--seeds", type=click.IntRange(min=1),
               help="Seeds per setting: the scenario's seed, +1, ... (default: [sweep].seeds "
               "or 1).")  # fmt: skip
-@click.option("--out", "out", required=True, metavar="DIR",
+@click.option("--out", "out", required=True, metavar="DIR", callback=non_empty,
               help="Sweep folder (a local path, or any URI pyarrow opens: s3://, hdfs://...).")  # fmt: skip
 @click.option("--master", metavar="URL",
               help="Run on Spark: each simulation is one Spark task (e.g. local[4], "
@@ -414,7 +388,7 @@ def _sweep_reporter(
 
 @main.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), callback=non_empty,
               help="Trace file to write (The ONE's connectivity format; gzip if it ends in .gz).")  # fmt: skip
 @seed_option
 @until_option

@@ -626,3 +626,21 @@ def test_the_daemon_refuses_an_empty_state_dir(tmp_path: Path) -> None:
         pytest.fail("the daemon started with --state-dir ''")
     assert proc.returncode == 2 and "--state-dir" in err and "empty" in err, err
     assert not (tmp_path / ".local").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # --wait nan passed FloatRange (nan compares false) and then waited forever
+        ["--wait", "nan", "status"],
+        ["--wait", "inf", "status"],
+        # top -n nan passed too, then time.sleep(nan) raised a traceback
+        ["top", "-n", "nan", "--once"],
+    ],
+)
+def test_non_finite_numbers_are_refused_before_anything_waits(
+    tmp_path: Path, args: list[str]
+) -> None:
+    r = CliRunner().invoke(cli, ["--state-dir", str(tmp_path), *args])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "'nan' is not a finite number" in r.output or "'inf' is not" in r.output, r.output

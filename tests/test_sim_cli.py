@@ -375,3 +375,24 @@ def test_run_on_a_terminal_shows_a_scenario_name_with_markup_as_text(tmp_path: P
     assert rc == 0 and "MarkupError" not in raw, raw
     _no_raw(raw)
     assert f"{EVIL_SHOWN}: 12 hosts" in raw, raw
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", str(SCENARIOS / "quickstart.toml"), "--until", "10"],
+        ["sweep", str(SCENARIOS / "quickstart.toml"), "--set", "protocol.horizon=1"],
+        ["contacts", str(SCENARIOS / "quickstart.toml"), "--until", "10"],
+        ["analyze", "somewhere"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_an_empty_out_is_refused_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """``--out ''`` was taken as the current folder: a run wrote its tables there (after
+    removing an earlier run's), a sweep its runs/ and sweep.json."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, [*args, "--out", ""])
+    assert res.exit_code == 2 and "'--out': is empty" in res.output, res.output
+    assert list(tmp_path.iterdir()) == []

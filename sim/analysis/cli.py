@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from dodwan.cli_types import non_empty
 from sim.analysis.aggregate import SettingResult
 from sim.analysis.errors import SPARK_ERRORS, AnalysisError, brief
 from sim.analysis.load import (
@@ -94,6 +95,7 @@ def sweep_table(keys: Sequence[str], settings: Sequence[SettingResult]) -> Table
     "out_dir",
     required=True,
     type=click.Path(file_okay=False),
+    callback=non_empty,
     help="Report directory (metrics.json, CSV tables, PNG plots, report.html).",
 )
 @click.option(
