@@ -644,3 +644,9 @@ def test_non_finite_numbers_are_refused_before_anything_waits(
     r = CliRunner().invoke(cli, ["--state-dir", str(tmp_path), *args])
     assert r.exit_code == 2 and "Traceback" not in r.output
     assert "'nan' is not a finite number" in r.output or "'inf' is not" in r.output, r.output
+
+
+def test_an_admin_file_without_the_address_says_what_is_missing(tmp_path: Path) -> None:
+    """It said "cannot read …/admin.json: 'host'" (a KeyError's text)."""
+    (tmp_path / "admin.json").write_text(json.dumps({"url": "http://127.0.0.1:1/"}))
+    _one_error_line(run("--state-dir", str(tmp_path), "status"), "it has no 'host'")

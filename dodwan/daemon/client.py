@@ -53,7 +53,11 @@ class AdminClient:
             raise ClientError(
                 f"no daemon running for state directory {state_dir} ({path} not found)"
             ) from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except KeyError as exc:
+            raise ClientError(
+                f"cannot read {path}: it has no {exc.args[0]!r} (not written by a dodwan daemon?)"
+            ) from None
+        except (OSError, ValueError, TypeError) as exc:
             raise ClientError(f"cannot read {path}: {exc}") from None
         try:
             lines = (Path(state_dir) / TOKEN_FILE).read_text(encoding="utf-8").splitlines()
