@@ -339,9 +339,7 @@ class GossipMixin(NodeState):
         self._events.append(NeighbourRestarted(n.host_id, n.address))
         n.since = now
         self._remote.release("offers", n.host_id)
-        n.offers.clear()
-        n.budgets.clear()
-        n.offers_memory = 0
+        self._offers_given_up(n.host_id)  # what it said it holds
         for host in dict.fromkeys([n.host_id, *n.refs]):
             self._offer_matches(host)
         if n.altruistic:

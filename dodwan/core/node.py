@@ -370,7 +370,7 @@ class Node(
         """
         digits = "7305918264" * 2  # like real values: digits that barely compress
         widest = {
-            m.ID: f"{self.host_id}-{'9e3779b97f4a7c15'}",
+            m.ID: f"{self.host_id}-9e3779b97f4a7c15",
             m.DEADLINE: f"{digits[:10]}.{digits[10:17]}",
             m.ORIGIN: self.host_id,
             m.DATE: f"{digits[3:13]}.{digits[13:20]}",
