@@ -148,10 +148,7 @@ class Gateway:
         self.service.settle(self.host.now())
 
     def protocol(self) -> StompConnection:
-        conn = StompConnection(self)
-        if self.closed:  # accepted just before the socket closed
-            conn.closing = True
-        return conn
+        return StompConnection(self)  # (one made as the server stops: connection_made)
 
 
 class StompConnection(asyncio.Protocol):
@@ -191,9 +188,9 @@ class StompConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        # the server is stopping (it may have closed between this protocol's making and
-        # this call, a loop step later: it did not know this connection then)
-        if self.closing or self.gw.closed:
+        # the server is stopping (it may have closed before or after this protocol was
+        # made, a loop step earlier: it did not know this connection then)
+        if self.gw.closed:
             self.closing = True
             transport.close()
             return
