@@ -145,6 +145,39 @@ def test_bad_selector_raises_locally_and_connection_survives(pair: list[Loopback
         assert cons.receive(5).text == "ok"
 
 
+def test_a_temporary_queue_is_consumed_only_by_its_connection_across_hosts(
+    pair: list[LoopbackHost],
+) -> None:
+    """JMS 1.1 §4.4.3: a connection on another host that learnt the temporary queue's real
+    name from JMSReplyTo may send to it but not consume from it (API and raw STOMP)."""
+    a, b = pair
+    with joms.connect(a.stomp_url) as ca, joms.connect(b.stomp_url) as cb:
+        sa = ca.create_session()
+        tmp = sa.create_temporary_queue()
+        owner = sa.create_consumer(tmp)
+        sb = cb.create_session()
+        svc = sb.create_consumer(sb.create_queue(f"tmpsvc{next(_fresh)}"))
+        req = sa.create_text_message("req")
+        req.reply_to = tmp
+        sa.create_producer(sa.create_queue(f"{svc.destination.name}@api2")).send(req)
+        got = svc.receive(10)
+        assert got is not None and got.reply_to is not None
+        real = got.reply_to
+        assert real.name.startswith("tmp.") and real.name.endswith("@api1")
+        with pytest.raises(joms.InvalidDestinationException):
+            sb.create_consumer(sb.create_queue(real.name))
+        with RawStomp(b.stomp_address) as raw:
+            raw.send("SUBSCRIBE", {"id": "t", "destination": f"/queue/{real.name}"})
+            err = raw.next("ERROR")
+            assert err.get("joms-exception") == "InvalidDestinationException"
+        prod = sb.create_producer(real)
+        for i in range(6):
+            prod.send(sb.create_text_message(f"reply{i}"))
+        replies = [owner.receive(10) for _ in range(6)]
+        assert [m.text if m else None for m in replies] == [f"reply{i}" for i in range(6)]
+        assert owner.receive(0.3) is None
+
+
 def test_client_acknowledge_and_recover(pair: list[LoopbackHost]) -> None:
     a, _ = pair
     with joms.connect(a.stomp_url, client_id="cack") as c:

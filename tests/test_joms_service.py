@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -408,6 +409,39 @@ def test_temporary_queue_is_owned_by_its_connection_and_dies_with_it() -> None:
     assert tq.name not in s.destinations()["queues"]
     with pytest.raises(InvalidDestinationException):
         s.send(other, text(tq, "too late"), w.net.now)
+
+
+def test_a_temporary_queue_manager_ignores_receivers_of_other_hosts() -> None:
+    """Another host's subscribe refuses a temporary queue it cannot own; a receiver request
+    that comes anyway (an older or hostile peer) is not served by the manager: the owner
+    gets every message."""
+    w = World("a", "b")
+    s = w.svc["a"]
+    owner = s.open_connection(w.net.now)
+    tq = s.create_temporary_queue(owner, w.net.now)
+    s.subscribe(owner, tq, w.net.now, ack_mode="client-individual")
+    other = w.svc["b"].open_connection(w.net.now)
+    with pytest.raises(InvalidDestinationException):
+        w.svc["b"].subscribe(other, tq, w.net.now)
+    thief = "b.sthief"
+    w.svc["b"].port.subscribe(
+        [{mdl.KIND: mdl.KIND_DELIVERY, mdl.REPLY_ID: thief}], key="joms:r:thief"
+    )
+    w.svc["b"].port.publish(
+        {mdl.KIND: mdl.KIND_RECEIVER, mdl.DEST_TYPE: "queue", mdl.DEST_ID: tq.name,
+         mdl.REPLY_ID: thief},
+        json.dumps({"selector": "", "lease": 6.0, "cancel": False}).encode(),
+        deadline=w.net.now + 6.0, priority=9, persistent=True,
+    )  # fmt: skip
+    w.run(2)
+    assert s.counters.get("temporary_queue_receivers_refused") == 1
+    assert thief not in s.queue_status(tq.name)["receivers"]
+    for i in range(4):
+        w.svc["b"].send(other, text(tq, f"r{i}"), w.net.now)
+    w.run(2)
+    assert w.bodies("a") == [b"r0", b"r1", b"r2", b"r3"]
+    handed = [e for e in w.net.events("b") if isinstance(e, MessageDelivered)]
+    assert not [e for e in handed if e.subscription == "joms:r:thief"]
 
 
 def test_service_config_from_a_config_file_table() -> None:

@@ -335,6 +335,21 @@ class Session:
             raise InvalidDestinationException("create_consumer needs a Topic or a Queue")
         if selector:
             selector_lang.parse(selector)  # raises InvalidSelectorException locally
+        _, at, manager = dest.name.rpartition("@")
+        here = self.connection.host_id
+        if (
+            isinstance(dest, Queue)
+            and not isinstance(dest, TemporaryQueue)
+            and dest.name.startswith("tmp.")
+            and at
+            and here is not None
+            and manager != here
+        ):
+            # a temporary queue of a connection of another host (its name learnt from a
+            # JMSReplyTo): refused here, the gateway's ERROR would close the connection
+            raise InvalidDestinationException(
+                "a temporary queue can only be consumed by the connection that created it"
+            )
         sid = self.connection._next_id("sub")
         cons = MessageConsumer(self, dest, sid, selector, no_local)
         self.connection._subs[sid] = cons

@@ -261,6 +261,12 @@ class QueueManagerMixin(ServiceBase):
             return
         if self.store.get("seen", q.name + _SEP + "cancel:" + reply_id) is not None:
             return  # the receiver was already cancelled (its last renewal came late)
+        if q.temporary and not self._owns_temporary(q, reply_id):
+            # only a consumer of the connection that created it (on this host: subscribe
+            # refuses the others, also those of other hosts); a request from elsewhere (an
+            # older or hostile peer) gets nothing
+            self._count("temporary_queue_receivers_refused")
+            return
         lease = float(req.get("lease", self.config.lease))
         if not 0.0 < lease <= 24 * 3600.0:  # also rejects NaN
             lease = self.config.lease
@@ -280,6 +286,13 @@ class QueueManagerMixin(ServiceBase):
             r.since = date
         self._save_receiver(q, r)
         self._assign(q, now)
+
+    def _owns_temporary(self, q: ManagedQueue, reply_id: str) -> bool:
+        """Whether ``reply_id`` is a receiver of a consumer of the connection owning the
+        temporary queue ``q`` (such a consumer is local: its reply id is ``host.consumer``)."""
+        host, _, cid = reply_id.rpartition(".")
+        cons = self._consumers.get(cid) if host == self.host_id else None
+        return cons is not None and cons.conn == q.owner and cons.reply_id == reply_id
 
     def _manager_ack(self, q: ManagedQueue, d: Mapping[str, str], p: bytes, now: float) -> None:
         rec = _json_obj(p)

@@ -508,7 +508,10 @@ class JomsService(
             if durable_name:
                 raise InvalidDestinationException("durable subscriptions are for topics only")
             q = self._queues.get(dest.name)
-            if q is not None and q.temporary and q.owner != conn_id:
+            # a temporary queue (tmp.<id>@H, a reserved name) is managed by the host of the
+            # connection that created it: no connection of another host can be its owner
+            foreign_tmp = dest.name.startswith("tmp.") and dest.manager != self.host_id
+            if foreign_tmp or (q is not None and q.temporary and q.owner != conn_id):
                 raise InvalidDestinationException(
                     "a temporary queue can only be consumed by the connection that created it"
                 )
