@@ -810,3 +810,48 @@ def test_jmsx_delivery_count_counts_each_delivery_and_selectors_see_it(
         m = retry.receive(5)
         assert m.text == "z" and m.redelivered and m.get_property("JMSXDeliveryCount") == 2
         m.acknowledge()
+
+
+def test_a_durable_consumer_closing_without_ack_counts_towards_the_dead_letter_limit(
+    pair: list[LoopbackHost],
+) -> None:
+    """docs/joms.md "Poison messages": a consumer closing without acknowledging is a
+    redelivery like a NACK — JMSXDeliveryCount goes up each time, and after
+    max_redeliveries (6) the message goes to DLQ@H instead of an 8th delivery."""
+    a, _ = pair
+    n = next(_fresh)
+    topic, client = f"/topic/dpoison{n}", f"dpoison{n}"
+    sub = {"id": "d", "destination": topic, "ack": "client-individual",
+           "durable-subscription-name": "keep"}  # fmt: skip
+
+    def session() -> RawStomp:
+        raw = RawStomp(a.stomp_address, headers={"client-id": client})
+        raw.send("SUBSCRIBE", {**sub, "receipt": "sub"})
+        raw.receipt("sub")
+        return raw
+
+    def leave(raw: RawStomp) -> None:  # DISCONNECT without acknowledging
+        raw.send("DISCONNECT", {"receipt": "bye"})
+        raw.receipt("bye")
+        raw.close()
+
+    leave(session())  # the subscription exists before the message is sent
+    with RawStomp(a.stomp_address) as p:
+        p.send("SEND", {"destination": topic, "receipt": "s"}, b"poison")
+        p.receipt("s")
+    counts = []
+    for _ in range(7):
+        raw = session()
+        m = raw.next("MESSAGE")
+        assert m.body == b"poison"
+        counts.append((m.get("redelivered"), m.get("JMSXDeliveryCount")))
+        leave(raw)
+    assert counts == [(None, "1"), *(("true", str(i)) for i in range(2, 8))]
+    with RawStomp(a.stomp_address) as d:
+        d.send("SUBSCRIBE", {"id": "dlq", "destination": "/queue/DLQ"})
+        dead = d.next("MESSAGE")
+        assert dead.body == b"poison" and dead.get("original-destination") == topic
+    raw = session()
+    assert [f.command for f in raw.quiet(0.5)] == []  # not an 8th time
+    raw.send("UNSUBSCRIBE", {"id": "d", "durable-subscription-name": "keep", "receipt": "u"})
+    leave(raw)

@@ -111,26 +111,32 @@ class AcknowledgementMixin(ServiceBase):
             return
         self._count("dead_lettered")
 
+    def _refused(self, cons: _Consumer, skey: str, msg: JomsMessage, now: float) -> bool:
+        """A delivered message comes back unacknowledged (NACK, recover, rollback, its
+        consumer closing): one more to its JMSXDeliveryCount, marked redelivered (stored so
+        for a durable subscription); past ``max_redeliveries`` it is consumed and a copy
+        goes to the dead-letter queue instead. Whether it may be delivered again."""
+        msg.delivery_count += 1
+        if self._over_limit(msg.delivery_count):
+            self._finish(cons, skey, msg, now)
+            host = cons.dest.manager if cons.kind == "queue" else self.host_id
+            self._dead_letter(
+                msg, host or self.host_id, now,
+                f"redelivered {msg.delivery_count - 1} times and refused again "
+                f"(max_redeliveries = {self.config.max_redeliveries})",
+            )  # fmt: skip
+            return False
+        msg.redelivered = True
+        if cons.kind == "durable":
+            self.store.put("dpending", skey, mdl.freeze(msg))
+        return True
+
     def _redeliver(self, cons: _Consumer, tags: list[str], now: float) -> None:
         back = []
         for t in tags:
             item = cons.unacked.pop(t, None)
-            if item is not None:
-                skey, msg = item
-                msg.delivery_count += 1
-                if self._over_limit(msg.delivery_count):
-                    self._finish(cons, skey, msg, now)
-                    host = cons.dest.manager if cons.kind == "queue" else self.host_id
-                    self._dead_letter(
-                        msg, host or self.host_id, now,
-                        f"redelivered {msg.delivery_count - 1} times and refused again "
-                        f"(max_redeliveries = {self.config.max_redeliveries})",
-                    )  # fmt: skip
-                    continue
-                msg.redelivered = True
-                if cons.kind == "durable":
-                    self.store.put("dpending", skey, mdl.freeze(msg))
-                back.append((skey, msg))
+            if item is not None and self._refused(cons, *item, now):
+                back.append(item)
         cons.pending.extendleft(reversed(back))
         self._pump(cons, now)
 

@@ -594,9 +594,8 @@ class JomsService(
                 if d.implicit:
                     d.idle_since = now
                     self.store.put("durable", d.key, d.record())
-                for skey, msg in cons.unacked.values():
-                    msg.redelivered = True
-                    self.store.put("dpending", skey, mdl.freeze(msg))
+                for skey, msg in cons.unacked.values():  # delivered, not acknowledged
+                    self._refused(cons, skey, msg, now)
                 for _, (skey, msg) in back:  # stored as "may have been delivered" at dispatch
                     if skey:
                         self.store.put("dpending", skey, mdl.freeze(msg))
