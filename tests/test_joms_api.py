@@ -849,9 +849,44 @@ def test_a_durable_consumer_closing_without_ack_counts_towards_the_dead_letter_l
     assert counts == [(None, "1"), *(("true", str(i)) for i in range(2, 8))]
     with RawStomp(a.stomp_address) as d:
         d.send("SUBSCRIBE", {"id": "dlq", "destination": "/queue/DLQ"})
-        dead = d.next("MESSAGE")
-        assert dead.body == b"poison" and dead.get("original-destination") == topic
+        dead = d.next("MESSAGE", **{"original-destination": topic})
+        assert dead.body == b"poison"
     raw = session()
     assert [f.command for f in raw.quiet(0.5)] == []  # not an 8th time
     raw.send("UNSUBSCRIBE", {"id": "d", "durable-subscription-name": "keep", "receipt": "u"})
     leave(raw)
+
+
+def test_redeliveries_on_a_receiving_host_count_at_the_queue_s_manager(
+    pair: list[LoopbackHost],
+) -> None:
+    """Queue Q@api1 consumed on api2: the NACKs there raise JMSXDeliveryCount on api2; the
+    consumer leaving without acknowledging gives the message back to the manager, which
+    goes on counting from there (not from its own hand-outs), and dead-letters it after
+    max_redeliveries (6) — docs/joms.md "JMSXDeliveryCount", "Poison messages"."""
+    a, b = pair
+    name = f"qpoison{next(_fresh)}"
+    with RawStomp(a.stomp_address) as p:
+        p.send("SEND", {"destination": f"/queue/{name}", "receipt": "s"}, b"poison")
+        p.receipt("s")
+    seen: list[str | None] = []
+    for round_ in range(3):
+        with RawStomp(b.stomp_address) as c:
+            c.send("SUBSCRIBE", {"id": "q", "destination": f"/queue/{name}@api1",
+                                 "ack": "client-individual"})  # fmt: skip
+            for k in range(3 if round_ < 2 else 1):
+                m = c.next("MESSAGE", timeout=15)
+                assert m.body == b"poison"
+                seen.append(m.get("JMSXDeliveryCount"))
+                if k < 2:  # the last one of the round is left unacknowledged
+                    c.send("NACK", {"id": m.get("ack") or "", "receipt": f"n{k}"})
+                    c.receipt(f"n{k}")
+            if round_ == 2:  # its 7th delivery, refused once more: dead-lettered
+                assert [f.command for f in c.quiet(0.5)] == []
+            c.send("DISCONNECT", {"receipt": "bye"})
+            c.receipt("bye")
+    assert seen == [str(i) for i in range(1, 8)]
+    with RawStomp(a.stomp_address) as d:
+        d.send("SUBSCRIBE", {"id": "dlq", "destination": "/queue/DLQ"})
+        dead = d.next("MESSAGE", **{"original-destination": f"/queue/{name}@api1"})
+        assert dead.body == b"poison"

@@ -247,10 +247,12 @@ class QueueManagerMixin(ServiceBase):
         if r is not None and date < r.since:
             return  # an older renewal arriving late
         if req.get("cancel"):
+            mine = self._assigned_to(q, reply_id)
             self._apply_acked(q, req.get("acked", []))
             self._apply_returned(q, req.get("returned", []), reply_id)
             if "received" in req:
                 self._apply_never_received(q, req["received"], reply_id)
+            self._apply_deliveries(q, req.get("deliveries"), mine, reply_id)
             # remembered in every case: a renewal of the same receiver that the network
             # delivers after its cancel must not bring it back (it would hold messages
             # handed to it until its lease ran out)
@@ -297,6 +299,7 @@ class QueueManagerMixin(ServiceBase):
     def _manager_ack(self, q: ManagedQueue, d: Mapping[str, str], p: bytes, now: float) -> None:
         rec = _json_obj(p)
         reply_id = d.get(mdl.REPLY_ID, "")
+        mine = self._assigned_to(q, reply_id)
         r = q.receivers.get(reply_id)
         if r is not None and not r.closing and (rec.get("released") or rec.get("returned")):
             # only a closing consumer gives messages back, and its cancel follows (or came
@@ -312,8 +315,36 @@ class QueueManagerMixin(ServiceBase):
                 pend.assigned = None
                 self._save_pending(q, pend)
                 released = True
+        self._apply_deliveries(q, rec.get("deliveries"), mine, reply_id)
         if released:
             self._assign(q, now)
+
+    def _assigned_to(self, q: ManagedQueue, reply_id: str) -> set[str]:
+        return {mid for mid, pend in q.pending.items() if pend.assigned == reply_id}
+
+    def _apply_deliveries(
+        self, q: ManagedQueue, deliveries: Any, mine: set[str], reply_id: str
+    ) -> None:
+        """A receiver giving messages back says how many times its client was given each
+        (``deliveries``: its NACKs, recover()s and rollbacks redelivered them there, which
+        the manager did not see): the next hand-out's JMSXDeliveryCount goes on from there,
+        and the dead-letter limit counts them. Only for messages that were handed to that
+        receiver (``mine``, before the message was given back) and not handed to another
+        since: a copy of the record seen again later (a restart) changes nothing. Receivers
+        of earlier versions send no ``deliveries``: the manager counts its hand-outs only."""
+        if not isinstance(deliveries, dict):
+            return
+        for mid, n in deliveries.items():
+            pend = q.pending.get(mid) if mid in mine else None
+            if pend is None or pend.assigned not in (None, reply_id):
+                continue
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 < n < 1 << 31:
+                continue
+            # the next hand-out's count is attempts + delivery_count (see _hand)
+            floor = n - pend.attempts
+            if floor > pend.message.delivery_count:
+                pend.message.delivery_count = floor
+                self._save_pending(q, pend)
 
     def _apply_acked(self, q: ManagedQueue, acked: Any) -> None:
         if not isinstance(acked, list):
@@ -393,8 +424,8 @@ class QueueManagerMixin(ServiceBase):
 
     def _hand(self, q: ManagedQueue, pend: Pending, reply_id: str) -> bool:
         """Publish the delivery of ``pend`` to receiver ``reply_id``."""
-        redelivered = pend.attempts > 0 or pend.message.redelivered
         count = pend.attempts + pend.message.delivery_count
+        redelivered = count > 0 or pend.message.redelivered
         pend.attempts += 1
         desc = mdl.to_descriptor(pend.message)
         if count:

@@ -39,6 +39,7 @@ class QueueReceiverMixin(ServiceBase):
         acked: list[str] | None = None,
         returned: list[str] | None = None,
         received: list[str] | None = None,
+        deliveries: dict[str, int] | None = None,
     ) -> None:
         req: dict[str, Any] = {
             "selector": cons.selector_text,
@@ -51,6 +52,8 @@ class QueueReceiverMixin(ServiceBase):
             req["returned"] = returned
         if received is not None:
             req["received"] = received
+        if deliveries:
+            req["deliveries"] = deliveries
         body = json.dumps(req).encode()
         try:
             self.port.publish(
@@ -152,10 +155,14 @@ class QueueReceiverMixin(ServiceBase):
         released: list[str],
         copies: list[str],
         returned: list[str] | None = None,
+        deliveries: dict[str, int] | None = None,
     ) -> None:
         rec: dict[str, Any] = {"acked": acked, "released": released, "copies": copies}
         if returned:
             rec["returned"] = returned  # released, but never handed to the client
+        if deliveries:
+            # message id -> times the client was given it (redeliveries made here included)
+            rec["deliveries"] = deliveries
         try:
             self.port.publish(
                 {

@@ -606,6 +606,14 @@ class JomsService(
                 self._queue_release(cons, cons.reorder.flush(), now, pump=False)
             released = [m.message_id for _, m in cons.unacked.values()]
             returned = [m.message_id for _, m in cons.pending]  # never handed to the client
+            # how many times the client was given each (its count, raised here by NACKs,
+            # recover and rollback): the manager goes on counting from there
+            deliveries = {
+                m.message_id: m.delivery_count for _, m in cons.pending if m.delivery_count
+            }
+            for _, m in cons.unacked.values():
+                if m.delivery_count:  # (the last time included)
+                    deliveries[m.message_id] = m.delivery_count + 1
             self._unsubscribe_core(cons.core_key)
             # The acknowledgements still in the ack batch go out now, and ride on the
             # cancel as well: a manager must never see the cancel without them (it would
@@ -614,13 +622,12 @@ class JomsService(
             released = rel + released
             if acked or released or returned:
                 self._publish_ack(cons.dest.name, cons.reply_id, now, acked, released, copies,
-                                  returned)  # fmt: skip
+                                  returned, deliveries)  # fmt: skip
             # every message this receiver got from the manager: those it was handed but
             # never got (still on their way when it closed) go back as never delivered
             received = sorted(cons.seen) if len(cons.seen) <= MAX_RECEIVED_ON_CANCEL else None
-            self._publish_receiver(
-                cons, now, cancel=True, acked=acked, returned=returned, received=received
-            )
+            self._publish_receiver(cons, now, cancel=True, acked=acked, returned=returned,
+                                   received=received, deliveries=deliveries)  # fmt: skip
         self.store.commit()
 
     def _implicit_name(
