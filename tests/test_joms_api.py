@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from joms_support import LoopThread, RawStomp, start_hosts
+from joms_support import LoopThread, RawStomp, start_hosts, wait_for
 
 import joms
 from joms.runtime import LoopbackHost
@@ -890,3 +890,41 @@ def test_redeliveries_on_a_receiving_host_count_at_the_queue_s_manager(
         d.send("SUBSCRIBE", {"id": "dlq", "destination": "/queue/DLQ"})
         dead = d.next("MESSAGE", **{"original-destination": f"/queue/{name}@api1"})
         assert dead.body == b"poison"
+
+
+@pytest.mark.parametrize("end", ["recover", "rollback"])
+def test_after_recover_or_rollback_delivery_restarts_with_the_oldest_unacknowledged(
+    pair: list[LoopbackHost], end: str
+) -> None:
+    """JMS 1.1 §4.4.11 / §4.4.7: after Session.recover() (rollback()) the consumer gets the
+    messages it had received again first, in order, then those it had buffered but not
+    received yet — each once."""
+    a, b = pair
+    with joms.connect(a.stomp_url) as ca, joms.connect(b.stomp_url) as cb:
+        sa = ca.create_session()
+        q = sa.create_queue(f"reorder{next(_fresh)}")
+        prod = sa.create_producer(q)
+        s = cb.create_session(
+            transacted=end == "rollback",
+            ack_mode=joms.CLIENT_ACKNOWLEDGE if end == "recover" else joms.AUTO_ACKNOWLEDGE,
+        )
+        cons = s.create_consumer(s.create_queue(f"{q.name}@api1"))
+        prod.send(sa.create_text_message("warm"))  # the receiver is known to the manager
+        warm = cons.receive(10)
+        assert warm is not None and warm.text == "warm"
+        s.commit() if end == "rollback" else warm.acknowledge()
+        for i in range(6):
+            prod.send(sa.create_text_message(f"m{i}"))
+        first = [cons.receive(10) for _ in range(3)]
+        assert [m.text if m else None for m in first] == ["m0", "m1", "m2"]
+        # m3..m5 reach the consumer's buffer; the application has not received them
+        assert wait_for(lambda: cons._inbox.qsize() >= 3)
+        s.recover() if end == "recover" else s.rollback()
+        again = [cons.receive(10) for _ in range(6)]
+        got = [(m.text, m.redelivered, m.get_property("JMSXDeliveryCount")) for m in again if m]
+        assert got == [
+            *((f"m{i}", True, 2) for i in range(3)),
+            *((f"m{i}", False, 1) for i in range(3, 6)),
+        ]
+        assert cons.receive(0.3) is None
+        s.commit() if end == "rollback" else again[-1].acknowledge()

@@ -216,6 +216,7 @@ class Session:
         self._consumers: list[MessageConsumer] = []
         self._unacked: list[tuple[str, str]] = []  # (subscription, ack id), CLIENT mode
         self._tx_acks: dict[str, list[str]] = {}  # subscription -> ack ids, this transaction
+        self._mids: dict[str, str] = {}  # ack id -> message id, of _unacked and _tx_acks
         self._lingering: list[MessageConsumer] = []
         """Consumers closed while this session still held messages of theirs (CLIENT mode
         unacknowledged, or acknowledged in the open transaction): their UNSUBSCRIBE waits
@@ -396,11 +397,13 @@ class Session:
             self.connection._transport.send(Frame("ACK", {"id": ack_id, "transaction": self._tx}))
             with self._lock:
                 self._tx_acks.setdefault(cons._sid, []).append(ack_id)
+                self._mids[ack_id] = f.headers.get("message-id", "")
         elif self.ack_mode == AUTO_ACKNOWLEDGE:
             self.connection._transport.send(Frame("ACK", {"id": ack_id}))
         else:
             with self._lock:
                 self._unacked.append((cons._sid, ack_id))
+                self._mids[ack_id] = f.headers.get("message-id", "")
             msg._ack = self.acknowledge
 
     def _holds(self, sid: str) -> bool:
@@ -425,6 +428,8 @@ class Session:
         self._check()
         with self._lock:
             pending, self._unacked = self._unacked, []
+            for _, ack_id in pending:
+                self._mids.pop(ack_id, None)
         for i, (_, ack_id) in enumerate(pending):
             f = Frame("ACK", {"id": ack_id})
             if i == len(pending) - 1:
@@ -442,7 +447,7 @@ class Session:
         assert self._tx is not None
         self._request(Frame("COMMIT", {"transaction": self._tx}))
         with self._lock:
-            self._tx_acks = {}
+            self._tx_acks, self._mids = {}, {}
         self._end_lingering(settled=True)
         self._begin()
 
@@ -453,7 +458,13 @@ class Session:
             raise IllegalStateException("rollback() on a non-transacted session")
         assert self._tx is not None
         self._end_lingering(settled=False)  # (before the ABORT: it needs their acks)
-        self._request(Frame("ABORT", {"transaction": self._tx}))
+        with self._lock:
+            mids, self._mids = set(self._mids.values()), {}
+        held = self._hold_buffered()
+        try:
+            self._request(Frame("ABORT", {"transaction": self._tx}))
+        finally:
+            self._redelivered_first(held, mids)
         with self._lock:
             self._tx_acks = {}
         self._begin()
@@ -466,10 +477,46 @@ class Session:
         self._end_lingering(settled=False)  # their messages go back with the UNSUBSCRIBE
         with self._lock:
             pending, self._unacked = self._unacked, []
+            mids, self._mids = set(self._mids.values()), {}
         live = {c._sid for c in self.connection._subs.values() if isinstance(c, MessageConsumer)}
-        for sid, ack_id in pending:
-            if sid in live:
-                self._request(Frame("NACK", {"id": ack_id}))
+        held = self._hold_buffered()
+        try:
+            for sid, ack_id in pending:
+                if sid in live:
+                    self._request(Frame("NACK", {"id": ack_id}))
+        finally:
+            self._redelivered_first(held, mids)
+
+    def _hold_buffered(self) -> list[tuple[MessageConsumer, list[Any]]]:
+        """Take out what this session's consumers buffered and the application has not
+        received yet (see :meth:`_redelivered_first`)."""
+        held = []
+        for c in list(self._consumers):
+            with c._inbox.mutex:
+                held.append((c, list(c._inbox.queue)))
+                c._inbox.queue.clear()
+        return held
+
+    def _redelivered_first(
+        self, held: list[tuple[MessageConsumer, list[Any]]], mids: set[str]
+    ) -> None:
+        """After recover()/rollback() (JMS 1.1 §4.4.11, §4.4.7): delivery restarts with the
+        oldest unacknowledged message. The gateway sends the redelivered messages (before
+        its receipt of the NACK / ABORT) after what a consumer had buffered already, so
+        each consumer's buffer becomes: the redelivered ones (``mids``) in the order they
+        came, then what it had buffered (``held``), then anything newer."""
+        for c, before in held:
+            with c._inbox.mutex:
+                since = list(c._inbox.queue)
+                frames = [x for x in [*before, *since] if isinstance(x, Frame)]
+                first = [x for x in since if isinstance(x, Frame) and x.get("message-id") in mids]
+                moved = {id(x) for x in first}
+                c._inbox.queue.clear()
+                c._inbox.queue.extend(first)
+                c._inbox.queue.extend(x for x in frames if id(x) not in moved)
+                c._inbox.queue.extend(x for x in [*before, *since] if not isinstance(x, Frame))
+                if c._inbox.queue:
+                    c._inbox.not_empty.notify_all()
 
     def close(self) -> None:
         """Close the consumers (waiting for listeners in progress); what the session holds
@@ -488,7 +535,7 @@ class Session:
                 self._request(Frame("ABORT", {"transaction": self._tx}))
         self._closed = True
         with self._lock:
-            self._unacked, self._tx_acks = [], {}
+            self._unacked, self._tx_acks, self._mids = [], {}, {}
         if self in self.connection._sessions:
             self.connection._sessions.remove(self)
 
