@@ -928,3 +928,46 @@ def test_after_recover_or_rollback_delivery_restarts_with_the_oldest_unacknowled
         ]
         assert cons.receive(0.3) is None
         s.commit() if end == "rollback" else again[-1].acknowledge()
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_a_message_that_expires_in_the_consumer_s_buffer_is_not_received(
+    loop: LoopThread, pair: list[LoopbackHost], kind: str
+) -> None:
+    """JMS 1.1 §3.4.9: a message whose expiration passed while it waited in the client's
+    buffer is not handed to the application; it is settled (not redelivered later)."""
+    a, b = pair
+    with joms.connect(a.stomp_url) as ca, joms.connect(b.stomp_url) as cb:
+        sa, sb = ca.create_session(), cb.create_session(ack_mode=joms.CLIENT_ACKNOWLEDGE)
+        name = f"expiring{next(_fresh)}"
+        if kind == "queue":
+            dest, there = sa.create_queue(name), sb.create_queue(f"{name}@api1")
+        else:
+            dest, there = sa.create_topic(name), sb.create_topic(name)
+        cons = sb.create_consumer(there)
+        prod = sa.create_producer(dest)
+        prod.send(sa.create_text_message("warm"))  # the consumer is known everywhere
+        warm = cons.receive(10)
+        assert warm is not None and warm.text == "warm"
+        warm.acknowledge()
+        short = sa.create_text_message("short-lived")
+        prod.send(short, time_to_live=0.5)
+        assert wait_for(lambda: cons._inbox.qsize() >= 1)  # buffered, not received
+        assert wait_for(lambda: time.time() * 1000 > short.expiration + 50, timeout=5)
+        prod.send(sa.create_text_message("fresh"))
+        got = cons.receive(10)
+        assert got is not None and got.text == "fresh" and cons.expired == 1
+        got.acknowledge()
+
+        def unacked() -> int:  # at the gateway's service: the expired one was settled
+            svc = b.service
+            infos = [svc.consumer_info(c) for c in list(svc._consumers)]
+            mine = [i["unacked"] for i in infos if i["destination"] == str(there)]
+            return sum(mine) if mine else -1  # (-1: the consumer is not found)
+
+        assert wait_for(lambda: loop.run(unacked) == 0)
+        assert cons.receive(0.3) is None
+        if kind == "queue":
+            assert wait_for(
+                lambda: loop.run(lambda: a.service.queue_status(f"{name}@api1")["pending"]) == 0
+            )

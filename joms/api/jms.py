@@ -676,6 +676,8 @@ class MessageConsumer:
         self._close_linger = False  # ... left to the session then if it holds messages
         self._unconsumed: list[str] = []
         self._dups_last: str | None = None  # DUPS_OK: last handed over, not acknowledged yet
+        self.expired = 0
+        """Messages that expired in this consumer's buffer: dropped, never handed over."""
         self._dups_count = 0
 
     def _arrived(self, f: Frame) -> None:
@@ -721,7 +723,25 @@ class MessageConsumer:
             if not conn._started.is_set():  # stopped meanwhile: keep it for later
                 self._inbox.queue.appendleft(item)
                 continue
-            return item, from_frame(item)
+            msg = from_frame(item)
+            if msg.expiration and msg.expiration <= time.time() * 1000:
+                self._drop_expired(item)
+                continue
+            return item, msg
+
+    def _drop_expired(self, f: Frame) -> None:
+        """A buffered message expired before the application took it (JMS 1.1 §3.4.9: not
+        delivered): acknowledged at once, outside any transaction, so the service forgets
+        it rather than redeliver it; counted in :attr:`expired`."""
+        self.expired += 1
+        ack_id = f.headers.get("ack")
+        if ack_id is None:
+            return
+        with contextlib.suppress(JMSException):  # (the connection failing: it comes back)
+            if self.session.ack_mode == DUPS_OK_ACKNOWLEDGE and not self.session.transacted:
+                self._dups_ok_handed(ack_id)  # (cumulative: after those handed over before)
+            else:
+                self.session.connection._transport.send(Frame("ACK", {"id": ack_id}))
 
     def receive(self, timeout: float | None = None) -> Message | None:
         """Next message; waits ``timeout`` seconds (None = until one comes or close).
