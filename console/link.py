@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import joms
+from dodwan.textsafe import safe
 from joms.api import Connection, Destination, Message, MessageConsumer, Queue, Session, Topic
 from joms.errors import JMSException
 
@@ -65,7 +66,7 @@ class Subscription:
         if self.patterns:
             parts.append("-ssl " + " ".join(f"{p.key}={p.regex}" for p in self.patterns))
         if self.selector:
-            parts.append(f"selector: {self.selector}")
+            parts.append(f"selector: {safe(self.selector)}")  # a clause may hold a line feed
         if self.durable:
             parts.append(f"durable {self.durable}")
         if self.count is not None:

@@ -7,9 +7,13 @@ the service pushes into the network as a DoDWAN pattern:
 
 * an alternation of literals (``English|French``)  ->  ``language IN ('English','French')``
   (one literal -> ``language = 'English'``);
-* literals with ``.*`` and ``.`` (``Chat.*``)  ->  ``language LIKE 'Chat%'`` (OR of LIKEs
-  for several alternatives);
-* anything else (classes, groups, repetitions): no clause; the pattern is only checked here.
+* literals with ``.*`` and ``.`` (``Chat.*``)  ->  ``language LIKE 'Chat%' ESCAPE '\\' AND
+  language NOT LIKE '%<LF>%'`` (OR of such for several alternatives): RE2's ``.`` matches
+  any character but a line feed, LIKE's ``_`` and ``%`` match line feeds too, so the
+  second conjunct (a literal line feed in the string) keeps the clause exact;
+* anything else (classes, groups, repetitions, a literal line feed next to ``.``/``.*``,
+  a KEY that is not a selector identifier or names a JMS header): no clause; the pattern
+  is only checked here.
 
 Whatever the translation, on a topic every pattern is also checked in the console on each
 arrival (RE2 full match on the property's string form), so the semantics are exactly
@@ -81,11 +85,15 @@ def parse_properties(items: list[str]) -> dict[str, str]:
 
 
 def _is_identifier(key: str) -> bool:
+    """``key`` names the property itself in a selector: an identifier, not a keyword, and
+    not a ``JMS…`` name (in a selector those are the message's headers, ``JMSType``...),
+    bar the client-set ``JMSX`` properties."""
     return (
         key.isascii()
         and (key[0].isalpha() or key[0] in "_$")
         and all(c.isalnum() or c in "_$" for c in key)
         and key.upper() not in KEYWORDS
+        and (not key.startswith("JMS") or key in mdl.CLIENT_JMSX)
     )
 
 
@@ -147,13 +155,18 @@ def selector_clause(key: str, regex: str) -> str | None:
         if len(values) == 1:
             return f"{key} = {_quote(values[0])}"
         return f"{key} IN ({','.join(_quote(v) for v in values)})"
-    likes = [
-        f"{key} LIKE {_like(a)} ESCAPE '\\'"
-        if any(not isinstance(p, str) for p in a)
-        else f"{key} = {_quote(''.join(a))}"
-        for a in alts
-    ]
-    return likes[0] if len(likes) == 1 else "(" + " OR ".join(likes) + ")"
+    likes = []
+    for a in alts:
+        if all(isinstance(p, str) for p in a):
+            likes.append(f"{key} = {_quote(''.join(a))}")
+        elif "\n" in a:
+            return None  # RE2 '.' skips line feeds, a literal one does not: no LIKE says both
+        else:
+            # RE2's '.' (and '.*') never match a line feed, LIKE's '_' and '%' do
+            likes.append(f"{key} LIKE {_like(a)} ESCAPE '\\' AND {key} NOT LIKE '%\n%'")
+    if len(likes) == 1:
+        return likes[0]
+    return "(" + " OR ".join(f"({x})" if " AND " in x else x for x in likes) + ")"
 
 
 def combined_selector(selector: str | None, patterns: list[PropertyPattern]) -> str | None:

@@ -28,6 +28,7 @@ from console.selection import (
     parse_properties,
     selector_clause,
 )
+from dodwan.core.patterns import compile_regex
 from joms import selector as jms_selector
 from joms.api import TextMessage, Topic
 
@@ -153,7 +154,13 @@ def test_aliases() -> None:
         ("English|French", "language IN ('English','French')"),
         ("English", "language = 'English'"),
         ("it's", "language = 'it''s'"),
-        ("Chat.*", "language LIKE 'Chat%' ESCAPE '\\'"),
+        ("Chat.*", "language LIKE 'Chat%' ESCAPE '\\' AND language NOT LIKE '%\n%'"),
+        (
+            "Chat.*|Lobby",
+            "((language LIKE 'Chat%' ESCAPE '\\' AND language NOT LIKE '%\n%')"
+            " OR language = 'Lobby')",
+        ),
+        ("a\n.*", None),  # a literal line feed beside '.*': no LIKE is exact
         ("a\\.b", "language = 'a.b'"),
         ("[a-z]+", None),
         ("(English|French)", None),
@@ -164,15 +171,33 @@ def test_selector_clause(regex: str, clause: str | None) -> None:
     assert selector_clause("language", regex) == clause
 
 
-@pytest.mark.parametrize("regex", ["English|French", "Chat.*|x", "5%_.|a.c", "", "it's|a\\*"])
 @pytest.mark.parametrize(
-    "value", ["English", "French", "Englis", "Chat", "Chatroom", "x", "5%_z", "abc", "", "a*"]
-)
+    "regex",
+    ["English|French", "Chat.*|x", "5%_.|a.c", "", "it's|a\\*", ".", ".*", "a\\\\.*", "é.|\\.x",
+     "a\nb|c"],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    ["English", "French", "Englis", "Chat", "Chatroom", "x", "5%_z", "abc", "", "a*",
+     "Chat\nroom", "Chat\n", "\n", "a\nc", "a\nb", "chatroom", "CHAT", "a\\", "a\\bc", "a\\\n",
+     "éé", "é😀", ".x", "\\x", "\r", "Chat\r\u2028"],
+)  # fmt: skip
 def test_translated_clause_selects_exactly_what_the_regex_matches(regex: str, value: str) -> None:
+    """The clause (as the queue manager evaluates it) accepts exactly what DoDWAN's RE2
+    full match does: line feeds (RE2 '.' skips them, LIKE '_'/'%' do not), case,
+    backslashes, multi-byte characters."""
     [p] = parse_patterns([f"language={regex}"])
     assert p.clause is not None
     sel = jms_selector.parse(p.clause)
+    assert sel.matches({"language": value}) == (compile_regex(regex).fullmatch(value) is not None)
     assert sel.matches({"language": value}) == p.matches(value)
+
+
+def test_jms_header_names_get_no_clause() -> None:
+    """In a selector ``JMSType`` is the message's header, not a property of that name."""
+    assert selector_clause("JMSType", "x") is None
+    assert selector_clause("JMSCorrelationID", "x") is None
+    assert selector_clause("JMSXGroupID", "g1") == "JMSXGroupID = 'g1'"
 
 
 def test_keys_that_are_not_selector_identifiers_are_only_checked_locally() -> None:

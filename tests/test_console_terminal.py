@@ -621,6 +621,28 @@ def test_a_queue_message_received_once_is_not_received_again(
     assert (rc, err.strip()) == (1, "error: no message on queue MailBox1 within 1 s")
 
 
+def test_a_queue_hands_out_only_what_the_pattern_matches(
+    net: tuple[Host, Host], home: Path
+) -> None:
+    """``-ssl k=Chat.*`` on a queue: RE2's ``.`` skips line feeds, LIKE's ``%`` does not, so
+    a value with a line feed must stay on the queue (it was handed out before the clause
+    excluded line feeds)."""
+    a, _ = net
+    with jms.connect(f"stomp://{a.url}") as conn:
+        s = conn.create_session()
+        producer = s.create_producer(jms.Queue("Lines"))
+        producer.send(s.create_text_message("two lines", properties={"k": "Chat\nroom"}))
+        producer.send(s.create_text_message("one line", properties={"k": "Chatroom"}))
+    rc, out, err = run_joms(home, "--url", a.url, "-c",
+                            "receive -q Lines -ssl k=Chat.* --timeout 10; "
+                            "receive -q Lines -ssl k=Chat.* --timeout 1")  # fmt: skip
+    got = [x for x in out.splitlines() if x.startswith("queue ")]
+    assert len(got) == 1 and got[0].endswith(" k=Chatroom: one line"), out
+    assert (rc, err.strip()) == (1, "error: no message on queue Lines within 1 s"), err
+    rc, out, err = run_joms(home, "--url", a.url, "receive", "-q", "Lines", "--timeout", "10")
+    assert rc == 0 and "two lines" in out, (out, err)  # still there, for a plain receiver
+
+
 def test_a_general_regex_is_checked_by_the_console(net: tuple[Host, Host], home: Path) -> None:
     a, _ = net
     rc, out, err = run_joms(
