@@ -19,13 +19,16 @@ import joms
 from dodwan.textsafe import safe
 from joms.api import Connection, Destination, Message, MessageConsumer, Queue, Session, Topic
 from joms.errors import JMSException
+from joms.stomp.server import STOPPING
 
 from .output import Printer, describe
 from .selection import PropertyPattern, accepts
 
 _SEEN_MAX = 10000
-_LOSS = ("connection lost", "the STOMP server closed", "bad frame", "no CONNECTED")
-"""How the transport words a lost connection (anything else is the gateway's ERROR)."""
+_LOSS = ("connection lost", "the STOMP server closed", "bad frame", "no CONNECTED", STOPPING)
+"""How the transport words a lost connection (anything else is the gateway's ERROR that
+refused a request). The gateway's ERROR saying it is stopping (daemon stopped or
+restarting) refuses nothing: it announces the loss."""
 _UNREACHABLE = ("cannot connect to STOMP", "no CONNECTED", *_LOSS)
 """How the transport words a daemon it could not talk to at all."""
 

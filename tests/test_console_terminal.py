@@ -531,6 +531,36 @@ class Follower:
         return str(found)
 
 
+def test_a_clean_daemon_restart_is_a_lost_connection_not_a_refusal(
+    tmp_path: Path, home: Path
+) -> None:
+    """SIGTERM: the gateway says ``ERROR the server is stopping`` before it closes; the
+    console announces the loss and the reconnection (docs/console.md), as after SIGKILL,
+    not a renewal "after the refusal" of a request nobody made."""
+    host = Host(tmp_path, "cs", random_group()).start()
+    sub = Follower(joms("--url", host.url, "sub", "-t", "Restart", "--count", "2"), _env(home))
+    try:
+        sub.wait_line("Waiting ....")
+        rc, _, err = run_joms(home, "--url", host.url, "pub", "-t", "Restart", "-id", "r1",
+                              "-p", "first")  # fmt: skip
+        assert rc == 0, err
+        sub.wait_line("[1] topic Restart id r1: first")
+        assert host.daemon.kill(signal.SIGTERM) == 0  # a clean stop
+        sub.wait_line("! connection to the daemon lost (the server is stopping); reconnecting")
+        host.start()
+        sub.wait_line(f"! reconnected to the daemon at {host.url}; 1 subscription restored")
+        rc, _, err = run_joms(home, "--url", host.url, "pub", "-t", "Restart", "-id", "r2",
+                              "-p", "second")  # fmt: skip
+        assert rc == 0, err
+        assert sub.proc.wait(20) == 0, sub.lines
+        assert "[1] topic Restart id r2: second" in sub.lines
+        assert not any("refusal" in x for x in sub.lines), sub.lines
+    finally:
+        if sub.proc.poll() is None:
+            sub.proc.kill()
+        host.daemon.kill()
+
+
 def test_one_shot_commands(net: tuple[Host, Host], home: Path) -> None:
     a, b = net
     sub = Follower(
