@@ -313,6 +313,26 @@ def test_directory_learns_queues_and_topics_of_other_hosts() -> None:
     assert w.svc["b"].lookup_queue("orders") == ["orders@a"]
 
 
+def test_a_refused_subscription_does_not_advertise_its_topic() -> None:
+    """Adverts list the topics a host has used (docs/joms.md): a SUBSCRIBE the service
+    refused used none, whichever check refused it."""
+    w = World("a", "b", config=ServiceConfig(nondurable="refuse"))
+    s = w.svc["a"]
+    anon = s.open_connection(w.net.now)
+    with pytest.raises(Exception, match="client id"):
+        s.subscribe(anon, Destination("topic", "noClientId"), w.net.now, durable_name="d")
+    named = s.open_connection(w.net.now, "cid")
+    with pytest.raises(IllegalStateException, match="nondurable = refuse"):
+        s.subscribe(named, Destination("topic", "refusedNondurable"), w.net.now)
+    with pytest.raises(Exception, match="reserved"):
+        s.subscribe(named, Destination("topic", "reservedName"), w.net.now, durable_name="~nd.x")
+    s.subscribe(named, Destination("topic", "accepted"), w.net.now, durable_name="d")
+    w.run(6)  # the adverts go out and reach b
+    for known in (s.destinations(), w.svc["b"].destinations()):
+        assert "accepted" in known["topics"]
+        assert not {"noClientId", "refusedNondurable", "reservedName"} & set(known["topics"])
+
+
 def test_expired_messages_are_not_dispatched() -> None:
     w = World("a")
     s = w.svc["a"]

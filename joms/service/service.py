@@ -471,8 +471,6 @@ class JomsService(
                     check_wildcard(dest.name)
                 except ValueError as exc:
                     raise InvalidDestinationException(str(exc)) from None
-            else:
-                self._note_topic(dest.name, now)
             implicit: str | None = None
             if durable_name and durable_name.startswith(IMPLICIT_PREFIX):
                 raise JMSException(
@@ -504,6 +502,9 @@ class JomsService(
                     functools.partial(self._on_topic_message, cid),
                     fallback=self._topic_patterns(dest.name, None),
                 )
+            # advertised as used only now that the subscription is accepted (a refused one,
+            # durable without a client id or under nondurable = refuse, used nothing)
+            self._note_topic(dest.name, now)
         else:
             if durable_name:
                 raise InvalidDestinationException("durable subscriptions are for topics only")
