@@ -62,12 +62,14 @@ class TopicsMixin(ServiceBase):
             return False
         return selector_matches(sel, msg)
 
+    def _filtered_in_network(self, sel: Any) -> bool:
+        """The selector narrows what the network brings (not only the topic)."""
+        return sel is not None and self._topic_patterns("t", sel) != self._topic_patterns("t", None)
+
     def _new_reorder(self, sel: Any) -> Reorder[tuple[str, JomsMessage]] | None:
         """A reorder window for a topic subscription, unless reordering is off or its
         selector filters in the network (it could not tell a gap from a filtered message)."""
-        if self.config.order_gap_timeout <= 0:
-            return None
-        if sel is not None and self._topic_patterns("t", sel) != self._topic_patterns("t", None):
+        if self.config.order_gap_timeout <= 0 or self._filtered_in_network(sel):
             return None
         return Reorder(self.config.order_gap_timeout, self.config.order_window_bytes)
 
@@ -165,6 +167,11 @@ class TopicsMixin(ServiceBase):
                 self._dcount.pop(key, None)
         # what waited is handed over higher JMSPriority first, then in arrival order
         waiting.sort(key=lambda item: (-item[1].priority, item[0]))
+        if self.config.order_gap_timeout > 0 and self._filtered_in_network(d.selector):
+            # not reordered on arrival (no window): each producer's messages that waited go
+            # in the order sent, whatever order the network brought them in (DoDWAN offers
+            # the newest first)
+            waiting = producer_order(waiting)
         cons.pending.extend(waiting)
 
     def _migrate_durable_keys(self) -> None:
@@ -287,3 +294,21 @@ class TopicsMixin(ServiceBase):
         if any(c in self._consumers and self._consumers[c].dest == dest for c in conn.consumers):
             raise IllegalStateException(f"temporary topic {dest} still has a consumer")
         conn.temp_topics.discard(dest.name)
+
+
+def producer_order(items: list[tuple[str, JomsMessage]]) -> list[tuple[str, JomsMessage]]:
+    """``items`` with each producer's messages of one priority in sequence order, in the
+    places its messages held: other producers' messages, those of other priorities and
+    those without a sequence number keep theirs."""
+    places: dict[tuple[int, str], list[int]] = {}
+    for i, (_, msg) in enumerate(items):
+        seq = parse_sequence(msg.sequence)
+        if seq is not None:
+            producer = f"{msg.destination.name}|{seq[0]}"  # as _in_order numbers them
+            places.setdefault((msg.priority, producer), []).append(i)
+    out = list(items)
+    for where in places.values():
+        ordered = sorted(where, key=lambda i: parse_sequence(items[i][1].sequence) or ("", 0))
+        for place, i in zip(where, ordered, strict=True):
+            out[place] = items[i]
+    return out
