@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import hmac
 import json
 import logging
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 log = logging.getLogger("dodwan.daemon.admin")
@@ -59,6 +60,36 @@ class ApiError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+SHOWN_UNKNOWN = 5
+"""Unknown fields named in one error (the others are counted)."""
+SHOWN_NAME = 64
+"""Characters of an unknown field's name shown in an error."""
+
+
+def check_fields(body: Mapping[str, Any], allowed: Sequence[str], what: str) -> None:
+    """Refuse (``400``) a request object holding a field ``allowed`` does not name: a
+    misspelt ``"tll"`` would otherwise be ignored and its default used in silence. The
+    error names each unknown field (at most :data:`SHOWN_UNKNOWN`, each cut to
+    :data:`SHOWN_NAME` characters), the close valid name when there is one, and the fields
+    ``what`` (``"POST /publish"``, ...) takes. :data:`RAW_PAYLOAD` is the daemon's own."""
+    unknown = sorted(str(k) for k in body if k not in allowed and k != RAW_PAYLOAD)
+    if not unknown:
+        return
+    shown: list[str] = []
+    for name in unknown[:SHOWN_UNKNOWN]:
+        if len(name) > SHOWN_NAME:
+            shown.append(repr(name[:SHOWN_NAME] + "…"))
+            continue
+        close = difflib.get_close_matches(name, allowed, n=1)
+        shown.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    more = len(unknown) - len(shown)
+    names = ", ".join(shown) + (f" and {more} more" if more else "")
+    plural = "s" if len(unknown) > 1 else ""
+    raise ApiError(
+        400, f"unknown field{plural} {names} in {what}; its fields are {', '.join(allowed)}"
+    )
 
 
 class _TooLarge(ApiError):

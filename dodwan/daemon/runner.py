@@ -35,6 +35,7 @@ from ..bridges import KEY_PREFIX as BRIDGE_PREFIX
 from ..bridges import BridgeError, BridgeManager
 from ..bridges.host import DaemonBridgeHost
 from ..bridges.outbox import DB_FILE as BRIDGES_DB_FILE
+from ..bridges.uri import KEYS as BINDING_KEYS
 from ..core import (
     CacheFullError,
     MessageDelivered,
@@ -47,7 +48,7 @@ from ..core import (
     Profile,
 )
 from ..core.errors import WireError
-from .admin import MAX_BODY, RAW_PAYLOAD, AdminServer, ApiError
+from .admin import MAX_BODY, RAW_PAYLOAD, AdminServer, ApiError, check_fields
 from .collector import settle_collector
 from .config import ATTRIBUTE_RESERVE, PUBLISH_MARGIN, DaemonConfig
 from .memdebug import MemProbe
@@ -84,6 +85,49 @@ ACCEPT_EPISODE = 10.0
 
 class DaemonError(Exception):
     """The daemon cannot start (message fit for one line of output)."""
+
+
+PUBLISH_FIELDS = ("attributes", "text", "payload_b64", "ttl", "priority", "persistent")
+"""The fields of ``POST /publish`` (JSON body or ``X-Dodwan-Publish`` header)."""
+SUBSCRIBE_FIELDS = ("patterns", "key", "sink", "trusted_keys")
+"""The fields of ``POST /subscribe``."""
+SINK_FIELDS = ("kind", "target")
+"""The fields of ``POST /subscribe``'s ``sink``."""
+FOLLOW_FIELDS = ("patterns", "key", "trusted_keys")
+"""The fields of ``POST /follow``."""
+_MISSING = object()
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, for an error: ``a string ('no')``, ``4.0``, ``a boolean (true)``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return f"a string ({value[:40]!r}{'…' if len(value) > 40 else ''})"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _field(
+    body: Mapping[str, Any], name: str, kind: Any, expected: str, default: Any = _MISSING
+) -> Any:
+    """``body[name]`` if it is a ``kind`` (a JSON boolean is never a number here), else
+    ``400`` naming the field, what it must be and what it is; ``default`` when absent."""
+    value = body.get(name, _MISSING)
+    if value is _MISSING:
+        if default is _MISSING:
+            raise ApiError(400, f"{name} is required")
+        return default
+    if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    raise ApiError(400, f"{name} must be {expected}, not {_json_kind(value)}")
+
+
+def _named(field: str) -> str:
+    return field if " " in field else repr(field)
 
 
 def generate_host_id() -> str:
@@ -889,24 +933,40 @@ class Daemon:
 
     def publish(self, body: dict[str, Any]) -> dict[str, Any]:
         node = self._node()
+        check_fields(body, PUBLISH_FIELDS, "POST /publish")
         attributes = body.get("attributes", {})
         if not isinstance(attributes, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
         ):
             raise ApiError(400, "attributes must be an object of strings")
+        given = [f for f in ("text", "payload_b64") if f in body]
         if isinstance(body.get(RAW_PAYLOAD), bytes):
-            payload = body[RAW_PAYLOAD]
-        elif "payload_b64" in body:
-            try:
-                payload = base64.b64decode(str(body["payload_b64"]), validate=True)
-            except ValueError:
-                raise ApiError(400, "payload_b64 is not valid base64") from None
-        elif isinstance(body.get("text"), str):
-            payload = body["text"].encode("utf-8")
-        else:
+            given.insert(0, "an application/octet-stream body")
+        if len(given) > 1:
+            raise ApiError(
+                400,
+                "give the payload once, as 'text', 'payload_b64' or an "
+                f"application/octet-stream body, not {' and '.join(map(_named, given))}",
+            )
+        if not given:
             raise ApiError(
                 400, "give the payload as 'text', 'payload_b64' or an application/octet-stream body"
             )
+        if isinstance(body.get(RAW_PAYLOAD), bytes):
+            payload = body[RAW_PAYLOAD]
+        elif "payload_b64" in body:
+            encoded = _field(body, "payload_b64", str, "a string (base64)")
+            try:
+                payload = base64.b64decode(encoded, validate=True)
+            except ValueError:
+                raise ApiError(400, "payload_b64 is not valid base64") from None
+        else:
+            payload = _field(body, "text", str, "a string").encode("utf-8")
+        ttl_given = _field(body, "ttl", int | float, "a number", DEFAULT_TTL)
+        priority = _field(body, "priority", int, "an integer from 0 to 9", 4)
+        if not 0 <= priority <= 9:
+            raise ApiError(400, f"priority must be an integer from 0 to 9, not {priority}")
+        persistent = _field(body, "persistent", bool, "true or false", True)
         biggest = self.max_payload()
         if len(payload) > biggest:
             raise ApiError(
@@ -914,20 +974,14 @@ class Daemon:
                 f"payload of {len(payload)} bytes: the largest publication is {biggest} bytes",
             )
         now = time.time()
-        for field in ("ttl", "priority"):  # bool is an int: True would be 1 s, priority 1
-            if isinstance(body.get(field), bool):
-                raise ApiError(400, f"{field} must be a number, not a boolean")
         try:
-            given = body.get("ttl", DEFAULT_TTL)
-            ttl = float(given)
-            priority = body.get("priority", 4)
-            persistent = body.get("persistent", True)
+            ttl = float(ttl_given)
             if not ttl > 0 or not math.isfinite(ttl):
                 raise ValueError("ttl must be a positive, finite number of seconds")
             max_ttl = node.config.limits.max_ttl
             if ttl > max_ttl:  # the value as given (now + ttl - now is not always ttl)
                 raise ValueError(
-                    f"time to live {given} s is longer than the maximum, {max_ttl:.15g} s "
+                    f"time to live {ttl_given} s is longer than the maximum, {max_ttl:.15g} s "
                     "(limits.max_ttl)"
                 )
             msg_id = node.publish(
@@ -1054,8 +1108,11 @@ class Daemon:
         return key
 
     def subscribe(self, body: dict[str, Any]) -> dict[str, Any]:
+        check_fields(body, SUBSCRIBE_FIELDS, "POST /subscribe")
         patterns = self._patterns(body)
         sink = body.get("sink")
+        if isinstance(sink, dict):
+            check_fields(sink, SINK_FIELDS, "the sink of POST /subscribe")
         if not isinstance(sink, dict) or sink.get("kind") not in ("dir", "exec"):
             raise ApiError(400, "sink must be {'kind': 'dir'|'exec', 'target': ...}")
         kind, target = str(sink["kind"]), sink.get("target")
@@ -1123,6 +1180,7 @@ class Daemon:
         return {"unsubscribed": key}
 
     async def follow(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        check_fields(body, FOLLOW_FIELDS, "POST /follow")
         patterns = self._patterns(body)
         assert self.sinks is not None
         trusted = self._trusted(body)
@@ -1169,7 +1227,10 @@ class Daemon:
 
     async def bridge_add(self, body: dict[str, Any]) -> dict[str, Any]:
         body = dict(body)
-        replace = bool(body.pop("replace", False))
+        body.pop(RAW_PAYLOAD, None)
+        check_fields(body, (*sorted(BINDING_KEYS), "replace"), "POST /bridges")
+        replace = _field(body, "replace", bool, "true or false", False)
+        body.pop("replace", None)
         try:
             return await self._bridge_manager().add(body, replace=replace)
         except BridgeError as exc:
