@@ -41,15 +41,13 @@ def _state_dir(ctx: click.Context, local: str | None) -> Path:
 
 
 def _client(ctx: click.Context, local: str | None) -> AdminClient:
+    """The admin client; with ``--wait``, it waits for a daemon still starting: for its
+    admin.json, and for its address to accept connections (a stale file's does not)."""
     wait = float(ctx.find_root().params.get("wait") or 0.0)
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return AdminClient.for_state_dir(_state_dir(ctx, local))
-        except ClientError as exc:
-            if time.monotonic() >= deadline:  # a daemon just started writes admin.json soon
-                raise click.ClickException(str(exc)) from None
-        time.sleep(0.1)
+    try:
+        return AdminClient.waiting_for(_state_dir(ctx, local), wait)
+    except ClientError as exc:
+        raise click.ClickException(safe(exc)) from None
 
 
 def _call(fn: Callable[[], Any]) -> Any:

@@ -258,3 +258,45 @@ def test_wait_gives_a_starting_daemon_time_then_says_why(tmp_path: Path) -> None
         assert r.exit_code == 0 and json.loads(r.output)["host_id"] == "late"
     finally:
         d.kill()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_wait_also_waits_out_a_stale_admin_json_whose_pid_is_alive(tmp_path: Path) -> None:
+    """A killed daemon's admin.json names a closed port, and its PID may be another live
+    process's (reused, or the daemon not yet reaped): ``--wait`` gave up at once on the
+    refused connection instead of waiting for the daemon that is starting."""
+    import os
+    import time
+
+    state = tmp_path / "stale"
+    state.mkdir()
+    stale = {"host": "127.0.0.1", "port": _closed_port(), "pid": os.getpid(), "host_id": "x"}
+    (state / "admin.json").write_text(json.dumps(stale))
+    started = time.monotonic()
+    r = run("--state-dir", str(state), "--wait", "1", "status")
+    assert time.monotonic() - started >= 1
+    assert r.exit_code == 1 and "is not reachable (not running?); waited 1 s" in r.output
+    # a daemon starting after the command: it writes a new admin.json, the command finds it
+    cmd = [sys.executable, "-m", "dodwan.cli", "--state-dir", str(state), "--wait", "30"]
+    status = subprocess.Popen(
+        [*cmd, "status", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    d = DaemonProc(state, ["--group", random_group(), "--host-id", "late"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):  # still waiting, not given up
+            status.wait(timeout=1)
+        d.start(wait=False)
+        out, err = status.communicate(timeout=40)
+        assert status.returncode == 0, err
+        assert json.loads(out)["host_id"] == "late"
+    finally:
+        status.kill()
+        status.wait()
+        d.kill()

@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import os
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,14 @@ class ClientError(Exception):
     """The daemon cannot be reached or refused the request."""
 
 
+WAIT_STEP = 0.1
+"""Seconds between two looks at a daemon being waited for."""
+
+
+def _waited(message: str, wait: float) -> str:
+    return f"{message}; waited {wait:g} s"
+
+
 class AdminClient:
     def __init__(
         self, host: str, port: int, timeout: float = 30.0, token: str | None = None
@@ -41,6 +50,9 @@ class AdminClient:
         self.port = port
         self.timeout = timeout
         self.token = token
+        self._waiting: tuple[Path, float, float] | None = None
+        """While waiting for the daemon to serve (:meth:`waiting_for`): its state directory,
+        the monotonic deadline and the seconds waited in all."""
 
     @classmethod
     def for_state_dir(cls, state_dir: str | Path, timeout: float = 30.0) -> AdminClient:
@@ -78,6 +90,56 @@ class AdminClient:
                 pass  # alive, another user's
         return client
 
+    @classmethod
+    def waiting_for(cls, state_dir: str | Path, wait: float, timeout: float = 30.0) -> AdminClient:
+        """A client of the daemon of ``state_dir`` that waits up to ``wait`` seconds for it
+        to serve (one still starting): while ``admin.json`` is missing or stale, and while its
+        address refuses connections (a file left by a killed daemon whose PID now belongs to
+        another process), it reads ``admin.json`` again (a restarted daemon writes a new one)
+        and retries. The first request that connects ends the wait. After it, the error says
+        it waited. ``wait`` 0 is :meth:`for_state_dir`."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                client = cls.for_state_dir(state_dir, timeout)
+                break
+            except ClientError as exc:
+                if time.monotonic() >= deadline:
+                    raise ClientError(_waited(str(exc), wait)) from None
+            time.sleep(WAIT_STEP)
+        if wait > 0:
+            client._waiting = (Path(state_dir), deadline, wait)
+        return client
+
+    def _connect(self, conn: http.client.HTTPConnection) -> http.client.HTTPConnection:
+        """``conn`` connected; while waiting for the daemon, a refused connection is retried
+        (``admin.json`` read again) until the deadline."""
+        while True:
+            try:
+                conn.connect()
+                self._waiting = None  # the daemon serves: no more waiting
+                return conn
+            except ConnectionRefusedError:
+                if self._waiting is None:
+                    raise
+                state_dir, deadline, wait = self._waiting
+                if time.monotonic() >= deadline:
+                    self._waiting = None
+                    raise ClientError(
+                        _waited(
+                            f"the daemon at {self.host}:{self.port} is not reachable "
+                            "(not running?)",
+                            wait,
+                        )
+                    ) from None
+            time.sleep(WAIT_STEP)
+            try:
+                fresh = AdminClient.for_state_dir(state_dir, self.timeout)
+            except ClientError:
+                continue  # admin.json being rewritten, or stale: the next round sees
+            self.host, self.port, self.token = fresh.host, fresh.port, fresh.token
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=conn.timeout)
+
     def _open(
         self,
         method: str,
@@ -88,6 +150,11 @@ class AdminClient:
     ) -> http.client.HTTPResponse:
         timeout = None if stream else self.timeout  # a stream waits for deliveries
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        if self._waiting is not None:
+            try:
+                conn = self._connect(conn)
+            except OSError as exc:
+                raise ClientError(f"admin API at {self.host}:{self.port}: {exc}") from None
         headers: dict[str, str] = {}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
