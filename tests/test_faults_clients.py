@@ -15,6 +15,7 @@ import pytest
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
+from dodwan.daemon.admin import MAX_HEADER_LINE
 from dodwan.daemon.client import AdminClient
 
 
@@ -199,6 +200,29 @@ def test_admin_header_count_and_size_are_bounded(daemons) -> None:
         data = _closed_by_peer(s, 5)
     assert data.startswith(b"HTTP/1.1 431"), data[:200]
     assert d.client().get("/status")["host_id"]
+
+
+def test_admin_header_line_of_8_kib_is_accepted_its_line_end_not_counted(daemons) -> None:
+    """docs/admin-api.md: only a line longer than 8 KiB is refused. The CRLF was counted:
+    a line of 8191 bytes was refused as "longer than 8192 bytes"."""
+    d = daemons("a", "--group", random_group())
+    port = _admin_port(d)
+
+    def first_line(line: bytes, end: bytes) -> tuple[bytes, bytes]:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /status HTTP/1.1" + end + line + end + end)
+            head, _, body = _closed_by_peer(s, 5).partition(b"\r\n\r\n")
+        return head.split(b"\r\n")[0], body
+
+    for end in (b"\r\n", b"\n"):
+        for size in (MAX_HEADER_LINE - 1, MAX_HEADER_LINE):
+            status, body = first_line(b"X: " + b"a" * (size - 3), end)
+            assert status == b"HTTP/1.1 200 OK", (size, end, body)
+        status, body = first_line(b"X: " + b"a" * (MAX_HEADER_LINE - 2), end)
+        assert status.startswith(b"HTTP/1.1 431"), (end, body)
+        assert json.loads(body)["error"] == (
+            f"request line or header line longer than {MAX_HEADER_LINE} bytes"
+        )
 
 
 @pytest.mark.timeout(120)

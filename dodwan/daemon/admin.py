@@ -28,7 +28,7 @@ MAX_BODY = 96 * 1024 * 1024
 MAX_HEADERS = 100
 """Header lines in one request."""
 MAX_HEADER_LINE = 8192
-"""Bytes in the request line or in one header line."""
+"""Bytes in the request line or in one header line, its CRLF not counted."""
 REQUEST_TIMEOUT = 10.0
 """Default seconds a client has to send its whole request (line, headers and body)."""
 DRAIN_TIMEOUT = 10.0
@@ -189,7 +189,10 @@ class AdminServer:
             ) from None
         except asyncio.IncompleteReadError as exc:
             line = exc.partial
-        if len(line) > MAX_HEADER_LINE:
+        # the line itself, without its end (CRLF, or LF alone); the reader's limit (64 KiB)
+        # bounds what is read to find it
+        end = 2 if line.endswith(b"\r\n") else 1 if line.endswith(b"\n") else 0
+        if len(line) - end > MAX_HEADER_LINE:
             raise ApiError(431, f"request line or header line longer than {MAX_HEADER_LINE} bytes")
         return line
 

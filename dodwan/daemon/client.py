@@ -217,7 +217,7 @@ class AdminClient:
         Fields too long for the ``X-Dodwan-Publish`` header line (long or non-ASCII
         attributes) go in the JSON form instead, the payload base64-encoded: whatever the
         daemon accepts can be published."""
-        header = len(PUBLISH_HEADER) + len(": \r\n") + len(json.dumps(fields, ensure_ascii=True))
+        header = len(PUBLISH_HEADER) + len(": ") + len(json.dumps(fields, ensure_ascii=True))
         if header > MAX_HEADER_LINE:
             body = {**fields, "payload_b64": base64.b64encode(payload).decode("ascii")}
             return self.request("POST", "/publish", body)
