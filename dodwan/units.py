@@ -26,6 +26,15 @@ def is_plain_number(text: str, *, integer: bool = False) -> bool:
     return (_INTEGER if integer else _NUMBER).fullmatch(text) is not None
 
 
+def as_given(value: float) -> str:
+    """A number as its writer gave it, for an error naming it: an int in full (``100000000001``,
+    never ``1e+11``), a float by ``repr`` (the shortest text that reads back the same
+    float: ``0.30000000000000004``, never rounded to what it is not)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return repr(float(value))
+
+
 def human_size(n: float) -> str:
     """``"512 B"``, ``"1.5 KiB"``, ``"4.8 MiB"``, ``"2.0 GiB"``."""
     for unit in ("B", "KiB", "MiB", "GiB"):

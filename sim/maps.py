@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dodwan.units import as_given
+
 Line = list[tuple[float, float]]
 
 MAX_MAP_BYTES = 64 * 1024 * 1024
@@ -262,8 +264,8 @@ def route_stops(roads: RoadMap, path: Path, mask: int, tolerance: float) -> list
             node, d = roads.nearest(x - ox, y - oy, mask)
             if d > tolerance:
                 raise MapError(
-                    f"{path}: stop ({x:g} {y:g}) is {d:.1f} m from the nearest node of its "
-                    f"layers (at most {tolerance:g} m)"
+                    f"{path}: stop ({as_given(x)} {as_given(y)}) is {d:.1f} m from the nearest "
+                    f"node of its layers (at most {as_given(tolerance)} m)"
                 )
             if not stops or stops[-1] != node:
                 stops.append(node)

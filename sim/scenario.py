@@ -21,6 +21,7 @@ from dodwan.core.message import APP_SETTABLE, ONCE, SYSTEM_ATTRIBUTES
 from dodwan.core.node import CacheFullError, Node
 from dodwan.core.patterns import Pattern, PatternError
 from dodwan.daemon.config import NODE_RANGES
+from dodwan.units import as_given
 from sim.contact_format import guess_format
 from sim.external_events import EVENT_ID, Creation, EventsError
 from sim.external_events import parse as parse_events
@@ -635,7 +636,7 @@ class _Validator:
         warmup = self.num(top, (), "mobility_warmup", 0.0, minimum=0.0, maximum=MAX_WARMUP)
         if warmup and step and warmup / step > MAX_WARMUP_STEPS:
             self.err(("mobility_warmup",), f"at most {MAX_WARMUP_STEPS:,} mobility steps "
-                     f"({MAX_WARMUP_STEPS * step:g} s with mobility_step = {step:g})")  # fmt: skip
+                     f"({MAX_WARMUP_STEPS * step:g} s with mobility_step = {as_given(step)})")  # fmt: skip
         sample = self.num(top, (), "cache_sample_period", 60.0, minimum=MIN_STEP)
 
         world = self.table(top.get("world", {}), ("world",), ("width", "height")) or {}
@@ -1021,7 +1022,7 @@ class _Validator:
         ex, ey = roads.extent
         if width is not None and height is not None and (ex > width or ey > height):
             self.err(path, f"the map spans {ex:.1f} x {ey:.1f} m, more than the world "
-                     f"({width:g} x {height:g} m)")  # fmt: skip
+                     f"({as_given(width)} x {as_given(height)} m)")  # fmt: skip
         for i, g in on_map:
             mp: _Path = ("groups", i, "mobility")
             try:

@@ -296,7 +296,10 @@ def test_config_missing_file_and_bad_node_values(tmp_path: Path) -> None:
     ("overrides", "message"),
     [
         ({"exec_concurrency": 5000}, r"exec_concurrency = 5000 is out of range \(1 … 1024\)$"),
-        ({"bitrate": 200_000_000_000}, r"bitrate = 2e\+11 is out of range \(0 … 100000000000\)$"),
+        (
+            {"bitrate": 200_000_000_000},
+            r"bitrate = 200000000000 is out of range \(0 … 100000000000\)$",
+        ),
         ({"horizon": 9}, r"node.horizon = 9 is out of range \(1 … 8\)$"),
         ({"follow_window": 1000}, r"follow_window = 1000 is out of range \(64 KiB … 64 GiB\)$"),
         ({"cache_capacity": 1}, r"cache_capacity = 1 is out of range \(64 KiB … 1 TiB\)$"),
@@ -308,6 +311,39 @@ def test_ranges_show_binary_units_only_for_byte_sizes(
     """1024 commands or 1024 bits/s are not '1 KiB': only byte sizes get units."""
     with pytest.raises(cfg.ConfigError, match=message):
         cfg.load(None, overrides)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # printed with :g, the value was rounded to the bound it exceeds: "bitrate = 1e+11"
+        ("bitrate = 100000000001", "bitrate = 100000000001 is out of range (0 … 100000000000)"),
+        ("exec_timeout = 86400.25", "exec_timeout = 86400.25 is out of range (0 … 86400)"),
+        (
+            "[node]\nannounce_period = 80000.5\nneighbour_timeout = 80000.25",
+            "node.neighbour_timeout (80000.25 s) must be 0 (3 × announce_period) or longer "
+            "than node.announce_period (80000.5 s)",
+        ),
+        (
+            "[joms]\ndefault_ttl = 604800.5",
+            "[joms] default_ttl (604800.5 s) must be at most node.limits.max_ttl (604800 s)",
+        ),
+    ],
+)
+def test_range_errors_show_the_value_as_given(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(text + "\n")
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.load(f)
+    assert message in str(info.value)
+
+
+def test_as_given_writes_ints_in_full_and_floats_exactly() -> None:
+    from dodwan.units import as_given
+
+    assert as_given(100_000_000_001) == "100000000001"
+    assert as_given(0.1 + 0.2) == "0.30000000000000004"
+    assert as_given(1234567.5) == "1234567.5" and as_given(3.0) == "3.0"
 
 
 def test_the_docs_table_shows_units_only_for_byte_sizes() -> None:

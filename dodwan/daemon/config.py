@@ -20,7 +20,7 @@ import click
 
 from ..core.config import MAX_COPY_BUDGET, NodeConfig, attribute_docs, field_docs
 from ..core.limits import Limits
-from ..units import is_plain_number
+from ..units import as_given, is_plain_number
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,10 +483,10 @@ def _check_joms(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
 def _check_joms_ttl(joms: Mapping[str, Any], max_ttl: float) -> None:
     """A JMS message sent without an expiration lives ``default_ttl``: beyond the core's
     ``max_ttl`` every such send would be refused."""
-    ttl = float(joms.get("default_ttl", _joms_settings().ServiceConfig().default_ttl))
-    if ttl > max_ttl:
+    given = joms.get("default_ttl", _joms_settings().ServiceConfig().default_ttl)
+    if float(given) > max_ttl:
         raise ConfigError(
-            f"[joms] default_ttl ({ttl:g} s) must be at most node.limits.max_ttl "
+            f"[joms] default_ttl ({as_given(given)} s) must be at most node.limits.max_ttl "
             f"({max_ttl:g} s): every JMS message sent without an expiration would be refused"
         )
 
@@ -585,8 +585,9 @@ def load(path: str | Path | None, overrides: Mapping[str, Any] | None = None) ->
     _check_joms_ttl(joms, float({**LIMIT_DEFAULTS, **limits}["max_ttl"]))
     if node["neighbour_timeout"] and node["neighbour_timeout"] <= node["announce_period"]:
         raise ConfigError(
-            f"node.neighbour_timeout ({node['neighbour_timeout']:g} s) must be 0 (3 × "
-            f"announce_period) or longer than node.announce_period ({node['announce_period']:g} s)"
+            f"node.neighbour_timeout ({as_given(node['neighbour_timeout'])} s) must be 0 (3 × "
+            "announce_period) or longer than node.announce_period "
+            f"({as_given(node['announce_period'])} s)"
         )
     if node["request_timeout"] <= node["request_delay"]:
         raise ConfigError("node.request_timeout must be longer than node.request_delay")
@@ -607,7 +608,7 @@ def _check_ranges(
         bounds = ranges.get(name)
         if bounds is not None and not bounds[0] <= value <= bounds[1]:
             text = _range_text(bounds, name in BYTE_SIZES)
-            raise ConfigError(f"{prefix}{name} = {value:g} is out of range ({text})")
+            raise ConfigError(f"{prefix}{name} = {as_given(value)} is out of range ({text})")
 
 
 def _check_bridges(tables: Any, max_ttl: float) -> None:
