@@ -24,8 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from dodwan.units import as_given
-
 Line = list[tuple[float, float]]
 
 MAX_MAP_BYTES = 64 * 1024 * 1024
@@ -253,6 +251,12 @@ class RoadMap:
         raise MapError(f"no path from node {src} to node {dst} on these layers")
 
 
+def _coordinate(v: float) -> str:
+    """A WKT coordinate as its file may write it: ``1100``, ``1100.25``, never rounded to
+    six digits as ``:g`` would (``123456.7`` is not ``123457``)."""
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+
+
 def route_stops(roads: RoadMap, path: Path, mask: int, tolerance: float) -> list[int]:
     """The nodes of a route file's stops, in order: every point of its geometries, in the
     map files' coordinates, each at most ``tolerance`` metres from a node of the largest
@@ -264,8 +268,8 @@ def route_stops(roads: RoadMap, path: Path, mask: int, tolerance: float) -> list
             node, d = roads.nearest(x - ox, y - oy, mask)
             if d > tolerance:
                 raise MapError(
-                    f"{path}: stop ({as_given(x)} {as_given(y)}) is {d:.1f} m from the nearest "
-                    f"node of its layers (at most {as_given(tolerance)} m)"
+                    f"{path}: stop ({_coordinate(x)} {_coordinate(y)}) is {d:.1f} m from the "
+                    f"nearest node of its layers (at most {tolerance:g} m)"
                 )
             if not stops or stops[-1] != node:
                 stops.append(node)
