@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from test_daemon_helpers import daemons as daemons
-from test_daemon_helpers import random_group
+from test_daemon_helpers import random_group, wait_for
 
 from dodwan.daemon.client import AdminClient, ClientError
 
@@ -81,3 +81,20 @@ def test_publish_type_errors_name_the_field_and_what_it_must_be(daemons) -> None
     err = _refused(c, "/publish", {"attributes": {"topic": "t"}, "payload_b64": {"a": 1}})
     assert err == "payload_b64 must be a string (base64), not an object"
     assert c.get("/cache") == []
+
+
+def test_exec_sink_sets_no_variable_that_two_attributes_share(daemons, tmp_path: Path) -> None:
+    """docs/admin-api.md promises DODWAN_ATTR_<NAME>: attributes a-b, a.b, 'a b' and A_B
+    all became DODWAN_ATTR_A_B, holding whichever came last."""
+    a = daemons("a", "--group", random_group())
+    c = a.client()
+    out = tmp_path / "env.out"
+    cmd = f"env | grep ^DODWAN_ATTR | sort > {out}.tmp && mv {out}.tmp {out}"
+    c.post("/subscribe", {"patterns": {"topic": "exc"}, "sink": {"kind": "exec", "target": cmd}})
+    attrs = {"topic": "exc", "a-b": "1", "a.b": "2", "a b": "3", "A_B": "4", "lone-one": "5"}
+    c.post("/publish", {"attributes": attrs, "text": "x"})
+    wait_for(out.exists, what="the exec sink's output")
+    lines = out.read_text().splitlines()
+    assert 'DODWAN_ATTRS_OMITTED=["A_B", "a b", "a-b", "a.b"]' in lines, lines
+    assert "DODWAN_ATTR_LONE_ONE=5" in lines and "DODWAN_ATTR_TOPIC=exc" in lines, lines
+    assert not [x for x in lines if x.startswith("DODWAN_ATTR_A_B=")], lines

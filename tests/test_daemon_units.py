@@ -625,6 +625,25 @@ def test_exec_environment_carries_the_descriptor() -> None:
     assert env["PATH"] == "/bin" and env["DODWAN_SUBSCRIPTION"] == "k"
 
 
+def test_exec_environment_never_sets_a_variable_two_attributes_share() -> None:
+    """``a-b``, ``a.b``, ``a b`` and ``A_B`` all gave DODWAN_ATTR_A_B: the last one won in
+    silence. None of them is set now, and DODWAN_ATTRS_OMITTED names them; a variable the
+    daemon inherited is never passed off as an attribute."""
+    attrs = {"id": "m", "a-b": "1", "a.b": "2", "a b": "3", "A_B": "4", "nul": "x\x00y"}
+    inherited = {"PATH": "/bin", "DODWAN_ATTR_STALE": "s", "DODWAN_REDELIVERED": "1"}
+    env = exec_environment(MessageDelivered("k", attrs, b""), inherited)
+    assert "DODWAN_ATTR_A_B" not in env and "DODWAN_ATTR_NUL" not in env
+    assert json.loads(env["DODWAN_ATTRS_OMITTED"]) == ["A_B", "a b", "a-b", "a.b", "nul"]
+    assert json.loads(env["DODWAN_DESCRIPTOR"]) == attrs
+    assert {k for k in env if k.startswith("DODWAN_ATTR")} == {
+        "DODWAN_ATTR_ID",
+        "DODWAN_ATTRS_OMITTED",
+    }
+    assert "DODWAN_REDELIVERED" not in env and env["PATH"] == "/bin"
+    plain = exec_environment(MessageDelivered("k", {"id": "m", "a-b": "1"}, b""), {})
+    assert plain["DODWAN_ATTR_A_B"] == "1" and "DODWAN_ATTRS_OMITTED" not in plain
+
+
 def test_store_batches_partial_fragments_but_commits_what_matters(tmp_path: Path) -> None:
     path = tmp_path / "b.db"
     s = SqliteStore(path, commit_delay=3600.0)

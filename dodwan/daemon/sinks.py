@@ -7,7 +7,8 @@ Each subscription key held by the daemon maps to one sink:
   never sees half a file; the descriptor is renamed last).
 * ``exec``: ``sh -c CMD`` runs with the payload on stdin and the descriptor in the
   environment (``DODWAN_ID``, ``DODWAN_SUBSCRIPTION``, ``DODWAN_DESCRIPTOR`` as JSON, and
-  ``DODWAN_ATTR_<NAME>`` per attribute, names upper-cased with non-alphanumerics as ``_``).
+  ``DODWAN_ATTR_<NAME>`` per attribute, names upper-cased with non-alphanumerics as ``_``;
+  attributes whose names give one variable get none, see :func:`exec_environment`).
 * ``follow``: deliveries are queued to the admin API clients streaming that key.
 
 ``on_done`` is told when a ``dir`` or ``exec`` delivery is finished (files renamed into
@@ -113,19 +114,54 @@ def write_to_dir(outdir: Path, ev: MessageDelivered) -> Path:
     return target
 
 
+ATTR_PREFIX = "DODWAN_ATTR_"
+OMITTED_VARIABLE = "DODWAN_ATTRS_OMITTED"
+"""Set, as a JSON list of names, when some attribute has no ``DODWAN_ATTR_`` variable."""
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
+
+
+def attribute_variable(name: str) -> str:
+    """``DODWAN_ATTR_`` and the attribute's name with each character that is not an ASCII
+    letter or digit as ``_``, then upper-cased: ``a-b``, ``a.b``, ``a b`` and ``A_B`` all
+    give ``DODWAN_ATTR_A_B``."""
+    return ATTR_PREFIX + _NOT_ALNUM.sub("_", name).upper()
+
+
 def exec_environment(
     ev: MessageDelivered, base: Mapping[str, str], redelivered: bool = False
 ) -> dict[str, str]:
-    env = dict(base)
+    """The environment of an ``exec`` sink's command: ``base`` (the daemon's) without any
+    variable of the names set here, then ``DODWAN_ID``, ``DODWAN_SUBSCRIPTION``,
+    ``DODWAN_DESCRIPTOR`` (JSON: every attribute, exactly), ``DODWAN_REDELIVERED=1`` for a
+    redelivery, and ``DODWAN_ATTR_<NAME>`` per attribute (:func:`attribute_variable`).
+
+    No variable ever holds a value that is not its attribute's: when several attributes
+    give one variable (``a-b`` and ``A_B``), none of them is set (which would be chosen is
+    no rule a script could rely on), nor one whose value holds a NUL (no environment can).
+    Those attributes are listed, sorted, as JSON in ``DODWAN_ATTRS_OMITTED``, set only
+    then; ``DODWAN_DESCRIPTOR`` has them."""
+    env = {
+        k: v
+        for k, v in base.items()
+        if not k.startswith(ATTR_PREFIX) and k not in (OMITTED_VARIABLE, "DODWAN_REDELIVERED")
+    }
     if redelivered:
         env["DODWAN_REDELIVERED"] = "1"
     env["DODWAN_ID"] = str(ev.descriptor.get("id", ""))
     env["DODWAN_SUBSCRIPTION"] = ev.subscription
     env["DODWAN_DESCRIPTOR"] = json.dumps(dict(ev.descriptor), sort_keys=True)
-    for name, value in ev.descriptor.items():
-        var = "DODWAN_ATTR_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
-        if "\x00" not in value:
+    by_variable: dict[str, list[str]] = {}
+    for name in ev.descriptor:
+        by_variable.setdefault(attribute_variable(name), []).append(name)
+    omitted: list[str] = []
+    for var, names in by_variable.items():
+        value = ev.descriptor[names[0]]
+        if len(names) > 1 or "\x00" in value:
+            omitted.extend(names)
+        else:
             env[var] = value
+    if omitted:
+        env[OMITTED_VARIABLE] = json.dumps(sorted(omitted))
     return env
 
 
