@@ -227,7 +227,7 @@ def test_config_file_joms_table(tmp_path: Path) -> None:
         ("[joms]\norder_gap_timeout = 1e6\n", r"\[joms\]: order_gap_timeout must be at most"),
         ("[joms]\nmax_pending = 1000000000000\n", r"\[joms\]: max_pending must be at most"),
         # every send with expiration 0 was refused by the core at run time
-        ("[joms]\ndefault_ttl = 1e7\n", r"default_ttl \(1e\+07 s\) must be at most node"),
+        ("[joms]\ndefault_ttl = 1e7\n", r"default_ttl \(10000000.0 s\) must be at most node"),
     ],
 )
 def test_config_errors_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
