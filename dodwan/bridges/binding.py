@@ -42,6 +42,27 @@ class Refused(LinkError):
     broker refuses alone is held back (see :class:`~.refusals.Refusals`)."""
 
 
+class Dropped(LinkError):
+    """The connection was lost while the batch was sent, and nobody said why: a network
+    cut, or a broker that refuses one of its messages by closing the connection without
+    an answer (ActiveMQ does so for some STOMP headers). Its messages are then sent one at
+    a time, and one whose sending alone is followed by such a close again, several times in
+    a row, is held back as refused (see :meth:`~.refusals.Refusals.dropped`)."""
+
+
+class Unsendable(Exception):
+    """Some messages of the batch cannot be put into the protocol's frames at all (found
+    before anything was sent: an AMQP short string over 255 bytes, a header the broker is
+    known to reject): the link sent the others, which the broker confirmed; these are
+    refused, each alone, and held back (the link stays up)."""
+
+    def __init__(self, refused: dict[int, str]) -> None:
+        self.refused = refused
+        """Outbox sequence number -> why that message cannot be sent."""
+        reasons = sorted(set(refused.values()))
+        super().__init__(f"{len(refused)} message(s) cannot be sent: {'; '.join(reasons)}")
+
+
 class Link(Protocol):
     """A protocol client bound to one remote destination (used from one thread)."""
 
@@ -49,7 +70,13 @@ class Link(Protocol):
         """Connect, subscribe when inbound; raise on failure."""
 
     def send(self, rows: list[OutRow]) -> None:
-        """Send the rows and return once the broker has confirmed them all; raise on failure."""
+        """Send the rows and return once the broker has confirmed them all; raise on failure
+        (:class:`Unsendable` once the broker has confirmed all the others)."""
+
+    def left_out(self) -> list[tuple[str, list[str], str]]:
+        """What the last :meth:`send` had to leave out: (DoDWAN id, attribute names, why)
+        per message sent without some of its attributes (taken: the next call starts
+        empty)."""
 
     def committed(self) -> set[str]:
         """Ids of the last batch the broker committed, from its ledger (empty: no ledger)."""
@@ -114,6 +141,9 @@ class Binding:
         """Messages the binding's selector kept from crossing (both ways)."""
         self.connects = 0
         self.refusals = Refusals()
+        self.left_out = 0
+        """Messages sent without some of their attributes (the protocol cannot carry them;
+        each is logged with their names)."""
         self._taken = 0
         self._never = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"bridge-{spec.name}", daemon=True)
@@ -170,6 +200,7 @@ class Binding:
             "settled": self.settled,
             "connects": self.connects,
             "refused": len(self.refusals.held),
+            "left_out": self.left_out,
             "paused": not self._resume.is_set(),
         }
 
@@ -180,6 +211,17 @@ class Binding:
             return False
         self._taken += 1
         return self._on_inbound(self, msg)
+
+    def leave_out(self, msg_id: str, names: list[str], why: str) -> None:
+        """A message goes without the attributes ``names`` (called by the link)."""
+        self.left_out += 1
+        log.warning(
+            "bridge %s: message %s sent without its attribute(s) %s (%s)",
+            self.spec.name,
+            msg_id,
+            ", ".join(repr(n) for n in names),
+            why,
+        )
 
     def record_error(self, exc: BaseException) -> None:
         self.errors += 1
@@ -274,9 +316,21 @@ class Binding:
                 seqs = [r.seq for r in rows]
                 try:
                     link.send(rows)
+                except Unsendable as exc:
+                    # The others went; these stay in the outbox, held back, each alone.
+                    for seq in exc.refused:
+                        self.refusals.refused([seq], now)
+                    seqs = [s for s in seqs if s not in exc.refused]
+                    self.record_error(exc)
+                    log.warning("bridge %s: %s (held back)", name, self.last_error)
                 except Refused:
                     self.refusals.refused(seqs, now)
                     raise
+                except Dropped:
+                    self.refusals.dropped(seqs, now)
+                    raise
+                for msg_id, names, why in link.left_out():
+                    self.leave_out(msg_id, names, why)
                 self.refusals.sent(seqs)
                 self.sent += self.outbox.mark_sent(name, seqs)
                 link.poll(0.0, self._wake)  # serve inbound traffic between batches

@@ -315,6 +315,10 @@ class MqttLink:
             if c is not None:
                 c.connect()
 
+    def left_out(self) -> list[tuple[str, list[str], str]]:
+        """Nothing: every application attribute crosses (see :meth:`.binding.Link.left_out`)."""
+        return []
+
     def committed(self) -> set[str]:
         """Wait until a probe comes back through the ledger subscription: everything the
         broker took before the link broke has come back before it (and been marked sent).

@@ -19,6 +19,9 @@ from typing import TypeVar
 RETRY_MIN = 60.0
 """Seconds before a message refused alone is tried again (doubling)."""
 RETRY_MAX = 3600.0
+DROPS = 3
+"""Connections lost, unexplained, right after a message was sent alone, in a row, that make
+it refused (a network cut may do it once; a broker closing on that message every time)."""
 
 R = TypeVar("R")
 
@@ -32,6 +35,8 @@ class Refusals:
         """seq -> (when to try it again, the delay that gave it)."""
         self.strikes = 0
         """Refusals since the broker last took a batch (the reconnection back-off)."""
+        self.drops: dict[int, int] = {}
+        """seq -> connections lost in a row while it was sent alone (see :meth:`dropped`)."""
 
     def withheld(self, now: float) -> list[int]:
         """The held messages not to send now; those due are sent alone again."""
@@ -64,7 +69,26 @@ class Refusals:
         for seq in seqs:
             self.suspects.discard(seq)
             self.held.pop(seq, None)
+            self.drops.pop(seq, None)
         self.strikes = 0
+
+    def dropped(self, seqs: Sequence[int], now: float) -> None:
+        """The connection was lost, unexplained, while these were sent (a cut, or a broker
+        that refuses one of them by closing the connection): they are sent alone, and one
+        lost :data:`DROPS` times in a row alone is refused."""
+        if len(seqs) != 1:
+            self.strikes += 1
+            self.suspects.update(seqs)
+            return
+        (seq,) = seqs
+        n = self.drops.get(seq, 0) + 1
+        if n < DROPS:
+            self.strikes += 1
+            self.drops[seq] = n
+            self.suspects.add(seq)
+            return
+        self.drops.pop(seq, None)
+        self.refused(seqs, now)
 
     def refused(self, seqs: Sequence[int], now: float) -> None:
         """The broker refused the batch of these messages."""
@@ -74,5 +98,6 @@ class Refusals:
             return
         (seq,) = seqs
         self.suspects.discard(seq)
+        self.drops.pop(seq, None)
         delay = min(RETRY_MAX, 2 * self.held[seq][1]) if seq in self.held else RETRY_MIN
         self.held[seq] = (now + delay, delay)
