@@ -45,6 +45,7 @@ including the consumer callbacks (from ``process_data_events`` in :meth:`poll`).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -55,7 +56,7 @@ import pika
 import pika.exceptions
 
 from . import ledger
-from .binding import InboundHandler, LinkError
+from .binding import InboundHandler, LinkError, Unsendable
 from .ids import inbound_queue
 from .mapping import Inbound, priority_of, user_properties
 from .outbox import OutRow
@@ -68,8 +69,92 @@ PREFETCH = 64
 logging.getLogger("pika").setLevel(logging.CRITICAL)
 log = logging.getLogger("dodwan.bridges")
 
+SHORT_STR = 255
+"""Most UTF-8 bytes of an AMQP 0-9-1 short string (names, ``type``, ``correlation_id``)."""
+
 _EXPIRATION = re.compile(r"[0-9]{1,15}")
 """AMQP ``expiration``: a time to live in ms, as a string of digits (RabbitMQ's form)."""
+
+
+def bound_record(queue: str) -> str:
+    """The durable queue recording what an exchange binding's ``queue`` is bound to
+    (``QUEUE.bound``: never an inbound queue's name, whose hashed form it would need; see
+    :meth:`AmqpLink._unbind_stale`)."""
+    return f"{queue}.bound"
+
+
+def remove_inbound_queue(spec: BindingSpec, host_id: str) -> str:
+    """``bridge rm`` of an exchange binding that receives: delete its queue (bound to the
+    exchange, it would collect messages for ever) and its record. What waited in the queue
+    is dropped with it, as the binding's unsent outbox rows are. Returns "" when done (or
+    nothing to do), else why not (the broker unreachable: the queue stays)."""
+    ep = spec.endpoint
+    if not (spec.inbound and ep.kind == "exchange"):
+        return ""
+    queue = inbound_queue(host_id, spec.name)
+    params = pika.ConnectionParameters(
+        host=ep.host,
+        port=ep.port,
+        credentials=pika.PlainCredentials(ep.user or "guest", ep.password or "guest"),
+        connection_attempts=1,
+        socket_timeout=5,
+        blocked_connection_timeout=10,
+    )
+    try:
+        conn = pika.BlockingConnection(params)
+        try:
+            for name in (queue, bound_record(queue)):
+                conn.channel().queue_delete(name)
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        return f"queue {queue} not deleted: {type(exc).__name__} {exc}"
+    return ""
+
+
+def _properties(row: OutRow) -> Any:
+    """The AMQP properties of an outbound message."""
+    d = row.descriptor
+    date = d.get("date", "")
+    return pika.BasicProperties(
+        message_id=d.get("id"),
+        delivery_mode=2,
+        priority=priority_of(d),
+        timestamp=int(float(date)) if date.replace(".", "", 1).isdigit() else None,
+        correlation_id=d.get("jms_correlation_id"),
+        type=d.get("jms_type"),
+        app_id="dodwan",
+        headers=user_properties(d),
+    )
+
+
+def unencodable(row: OutRow) -> str:
+    """Why AMQP 0-9-1 cannot carry this message ("" when it can): its properties are encoded
+    as pika will (a short string, e.g. ``type``, ``correlation_id`` or a header name, holds
+    at most 255 UTF-8 bytes). Checked before publishing: pika raised in the middle of the
+    transaction, the link was dropped and the batch sent again, for ever."""
+    try:
+        _properties(row).encode()
+    except pika.exceptions.ShortStringTooLong:
+        return f"AMQP cannot carry message {row.msg_id}: {_too_long(row.descriptor)}"
+    except (ValueError, TypeError, pika.exceptions.AMQPError) as exc:
+        return f"AMQP cannot carry message {row.msg_id}: {type(exc).__name__} {exc}"
+    return ""
+
+
+def _too_long(d: dict[str, str]) -> str:
+    """Which short string of a descriptor is over 255 bytes, said for the status."""
+    for name in ("jms_type", "jms_correlation_id"):
+        if len((d.get(name) or "").encode()) > SHORT_STR:
+            return f"{name} is {len(d[name].encode())} bytes long, over 255 (AMQP short string)"
+    for key in user_properties(d):
+        if len(key.encode()) > SHORT_STR:
+            return (
+                f"the attribute name {key[:32]!r}... is {len(key.encode())} bytes long, "
+                "over 255 (AMQP short string)"
+            )
+    return "a short string over 255 bytes"
 
 
 class AmqpLink:
@@ -80,6 +165,7 @@ class AmqpLink:
         self.out_ch: Any = None
         ep = spec.endpoint
         self.queue = ep.destination if ep.kind == "queue" else inbound_queue(host_id, spec.name)
+        self.record = bound_record(self.queue)
         self.ledger = ledger.queue_name(host_id, spec.name)
         self._void: set[str] = set()
         """Ids the ledger may name although the broker refused them (see :meth:`send`)."""
@@ -120,10 +206,66 @@ class AmqpLink:
                     ch.queue_bind(self.queue, ep.destination, routing_key=ep.routing_key)
                 ch.basic_qos(prefetch_count=PREFETCH)
                 ch.basic_consume(self.queue, self._deliver, auto_ack=False)
+                if ep.kind == "exchange":
+                    self._unbind_stale()
         except (pika.exceptions.AMQPError, OSError) as exc:
             self.disconnect()
             why = str(exc) or "connection refused or closed"
             raise LinkError(f"AMQP {ep.host}:{ep.port}: {type(exc).__name__}: {why}") from None
+
+    def _unbind_stale(self) -> None:
+        """Leave the binding's queue bound to exactly what the spec names.
+
+        The queue's name depends on the host and the binding's name only, so a binding
+        replaced (or removed and added) with another exchange or routing key found its
+        queue still bound to the old one, whose messages came in as the new binding's.
+        AMQP cannot list a queue's bindings (RabbitMQ's management API may be off): what
+        was bound is recorded on the broker, in the durable queue :func:`bound_record`
+        (one message, ``x-max-length`` 1). Each connection binds the spec's pair first,
+        then unbinds every other recorded one, then records the spec's pair alone (a
+        connection lost in between unbinds them at the next one)."""
+        ep = self.spec.endpoint
+        mine = [ep.destination, ep.routing_key]
+        ch = self.conn.channel()
+        ch.queue_declare(self.record, durable=True, arguments={"x-max-length": 1})
+        method, _props, body = ch.basic_get(self.record, auto_ack=False)
+        ch.close()  # unacknowledged: the record stays
+        try:
+            recorded = json.loads(body) if method is not None else []
+        except ValueError:
+            recorded = []
+        stale = [
+            pair
+            for pair in recorded
+            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+            if pair != mine
+        ]
+        for exchange, key in stale:
+            ch = self.conn.channel()
+            try:
+                ch.queue_unbind(self.queue, exchange, routing_key=key)
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                if exc.reply_code != 404:  # the exchange is gone: so is the binding
+                    raise
+            else:
+                ch.close()
+            log.info(
+                "bridge %s: queue %s unbound from %s/%s (no longer the binding's)",
+                self.spec.name,
+                self.queue,
+                exchange,
+                key,
+            )
+        if recorded != [mine]:
+            ch = self.conn.channel()
+            ch.confirm_delivery()
+            ch.basic_publish(
+                "",
+                self.record,
+                json.dumps([mine]).encode(),
+                properties=pika.BasicProperties(delivery_mode=2),
+            )
+            ch.close()
 
     def _declare_exchange(self) -> None:
         """Use the exchange as it is when it exists (its owner may have declared it direct,
@@ -190,6 +332,10 @@ class AmqpLink:
         if self.on_message(msg):
             ch.basic_ack(method.delivery_tag)
 
+    def left_out(self) -> list[tuple[str, list[str], str]]:
+        """Nothing: every application attribute crosses (see :meth:`.binding.Link.left_out`)."""
+        return []
+
     def committed(self) -> set[str]:
         """The ids of the last batch the broker committed, from the ledger queue."""
         try:
@@ -228,18 +374,7 @@ class AmqpLink:
         mandatory = self.spec.endpoint.kind == "queue"
         self._returned.clear()
         for row in rows:
-            d = row.descriptor
-            date = d.get("date", "")
-            props = pika.BasicProperties(
-                message_id=d.get("id"),
-                delivery_mode=2,
-                priority=priority_of(d),
-                timestamp=int(float(date)) if date.replace(".", "", 1).isdigit() else None,
-                correlation_id=d.get("jms_correlation_id"),
-                type=d.get("jms_type"),
-                app_id="dodwan",
-                headers=user_properties(d),
-            )
+            props = _properties(row)
             ch.basic_publish(exchange, key, row.payload, properties=props, mandatory=mandatory)
         self._publish_ledger(ch, ledger_ids)
         ch.tx_commit()
@@ -279,7 +414,17 @@ class AmqpLink:
 
     def send(self, rows: list[OutRow]) -> None:
         """One transaction for the batch and its ledger message; after a refusal, one per
-        message until a whole batch has gone (see the module's docstring)."""
+        message until a whole batch has gone (see the module's docstring). Messages AMQP
+        cannot encode (:func:`unencodable`) are left out of it and, once the others are
+        committed, raised as :class:`~.binding.Unsendable`."""
+        bad = {r.seq: why for r in rows if (why := unencodable(r))}
+        rows = [r for r in rows if r.seq not in bad]
+        if rows:
+            self._send(rows)
+        if bad:
+            raise Unsendable(bad)
+
+    def _send(self, rows: list[OutRow]) -> None:
         batches = [[r] for r in rows] if self._careful else [rows]
         done: list[str] = []
         for batch in batches:

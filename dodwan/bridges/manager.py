@@ -550,6 +550,7 @@ class BridgeManager:
         await loop.run_in_executor(None, old.stop)
         new.resume()
         log.info("bridge %s replaced (%s)", spec.name, spec.endpoint.display)
+        await self._forget_remote(old.spec, spec)
 
     async def _replace_exclusive(self, old: Binding, spec: BindingSpec) -> None:
         """Break-before-make, for links that cannot coexist (a STOMP durable topic
@@ -579,6 +580,28 @@ class BridgeManager:
         self._bind(spec)
         new.resume()
         log.info("bridge %s replaced, break-before-make (%s)", spec.name, spec.endpoint.display)
+
+    async def _forget_remote(self, old: BindingSpec, new: BindingSpec | None) -> None:
+        """After ``bridge rm`` (``new`` None) or a replacement: delete what the old binding
+        kept on its broker that nothing will read any more and that would fill for ever,
+        an AMQP exchange binding's inbound queue (unless the new binding consumes from it:
+        inbound from an exchange of the same broker, which rebinds it, see
+        :meth:`.amqp.AmqpLink._unbind_stale`). Best effort: a failure is logged."""
+        o = old.endpoint
+        if not (o.scheme == "amqp" and o.kind == "exchange" and old.inbound):
+            return
+        if new is not None:
+            n = new.endpoint
+            if (n.scheme, n.kind, n.host, n.port) == (o.scheme, o.kind, o.host, o.port) and (
+                new.inbound
+            ):
+                return
+        from .amqp import remove_inbound_queue
+
+        loop = asyncio.get_running_loop()
+        why = await loop.run_in_executor(None, remove_inbound_queue, old, self.host.host_id)
+        if why:
+            log.warning("bridge %s: %s; delete it on the broker", old.name, why)
 
     async def remove(self, name: str) -> dict[str, Any]:
         async with self._busy:
@@ -612,6 +635,7 @@ class BridgeManager:
             if key in self.host.subscription_keys():
                 self.host.unsubscribe(key)
             self._loops_prevented.pop(name, None)
+            await self._forget_remote(b.spec, None)
         if unsent:
             log.warning("bridge %s removed with %d unsent message(s)", name, unsent)
         return {"removed": name, "unsent_dropped": unsent}

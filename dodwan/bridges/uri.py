@@ -168,8 +168,27 @@ def parse_uri(uri: str) -> Endpoint:
     if first == "queue":
         if not rest:
             raise SpecError(f"{uri!r}: amqp://HOST:PORT/queue/NAME needs a queue name")
+        _short_string(uri, "queue name", rest)
         return Endpoint("amqp", kind="queue", destination=rest, **common)
+    _short_string(uri, "exchange name", first)
+    _short_string(uri, "routing key", rest)
     return Endpoint("amqp", kind="exchange", destination=first, routing_key=rest or "#", **common)
+
+
+AMQP_SHORT_STRING = 255
+"""Most UTF-8 bytes of an AMQP 0-9-1 short string: exchange and queue names, routing keys."""
+
+
+def _short_string(uri: str, what: str, value: str) -> None:
+    """Refuse a name AMQP cannot carry: every connection failed with pika's
+    ShortStringTooLong, the binding down for good."""
+    n = len(value.encode())
+    if n > AMQP_SHORT_STRING:
+        shown = uri if len(uri) <= 80 else f"{uri[:77]}..."
+        raise SpecError(
+            f"{shown!r}: the AMQP {what} is {n} bytes long (UTF-8); AMQP 0-9-1 allows at "
+            f"most {AMQP_SHORT_STRING}"
+        )
 
 
 def _str_map(value: Any, what: str) -> dict[str, str]:
