@@ -43,6 +43,9 @@ class CutProxy:
         self._blocked = threading.Event()
         self._released = threading.Event()
         self._released.set()
+        self._poison: bytes | None = None
+        self.poisoned = 0
+        """Connections closed for a chunk holding the :meth:`poison` marker."""
         self.stalled = threading.Semaphore(0)
         """Released once per connection accepted while stalled."""
         self._thread = threading.Thread(target=self._accept, daemon=True)
@@ -55,6 +58,13 @@ class CutProxy:
         with self._lock:
             self._marker = marker
             self._forward = forward
+
+    def poison(self, marker: bytes) -> None:
+        """Close, every time, the connection that sends ``marker``, without forwarding the
+        chunk holding it and without a word: a broker that refuses a frame by closing the
+        connection (ActiveMQ does so for some STOMP headers)."""
+        with self._lock:
+            self._poison = marker
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -102,6 +112,9 @@ class CutProxy:
                     continue  # held: the client never gets it (nor acknowledges it)
                 if from_client:
                     with self._lock:
+                        if self._poison is not None and self._poison in data:
+                            self.poisoned += 1
+                            return  # the finally clause closes both sides
                         if self._marker is not None and self._marker in data:
                             self._marker = None
                             cut = True

@@ -5,19 +5,23 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import stomp
 from brokers import _ephemeral_range, free_port
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
+from dodwan.bridges.binding import LinkError
 from dodwan.bridges.mapping import ORIGIN_MARK, Inbound, inbound_attributes, inbound_id
 from dodwan.bridges.outbox import Outbox
 from dodwan.bridges.selection import descriptor_values, inbound_values
+from dodwan.bridges.stomp import StompLink
 from dodwan.bridges.uri import BindingSpec, SpecError, parse_uri
 from dodwan.daemon import config as cfg
 from dodwan.daemon.client import ClientError
@@ -617,3 +621,45 @@ def test_the_cli_examples_of_the_bridges_doc_are_valid_commands() -> None:
                 ctx = sub.make_context(name or "", rest, parent=ctx)
                 cmd, rest = sub, [*ctx.protected_args, *ctx.args]
         assert not rest, (args, rest)
+
+
+def test_jmsx_headers_a_stomp_broker_sets_on_delivery_do_not_become_attributes(
+    daemons: Callable[..., DaemonProc],
+) -> None:
+    """A JOMS STOMP gateway as the broker adds JMSXDeliveryCount to each MESSAGE (the
+    provider's count, not the message's own): it came in as an attribute of every message.
+    A real daemon's gateway (``--stomp``) delivers to a real StompLink here."""
+    pytest.importorskip("joms.stomp.server", reason="the JOMS STOMP gateway is not available")
+    port = free_port()
+    daemons("hq", "--group", random_group(), "--stomp", f"127.0.0.1:{port}")
+    uri = f"stomp://127.0.0.1:{port}/queue/orders"
+    spec = BindingSpec.from_dict({"uri": uri, "name": "hq", "direction": "in"}, 86400.0)
+    got: list[Inbound] = []
+    came = threading.Event()
+
+    def on_message(msg: Inbound) -> bool:
+        got.append(msg)
+        came.set()
+        return True
+
+    link = StompLink(spec, "gw", on_message)
+    wait_for(lambda: _connected(link), 20, what="the link connected to the JOMS gateway")
+    try:
+        client = stomp.Connection12([("127.0.0.1", port)], auto_decode=False)
+        client.connect(wait=True)
+        client.send("/queue/orders", b"order", headers={"prio": "high", "receipt": "r"})
+        client.disconnect(receipt="bye")
+        assert came.wait(20), "nothing delivered"
+    finally:
+        link.close()
+    assert got[0].body == b"order" and got[0].headers.get("prio") == "high", got[0]
+    jmsx = [k for k in got[0].headers if k.startswith("JMSX")]
+    assert jmsx == [], f"provider-set headers taken as attributes: {jmsx}"
+
+
+def _connected(link: StompLink) -> bool:
+    try:
+        link.connect()
+    except LinkError:
+        return False
+    return True

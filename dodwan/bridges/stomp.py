@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import secrets
 import socket
 import threading
@@ -33,7 +34,7 @@ from typing import Any
 import stomp
 
 from . import ledger
-from .binding import InboundHandler, LinkError, Refused
+from .binding import Dropped, InboundHandler, LinkError, Refused, Unsendable
 from .ids import client_base
 from .mapping import Inbound, deadline_of, priority_of, user_properties
 from .outbox import OutRow
@@ -50,6 +51,37 @@ STANDARD = frozenset(
     | {"expires", "priority", "persistent", "timestamp", "redelivered", "receipt"}
     | {"correlation-id", "type", "reply-to"}
 )
+PROVIDER_SET = frozenset(
+    {"JMSXDeliveryCount", "JMSXUserID", "JMSXAppID", "JMSXProducerTXID", "JMSXConsumerTXID"}
+    | {"JMSXRcvTimestamp", "JMSXState"}
+)
+"""JMS properties the provider sets on each delivery (a JOMS STOMP gateway adds
+``JMSXDeliveryCount`` to every MESSAGE): not the message's own, never attributes."""
+INBOUND_DROPPED = STANDARD | PROVIDER_SET
+RESERVED = STANDARD | {"transaction"}
+"""Header names with a meaning in a SEND frame: an application attribute of such a name
+cannot be a header (it would be taken as that header, or overwritten)."""
+INT32 = range(-(2**31), 2**31)
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+"""What Java's Integer.parseInt takes (within :data:`INT32`)."""
+
+
+def left_out_names(descriptor: dict[str, str]) -> list[str]:
+    """The application attributes a SEND frame cannot carry as headers: the names STOMP
+    (or this link) gives a meaning (:data:`RESERVED`: ``type``, ``reply-to``,
+    ``content-type``, ``transaction``, ...) and names holding ':' (STOMP 1.2 escapes it in
+    names too, which stomp.py does not do). Earlier versions dropped the first and renamed
+    the second (``a:b`` as ``a_b``) without a word; they are now reported."""
+    return [k for k in user_properties(descriptor) if k in RESERVED or ":" in k]
+
+
+def unsendable(descriptor: dict[str, str]) -> str:
+    """Why ActiveMQ would refuse the message by closing the connection, without an ERROR
+    frame ("" when it would not): ``JMSXGroupSeq`` must be a Java int."""
+    seq = descriptor.get("JMSXGroupSeq")
+    if seq is None or (_JAVA_INT.fullmatch(seq) and int(seq) in INT32):
+        return ""
+    return f"JMSXGroupSeq {seq[:40]!r} is not a 32-bit integer (ActiveMQ closes the connection)"
 
 
 def durable_name(spec: BindingSpec, host_id: str) -> str | None:
@@ -138,6 +170,8 @@ class StompLink:
         """Ack ids of ledger messages received: acknowledged in the next transaction."""
         self._browsed: set[str] | None = None
         self._browse_done = threading.Event()
+        self._left: list[tuple[str, list[str], str]] = []
+        """What the last send left out (see :meth:`left_out`)."""
 
     # ------------------------------------------------------------------ listener side
 
@@ -182,7 +216,7 @@ class StompLink:
         body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode()
         msg = Inbound(
             body=body,
-            headers={k: v for k, v in h.items() if k not in STANDARD},
+            headers={k: v for k, v in h.items() if k not in INBOUND_DROPPED},
             remote_id=h.get("message-id"),
             expires=expires,
             correlation_id=h.get("correlation-id"),
@@ -297,29 +331,62 @@ class StompLink:
         )
         return self._browsed or set()
 
+    def left_out(self) -> list[tuple[str, list[str], str]]:
+        left, self._left = self._left, []
+        return left
+
     def send(self, rows: list[OutRow]) -> None:
+        """Send the batch in one transaction (see the module's docstring); messages ActiveMQ
+        is known to refuse (:func:`unsendable`) are left out of it and, once the others
+        are committed, raised as :class:`~.binding.Unsendable`."""
+        self._left = []
+        bad = {
+            r.seq: f"message {r.msg_id}: {why}" for r in rows if (why := unsendable(r.descriptor))
+        }
+        rows = [r for r in rows if r.seq not in bad]
+        if rows:
+            self._send_batch(rows)
+        if bad:
+            raise Unsendable(bad)
+
+    def _send_batch(self, rows: list[OutRow]) -> None:
         conn = self.conn
         if conn is None or self._lost.is_set():
             raise LinkError(f"STOMP connection lost: {self._why}")
+        what = "1 message(s)" if len(rows) == 1 else f"a batch of {len(rows)} message(s)"
         try:
-            self._send(conn, rows)
-        except LinkError:
-            if not self._error:
+            left = self._send(conn, rows)
+        except Exception as exc:
+            if self._error:
+                # The broker answered a frame of the batch with ERROR (e.g. ActiveMQ: a
+                # header over its 10240-byte limit): nothing of the batch is committed.
+                raise Refused(
+                    f"STOMP broker refused {what} on {self.destination}: {self._error}"
+                ) from None
+            if self._lost.is_set():
+                # Closed without a word: a cut, or ActiveMQ refusing a frame of the batch
+                # (e.g. JMSXGroupSeq:abc) by closing the connection. The binding isolates
+                # the message (see :class:`~.binding.Dropped`).
+                raise Dropped(
+                    f"STOMP connection lost while sending {what} on {self.destination}, "
+                    f"no reason given ({self._why})"
+                ) from None
+            if isinstance(exc, LinkError):
                 raise
-            # The broker answered a frame of the batch with ERROR (e.g. ActiveMQ: a header
-            # over its 10240-byte limit): nothing of the batch is committed.
-            what = "1 message(s)" if len(rows) == 1 else f"a batch of {len(rows)} message(s)"
-            raise Refused(
-                f"STOMP broker refused {what} on {self.destination}: {self._error}"
-            ) from None
+            raise LinkError(f"STOMP send failed: {type(exc).__name__} {exc}") from None
+        self._left = left
 
-    def _send(self, conn: Any, rows: list[OutRow]) -> None:
+    def _send(self, conn: Any, rows: list[OutRow]) -> list[tuple[str, list[str], str]]:
+        """The transaction of the batch; what it left out of each message."""
+        left: list[tuple[str, list[str], str]] = []
         tx = f"tx-{secrets.token_hex(6)}"
         conn.begin(transaction=tx)
         for row in rows:
             d = row.descriptor
-            headers = {k.replace(":", "_"): v for k, v in user_properties(d).items()}
-            headers = {k: v for k, v in headers.items() if k not in STANDARD}
+            names = left_out_names(d)
+            if names:
+                left.append((row.msg_id, names, "STOMP header names with a meaning or a ':'"))
+            headers = {k: v for k, v in user_properties(d).items() if k not in names}
             headers["persistent"] = "true"
             headers["priority"] = str(priority_of(d))
             headers["expires"] = str(int(deadline_of(d, time.time() + 3600) * 1000))
@@ -328,6 +395,8 @@ class StompLink:
             if d.get("jms_type"):
                 headers["type"] = d["jms_type"]
             headers["transaction"] = tx
+            # Always, even 0: without it ActiveMQ makes an empty body a TextMessage.
+            headers["content-length"] = str(len(row.payload))
             conn.send(self.destination, row.payload, headers=headers)
         with self._lock:
             acks, self._ledger_acks = self._ledger_acks, []
@@ -352,6 +421,7 @@ class StompLink:
         if self._error or self._lost.is_set():
             raise LinkError(f"STOMP connection lost: {self._why}")
         self._wait_receipt(lambda rid: conn.commit(transaction=tx, headers={"receipt": rid}))
+        return left
 
     def poll(self, timeout: float, wake: threading.Event) -> None:
         end = time.monotonic() + timeout
