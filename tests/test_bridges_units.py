@@ -317,6 +317,17 @@ def test_a_ttl_the_daemon_cannot_use_is_refused(ttl: float) -> None:
         BindingSpec.from_dict({**base, "holdoff": float("nan")})
 
 
+def test_a_ttl_over_max_ttl_is_shown_as_given() -> None:
+    # an int in full, not rounded by :g to a figure that reads as the limit itself
+    base = {"uri": "mqtt://h/x", "direction": "in", "name": "hq"}
+    with pytest.raises(SpecError, match=r"ttl 604801 s is longer"):
+        BindingSpec.from_dict({**base, "ttl": 604801}, max_ttl=604800.0)
+    with pytest.raises(SpecError, match=r"ttl 604800\.5 s is longer"):
+        BindingSpec.from_dict({**base, "ttl": 604800.5}, max_ttl=604800.0)
+    with pytest.raises(SpecError, match=r"binding hq: holdoff"):
+        BindingSpec.from_dict({**base, "holdoff": float("nan")})
+
+
 class _FakeHost:
     """A daemon that refuses what the core refuses: payloads over a size, a ttl over a limit,
     and (when ``full``) everything, its cache being full."""

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from ..units import as_given
+
 if TYPE_CHECKING:
     from joms.selector import Selector
 
@@ -377,7 +379,7 @@ class BindingSpec:
             raise SpecError(f"binding {name}: ttl must be positive")
         if max_ttl is not None and numbers["ttl"] > max_ttl:
             raise SpecError(
-                f"binding {name}: ttl {numbers['ttl']:g} s is longer than this daemon's "
+                f"binding {name}: ttl {as_given(data['ttl'])} s is longer than this daemon's "
                 f"limits.max_ttl ({max_ttl:g} s): every incoming message would be refused"
             )
         qos = data.get("qos", 1)
