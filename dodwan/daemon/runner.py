@@ -81,6 +81,9 @@ JOMS_DB_FILE = "joms.sqlite"  # the JOMS service store (joms.stomp.host) with --
 DEFAULT_TTL = 3600.0
 ACCEPT_EPISODE = 10.0
 """Seconds without an accept failure after which the next one starts a new episode (logged)."""
+WATCH_PERIOD = 1.0
+"""Seconds between two looks at the state directory and the write-ahead log (a few
+``stat`` calls): see :meth:`Daemon._watch`."""
 
 
 class DaemonError(Exception):
@@ -214,6 +217,7 @@ class Daemon:
         self._sinks_done = 0
         self._memprobe: MemProbe | None = None
         self._memprobe_handle: asyncio.TimerHandle | None = None
+        self._watch_handle: asyncio.TimerHandle | None = None
         self._wrote_admin = False
         self._accept_failed_at = 0.0
         self._store_failure_logged = 0.0
@@ -379,6 +383,7 @@ class Daemon:
             else "no STOMP gateway (start with --stomp 127.0.0.1:61613 for JOMS)",
         )
         self._after_input()
+        self._watch_handle = asyncio.get_running_loop().call_later(WATCH_PERIOD, self._watch)
         self._memprobe = MemProbe.from_environment()
         if self._memprobe is not None:
             self._memprobe_handle = asyncio.get_running_loop().call_later(
@@ -394,6 +399,26 @@ class Daemon:
         name = sockets[0].getsockname()
         host = str(name[0])
         return f"[{host}]:{name[1]}" if ":" in host else f"{host}:{name[1]}"
+
+    def _watch(self) -> None:
+        """Every :data:`WATCH_PERIOD`: while a foreign reader keeps the write-ahead log from
+        being emptied, ask for a checkpoint (it empties the log once the reader is gone,
+        even if nothing is written meanwhile)."""
+        store = self.store
+        if store is not None and store.wal_held_now:
+            store.poke_checkpoint()
+        self._watch_handle = asyncio.get_running_loop().call_later(WATCH_PERIOD, self._watch)
+
+    def health(self) -> dict[str, Any]:
+        """``{"ok": bool, "problems": [one line each]}`` for ``GET /status``."""
+        problems: list[str] = []
+        store = self.store
+        if store is not None and store.wal_held_now:
+            problems.append(
+                f"the write-ahead log {store.path}-wal is over its limit: another program "
+                "holds a read transaction on the database (writes go on)"
+            )
+        return {"ok": not problems, "problems": problems}
 
     def _memprobe_sample(self) -> None:
         """One sample of :mod:`dodwan.daemon.memdebug` (only with DODWAN_MEMTRACE set)."""
@@ -593,6 +618,8 @@ class Daemon:
             self._pump_handle.cancel()
         if self._memprobe_handle is not None:
             self._memprobe_handle.cancel()
+        if self._watch_handle is not None:
+            self._watch_handle.cancel()
         if self._stomp_server is not None:
             await self._close_stomp()
         if self.admin is not None:
@@ -824,6 +851,7 @@ class Daemon:
             "announce_period": node.config.announce_period,
             "counters": dict(sorted(self._all_counters().items())),
             "state_dir": str(self.state_dir),
+            "health": self.health(),
             "bridges": [] if self.bridges is None else self.bridges.status(),
         }
 
@@ -838,6 +866,8 @@ class Daemon:
         if self.store is not None:
             out["daemon_store_write_failures"] = self.store.write_failures
             out["daemon_store_read_errors"] = self.store.read_errors
+            out["daemon_store_checkpoint_errors"] = self.store.checkpoint_errors
+            out["daemon_store_wal_held"] = self.store.wal_held
         gateway = getattr(self._stomp_server, "gateway", None)
         for k, v in getattr(gateway, "counters", {}).items():
             out[f"daemon_stomp_{k}"] = v

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import stat
@@ -37,6 +38,8 @@ from pathlib import Path
 import sqlite_utils
 
 from ..core.store import MessageMeta
+
+log = logging.getLogger("dodwan.daemon.store")
 
 _PUT_MESSAGE = (
     "INSERT OR REPLACE INTO messages(msg_id, zdesc, hops, local, received) VALUES (?, ?, ?, ?, ?)"
@@ -165,9 +168,31 @@ class Checkpointer(threading.Thread):
     thread does a PASSIVE checkpoint when the store pokes it; SQLite releases the GIL while
     it works, so the loop keeps serving datagrams. Under continuous writes a PASSIVE
     checkpoint never finds the log idle, so SQLite never starts it over and the file keeps
-    growing: past ``wal_limit`` bytes the thread runs a TRUNCATE checkpoint, which waits for
-    the open transaction, briefly holds back the next one, and empties the file.
+    growing: past ``wal_limit`` bytes the thread runs a TRUNCATE checkpoint, which empties
+    the file.
+
+    A TRUNCATE checkpoint holds back every new writer while it waits for the readers, so
+    it waits for them at most :data:`TRUNCATE_WAIT`: when another connection (an
+    operator's ``sqlite3`` session, a backup tool) holds a read transaction on the file,
+    the PASSIVE checkpoint cannot copy the frames that reader may still need, and the
+    TRUNCATE is not tried at all (``held``); one that still meets a reader gives up within
+    that wait and is tried again. The log then grows past the limit — logged once per
+    episode and counted (``wal_held``) — and is emptied at a checkpoint after the reader
+    has ended. The store's writers are never refused or stalled because of a foreign
+    reader.
+
+    A checkpoint that fails (disk full, I/O error) is logged (at most once a minute) and
+    counted (``errors``); it is tried again at the next poke.
     """
+
+    TRUNCATE_WAIT = 0.01
+    """Seconds one TRUNCATE checkpoint may wait for the write lock or for the readers (its
+    busy timeout): the longest it holds back the store's next transaction."""
+    TRUNCATE_TRIES = 2.0
+    """Seconds over which a busy TRUNCATE checkpoint is tried again (the store's open
+    transaction holds the write lock) before waiting for the next poke."""
+    LOG_EVERY = 60.0
+    """Seconds between two log lines about checkpoint errors."""
 
     def __init__(self, path: Path, wal_limit: int) -> None:
         super().__init__(name="dodwan-checkpoint", daemon=True)
@@ -180,7 +205,12 @@ class Checkpointer(threading.Thread):
         self._stopping = False
         self.runs = 0
         self.truncations = 0
-        self.error: str | None = None
+        self.errors = 0  # checkpoints that failed (sqlite3.Error)
+        self.wal_held = 0  # checkpoints that left the log over wal_limit because of a reader
+        self.wal_bytes = 0  # size of the log at the last checkpoint (bytes)
+        self.held = False  # the log is over wal_limit and a reader keeps it from emptying
+        self.error: str | None = None  # the last checkpoint error
+        self._error_logged = 0.0
 
     def run(self) -> None:
         conn = sqlite3.connect(str(self._path), timeout=30.0)
@@ -194,18 +224,82 @@ class Checkpointer(threading.Thread):
                 if self._stopping:
                     return
                 try:
-                    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    self.runs += 1
-                    if row is not None and int(row[1]) * frame > self._wal_limit:
-                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-                        self.truncations += 1
+                    self._checkpoint(conn, frame)
                 except sqlite3.Error as exc:  # retried at the next poke
-                    self.error = str(exc)
+                    self._failed(exc)
                 with self._cond:
                     self._done = asked
                     self._cond.notify_all()
         finally:
             conn.close()
+
+    def _checkpoint(self, conn: sqlite3.Connection, frame: int) -> None:
+        deadline = time.monotonic() + self.TRUNCATE_TRIES
+        while True:
+            row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            self.runs += 1
+            if row is None:
+                return
+            frames, copied = int(row[1]), int(row[2])
+            self.wal_bytes = max(frames, 0) * frame
+            if self.wal_bytes <= self._wal_limit:
+                self._release()
+                return
+            if 0 <= copied < frames:  # a reader's snapshot still needs the frames left
+                self._hold(frames - copied, frame)
+                return
+            # Busy: the store's transaction holds the write lock (waited for by trying
+            # again), or a reader came in since (tried again at the next poke).
+            conn.execute(f"PRAGMA busy_timeout={int(self.TRUNCATE_WAIT * 1000)}")
+            try:
+                row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                conn.execute("PRAGMA busy_timeout=30000")
+            if row is None or not int(row[0]):
+                self.truncations += 1
+                self.wal_bytes = 0
+                self._release()
+                return
+            if self._stopping or time.monotonic() >= deadline:
+                return
+            time.sleep(self.TRUNCATE_WAIT)
+
+    def _hold(self, frames_left: int, frame: int) -> None:
+        self.wal_held += 1
+        if not self.held:
+            self.held = True
+            log.warning(
+                "the write-ahead log %s-wal is %.1f MB, over its %.1f MB limit, and cannot be "
+                "emptied: another connection holds a read transaction on %s (an sqlite3 "
+                "session, a backup?)%s; writes go on and the log grows until that reader "
+                "ends (counted in daemon_store_wal_held)",
+                self._path,
+                self.wal_bytes / 1e6,
+                self._wal_limit / 1e6,
+                self._path,
+                f", keeping {frames_left * frame / 1e6:.1f} MB of it from the database"
+                if frames_left
+                else "",
+            )
+
+    def _release(self) -> None:
+        if self.held:
+            self.held = False
+            log.info("the write-ahead log %s-wal is back under its limit", self._path)
+
+    def _failed(self, exc: sqlite3.Error) -> None:
+        self.errors += 1
+        self.error = str(exc)
+        now = time.monotonic()
+        if now - self._error_logged >= self.LOG_EVERY or not self._error_logged:
+            self._error_logged = now
+            log.warning(
+                "checkpoint of %s failed: %s (retried; %d failure(s) so far, counted in "
+                "daemon_store_checkpoint_errors; one line a minute)",
+                self._path,
+                exc,
+                self.errors,
+            )
 
     def poke(self) -> None:
         with self._cond:
@@ -753,15 +847,36 @@ class SqliteStore:
         self.commits += 1
         if self.checkpoint_bytes > 0 and self._wal_bytes >= self.checkpoint_bytes:
             self._wal_bytes = 0
-            if self._checkpointer is None:
-                self._checkpointer = Checkpointer(self.path, self.wal_limit)
-                self._checkpointer.start()
-            self._checkpointer.poke()
+            self.poke_checkpoint()
 
     @property
     def checkpoints(self) -> int:
         """Background checkpoints run so far."""
         return self._checkpointer.runs if self._checkpointer is not None else 0
+
+    @property
+    def checkpoint_errors(self) -> int:
+        """Background checkpoints that failed (disk full, I/O error)."""
+        return self._checkpointer.errors if self._checkpointer is not None else 0
+
+    @property
+    def wal_held(self) -> int:
+        """Checkpoints that found the log over ``wal_limit`` and a reader keeping it."""
+        return self._checkpointer.wal_held if self._checkpointer is not None else 0
+
+    @property
+    def wal_held_now(self) -> bool:
+        """The log is over ``wal_limit`` and a foreign reader keeps it from emptying."""
+        return self._checkpointer is not None and self._checkpointer.held
+
+    def poke_checkpoint(self) -> None:
+        """Ask for a background checkpoint now (one is started if none ran yet)."""
+        if self.checkpoint_bytes <= 0:
+            return
+        if self._checkpointer is None:
+            self._checkpointer = Checkpointer(self.path, self.wal_limit)
+            self._checkpointer.start()
+        self._checkpointer.poke()
 
     # ------------------------------------------------------------------ sinks
 
