@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sqlite3
 import subprocess
 import time
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
+
+from dodwan.daemon.client import ClientError
 
 
 def _counters(d: DaemonProc) -> dict[str, int]:
@@ -129,3 +132,41 @@ def test_a_failed_checkpoint_is_logged_once_and_counted(
     finally:
         ck.stop()
         store.close()
+
+
+# ------------------------------------------------------------- 3. purge on a full disk
+
+
+@pytest.mark.timeout(90)
+def test_disk_full_purge_is_refused_and_the_message_kept(small_disk: Path, tmp_path: Path) -> None:
+    """``DELETE /cache/ID`` that the database cannot store: 507 and the message stays, in
+    the running daemon and after a restart; once there is room the purge is made and kept."""
+    d = DaemonProc(small_disk / "st", ["--group", random_group(), "--host-id", "pf"])
+    d.log = tmp_path / "pf.log"
+    d.start()
+    try:
+        c = d.client()
+        ids = [
+            c.publish_bytes(os.urandom(20_000), attributes={"topic": "t"}, ttl=3600)["id"]
+            for _ in range(5)
+        ]
+        filler = _fill(small_disk)
+        for msg_id in ids[:3]:
+            with pytest.raises(ClientError, match="cannot store the purge"):
+                c.delete(f"/cache/{msg_id}")
+        assert _ids(d) == set(ids)  # kept in memory
+        assert d.kill(signal.SIGTERM) == 0
+        filler.unlink()
+        d.start()
+        assert _ids(d) == set(ids)  # and in the database
+        assert d.client().delete(f"/cache/{ids[0]}") == {"purged": ids[0]}
+        assert d.kill(signal.SIGTERM) == 0
+        d.start()
+        assert _ids(d) == set(ids[1:])
+    finally:
+        d.kill()
+    assert "Traceback" not in d.log.read_text()
+
+
+def _ids(d: DaemonProc) -> set[str]:
+    return {e["descriptor"]["id"] for e in d.client().get("/cache")}

@@ -953,7 +953,22 @@ class Daemon:
         return self._with_signer(entry)
 
     def cache_purge(self, msg_id: str) -> dict[str, Any]:
-        node = self._node()
+        """Drop a cached message. The deletion is committed before the core forgets it: if
+        the database cannot store it (disk full), the message stays, in memory too, and
+        ``ApiError(507)`` says so (else it would come back at the next start)."""
+        node, store = self._node(), self.store
+        assert store is not None
+        if node.cache_entry(msg_id) is None:
+            raise ApiError(404, f"no cached message {msg_id!r}")
+        failures = store.write_failures
+        store.delete_message(msg_id)
+        store.commit()
+        if store.write_failures != failures:
+            store.keep_message(msg_id)  # kept: its deletion is not to be redone
+            self._after_input()  # drops what the rolled-back transaction also held
+            message = f"cannot store the purge of {msg_id} ({store.last_error}); it is kept"
+            log.warning("%s", message)
+            raise ApiError(507, message)
         try:
             node.purge(msg_id, time.time())
         except KeyError:

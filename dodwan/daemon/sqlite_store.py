@@ -569,6 +569,12 @@ class SqliteStore:
         self._exec("DELETE FROM fragments WHERE msg_id = ?", (msg_id,))
         self._exec("DELETE FROM messages WHERE msg_id = ?", (msg_id,))
 
+    def keep_message(self, msg_id: str) -> None:
+        """Forget a deletion of ``msg_id`` not yet committed or rolled back: the caller keeps
+        the message (its purge was refused because it could not be stored)."""
+        self._deleting.discard(msg_id)
+        self._redo_deletes.discard(msg_id)
+
     def put_fragment(self, msg_id: str, index: int, data: bytes) -> None:
         data = bytes(data)
         if msg_id in self._volatile and self._volatile_fragments(msg_id, [(index, data)]):
