@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,3 +172,64 @@ def test_disk_full_purge_is_refused_and_the_message_kept(small_disk: Path, tmp_p
 
 def _ids(d: DaemonProc) -> set[str]:
     return {e["descriptor"]["id"] for e in d.client().get("/cache")}
+
+
+# ------------------------------------------------------------- 4, 5. state removed under a daemon
+
+
+def test_a_clean_stop_leaves_the_admin_file_of_the_daemon_started_after_an_rm(
+    daemons, tmp_path: Path
+) -> None:
+    """``rm -rf STATE_DIR`` under daemon A, then daemon B starts there (the lock went with
+    the directory): A's clean stop leaves B's admin.json, so the CLI still reaches B."""
+    group = random_group()
+    a = daemons("lk", "--group", group, "--host-id", "A")
+    shutil.rmtree(a.state_dir)
+    b = DaemonProc(a.state_dir, ["--group", group, "--host-id", "B"])
+    b.log = tmp_path / "lkB.log"
+    b.start()
+    try:
+        assert a.kill(signal.SIGTERM) == 0
+        assert (b.state_dir / "admin.json").exists()
+        r = subprocess.run(
+            [sys.executable, "-m", "dodwan.cli", "--state-dir", str(b.state_dir), "status"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert r.returncode == 0 and "B" in r.stdout, r.stderr
+    finally:
+        b.kill()
+
+
+def test_a_removed_state_directory_is_noticed_and_publications_refused(daemons) -> None:
+    """``rm -rf STATE_DIR`` under a daemon: it says so (ERROR line, counter, /status
+    health) and refuses publications it could not keep (503)."""
+    a = daemons("gone", "--group", random_group())
+    ca = a.client()  # its address, read before admin.json goes with the directory
+    shutil.rmtree(a.state_dir)
+    st = wait_for(lambda: (s := ca.get("/status")) and not s["health"]["ok"] and s, timeout=10,
+                  what="health saying the state is gone")  # fmt: skip
+    assert "state lost" in st["health"]["problems"][0], st["health"]
+    assert st["counters"]["daemon_state_lost"] == 1
+    with pytest.raises(ClientError, match="state is gone"):
+        ca.publish_bytes(b"x", attributes={"topic": "t"})
+    assert "ERROR" in a.log.read_text() and "was removed" in a.log.read_text()
+
+
+def test_a_deleted_database_refuses_publications_instead_of_losing_them(daemons) -> None:
+    """``dodwan.db`` (and its side files) deleted while the daemon runs: publications are
+    refused with 503 instead of acknowledged and lost at the next start."""
+    d = daemons("dd", "--group", random_group())
+    c = d.client()
+    kept = c.publish_bytes(b"before", attributes={"topic": "t"}, ttl=600)["id"]
+    for name in ("dodwan.db", "dodwan.db-wal", "dodwan.db-shm"):
+        (d.state_dir / name).unlink(missing_ok=True)
+    wait_for(lambda: not d.status()["health"]["ok"], timeout=10, what="health not ok")
+    with pytest.raises(ClientError, match=r"state is gone .*dodwan\.db was removed"):
+        c.publish_bytes(b"after", attributes={"topic": "t"}, ttl=600)
+    with pytest.raises(ClientError, match="state is gone"):
+        c.post("/subscribe", {"patterns": {"topic": "t"},
+                              "sink": {"kind": "dir", "target": str(d.state_dir / "o")}})  # fmt: skip
+    assert _ids(d) == {kept}  # what it holds, it still carries
+    assert d.status()["counters"]["daemon_state_lost"] == 1

@@ -219,6 +219,9 @@ class Daemon:
         self._memprobe_handle: asyncio.TimerHandle | None = None
         self._watch_handle: asyncio.TimerHandle | None = None
         self._wrote_admin = False
+        self._instance = secrets.token_hex(16)  # in admin.json: removed at stop only if ours
+        self._state_ids: dict[Path, tuple[int, int]] = {}  # (st_dev, st_ino) of state files
+        self.state_lost = ""  # why the state directory no longer holds this daemon's state
         self._accept_failed_at = 0.0
         self._store_failure_logged = 0.0
 
@@ -358,6 +361,7 @@ class Daemon:
         stomp = self._stomp_address()
         info: dict[str, Any] = {"host": host, "port": port, "pid": os.getpid(), "host_id": host_id}
         info["stomp"] = stomp  # the JOMS STOMP gateway "HOST:PORT", or None without one
+        info["instance"] = self._instance  # which process wrote it (see close())
         tmp = self.state_dir / (ADMIN_FILE + ".tmp")
         try:
             tmp.write_text(json.dumps(info) + "\n")
@@ -369,6 +373,7 @@ class Daemon:
                 f"cannot write {self.state_dir / ADMIN_FILE}: {exc.strerror}"
             ) from None
         self._wrote_admin = True
+        self._remember_state_files()
         log.info(
             "host %s on %s %s:%d via %s; admin http://%s:%d/; %s",
             host_id,
@@ -400,18 +405,72 @@ class Daemon:
         host = str(name[0])
         return f"[{host}]:{name[1]}" if ":" in host else f"{host}:{name[1]}"
 
+    def _remember_state_files(self) -> None:
+        """Note which files the state directory, its lock and database are (device, inode),
+        for :meth:`_watch`."""
+        for path in (self.state_dir, self.state_dir / LOCK_FILE, self.state_dir / DB_FILE):
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                self._state_ids[path] = (st.st_dev, st.st_ino)
+
+    def _state_problem(self) -> str:
+        """Why the state directory no longer holds this daemon's state ('' when it does):
+        the directory, its lock or its database removed or replaced under it (a tmp cleaner,
+        an ``rm``). A few ``stat`` calls."""
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                if os.fstat(self._lock_fd).st_nlink == 0:
+                    return f"its lock file {self.state_dir / LOCK_FILE} was removed"
+        for path, ident in self._state_ids.items():
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                return f"{path} was removed"
+            except OSError as exc:
+                return f"{path} cannot be looked at ({exc.strerror})"
+            if (st.st_dev, st.st_ino) != ident:
+                return f"{path} was replaced by another file"
+        return ""
+
     def _watch(self) -> None:
         """Every :data:`WATCH_PERIOD`: while a foreign reader keeps the write-ahead log from
         being emptied, ask for a checkpoint (it empties the log once the reader is gone,
-        even if nothing is written meanwhile)."""
+        even if nothing is written meanwhile); and check that the state directory still
+        holds this daemon's state (:meth:`_state_problem`)."""
         store = self.store
         if store is not None and store.wal_held_now:
             store.poke_checkpoint()
+        if not self.state_lost:
+            problem = self._state_problem()
+            if problem:
+                self.state_lost = problem
+                self._count("state_lost")
+                log.error(
+                    "%s while the daemon runs: what it stores now would be lost at the next "
+                    "start, so new publications and subscriptions are refused (503). The "
+                    "daemon keeps carrying the messages it holds; restart it to start afresh "
+                    "(with a new database; the messages held only in memory are lost then)",
+                    problem,
+                )
         self._watch_handle = asyncio.get_running_loop().call_later(WATCH_PERIOD, self._watch)
+
+    def _check_state(self) -> None:
+        """Refuse a change this daemon could not keep: its state directory is gone."""
+        if self.state_lost:
+            raise ApiError(
+                503,
+                f"the daemon's state is gone ({self.state_lost}): nothing new can be stored; "
+                "restart the daemon",
+            )
 
     def health(self) -> dict[str, Any]:
         """``{"ok": bool, "problems": [one line each]}`` for ``GET /status``."""
         problems: list[str] = []
+        if self.state_lost:
+            problems.append(
+                f"state lost: {self.state_lost}; new publications and subscriptions are "
+                "refused (restart the daemon)"
+            )
         store = self.store
         if store is not None and store.wal_held_now:
             problems.append(
@@ -642,12 +701,28 @@ class Daemon:
             self._trace_file.close()
             self._trace_file = None
         if self._wrote_admin:  # never the file of another daemon (one refused its lock)
-            with contextlib.suppress(FileNotFoundError):
-                (self.state_dir / ADMIN_FILE).unlink()
+            self._remove_admin_file()
             self._wrote_admin = False
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def _remove_admin_file(self) -> None:
+        """Remove admin.json if it is still the one this process wrote: after the state
+        directory was removed under it, another daemon may have started there and written
+        its own, which the CLI needs."""
+        path = self.state_dir / ADMIN_FILE
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError):
+            info = None
+        if not isinstance(info, dict) or info.get("instance") != self._instance:
+            log.info("%s is not this daemon's any more: left in place", path)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
     async def _close_stomp(self) -> None:
         """Stop the STOMP gateway before anything it uses is closed: no new connections,
@@ -978,6 +1053,7 @@ class Daemon:
 
     def publish(self, body: dict[str, Any]) -> dict[str, Any]:
         node = self._node()
+        self._check_state()
         check_fields(body, PUBLISH_FIELDS, "POST /publish")
         attributes = body.get("attributes", {})
         if not isinstance(attributes, dict) or not all(
@@ -1115,6 +1191,7 @@ class Daemon:
         so that a follow stream is in place for the messages the cache already holds."""
         node, store, sinks = self._node(), self.store, self.sinks
         assert store is not None and sinks is not None
+        self._check_state()
         if key is not None and not isinstance(key, str):
             raise ApiError(400, f"key must be a string, not {type(key).__name__}")
         if key is not None and key.startswith((SERVICE_PREFIX, BRIDGE_PREFIX)):
@@ -1387,6 +1464,10 @@ class _ServiceHost:
     ) -> str:
         node = self._d._node()
         store = self._d.store
+        try:
+            self._d._check_state()
+        except ApiError as exc:
+            raise _store_refusal(exc.message) from None
         # a non-persistent message (JMS NON_PERSISTENT) need not survive a restart: the
         # store keeps it in memory only (bounded; see SqliteStore.volatile)
         with store.volatile() if store is not None and not persistent else contextlib.nullcontext():
