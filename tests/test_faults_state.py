@@ -233,3 +233,85 @@ def test_a_deleted_database_refuses_publications_instead_of_losing_them(daemons)
                               "sink": {"kind": "dir", "target": str(d.state_dir / "o")}})  # fmt: skip
     assert _ids(d) == {kept}  # what it holds, it still carries
     assert d.status()["counters"]["daemon_state_lost"] == 1
+
+
+# ------------------------------------------------------------- 2. a dir sink on a full disk
+
+
+def _resize(disk: Path, size: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _delivered(out: Path) -> set[str]:
+    return {p.name[: -len(".json")] for p in out.glob("*.json") if not p.name.startswith(".")}
+
+
+@pytest.mark.timeout(120)
+def test_dir_sink_on_a_full_disk_holds_ids_not_payloads_and_delivers_everything(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """A ``--dir`` sink whose disk is full: the waiting deliveries hold no payloads (RSS
+    does not grow with them), one log line says so, no ``.NAME.tmp`` is left behind; once
+    there is room every delivery is written, those waiting at a stop after the restart."""
+    conf = tmp_path / "d.toml"
+    conf.write_text("fragment_cache = 0\n")  # RSS then shows what the sink holds
+    args = ["--config", str(conf), "--group", random_group(), "--host-id", "sf",
+            "--cache-capacity", str(1 << 30)]  # fmt: skip
+    d = DaemonProc(tmp_path / "sf", args)
+    d.start()
+    try:
+        c = d.client()
+        c.post("/subscribe", {"patterns": {"topic": "t"}, "key": "s",
+                              "sink": {"kind": "dir", "target": str(small_disk)}})  # fmt: skip
+        filler = _fill(small_disk)
+        assert d.proc is not None
+        lines0 = len(d.log.read_text().splitlines())
+        payloads = {}
+        for i in range(150):  # 30 MB of payloads waiting
+            data = os.urandom(200_000)
+            payloads[c.publish_bytes(data, attributes={"topic": "t"}, ttl=3600)["id"]] = data
+            if i == 9:
+                rss0 = _rss_kb(d.proc.pid)
+        wait_for(lambda: _counters(d).get("sink_errors") == 150, timeout=20,
+                 what="150 deliveries failed")  # fmt: skip
+        grown = (_rss_kb(d.proc.pid) - rss0) / 1024
+        assert grown < 12, f"RSS grew by {grown:.1f} MB for 28 MB of waiting payloads"
+        assert _counters(d)["sink_dir_waiting"] == 150
+        new_lines = d.log.read_text().splitlines()[lines0:]
+        assert len([ln for ln in new_lines if "cannot write" in ln]) == 1, new_lines[:5]
+        assert not [p.name for p in small_disk.iterdir() if p.name.endswith(".tmp")]
+        # Room again (the tmpfs grown, the filler gone): every waiting delivery is written.
+        _resize(small_disk, "64m")
+        filler.unlink()
+        wait_for(lambda: _delivered(small_disk) == set(payloads), timeout=30,
+                 what="the waiting deliveries written")  # fmt: skip
+        for msg_id, data in payloads.items():
+            assert (small_disk / msg_id).read_bytes() == data
+        wait_for(lambda: "takes writes again" in d.log.read_text(), timeout=5, what="log")
+        # Full again, and the daemon stopped while deliveries wait: after a start with room,
+        # they are written (redone: none was recorded finished).
+        for p in small_disk.iterdir():
+            p.unlink()
+        _resize(small_disk, "2m")
+        filler = _fill(small_disk)
+        later = {c.publish_bytes(os.urandom(100_000), attributes={"topic": "t"})["id"]
+                 for _ in range(10)}  # fmt: skip
+        wait_for(lambda: _counters(d).get("sink_dir_waiting") == 10, timeout=20,
+                 what="10 deliveries waiting")  # fmt: skip
+        assert d.kill(signal.SIGTERM) == 0
+        filler.unlink()
+        _resize(small_disk, "64m")
+        d.start()
+        wait_for(lambda: _delivered(small_disk) == later, timeout=20,
+                 what="the deliveries waiting at the stop written after the start")  # fmt: skip
+        assert not [p.name for p in small_disk.iterdir() if p.name.endswith(".tmp")]
+    finally:
+        d.kill()
+    assert "Traceback" not in d.log.read_text()

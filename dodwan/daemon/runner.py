@@ -310,6 +310,7 @@ class Daemon:
             self.config.exec_concurrency,
             on_done=self._sink_done,
             follow_window=self.config.follow_window,
+            reload=self._reload_delivery,
         )
         for row in list(self.store.iter_sinks()):
             if row.kind == "follow" or row.key not in self.node.subscriptions():
@@ -545,6 +546,18 @@ class Daemon:
         if self._sinks_done % 256 == 0:  # rows of expired messages go with their history
             self.store.purge_sink_done(time.time())
         self.store.commit()  # recorded: a restart will not run this sink again
+
+    def _reload_delivery(self, key: str, msg_id: str) -> MessageDelivered | None:
+        """A cached message's delivery to ``key`` again (a dir sink's delivery that waited
+        for room holds only the id); None when it is no longer cached."""
+        node = self.node
+        if node is None:
+            return None
+        entry = node.cache_entry(msg_id)
+        payload = node.message_payload(msg_id)
+        if entry is None or payload is None:
+            return None
+        return MessageDelivered(key, entry["descriptor"], payload)
 
     def _redo_deliveries(self) -> None:
         """Deliveries the core made before a crash that their dir/exec sink did not finish.
@@ -938,6 +951,7 @@ class Daemon:
         if self.sinks is not None:
             for k, v in self.sinks.counters.items():
                 out[f"sink_{k}"] = v
+            out["sink_dir_waiting"] = self.sinks.dir_waiting
         if self.store is not None:
             out["daemon_store_write_failures"] = self.store.write_failures
             out["daemon_store_read_errors"] = self.store.read_errors

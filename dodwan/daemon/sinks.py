@@ -29,8 +29,11 @@ import logging
 import os
 import re
 import signal
+import time
 import urllib.parse
+from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +50,13 @@ further deliveries to it are dropped and counted (``sink_deliveries_follow_dropp
 DIR_RETRY_FIRST = 1.0
 DIR_RETRY_MAX = 60.0
 DIR_RETRY_PENDING = 10000
-"""Dir-sink writes that failed (out of file descriptors, disk full) are retried after 1 s,
-doubling up to 60 s, while the subscription lasts; beyond this many waiting, the newest
-failures are left to the redelivery at the next start."""
+"""Dir-sink writes that failed (out of file descriptors, disk full) wait, in order, and are
+retried after 1 s, doubling up to 60 s, while the subscription lasts; beyond this many
+waiting (all keys), the newest failures are left to the redelivery at the next start.
+A waiting delivery holds its message id, not its payload: the payload is read again from
+the cache when it is written (given a ``reload`` function)."""
+DIR_RETRY_BATCH = 64
+"""Waiting deliveries written per turn of the event loop once the directory has room."""
 EXEC_STOP_GRACE = 3.0
 """Seconds the commands still running at shutdown get between SIGTERM and SIGKILL (each
 sent to the command's whole process group); a command stopped so is redone at the next
@@ -96,9 +103,14 @@ def delivery_json(ev: MessageDelivered) -> dict[str, Any]:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # no half-written file left in the user's directory
+            tmp.unlink()
+        raise
 
 
 def write_to_dir(outdir: Path, ev: MessageDelivered) -> Path:
@@ -184,6 +196,21 @@ class FollowQueue(asyncio.Queue["MessageDelivered | None"]):
         return item
 
 
+@dataclass
+class _DirBacklog:
+    """A dir sink's deliveries waiting for its directory to take writes again (in order):
+    message ids when the router can read payloads again (``reload``), else the deliveries."""
+
+    target: str
+    waiting: deque[str | MessageDelivered] = field(default_factory=deque)
+    attempt: int = 0
+    since: float = field(default_factory=time.monotonic)
+    error: str = ""
+    handle: asyncio.Handle | None = None
+    written: int = 0
+    given_up: int = 0
+
+
 class SinkRouter:
     """Sinks by subscription key; dispatches deliveries without blocking the event loop."""
 
@@ -193,8 +220,13 @@ class SinkRouter:
         exec_concurrency: int = 4,
         on_done: Callable[[MessageDelivered], None] | None = None,
         follow_window: int = FOLLOW_WINDOW,
+        reload: Callable[[str, str], MessageDelivered | None] | None = None,
     ) -> None:
+        """``reload(key, msg_id)``: the delivery of a cached message again (None when it is
+        no longer cached), so that a dir delivery waiting for room holds only its id."""
         self._on_done = on_done or (lambda ev: None)
+        self._reload = reload
+        self._backlogs: dict[str, _DirBacklog] = {}
         self._sinks: dict[str, tuple[str, str]] = {}
         self._followers: dict[str, set[FollowQueue]] = {}
         self._follow_window = follow_window
@@ -220,6 +252,7 @@ class SinkRouter:
 
     def remove(self, key: str) -> None:
         self._sinks.pop(key, None)
+        self._drop_backlog(key)
         for q in self._followers.pop(key, set()):
             q.put_nowait(None)
 
@@ -268,47 +301,127 @@ class SinkRouter:
             self._count("deliveries_follow" if qs else "deliveries_follow_unattended")
         return True
 
-    def _write_dir(self, target: str, ev: MessageDelivered, attempt: int) -> None:
-        if attempt and self._sinks.get(ev.subscription) != ("dir", target):
-            self._retrying -= 1
-            return  # unsubscribed (or moved) meanwhile
+    def _write_dir(self, target: str, ev: MessageDelivered, attempt: int = 0) -> None:
+        """Write one delivery; when the directory cannot take it, the delivery waits in the
+        key's backlog (behind those already waiting: deliveries stay in order)."""
+        key = ev.subscription
+        backlog = self._backlogs.get(key)
+        if backlog is not None and backlog.target != target:  # the key's sink moved
+            self._drop_backlog(key)
+            backlog = None
+        if backlog is not None:
+            self._wait(backlog, ev)
+            return
         try:
             write_to_dir(Path(target), ev)
         except OSError as exc:
             if exc.errno in DIR_PERMANENT_ERRORS:  # the same write would fail again
-                self._count("errors")
-                log.error(
-                    "subscription %s: cannot write to %s: %s (not retried)",
-                    ev.subscription,
-                    target,
-                    exc,
-                )
-                if attempt:
-                    self._retrying -= 1
-                self._on_done(ev)  # a restart would fail the same way
+                self._give_up(target, ev, exc)
                 return
-            if not attempt:
-                self._count("errors")
-                log.error(
-                    "subscription %s: cannot write to %s: %s (retried)",
-                    ev.subscription,
-                    target,
-                    exc,
-                )
-                if self._retrying >= DIR_RETRY_PENDING:
-                    return  # redone at the next start (its sink_done is not recorded)
-                self._retrying += 1
-            self._count("dir_retries")
-            delay = min(DIR_RETRY_MAX, DIR_RETRY_FIRST * 2**attempt)
-            asyncio.get_running_loop().call_later(delay, self._write_dir, target, ev, attempt + 1)
-            return
-        if attempt:
-            self._retrying -= 1
-            log.info(
-                "subscription %s: written to %s after %d retries", ev.subscription, target, attempt
+            backlog = self._backlogs[key] = _DirBacklog(target, error=str(exc))
+            self._wait(backlog, ev)
+            log.error(
+                "subscription %s: cannot write to %s: %s; deliveries wait (payloads re-read "
+                "from the cache) and are retried after 1 s, doubling to 60 s (one line until "
+                "it works again)",
+                key,
+                target,
+                exc,
             )
+            self._schedule(key, backlog)
+            return
         self._count("deliveries_dir")
         self._on_done(ev)
+
+    def _give_up(self, target: str, ev: MessageDelivered, exc: OSError) -> None:
+        self._count("errors")
+        log.error("subscription %s: cannot write to %s: %s (not retried)", ev.subscription,
+                  target, exc)  # fmt: skip
+        self._on_done(ev)  # a restart would fail the same way
+
+    def _wait(self, backlog: _DirBacklog, ev: MessageDelivered) -> None:
+        self._count("errors")
+        if self._retrying >= DIR_RETRY_PENDING:
+            self._count("dir_left_for_restart")
+            return  # redone at the next start (its sink_done is not recorded)
+        self._retrying += 1
+        msg_id = ev.descriptor.get("id")
+        backlog.waiting.append(msg_id if self._reload is not None and msg_id else ev)
+
+    def _schedule(self, key: str, backlog: _DirBacklog) -> None:
+        delay = min(DIR_RETRY_MAX, DIR_RETRY_FIRST * 2**backlog.attempt)
+        backlog.attempt += 1
+        backlog.handle = asyncio.get_running_loop().call_later(delay, self._retry, key)
+
+    def _retry(self, key: str) -> None:
+        """Write the key's waiting deliveries, oldest first, :data:`DIR_RETRY_BATCH` per
+        turn; at the first failure wait again (longer)."""
+        backlog = self._backlogs.get(key)
+        if backlog is None:
+            return
+        backlog.handle = None
+        if self._closing:
+            return  # not recorded finished: redone at the next start
+        if self._sinks.get(key) != ("dir", backlog.target):  # unsubscribed (or moved)
+            self._drop_backlog(key)
+            return
+        for _ in range(DIR_RETRY_BATCH):
+            if not backlog.waiting:
+                break
+            item = backlog.waiting[0]
+            ev = item if isinstance(item, MessageDelivered) else self._reload_one(key, item)
+            if ev is None:  # no longer cached (expired, evicted): nothing to write it from
+                backlog.waiting.popleft()
+                self._retrying -= 1
+                backlog.given_up += 1
+                self._count("dir_given_up")  # the next start counts it as impossible too
+                continue
+            self._count("dir_retries")
+            try:
+                write_to_dir(Path(backlog.target), ev)
+            except OSError as exc:
+                if exc.errno in DIR_PERMANENT_ERRORS:
+                    backlog.waiting.popleft()
+                    self._retrying -= 1
+                    self._give_up(backlog.target, ev, exc)
+                    continue
+                backlog.error = str(exc)
+                self._schedule(key, backlog)
+                return
+            backlog.waiting.popleft()
+            self._retrying -= 1
+            backlog.written += 1
+            self._count("deliveries_dir")
+            self._on_done(ev)
+        if backlog.waiting:  # more to write: the next batch at the next turn
+            backlog.handle = asyncio.get_running_loop().call_soon(self._retry, key)
+            return
+        del self._backlogs[key]
+        log.info(
+            "subscription %s: %s takes writes again after %.0f s: %d waiting deliveries written%s",
+            key,
+            backlog.target,
+            time.monotonic() - backlog.since,
+            backlog.written,
+            f", {backlog.given_up} no longer cached (given up)" if backlog.given_up else "",
+        )
+
+    def _reload_one(self, key: str, msg_id: str) -> MessageDelivered | None:
+        assert self._reload is not None
+        return self._reload(key, msg_id)
+
+    def _drop_backlog(self, key: str) -> None:
+        backlog = self._backlogs.pop(key, None)
+        if backlog is None:
+            return
+        if backlog.handle is not None:
+            backlog.handle.cancel()
+        self._retrying -= len(backlog.waiting)
+
+    @property
+    def dir_waiting(self) -> int:
+        """Dir deliveries waiting for their directory to take writes again."""
+        return self._retrying
 
     async def _run(self, command: str, ev: MessageDelivered, redelivered: bool = False) -> None:
         async with self._exec_slots:
@@ -387,6 +500,10 @@ class SinkRouter:
         """End follow streams; stop the commands still running (SIGTERM to their process
         groups, SIGKILL after :data:`EXEC_STOP_GRACE`) so none outlives the daemon."""
         self._closing = True
+        for backlog in self._backlogs.values():  # not recorded finished: redone at next start
+            if backlog.handle is not None:
+                backlog.handle.cancel()
+                backlog.handle = None
         for qs in self._followers.values():
             for q in qs:
                 q.put_nowait(None)
