@@ -315,3 +315,30 @@ def test_dir_sink_on_a_full_disk_holds_ids_not_payloads_and_delivers_everything(
     finally:
         d.kill()
     assert "Traceback" not in d.log.read_text()
+
+
+# ------------------------------------------------------------- 7. sink_done upkeep
+
+
+def _rows(db: Path, table: str) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_sink_done_rows_go_with_the_reception_history_at_expiry(daemons, tmp_path: Path) -> None:
+    """A finished dir delivery's ``sink_done`` row goes when its message expires, with the
+    reception history (not at some later delivery)."""
+    d = daemons("sd", "--group", random_group())
+    out = tmp_path / "out"
+    d.client().post("/subscribe", {"patterns": {"topic": "t"},
+                                   "sink": {"kind": "dir", "target": str(out)}})  # fmt: skip
+    msg_id = d.client().publish_bytes(b"short-lived", attributes={"topic": "t"}, ttl=2)["id"]
+    db = d.state_dir / "dodwan.db"
+    wait_for(lambda: (out / f"{msg_id}.json").exists() and _rows(db, "sink_done") == 1,
+             timeout=10, what="the delivery recorded finished")  # fmt: skip
+    assert _rows(db, "history") == 1
+    wait_for(lambda: _rows(db, "history") == 0, timeout=20, what="the history purged")
+    assert _rows(db, "sink_done") == 0

@@ -214,7 +214,6 @@ class Daemon:
         self.counters: dict[str, int] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self.host_id = ""
-        self._sinks_done = 0
         self._memprobe: MemProbe | None = None
         self._memprobe_handle: asyncio.TimerHandle | None = None
         self._watch_handle: asyncio.TimerHandle | None = None
@@ -541,10 +540,7 @@ class Daemon:
         except ValueError:
             deadline = 0.0
         self.store.sink_done(str(ev.descriptor.get("id", "")), ev.subscription, deadline)
-        self._sinks_done += 1
         self._count("sink_deliveries_finished")
-        if self._sinks_done % 256 == 0:  # rows of expired messages go with their history
-            self.store.purge_sink_done(time.time())
         self.store.commit()  # recorded: a restart will not run this sink again
 
     def _reload_delivery(self, key: str, msg_id: str) -> MessageDelivered | None:

@@ -689,8 +689,11 @@ class SqliteStore:
         ]
 
     def purge_history(self, before: float) -> None:
+        """Forget the reception history of expired messages, and with it which deliveries
+        of them the sinks finished (``sink_done``): both go when the message expires."""
         self._wrote(True)
         self._exec("DELETE FROM history WHERE deadline < ?", (before,))
+        self._exec("DELETE FROM sink_done WHERE deadline < ?", (before,))
 
     def put_subscription(self, key: str, specs: list[dict[str, str]]) -> None:
         self.keep_subscription(key)  # the latest write wins
