@@ -23,7 +23,7 @@ import pytest
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
-from dodwan.daemon.client import ClientError
+from dodwan.daemon.client import AdminClient, ClientError
 
 
 def _counters(d: DaemonProc) -> dict[str, int]:
@@ -342,3 +342,46 @@ def test_sink_done_rows_go_with_the_reception_history_at_expiry(daemons, tmp_pat
     assert _rows(db, "history") == 1
     wait_for(lambda: _rows(db, "history") == 0, timeout=20, what="the history purged")
     assert _rows(db, "sink_done") == 0
+
+
+# ------------------------------------------------------------- 6. follow a hung daemon
+
+
+def test_follow_of_a_hung_daemon_ends_with_an_error_after_missed_heartbeats(daemons) -> None:
+    """``subscribe --follow`` (the client's stream, which the CLI uses) against a daemon that
+    stops answering (SIGSTOP): an idle stream is kept alive by heartbeats, a hung one ends
+    with a clear error after three missed ones instead of waiting for ever."""
+    d = daemons("hb", "--group", random_group())
+    client = d.client()
+    stream = client.stream("/follow", {"patterns": {"topic": "hb"}, "key": "w"}, heartbeat=0.5)
+    assert next(stream) == {"subscribed": "w"}
+    time.sleep(2.5)  # idle for five heartbeats: the stream must stay up
+    d.client().publish_bytes(b"still here", attributes={"topic": "hb"})
+    assert next(stream)["text"] == "still here"
+    assert d.proc is not None
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        t = time.monotonic()
+        with pytest.raises(ClientError, match="sent nothing on the stream"):
+            next(stream)
+        assert time.monotonic() - t < 10
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+
+
+@pytest.mark.timeout(30)
+def test_a_follow_stream_opened_on_a_stopped_daemon_is_timed(daemons) -> None:
+    """A new ``/follow`` stream to a SIGSTOPped daemon: its connection and answer are
+    timed like any request (before: no timeout at all for a stream, so it hung)."""
+    d = daemons("hbs", "--group", random_group())
+    client = d.client()
+    assert d.proc is not None
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        hung = AdminClient(client.host, client.port, timeout=2.0)
+        t = time.monotonic()
+        with pytest.raises(ClientError, match="did not answer within 2 s"):
+            next(hung.stream("/follow", {"patterns": {"topic": "hb"}}))
+        assert time.monotonic() - t < 10
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)

@@ -365,13 +365,24 @@ class AdminServer:
             b"Connection: close\r\n\r\n" + json.dumps(first).encode() + b"\n"
         )
         await writer.drain()
+        # A blank line every ``heartbeat`` seconds of silence, when the client asked for it
+        # (see Daemon.follow): its client tells a hung daemon from an idle stream.
+        beat = first.get("heartbeat")
+        heartbeat = float(beat) if isinstance(beat, (int, float)) else None
         hangup = asyncio.ensure_future(reader.read(1))
         step: asyncio.Future[dict[str, Any]] | None = None
         try:
             while True:
                 nxt: Awaitable[dict[str, Any]] = items.__anext__()
                 step = asyncio.ensure_future(nxt)
-                done, _ = await asyncio.wait({step, hangup}, return_when=asyncio.FIRST_COMPLETED)
+                while True:
+                    done, _ = await asyncio.wait(
+                        {step, hangup}, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if done:
+                        break
+                    writer.write(b"\n")
+                    await writer.drain()
                 if step not in done:  # the client hung up
                     break
                 try:

@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import os
+import socket
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -22,6 +23,10 @@ from .admin import MAX_HEADER_LINE
 ADMIN_FILE = "admin.json"
 TOKEN_FILE = "admin.token"
 PUBLISH_HEADER = "X-Dodwan-Publish"
+STREAM_HEARTBEAT = 15.0
+"""Seconds between the blank lines a daemon sends on an idle ``/follow`` stream (asked for
+in the request); :data:`STREAM_MISSED` of them missed and the stream is taken as dead."""
+STREAM_MISSED = 3
 
 
 def admin_path(*segments: str) -> str:
@@ -147,9 +152,12 @@ class AdminClient:
         body: Any = None,
         stream: bool = False,
         raw: bytes | None = None,
+        sockets: list[socket.socket] | None = None,
     ) -> http.client.HTTPResponse:
-        timeout = None if stream else self.timeout  # a stream waits for deliveries
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        """Send the request and read the answer's head, each within ``timeout`` (a stream
+        too: its reads after the head are timed by :meth:`stream`). ``sockets``: the
+        connection's socket is appended to it."""
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         if self._waiting is not None:
             try:
                 conn = self._connect(conn)
@@ -172,6 +180,8 @@ class AdminClient:
                 # ``path`` may hold segments already encoded by admin_path: '%' stays as is
                 target = urllib.parse.quote(path, safe="/?=&%")
                 conn.request(method, target, body=data, headers=headers)
+                if sockets is not None and conn.sock is not None:
+                    sockets.append(conn.sock)
             except (BrokenPipeError, ConnectionResetError):
                 # The daemon may have refused the body (413) before reading all of it: its
                 # answer is what the user needs to see, not the reset. A connection already
@@ -179,6 +189,11 @@ class AdminClient:
                 if data is None or conn.sock is None:
                     raise
             return conn.getresponse()
+        except TimeoutError:
+            raise ClientError(
+                f"the daemon at {self.host}:{self.port} did not answer within {self.timeout:g} s "
+                "(hung, stopped or overloaded?)"
+            ) from None
         except ConnectionRefusedError:
             raise ClientError(
                 f"the daemon at {self.host}:{self.port} is not reachable (not running?)"
@@ -226,23 +241,51 @@ class AdminClient:
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 
-    def stream(self, path: str, body: Any) -> Iterator[dict[str, Any]]:
-        """POST and yield one JSON object per line until the daemon closes the stream."""
-        resp = self._open("POST", path, body, stream=True)
+    def stream(
+        self, path: str, body: Any, heartbeat: float | None = STREAM_HEARTBEAT
+    ) -> Iterator[dict[str, Any]]:
+        """POST and yield one JSON object per line until the daemon closes the stream.
+
+        The daemon is asked for a blank line every ``heartbeat`` seconds while the stream
+        is idle; when it says it sends them (in the first line, whose ``heartbeat`` key is
+        taken out), a stream silent for :data:`STREAM_MISSED` of them is a
+        :class:`ClientError` (a hung daemon), not a wait for ever. A daemon that does not
+        send them (an older one) is waited for as long as it keeps the connection."""
+        if heartbeat is not None and isinstance(body, dict):
+            body = {**body, "heartbeat": heartbeat}
+        sockets: list[socket.socket] = []
+        resp = self._open("POST", path, body, stream=True, sockets=sockets)
         if resp.status != 200:
             try:
                 err = json.loads(resp.read()).get("error")
             except (ValueError, AttributeError, OSError):
                 err = None
             raise ClientError(str(err or f"HTTP {resp.status}"))
+        first = True
+        silent: float | None = self.timeout  # for the first line
         while True:
             try:
                 line = resp.readline()
+            except TimeoutError:
+                raise ClientError(
+                    f"the daemon at {self.host}:{self.port} sent nothing on the stream for "
+                    f"{silent:g} s, not even its heartbeat (hung, stopped or overloaded?)"
+                ) from None
             except OSError as exc:
                 raise ClientError(f"stream interrupted: {exc}") from None
             if not line:
                 return
+            if not line.strip():  # a heartbeat
+                continue
             try:
-                yield json.loads(line)
+                item = json.loads(line)
             except ValueError:
                 raise ClientError("the daemon sent a malformed line") from None
+            if first:
+                first = False
+                beat = item.pop("heartbeat", None) if isinstance(item, dict) else None
+                ok = isinstance(beat, (int, float)) and not isinstance(beat, bool) and beat > 0
+                silent = STREAM_MISSED * float(beat) + 1.0 if ok else None
+                for sock in sockets:
+                    sock.settimeout(silent)
+            yield item

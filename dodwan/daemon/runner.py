@@ -81,6 +81,9 @@ JOMS_DB_FILE = "joms.sqlite"  # the JOMS service store (joms.stomp.host) with --
 DEFAULT_TTL = 3600.0
 ACCEPT_EPISODE = 10.0
 """Seconds without an accept failure after which the next one starts a new episode (logged)."""
+FOLLOW_HEARTBEAT = (0.2, 300.0)
+"""Seconds a ``/follow`` client may ask between two heartbeats (blank lines) of an idle
+stream."""
 WATCH_PERIOD = 1.0
 """Seconds between two looks at the state directory and the write-ahead log (a few
 ``stat`` calls): see :meth:`Daemon._watch`."""
@@ -96,7 +99,7 @@ SUBSCRIBE_FIELDS = ("patterns", "key", "sink", "trusted_keys")
 """The fields of ``POST /subscribe``."""
 SINK_FIELDS = ("kind", "target")
 """The fields of ``POST /subscribe``'s ``sink``."""
-FOLLOW_FIELDS = ("patterns", "key", "trusted_keys")
+FOLLOW_FIELDS = ("patterns", "key", "trusted_keys", "heartbeat")
 """The fields of ``POST /follow``."""
 _MISSING = object()
 
@@ -1316,6 +1319,17 @@ class Daemon:
         patterns = self._patterns(body)
         assert self.sinks is not None
         trusted = self._trusted(body)
+        heartbeat = body.get("heartbeat")
+        if heartbeat is not None and (
+            isinstance(heartbeat, bool)
+            or not isinstance(heartbeat, (int, float))
+            or not FOLLOW_HEARTBEAT[0] <= heartbeat <= FOLLOW_HEARTBEAT[1]
+        ):
+            raise ApiError(
+                400,
+                f"heartbeat must be a number of seconds from {FOLLOW_HEARTBEAT[0]:g} to "
+                f"{FOLLOW_HEARTBEAT[1]:g}",
+            )
         attached: list[tuple[str, asyncio.Queue[MessageDelivered | None]]] = []
         sinks = self.sinks
         try:
@@ -1335,7 +1349,14 @@ class Daemon:
             raise
         [(_, queue)] = attached
         try:
-            yield {"subscribed": key}
+            yield (
+                {"subscribed": key}
+                if heartbeat is None
+                else {
+                    "subscribed": key,
+                    "heartbeat": heartbeat,
+                }
+            )
             while True:
                 ev = await queue.get()
                 if ev is None:
