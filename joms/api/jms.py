@@ -157,8 +157,21 @@ class Connection:
         self._notify()
 
     def stop(self) -> None:
-        """Pause delivery; messages wait in the consumers' buffers."""
+        """Pause delivery; messages wait in the consumers' buffers (JMS 1.1 §4.3.4).
+
+        Blocks until every ``receive()`` hand-over and message listener of this connection
+        in progress has completed; once it returns no listener is called and ``receive()``
+        hands nothing over until ``start()``. Calling it from a message listener of this
+        connection raises IllegalStateException (it would wait for that very listener)."""
+        self._check()
+        running = getattr(_local, "consumer", None)
+        if running is not None and running.session.connection is self:
+            raise IllegalStateException("a message listener may not stop its own connection")
         self._started.clear()
+        for s in list(self._sessions):
+            for c in list(s._consumers):
+                with c._handing:  # waits for a hand-over in progress; the next sees stopped
+                    pass
 
     def close(self) -> None:
         """Close the sessions (waiting for listeners in progress), then the connection.
@@ -233,12 +246,14 @@ class Session:
         first send or subscribe) or ``Name@HOST`` (managed by HOST)."""
         from ..service.model import check_destination_name
 
+        self._check_open()
         check_destination_name(name if "@" in name else f"{name}@local", queue=True)
         return Queue(name)
 
     def create_topic(self, name: str) -> Topic:
         from ..service.model import check_destination_name
 
+        self._check_open()
         check_destination_name(name, queue=False)
         return Topic(name)
 
@@ -265,24 +280,29 @@ class Session:
     def create_text_message(
         self, text: str | None = None, properties: dict[str, Any] | None = None
     ) -> TextMessage:
+        self._check_open()
         return TextMessage(text, properties)
 
     def create_bytes_message(
         self, data: bytes = b"", properties: dict[str, Any] | None = None
     ) -> BytesMessage:
+        self._check_open()
         return BytesMessage(data, properties)
 
     def create_map_message(
         self, values: dict[str, Any] | None = None, properties: dict[str, Any] | None = None
     ) -> MapMessage:
+        self._check_open()
         return MapMessage(values, properties)
 
     def create_stream_message(
         self, items: list[Any] | None = None, properties: dict[str, Any] | None = None
     ) -> StreamMessage:
+        self._check_open()
         return StreamMessage(items, properties)
 
     def create_message(self, properties: dict[str, Any] | None = None) -> BytesMessage:
+        self._check_open()
         return BytesMessage(b"", properties)
 
     def create_producer(self, destination: Destination | None = None) -> MessageProducer:
@@ -297,6 +317,7 @@ class Session:
     def create_durable_subscriber(
         self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
     ) -> MessageConsumer:
+        self._check()
         if not isinstance(topic, Topic):
             raise InvalidDestinationException("durable subscriptions are for topics")
         if not self.connection.client_id:
@@ -374,9 +395,16 @@ class Session:
 
     # ------------------------------------------------------------------ plumbing
     def _check(self) -> None:
+        self._check_open()
+        self.connection._check()
+
+    def _check_open(self) -> None:
+        """For what needs no gateway (messages, destination objects): only a close by the
+        application raises here, not a lost connection."""
         if self._closed:
             raise IllegalStateException("the session is closed")
-        self.connection._check()
+        if self.connection._closed:
+            raise IllegalStateException("the connection is closed")
 
     def _request(self, frame: Frame) -> Frame | None:
         return self.connection._transport.request(frame)
@@ -553,6 +581,7 @@ class MessageProducer:
         self.disable_message_timestamp = False
         self.sync = True
         """Wait for the daemon's receipt on each send (errors raise at the send)."""
+        self._closed = False
 
     def send(
         self,
@@ -563,11 +592,13 @@ class MessageProducer:
         priority: int | None = None,
         time_to_live: float | None = None,
     ) -> None:
+        if self._closed:
+            raise IllegalStateException("the producer is closed")
+        s = self.session
+        s._check()
         dest = destination or self.destination
         if dest is None:
             raise InvalidDestinationException("no destination given to send()")
-        s = self.session
-        s._check()
         # checked here, like selectors and names: a refusal by the gateway would close the
         # connection (STOMP ERROR)
         if isinstance(dest, Topic) and is_wildcard(dest.name):
@@ -600,7 +631,8 @@ class MessageProducer:
             s.connection._transport.send(frame)
 
     def close(self) -> None:
-        pass
+        """Close the producer: a later ``send()`` raises IllegalStateException."""
+        self._closed = True
 
 
 class QueueBrowser:
@@ -611,8 +643,11 @@ class QueueBrowser:
         self.session = session
         self.queue = queue_
         self.message_selector = selector
+        self._closed = False
 
     def messages(self, timeout: float = 10.0) -> list[Message]:
+        if self._closed:
+            raise IllegalStateException("the queue browser is closed")
         conn = self.session.connection
         self.session._check()
         sid = conn._next_id("browse")
@@ -645,7 +680,8 @@ class QueueBrowser:
         return iter(self.messages())
 
     def close(self) -> None:
-        pass
+        """Close the browser: a later ``messages()`` raises IllegalStateException."""
+        self._closed = True
 
 
 class MessageConsumer:
@@ -753,21 +789,30 @@ class MessageConsumer:
         self.session._check()
         if self._listener is not None:
             raise IllegalStateException("this consumer has a message listener")
-        taken = self._take(timeout)
-        if taken is None:
-            return None
-        frame, msg = taken
-        with self._handing:
-            if self._closed:
-                return None  # closed meanwhile: it goes back as never delivered
-            self.session._delivered(self, frame, msg)
-        return msg
+        conn = self.session.connection
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            taken = self._take(left)
+            if taken is None:
+                return None
+            frame, msg = taken
+            with self._handing:
+                if self._closed:
+                    return None  # closed meanwhile: it goes back as never delivered
+                if conn._started.is_set():
+                    self.session._delivered(self, frame, msg)
+                    return msg
+                # stopped meanwhile (stop() returned): it waits for start()
+                self._inbox.queue.appendleft(frame)
 
     def receive_no_wait(self) -> Message | None:
         return self.receive(0)
 
     @property
     def message_listener(self) -> Callable[[Message], None] | None:
+        if self._closed:
+            raise IllegalStateException("the consumer is closed")
         return self._listener
 
     @message_listener.setter
@@ -820,6 +865,9 @@ class MessageConsumer:
                         # not handed over: it stays for receive() (or goes back at close)
                         self._inbox.queue.appendleft(frame)
                         return
+                    if not self.session.connection._started.is_set():
+                        self._inbox.queue.appendleft(frame)  # stopped: waits for start()
+                        continue
                     if not self._run_listener(listener, frame, msg, after):
                         return
         finally:

