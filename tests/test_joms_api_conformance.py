@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from joms_support import LoopThread, start_hosts
+from joms_support import LoopThread, RawStomp, start_hosts
 
 import joms
 from joms.runtime import LoopbackHost
@@ -134,3 +134,43 @@ def test_every_method_of_a_closed_object_raises_illegal_state(host: LoopbackHost
     _raises_illegal_state(lambda: s.create_text_message("x"))
     _raises_illegal_state(lambda: cons.receive(0.1))
     _raises_illegal_state(lambda: cons.message_listener)
+
+
+_NOT_IDENTIFIERS = ["AND", "or", "NULL", "TRUE", "false", "ESCAPE", "a-b", "1abc", "a.b", "x y"]
+
+
+@pytest.mark.parametrize("name", _NOT_IDENTIFIERS)
+def test_a_property_name_that_is_not_a_selector_identifier_is_refused(name: str) -> None:
+    """JMS 1.1 §3.5.1: property names obey the selector identifier rules (``a-b = 1``
+    would read as arithmetic, ``AND`` as the operator)."""
+    m = joms.TextMessage("x")
+    with pytest.raises(joms.MessageFormatException):
+        m.set_property(name, 1)
+    with pytest.raises(joms.MessageFormatException):
+        m.set_string_property(name, "v")
+    with pytest.raises(joms.MessageFormatException):
+        joms.TextMessage("x", properties={name: 1})
+    assert m.properties == {}
+    for ok in ("a_b", "$x", "été", "JMSXGroupID"):
+        m.set_property(ok, "v")
+
+
+def test_a_raw_stomp_header_that_is_no_identifier_still_arrives_as_a_property(
+    host: LoopbackHost,
+) -> None:
+    """STOMP header names are free: what a raw client or a bridge sends is carried (readable
+    with get_property, though no selector can name it)."""
+    with joms.connect(host.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic("raw-names")
+        cons = s.create_consumer(t)
+        with RawStomp(host.stomp_address) as raw:
+            raw.send(
+                "SEND",
+                {"destination": "/topic/raw-names", "a-b": "1", "x.y": "2", "receipt": "r"},
+                b"hi",
+            )
+            raw.receipt("r")
+        got = cons.receive(5)
+        assert got is not None
+        assert got.get_property("a-b") == "1" and got.get_property("x.y") == "2"

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import MessageFormatException, MessageNotWriteableException
+from ..selector.lexer import KEYWORDS, is_identifier_part, is_identifier_start
 from ..service import model as mdl
 from ..stomp.frame import Frame
 
@@ -144,6 +146,27 @@ def _check_wire_text(what: str, value: str, *, header: bool = True) -> None:
         raise MessageFormatException(f"{what} is not valid Unicode (a lone surrogate?)") from None
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_selector_identifier(name: str) -> bool:
+    """JMS 1.1 §3.5.1: a property name must obey the rules of a selector identifier (a Java
+    identifier, not NULL, TRUE, FALSE, NOT, AND, OR, BETWEEN, LIKE, IN, IS or ESCAPE)."""
+    return (
+        is_identifier_start(name[0])
+        and all(is_identifier_part(c) for c in name[1:])
+        and not (name.isascii() and name.upper() in KEYWORDS)
+    )
+
+
+def _check_property_name(name: Any) -> None:
+    """The API's own rule on top of the service's (``mdl.check_property_name``): only
+    selector identifiers (the service still carries other names a raw STOMP client sends)."""
+    if isinstance(name, str) and name and not _is_selector_identifier(name):
+        raise MessageFormatException(
+            f"property name {name!r} is not a selector identifier (JMS 1.1 §3.5.1: a Java "
+            "identifier, not NULL, TRUE, FALSE, NOT, AND, OR, BETWEEN, LIKE, IN, IS or ESCAPE)"
+        )
+
+
 # ---------------------------------------------------------------- messages
 class Message:
     """A JMS message: header fields, typed properties, and a body (in subclasses)."""
@@ -210,6 +233,7 @@ class Message:
         self._check_props_writable()
         t = jms_type or mdl.property_type_of(value)
         mdl.check_property(name, value, t)
+        _check_property_name(name)
         if isinstance(value, str):
             _check_wire_text(f"property {name!r}", value)
         self._props[name] = value
