@@ -174,3 +174,32 @@ def test_a_raw_stomp_header_that_is_no_identifier_still_arrives_as_a_property(
         got = cons.receive(5)
         assert got is not None
         assert got.get_property("a-b") == "1" and got.get_property("x.y") == "2"
+
+
+def test_a_raw_send_without_content_type_is_bytes_whatever_its_body(host: LoopbackHost) -> None:
+    """STOMP 1.2: no content-type means a binary blob. The type no longer depends on
+    whether the bytes happen to decode as UTF-8; ``text/*`` (or joms-body-type) says text."""
+    with joms.connect(host.stomp_url) as c:
+        s = c.create_session()
+        cons = s.create_consumer(s.create_topic("no-ctype"))
+        with RawStomp(host.stomp_address) as raw:
+            raw.send("SUBSCRIBE", {"id": "1", "destination": "/topic/no-ctype"})
+            sent = [
+                ({}, b"\x00\x01\x02\x03"),
+                ({}, b"\x00\x01\x02\xff"),
+                ({}, b"plain text"),
+                ({"content-type": "text/plain"}, "été".encode()),
+                ({"joms-null-text": "true"}, b""),
+            ]
+            for i, (headers, body) in enumerate(sent):
+                h = {"destination": "/topic/no-ctype", "receipt": f"r{i}", **headers}
+                raw.send("SEND", h, body)
+                raw.receipt(f"r{i}")
+            got = [cons.receive(5) for _ in sent]
+            raw_got = [raw.next("MESSAGE") for _ in sent]
+        for m in got[:3]:
+            assert isinstance(m, joms.BytesMessage)
+        assert [m.data for m in got[:3]] == [body for _, body in sent[:3]]  # type: ignore[union-attr]
+        assert isinstance(got[3], joms.TextMessage) and got[3].text == "été"
+        assert isinstance(got[4], joms.TextMessage) and got[4].text is None
+        assert [f.get("content-type") for f in raw_got[:3]] == ["application/octet-stream"] * 3

@@ -522,14 +522,12 @@ class StompConnection(asyncio.Protocol):
         body_type = h.get("joms-body-type")
         ctype = h.get("content-type")
         if body_type is None:
-            if ctype is None:
-                try:
-                    frame.body.decode("utf-8")
-                    body_type = "text"
-                except UnicodeDecodeError:
-                    body_type = "bytes"
-            else:
-                body_type = "text" if ctype.startswith("text/") else "bytes"
+            # STOMP 1.2: a frame without content-type is a binary blob; no sniffing of the
+            # body, so the message type never depends on what the bytes happen to be
+            # (joms-null-text: true alone says text: JMS getText() null)
+            null = (h.get(NULL_TEXT_HEADER) or "").lower() == "true"
+            text = ctype.startswith("text/") if ctype is not None else null
+            body_type = "text" if text else "bytes"
         if body_type not in mdl.BODY_TYPES:
             raise StompError("joms-body-type must be one of text, bytes, map, stream")
         if body_type == "text":
