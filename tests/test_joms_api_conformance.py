@@ -203,3 +203,37 @@ def test_a_raw_send_without_content_type_is_bytes_whatever_its_body(host: Loopba
         assert isinstance(got[3], joms.TextMessage) and got[3].text == "été"
         assert isinstance(got[4], joms.TextMessage) and got[4].text is None
         assert [f.get("content-type") for f in raw_got[:3]] == ["application/octet-stream"] * 3
+
+
+@pytest.mark.parametrize("case", ["unsubscribe active", "duplicate durable"])
+def test_a_refusal_the_client_can_see_raises_locally_and_keeps_the_connection(
+    host: LoopbackHost, case: str
+) -> None:
+    """Unsubscribing a durable subscription that a consumer of this connection uses
+    (IllegalStateException, JMS javadoc), or a second subscriber of one durable name on
+    this connection (JMSException), raise without a frame: no ERROR, the connection, its
+    other consumers and the exception listener are untouched."""
+    with joms.connect(host.stomp_url, client_id=f"conf-{case.replace(' ', '-')}") as c:
+        errors: list[joms.JMSException] = []
+        c.exception_listener = errors.append
+        s = c.create_session()
+        other_topic = s.create_topic(f"other-{case.replace(' ', '-')}")
+        other = s.create_consumer(other_topic)
+        t = s.create_topic("durable-local")
+        sub = s.create_durable_subscriber(t, "dur")
+        if case == "unsubscribe active":
+            with pytest.raises(joms.IllegalStateException):
+                s.unsubscribe("dur")
+        else:
+            with pytest.raises(joms.JMSException):
+                s.create_durable_subscriber(t, "dur")
+            with pytest.raises(joms.JMSException):
+                c.create_session().create_durable_subscriber(t, "dur")
+        s.create_producer(other_topic).send(s.create_text_message("alive"))
+        got = other.receive(5)
+        assert got is not None and got.text == "alive"  # type: ignore[attr-defined]
+        sub.close()
+        again = s.create_durable_subscriber(t, "dur")  # free once closed
+        again.close()
+        s.unsubscribe("dur")
+        assert errors == []

@@ -190,6 +190,13 @@ class Connection:
         self._notify()
         self._transport.close()
 
+    def _durable_in_use(self, name: str) -> bool:
+        """Whether a consumer of this connection still holds durable subscription ``name``
+        (open, or closed but its subscription kept for messages its session holds)."""
+        return any(
+            c._durable == name for s in list(self._sessions) for c in [*s._consumers, *s._lingering]
+        )
+
     def _notify(self) -> None:
         with self._wake:
             self._wake.notify_all()
@@ -322,6 +329,12 @@ class Session:
             raise InvalidDestinationException("durable subscriptions are for topics")
         if not self.connection.client_id:
             raise IllegalStateException("durable subscriptions need a connection client_id")
+        if self.connection._durable_in_use(name):
+            # refused here: the gateway's ERROR would close the connection (STOMP)
+            raise JMSException(
+                f"durable subscription {name!r} already has an active subscriber on this "
+                "connection: close it first"
+            )
         return self._consumer(topic, selector, no_local, name)
 
     def create_browser(self, queue_: Queue, selector: str | None = None) -> QueueBrowser:
@@ -346,6 +359,13 @@ class Session:
         self._check()
         if not self.connection.client_id:
             raise IllegalStateException("durable subscriptions need a connection client_id")
+        if self.connection._durable_in_use(name):
+            # JMS: an active subscriber (or unacknowledged messages of it) is an error;
+            # refused here: the gateway's ERROR would close the connection (STOMP)
+            raise IllegalStateException(
+                f"durable subscription {name!r} has an active subscriber (or messages not "
+                "acknowledged yet) on this connection: close it (and acknowledge) first"
+            )
         sid = self.connection._next_id("u")
         self._request(Frame("UNSUBSCRIBE", {"id": sid, "durable-subscription-name": name}))
 
@@ -374,6 +394,7 @@ class Session:
             )
         sid = self.connection._next_id("sub")
         cons = MessageConsumer(self, dest, sid, selector, no_local)
+        cons._durable = durable
         self.connection._subs[sid] = cons
         # DUPS_OK: cumulative acks, sent lazily (STOMP auto would lose what the client
         # buffered but never handed to the application when the consumer closes)
@@ -715,6 +736,7 @@ class MessageConsumer:
         self.expired = 0
         """Messages that expired in this consumer's buffer: dropped, never handed over."""
         self._dups_count = 0
+        self._durable: str | None = None  # the durable subscription name, if one
 
     def _arrived(self, f: Frame) -> None:
         self._inbox.put(f)
