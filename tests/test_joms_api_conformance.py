@@ -237,3 +237,21 @@ def test_a_refusal_the_client_can_see_raises_locally_and_keeps_the_connection(
         again.close()
         s.unsubscribe("dur")
         assert errors == []
+
+
+def test_receive_zero_blocks_like_receive_none(host: LoopbackHost) -> None:
+    """JMS: a timeout of zero never expires; receive_no_wait() is the non-blocking call."""
+    with joms.connect(host.stomp_url) as c:
+        s = c.create_session()
+        t = s.create_topic("receive-zero")
+        cons = s.create_consumer(t)
+        assert cons.receive_no_wait() is None
+        got: list[joms.Message | None] = []
+        receiver = threading.Thread(target=lambda: got.append(cons.receive(0)))
+        receiver.start()
+        receiver.join(0.3)
+        assert receiver.is_alive() and got == []  # still waiting
+        s.create_producer(t).send(s.create_text_message("late"))
+        receiver.join(5)
+        assert not receiver.is_alive()
+        assert got[0] is not None and got[0].text == "late"  # type: ignore[attr-defined]

@@ -802,10 +802,14 @@ class MessageConsumer:
                 self.session.connection._transport.send(Frame("ACK", {"id": ack_id}))
 
     def receive(self, timeout: float | None = None) -> Message | None:
-        """Next message; waits ``timeout`` seconds (None = until one comes or close).
+        """Next message; waits ``timeout`` seconds (None or 0 = until one comes or close,
+        as JMS ``receive(0)``: a zero timeout never expires; see :meth:`receive_no_wait`).
 
         A receive blocked when the consumer (or its session or connection) closes returns
         None; one called after the close raises IllegalStateException."""
+        return self._receive(None if timeout == 0 else timeout)
+
+    def _receive(self, timeout: float | None) -> Message | None:
         if self._closed:
             raise IllegalStateException("the consumer is closed")
         self.session._check()
@@ -829,7 +833,8 @@ class MessageConsumer:
                 self._inbox.queue.appendleft(frame)
 
     def receive_no_wait(self) -> Message | None:
-        return self.receive(0)
+        """The next message if one is buffered (and the connection started), else None."""
+        return self._receive(0)
 
     @property
     def message_listener(self) -> Callable[[Message], None] | None:
