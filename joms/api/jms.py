@@ -601,7 +601,9 @@ class MessageProducer:
         """Seconds; 0 = the daemon's default lifetime."""
         self.disable_message_timestamp = False
         self.sync = True
-        """Wait for the daemon's receipt on each send (errors raise at the send)."""
+        """Wait for the daemon's receipt on each send (errors raise at the send). False: no
+        wait, and ``message.message_id`` stays None (the daemon assigns JMSMessageID and
+        reports it only in the receipt; docs/joms.md)."""
         self._closed = False
 
     def send(
