@@ -255,3 +255,45 @@ def test_receive_zero_blocks_like_receive_none(host: LoopbackHost) -> None:
         receiver.join(5)
         assert not receiver.is_alive()
         assert got[0] is not None and got[0].text == "late"  # type: ignore[attr-defined]
+
+
+def test_a_new_stream_message_is_write_only_until_reset() -> None:
+    m = joms.StreamMessage([1, "x"])
+    with pytest.raises(joms.MessageNotReadableException):
+        m.read()
+    m.reset()
+    assert [m.read(), m.read()] == [1, "x"]
+    with pytest.raises(joms.MessageNotWriteableException):
+        m.write(2)  # reset made the body read-only
+    m.clear_body()
+    m.write(3)
+    with pytest.raises(joms.MessageNotReadableException):
+        m.read()
+
+
+@pytest.mark.parametrize("name", [1, "", None, b"k"])
+def test_a_map_name_must_be_a_non_empty_str(name: Any) -> None:
+    with pytest.raises(joms.MessageFormatException, match="map name"):
+        joms.MapMessage({name: "a"})
+    with pytest.raises(joms.MessageFormatException, match="map name"):
+        joms.MapMessage().set(name, "a")
+
+
+def test_a_none_map_or_stream_value_is_refused_naming_what_it_is() -> None:
+    with pytest.raises(joms.MessageFormatException, match="map value"):
+        joms.MapMessage({"k": None})
+    with pytest.raises(joms.MessageFormatException, match="stream value"):
+        joms.StreamMessage([None])
+
+
+@pytest.mark.parametrize("value", [1e300, -3.5e38, 10**40])
+def test_a_float_beyond_a_java_float_is_refused(value: float) -> None:
+    m = joms.TextMessage("x")
+    with pytest.raises(joms.MessageFormatException, match="float"):
+        m.set_float_property("f", value)
+    with pytest.raises(joms.MessageFormatException, match="float"):
+        joms.MapMessage().set("f", value, "float")
+    m.set_double_property("d", value)  # a double holds it
+    m.set_float_property("f", 3.4028234663852886e38)
+    m.set_float_property("inf", float("inf"))
+    assert m.get_property("d") == value and m.property_type("f") == "float"

@@ -13,10 +13,15 @@ import contextlib
 import functools
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import MessageFormatException, MessageNotWriteableException
+from ..errors import (
+    MessageFormatException,
+    MessageNotReadableException,
+    MessageNotWriteableException,
+)
 from ..selector.lexer import KEYWORDS, is_identifier_part, is_identifier_start
 from ..service import model as mdl
 from ..stomp.frame import Frame
@@ -117,19 +122,46 @@ def destination_from(text: str | None) -> Destination | None:
 
 
 # ---------------------------------------------------------------- typed values
-def _type_of(value: Any) -> str:
+JAVA_FLOAT_MAX = 3.4028234663852886e38
+"""Float.MAX_VALUE: a finite ``float`` (JMS float) value must be within ±this."""
+
+
+def _check_float(value: Any, t: str) -> None:
+    """A JMS ``float`` is a Java float: a finite value beyond ±Float.MAX_VALUE has no such
+    float (``double`` is Python's own float; infinities and NaN are floats too)."""
+    if (
+        t == "float"
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+        and abs(float(value)) > JAVA_FLOAT_MAX
+    ):
+        raise MessageFormatException(
+            f"{value!r} is out of range for a float (a Java float: at most ±{JAVA_FLOAT_MAX}); "
+            "use a double"
+        )
+
+
+def _type_of(value: Any, what: str) -> str:
     if isinstance(value, bytes | bytearray):
         return "bytes"
+    if value is None or not isinstance(value, bool | int | float | str):
+        raise MessageFormatException(
+            f"{what} must be bool, int, float, str or bytes, not {type(value).__name__}"
+        )
     return mdl.property_type_of(value)
 
 
-def _encode_value(value: Any, t: str | None = None) -> dict[str, Any]:
-    t = t or _type_of(value)
+def _encode_value(value: Any, t: str | None = None, what: str = "a value") -> dict[str, Any]:
+    t = t or _type_of(value, what)
     if t not in _VALUE_TYPES:
         raise MessageFormatException(f"unknown value type {t!r}")
     if t == "bytes":
+        if not isinstance(value, bytes | bytearray):
+            raise MessageFormatException(f"{what} of type bytes needs bytes")
         return {"t": t, "v": base64.b64encode(bytes(value)).decode()}
     mdl.encode_property(value, t)  # range and type check
+    _check_float(value, t)
     if t in ("float", "double"):
         return {"t": t, "v": float(value)}
     return {"t": t, "v": value}
@@ -234,6 +266,7 @@ class Message:
         t = jms_type or mdl.property_type_of(value)
         mdl.check_property(name, value, t)
         _check_property_name(name)
+        _check_float(value, t)
         if isinstance(value, str):
             _check_wire_text(f"property {name!r}", value)
         self._props[name] = value
@@ -377,7 +410,9 @@ class MapMessage(Message):
 
     def set(self, name: str, value: Any, jms_type: str | None = None) -> None:
         self._check_body_writable()
-        enc = _encode_value(value, jms_type)
+        if not isinstance(name, str) or not name:  # (JMS: IllegalArgumentException)
+            raise MessageFormatException(f"a map name must be a non-empty str, not {name!r}")
+        enc = _encode_value(value, jms_type, "a map value")
         self._map[name] = (value, enc["t"])
 
     def set_int(self, name: str, value: int) -> None:
@@ -420,7 +455,11 @@ class MapMessage(Message):
 
 
 class StreamMessage(Message):
-    """A sequence of typed values, read back in order."""
+    """A sequence of typed values, read back in order.
+
+    As in JMS, a new message is write-only: ``read()`` raises MessageNotReadableException
+    until ``reset()``, which makes the body read-only and goes back to the first value
+    (``clear_body()`` makes it writable again). A received message is ready to read."""
 
     body_type = "stream"
 
@@ -430,17 +469,22 @@ class StreamMessage(Message):
         super().__init__(properties)
         self._items: list[tuple[Any, str]] = []
         self._pos = 0
+        self._reading = False
         for v in items or []:
             self.write(v)
 
     def write(self, value: Any, jms_type: str | None = None) -> None:
         self._check_body_writable()
-        enc = _encode_value(value, jms_type)
+        enc = _encode_value(value, jms_type, "a stream value")
         self._items.append((value, enc["t"]))
 
     def read(self) -> Any:
         from ..errors import MessageEOFException
 
+        if not self._reading:
+            raise MessageNotReadableException(
+                "a stream message is write-only until reset() (JMS StreamMessage)"
+            )
         self._check_body_readable()
         if self._pos >= len(self._items):
             raise MessageEOFException("end of the stream message")
@@ -448,10 +492,13 @@ class StreamMessage(Message):
         return self._items[self._pos - 1][0]
 
     def reset(self) -> None:
+        """Make the body read-only and read it from the first value again."""
         self._pos = 0
+        self._reading = True
+        self._body_read_only = True
 
     def _clear_body(self) -> None:
-        self._items, self._pos = [], 0
+        self._items, self._pos, self._reading = [], 0, False
 
     @property
     def items(self) -> list[Any]:
@@ -524,6 +571,7 @@ def from_frame(f: Frame) -> Message:
         msg._map = {}  # type: ignore[attr-defined]
     if cls is StreamMessage:
         msg._items, msg._pos = [], 0  # type: ignore[attr-defined]
+        msg._reading = True  # type: ignore[attr-defined]  # (received: read-only, readable)
     try:
         msg._decode_body(f.body)
         if cls is TextMessage and h.get("joms-null-text") == "true" and not f.body:
