@@ -64,6 +64,12 @@ class MessageFormatException(JMSException):
     """A message body or property was read or written with an incompatible type."""
 
 
+class NumberFormatException(MessageFormatException, ValueError):
+    """A string property read as a number does not parse as one (Java's
+    NumberFormatException of JMS 1.1 §3.5.4; here a MessageFormatException, so a JMSException,
+    and a ValueError), or a property that does not exist was read as a number."""
+
+
 class MessageNotReadableException(JMSException):
     """A client tried to read a write-only message."""
 
@@ -95,6 +101,7 @@ __all__ = [
     "MessageFormatException",
     "MessageNotReadableException",
     "MessageNotWriteableException",
+    "NumberFormatException",
     "ResourceAllocationException",
     "TransactionInProgressException",
     "TransactionRolledBackException",

@@ -297,3 +297,69 @@ def test_a_float_beyond_a_java_float_is_refused(value: float) -> None:
     m.set_float_property("f", 3.4028234663852886e38)
     m.set_float_property("inf", float("inf"))
     assert m.get_property("d") == value and m.property_type("f") == "float"
+
+
+def test_typed_property_getters_convert_as_jms_1_1_3_5_4() -> None:
+    m = joms.TextMessage("x", properties={"flag": True, "n": 7, "d": 2.5, "s": "42"})
+    m.set_property("b", 3, "byte")
+    m.set_float_property("f", 1.5)
+    assert m.get_int_property("n") == 7 and m.get_long_property("b") == 3
+    assert m.get_short_property("b") == 3 and m.get_int_property("s") == 42
+    assert m.get_double_property("f") == 1.5 and m.get_float_property("f") == 1.5
+    assert m.get_string_property("flag") == "true" and m.get_string_property("d") == "2.5"
+    assert m.get_boolean_property("flag") is True and m.get_boolean_property("s") is False
+    assert m.get_object_property("n") == 7 and m.get_object_property("none") is None
+    assert m.property_exists("s") and not m.property_exists("none")
+    assert m.get_string_property("none") is None and m.get_boolean_property("none") is False
+    for getter, name in [
+        (m.get_int_property, "d"),  # double -> int: no such conversion
+        (m.get_int_property, "flag"),
+        (m.get_float_property, "d"),  # double -> float narrows
+        (m.get_boolean_property, "n"),
+        (m.get_long_property, "f"),
+        (m.get_byte_property, "n"),  # int -> byte narrows
+    ]:
+        with pytest.raises(joms.MessageFormatException) as exc:
+            getter(name)
+        assert not isinstance(exc.value, joms.NumberFormatException)
+    for getter, name in [(m.get_int_property, "none"), (m.get_double_property, "none")]:
+        with pytest.raises(joms.NumberFormatException):
+            getter(name)
+
+
+def test_string_properties_from_a_raw_stomp_client_read_as_numbers_and_booleans(
+    host: LoopbackHost,
+) -> None:
+    """Properties a raw STOMP client sends without joms-types arrive as strings; the typed
+    getters parse them as Java does (Integer.valueOf, Double.valueOf, Boolean.valueOf)."""
+    with joms.connect(host.stomp_url) as c:
+        s = c.create_session()
+        cons = s.create_consumer(s.create_topic("typed-raw"))
+        props = {
+            "count": "-12",
+            "ratio": "2.5e3",
+            "ok": "TRUE",
+            "big": "9999999999",
+            "word": "4x",
+            "spaced": " 5",
+            "single": "1.5f",
+        }
+        with RawStomp(host.stomp_address) as raw:
+            raw.send("SEND", {"destination": "/topic/typed-raw", "receipt": "r", **props}, b"")
+            raw.receipt("r")
+        m = cons.receive(5)
+        assert m is not None and m.property_type("count") == "string"
+        assert m.get_int_property("count") == -12 and m.get_long_property("big") == 9999999999
+        assert m.get_double_property("ratio") == 2500.0 and m.get_float_property("single") == 1.5
+        assert m.get_boolean_property("ok") is True and m.get_boolean_property("word") is False
+        for getter, name in [
+            (m.get_int_property, "big"),  # beyond an int
+            (m.get_int_property, "word"),
+            (m.get_int_property, "spaced"),  # Integer.valueOf does not trim
+            (m.get_double_property, "word"),
+            (m.get_int_property, "ratio"),
+        ]:
+            with pytest.raises(joms.NumberFormatException):
+                getter(name)
+        with pytest.raises(ValueError):
+            m.get_long_property("word")

@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from ..errors import (
     MessageFormatException,
     MessageNotReadableException,
     MessageNotWriteableException,
+    NumberFormatException,
 )
 from ..selector.lexer import KEYWORDS, is_identifier_part, is_identifier_start
 from ..service import model as mdl
@@ -199,6 +201,41 @@ def _check_property_name(name: Any) -> None:
         )
 
 
+_READ_AS: dict[str, frozenset[str]] = {
+    "boolean": frozenset({"boolean"}),
+    "byte": frozenset({"byte"}),
+    "short": frozenset({"byte", "short"}),
+    "int": frozenset({"byte", "short", "int"}),
+    "long": frozenset({"byte", "short", "int", "long"}),
+    "float": frozenset({"float"}),
+    "double": frozenset({"float", "double"}),
+}
+"""JMS 1.1 §3.5.4: target type -> the property types it may be read from (besides string,
+which every type is read from by parsing it, and to which every type converts)."""
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+_JAVA_DECIMAL = re.compile(
+    r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)"
+)
+
+
+def _parse_number(text: str | None, target: str, name: str) -> Any:
+    """A string property read as a number, as Java's ``Integer.valueOf`` & co. do."""
+    if text is None:
+        raise NumberFormatException(f"no property {name!r} to read as a {target}")
+    if target in ("float", "double"):
+        trimmed = text.strip(" \t\n\r\f\v")
+        if not _JAVA_DECIMAL.fullmatch(trimmed):
+            raise NumberFormatException(f"property {name!r} = {text!r} is not a {target}")
+        f = float(trimmed.rstrip("fFdD").replace("Infinity", "inf"))
+        if target == "float" and math.isfinite(f) and abs(f) > JAVA_FLOAT_MAX:
+            f = math.copysign(math.inf, f)  # (Java's Float.valueOf overflows to infinity)
+        return f
+    lo, hi = mdl.INT_RANGES[target]
+    if not _JAVA_INTEGER.fullmatch(text) or not lo <= int(text) <= hi:
+        raise NumberFormatException(f"property {name!r} = {text!r} is not a {target}")
+    return int(text)
+
+
 # ---------------------------------------------------------------- messages
 class Message:
     """A JMS message: header fields, typed properties, and a body (in subclasses)."""
@@ -292,6 +329,66 @@ class Message:
 
     def get_property(self, name: str) -> Any:
         return self._props.get(name)
+
+    # typed reads with the conversions of JMS 1.1 §3.5.4
+    def _read_as(self, name: str, target: str) -> Any:
+        value, t = self._props.get(name), self._types.get(name)
+        if t == "string" or value is None:
+            return _parse_number(value, target, name)
+        if t not in _READ_AS[target]:
+            raise MessageFormatException(
+                f"property {name!r} is a {t}: it cannot be read as a {target}"
+            )
+        return float(value) if target in ("float", "double") else value
+
+    def property_exists(self, name: str) -> bool:
+        return name in self._props
+
+    def get_object_property(self, name: str) -> Any:
+        """The value as set (bool, int, float or str), None if there is no such property."""
+        return self._props.get(name)
+
+    def get_string_property(self, name: str) -> str | None:
+        """Any property as a string (its wire form: ``true``, ``5``, ``2.5``); None if none."""
+        if name not in self._props:
+            return None
+        value = self._props[name]
+        return value if isinstance(value, str) else mdl.encode_property(value, self._types[name])
+
+    def get_boolean_property(self, name: str) -> bool:
+        """A boolean, or a string read as Java's ``Boolean.valueOf`` (``true`` in any case is
+        True, anything else False); False if there is no such property."""
+        value, t = self._props.get(name), self._types.get(name)
+        if value is None:
+            return False
+        if t == "string":
+            return str(value).lower() == "true"
+        if t != "boolean":
+            raise MessageFormatException(
+                f"property {name!r} is a {t}: it cannot be read as a boolean"
+            )
+        return bool(value)
+
+    def get_byte_property(self, name: str) -> int:
+        return int(self._read_as(name, "byte"))
+
+    def get_short_property(self, name: str) -> int:
+        return int(self._read_as(name, "short"))
+
+    def get_int_property(self, name: str) -> int:
+        """A byte, short or int property, or a string parsed as one (NumberFormatException
+        if it does not parse or fit, or there is no such property; MessageFormatException
+        for another type)."""
+        return int(self._read_as(name, "int"))
+
+    def get_long_property(self, name: str) -> int:
+        return int(self._read_as(name, "long"))
+
+    def get_float_property(self, name: str) -> float:
+        return float(self._read_as(name, "float"))
+
+    def get_double_property(self, name: str) -> float:
+        return float(self._read_as(name, "double"))
 
     def property_type(self, name: str) -> str | None:
         return self._types.get(name)

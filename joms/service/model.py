@@ -62,6 +62,8 @@ _INT_RANGES = {
     "int": (-(1 << 31), (1 << 31) - 1),
     "long": (-(1 << 63), (1 << 63) - 1),
 }
+INT_RANGES = _INT_RANGES
+"""JMS integer property type -> (lowest, highest) value."""
 
 DODWAN_SYSTEM = frozenset(
     {"id", "deadline", "origin", "date", "size", "priority", "persistent"}
