@@ -30,7 +30,7 @@ from sim.medium import Medium
 from sim.mobility.ahead import LinksAhead
 from sim.mobility.contacts import link_changes
 from sim.mobility.trace import load_trace, map_hosts
-from sim.scenario import ContactTrace, JomsQueue, Scenario
+from sim.scenario import ContactTrace, JomsQueue, Scenario, input_digests, settings_digest
 from sim.seeds import py_rng
 from sim.traffic import Publication, Targets, exact_delay, schedule, subscriptions
 
@@ -465,6 +465,8 @@ def simulate(
         pkg_version = "0+unknown"
     t0 = time.perf_counter()
     sim = Simulation(scenario, seed=seed, until=until, contacts=contacts, out=out)
+    inputs = input_digests(scenario, sim.contacts)
+    fmt = sim.contacts.format if sim.contacts else None
     info: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "scenario": scenario.name,
@@ -475,6 +477,8 @@ def simulate(
         "core": "compiled" if native.active() else "python",
         "cache_sample_period": scenario.cache_sample_period,
         "contacts_trace": str(sim.contacts.path) if sim.contacts else None,
+        "inputs": inputs,
+        "settings_sha256": settings_digest(scenario, inputs, fmt),
         "complete": False,
         "reached": 0.0,
     }

@@ -8,12 +8,14 @@ appears in the file; unknown keys are errors. The format is documented in
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -318,6 +320,9 @@ class Scenario:
     """``[map]``: the road map's layers (name, WKT file), for the map mobility models."""
     mobility_warmup: float = 0.0
     """Seconds the hosts move before the run starts (The ONE's ``MovementModel.warmup``)."""
+    data_sha256: str = ""
+    """SHA-256 of the parsed scenario (values set by ``--set`` or a sweep included) without
+    ``seed`` and ``[sweep]``: :func:`settings_digest` adds the files it refers to."""
 
     def host_names(self) -> list[str]:
         """All hosts, group by group, in file order."""
@@ -392,7 +397,71 @@ def from_data(data: dict[str, Any], text: str = "", source: Path | None = None) 
     scenario = v.scenario(data)
     if v.problems or scenario is None:
         raise ScenarioError(name, v.problems)
-    return scenario
+    return replace(scenario, data_sha256=data_digest(data))
+
+
+def data_digest(data: Mapping[str, Any]) -> str:
+    """SHA-256 of parsed scenario TOML without ``seed`` and ``[sweep]`` (comments and layout
+    do not count; the files it names are :func:`input_files`' business)."""
+    kept = {k: v for k, v in data.items() if k not in ("seed", "sweep")}
+    canon = json.dumps(kept, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- input files
+
+
+def input_files(scenario: Scenario, contacts: ContactTrace | None = None) -> list[tuple[str, Path]]:
+    """Every file a run of ``scenario`` reads besides the scenario itself, with the key that
+    names it: the contact trace (``contacts``, e.g. ``--contacts``, replaces the scenario's),
+    the external-events files, the ``[map]`` layers and the map routes' stops. The one list
+    sweeps (``sweep.json``) and runs (``run.json``) record and digest."""
+    files: list[tuple[str, Path]] = []
+    trace = contacts if contacts is not None else scenario.contacts
+    if trace is not None:
+        files.append(("contacts.trace", trace.path))
+    files += [(f"traffic.external[{i}].file", e.path) for i, e in enumerate(scenario.external)]
+    files += [(f"map.{name}", p) for name, p in scenario.map_layers]
+    files += [
+        (f"groups[{i}].mobility.stops", g.mobility.stops)
+        for i, g in enumerate(scenario.groups)
+        if g.mobility.stops is not None
+    ]
+    return files
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def input_digests(scenario: Scenario, contacts: ContactTrace | None = None) -> list[dict[str, str]]:
+    """:func:`input_files` with the SHA-256 of each: ``{"key", "file", "sha256"}``."""
+    return [
+        {"key": key, "file": str(p), "sha256": file_sha256(p)}
+        for key, p in input_files(scenario, contacts)
+    ]
+
+
+def settings_digest(
+    scenario: Scenario, inputs: Iterable[Mapping[str, str]], contacts_format: str | None = None
+) -> str:
+    """SHA-256 of what a run depends on besides its seed and end time: the scenario's
+    settings (:attr:`Scenario.data_sha256`) and the content of every input file (by key, so
+    a copy of the scenario and its files elsewhere digests the same)."""
+    canon = json.dumps(
+        {
+            "scenario": scenario.data_sha256,
+            "inputs": sorted([i["key"], i["sha256"]] for i in inputs),
+            "contacts_format": contacts_format,
+        },
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canon.encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- validation

@@ -17,16 +17,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 from pathlib import Path
 from typing import Any
 
-from sim.scenario import Scenario, ScenarioError, from_data
+from sim.scenario import Scenario, ScenarioError, from_data, input_digests
 
 MANIFEST = "sweep.json"
 """The sweep's description, at the root of the output folder."""
@@ -193,6 +194,9 @@ class Plan:
     values: dict[str, list[Any]]
     seeds: list[int]
     settings: list[Setting] = field(default_factory=list)
+    inputs: list[dict[str, str]] = field(default_factory=list)
+    """Every file some setting's runs read (:func:`sim.scenario.input_files`), once each:
+    ``{"key", "file" (relative to the scenario's folder when in it), "sha256"}``."""
 
     def runs(self) -> list[RunSpec]:
         return [RunSpec(s, seed) for s in self.settings for seed in self.seeds]
@@ -204,6 +208,7 @@ class Plan:
             "scenario_file": str(self.source),
             "scenario_sha256": hashlib.sha256(self.text.encode()).hexdigest(),
             "runs_sha256": runs_digest(self.text),
+            "inputs": self.inputs,
             "keys": self.keys,
             "values": self.values,
             "seeds": self.seeds,
@@ -317,9 +322,14 @@ def make_plan(
     ]
     problems: list[str] = []
     name = ""
+    inputs: dict[tuple[str, str], dict[str, str]] = {}
     for s in settings:
         try:
-            name = scenario_for(text, source, s).name
+            sc = scenario_for(text, source, s)
+            name = sc.name
+            for i in input_digests(sc):
+                i["file"] = _relative(Path(i["file"]), source.parent)
+                inputs[i["key"], i["file"]] = i
         except ScenarioError as e:
             detail = "\n".join(f"    {p}" for p in e.problems)
             problems.append(f"  setting {s.label()}:\n{detail}")
@@ -332,7 +342,43 @@ def make_plan(
     slugs = [s.slug() for s in settings]
     if len(set(slugs)) != len(slugs):
         raise SweepError("two settings are the same (a value is repeated)")
-    return Plan(text, source, name, keys, values, seed_list, settings)
+    return Plan(text, source, name, keys, values, seed_list, settings, list(inputs.values()))
+
+
+def _relative(path: Path, folder: Path) -> str:
+    """``path`` relative to ``folder`` when it is inside it (so a sweep folder still checks
+    its inputs after the scenario and its files move together), else as it is."""
+    rel = os.path.relpath(path.resolve(), folder)
+    return str(path) if rel.startswith("..") else rel
+
+
+def check_inputs(root: str, old: Mapping[str, Any], plan: Plan) -> list[dict[str, str]]:
+    """Refuse (SweepError) to add runs to a sweep folder whose runs read another version of
+    a file the plan reads; return the inputs to record: the old manifest's and the plan's.
+
+    A folder made before sweeps recorded inputs is refused when the scenario reads any file
+    (nothing tells whether it changed); without input files its runs digest covers all.
+    """
+    if "inputs" not in old:
+        if plan.inputs:
+            files = ", ".join(i["file"] for i in plan.inputs)
+            raise SweepError(
+                f"{root} holds a sweep made before sweeps recorded the digests of their input "
+                f"files: cannot tell whether {files} changed since its runs; use another "
+                "--out folder"
+            )
+        return []
+    recorded = {(i["key"], i["file"]): i for i in old["inputs"]}
+    for i in plan.inputs:
+        was = recorded.get((i["key"], i["file"]))
+        if was is not None and was["sha256"] != i["sha256"]:
+            raise SweepError(
+                f"{i['file']} ({i['key']}) changed since the runs in {root} were made (its "
+                "SHA-256 differs): new runs would mix inputs; restore the file or use "
+                "another --out folder"
+            )
+        recorded[i["key"], i["file"]] = i
+    return list(recorded.values())
 
 
 # --------------------------------------------------------------------------- storage
@@ -498,6 +544,7 @@ def prepare(plan: Plan, root: str) -> tuple[Store, list[Task], list[Outcome]]:
                 f"{root} holds a sweep of another scenario file (or the file changed); "
                 "use another --out folder"
             )
+        plan = replace(plan, inputs=check_inputs(root, old, plan))
     store.write_text(MANIFEST, json.dumps(plan.manifest(), indent=2) + "\n")
     todo, done = [], []
     for r in plan.runs():

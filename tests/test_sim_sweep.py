@@ -785,3 +785,151 @@ def test_a_damaged_sweep_manifest_is_one_clean_error(tmp_path: Path, spoil: Any)
     (out / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(AnalysisError, match="not a usable sweep manifest"):
         read_sweep(str(out))
+
+
+# --------------------------------------------------------------------------- input files
+
+TRACE_EVENTS = """\
+name = "ev"
+seed = 1
+duration = 60.0
+[world]
+width = 100.0
+height = 100.0
+[radio]
+range = 10.0
+[contacts]
+trace = "tr.txt"
+[[groups]]
+name = "p"
+count = 3
+[[traffic.external]]
+file = "ev.txt"
+ttl = 50.0
+"""
+ON_A_MAP = """\
+name = "m"
+seed = 1
+duration = 60.0
+[world]
+width = 300.0
+height = 200.0
+[radio]
+range = 10.0
+[map]
+roads = "roads.wkt"
+[[groups]]
+name = "w"
+count = 2
+mobility = { model = "map", speed = [1.0, 2.0] }
+[[groups]]
+name = "t"
+count = 1
+mobility = { model = "map_route", stops = "tram.wkt", speed = [5.0, 5.0] }
+"""
+
+
+def scenario_with_files(folder: Path, kind: str) -> Path:
+    """A scenario that reads a contact trace and an events file, or a map and its stops."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if kind == "trace":
+        (folder / "tr.txt").write_text("0 CONN 0 1 up\n20 CONN 0 1 down\n30 CONN 1 2 up\n")
+        (folder / "ev.txt").write_text("5 C M1 0 1 100\n35 C M2 2 0 100\n")
+        text = TRACE_EVENTS
+    else:
+        (folder / "roads.wkt").write_text("LINESTRING (0 0, 200 0, 200 100)\n")
+        (folder / "tram.wkt").write_text("LINESTRING (0 0, 200 0)\n")
+        text = ON_A_MAP
+    path = folder / "s.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "key", "edit"),
+    [
+        ("trace", "tr.txt", "contacts.trace", "40 CONN 0 2 up\n"),
+        ("trace", "ev.txt", r"traffic.external\[0\].file", "45 C M3 1 2 100\n"),
+        ("map", "roads.wkt", "map.roads", "LINESTRING (200 100, 0 100)\n"),
+        ("map", "tram.wkt", r"groups\[1\].mobility.stops", "LINESTRING (200 100)\n"),
+    ],
+)
+def test_a_sweep_folder_refuses_runs_of_an_edited_input_file(
+    tmp_path: Path, kind: str, name: str, key: str, edit: str
+) -> None:
+    """A run depends on the files its scenario names as much as on the scenario: resuming
+    a sweep after one of them changed would mix runs of two inputs under one setting."""
+    from sim.sweep import prepare
+
+    path = scenario_with_files(tmp_path / "sc", kind)
+    out = str(tmp_path / "sweep")
+    _, todo, _ = prepare(make_plan(path, seeds=1), out)
+    assert len(todo) == 1
+    _, todo, done = prepare(make_plan(path, seeds=2), out)  # unchanged: resumes
+    assert len(todo) == 2 and not done
+    with (tmp_path / "sc" / name).open("a") as f:
+        f.write(edit)
+    with pytest.raises(SweepError, match=rf"{re.escape(name)} \({key}\) changed since"):
+        prepare(make_plan(path, seeds=2), out)
+    manifest = json.loads((tmp_path / "sweep" / MANIFEST).read_text())
+    assert name in {i["file"] for i in manifest["inputs"]}
+
+
+def test_an_edited_contact_trace_stops_the_sweep_command(tmp_path: Path) -> None:
+    """The reproduction: `sweep` of a trace scenario, edit the trace, `sweep` with one more
+    seed: refused, naming the trace, and no run is made from the edited file."""
+    path = scenario_with_files(tmp_path / "sc", "trace")
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--set", "protocol.horizon=1", "--out", str(out), "--quiet"]
+    first = CliRunner().invoke(main, [*args, "--seeds", "1"])
+    assert first.exit_code == 0, first.output
+    with (tmp_path / "sc" / "tr.txt").open("a") as f:
+        f.write("40 CONN 0 2 up\n")
+    second = CliRunner().invoke(main, [*args, "--seeds", "2"])
+    assert second.exit_code != 0
+    assert "tr.txt (contacts.trace) changed since the runs in" in second.output
+    assert not (out / "runs" / "protocol.horizon=1" / "seed-2").exists()
+
+
+def test_a_file_only_some_setting_reads_is_checked_after_other_settings_ran(
+    tmp_path: Path,
+) -> None:
+    """Sweeping the trace itself: a later call without the first trace keeps its digest in
+    sweep.json, so that trace edited and swept again is still refused."""
+    from sim.sweep import prepare
+
+    path = scenario_with_files(tmp_path / "sc", "trace")
+    (tmp_path / "sc" / "tr2.txt").write_text("0 CONN 1 2 up\n")
+    out = str(tmp_path / "sweep")
+    prepare(make_plan(path, [("contacts.trace", ["tr.txt"])], seeds=1), out)
+    prepare(make_plan(path, [("contacts.trace", ["tr2.txt"])], seeds=1), out)
+    (tmp_path / "sc" / "tr.txt").write_text("0 CONN 0 2 up\n")
+    with pytest.raises(SweepError, match=r"tr\.txt \(contacts\.trace\) changed"):
+        prepare(make_plan(path, [("contacts.trace", ["tr.txt", "tr2.txt"])], seeds=1), out)
+
+
+def test_a_sweep_folder_made_before_input_digests(tmp_path: Path) -> None:
+    """sweep.json without "inputs": refused when the scenario reads files (nothing says
+    whether they changed), accepted when it reads none (its runs digest covers it all); a
+    copy of the scenario and its files elsewhere resumes its own folder."""
+    from sim.sweep import prepare
+
+    path = scenario_with_files(tmp_path / "sc", "trace")
+    out = tmp_path / "sweep"
+    prepare(make_plan(path, seeds=1), str(out))
+    moved = scenario_with_files(tmp_path / "copy", "trace")
+    _, todo, _ = prepare(make_plan(moved, seeds=1), str(out))
+    assert len(todo) == 1
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["inputs"]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(SweepError, match="made before sweeps recorded the digests"):
+        prepare(make_plan(path, seeds=1), str(out))
+    plain, plain_out = small_scenario(tmp_path), tmp_path / "plain"
+    prepare(make_plan(plain, seeds=1), str(plain_out))
+    manifest = json.loads((plain_out / MANIFEST).read_text())
+    assert manifest["inputs"] == []
+    del manifest["inputs"]
+    (plain_out / MANIFEST).write_text(json.dumps(manifest))
+    _, todo, _ = prepare(make_plan(plain, seeds=2), str(plain_out))
+    assert len(todo) == 2
