@@ -25,8 +25,10 @@ from spark_fixtures import (
 )
 
 from sim.analysis.cli import analyze
+from sim.analysis.pipeline import analyze_run
 
 pytestmark = SPARK_GROUP
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 @pytest.fixture(scope="session")
@@ -447,7 +449,7 @@ def _fake_run(name: str, until: float, durations: list[float]) -> Any:
         "delivered_pairs": 2,
         "delivery_ratio": 0.5,
         "contacts": {"contacts": n, "contacts_open_at_end": 2},
-        "run": {"scenario": "long", "seed": 3},
+        "run": {"scenario": "long", "seed": 3, "until": until, "settings_sha256": "s1"},
     }
     series = {
         "until": until,
@@ -551,7 +553,7 @@ def test_runs_of_one_scenario_by_hand_get_a_mean_and_ci_column(tmp_path: Path) -
     from sim.analysis.report import summary_rows, write_report
 
     a, b = _fake_run("qs", 600.0, [30.0, 60.0]), _fake_run("qs-s2", 600.0, [30.0, 90.0])
-    b.metrics["run"] = {"scenario": "long", "seed": 4}
+    b.metrics["run"] = {**a.metrics["run"], "seed": 4}
     b.metrics["delivery_ratio"] = 0.7
     write_report([a, b], tmp_path)
     html = (tmp_path / "report.html").read_text()
@@ -562,10 +564,63 @@ def test_runs_of_one_scenario_by_hand_get_a_mean_and_ci_column(tmp_path: Path) -
     assert ("delivery ratio", ["0.5", "0.7", f"0.6 ± {ci:.4g}"]) in summary_rows([a, b])
     assert summary_table([a, b]).columns[-1].header == "mean ± 95 % CI (2 runs)"
     # runs of different scenarios (or settings) are not averaged
-    b.metrics["run"] = {"scenario": "other", "seed": 4}
+    b.metrics["run"] = {**a.metrics["run"], "seed": 4, "settings_sha256": "s2"}
     write_report([a, b], tmp_path)
-    assert "mean ± 95 % CI" not in (tmp_path / "report.html").read_text()
+    html = (tmp_path / "report.html").read_text()
+    assert "mean ± 95 % CI" not in html
+    assert "no mean column: runs differ in settings or input files" in html
     assert len(summary_rows([a, b])[0][1]) == 2
+
+
+def test_a_mean_column_needs_the_same_settings_and_end_and_distinct_seeds(
+    spark: Any, tmp_path: Path
+) -> None:
+    """`analyze q1 q80 qcut`: runs of the same scenario name but another radio range, another
+    --until, or the same seed are not seeds of one experiment; their mean ± CI would be a
+    wrong statistic. Real runs: what decides is what run.json records."""
+    from sim.analysis.cli import summary_table
+    from sim.analysis.report import mean_column, write_report
+    from sim.runner import simulate
+    from sim.scenario import load
+
+    text = (
+        (SCENARIOS / "quickstart.toml").read_text().replace("duration = 600.0", "duration = 120.0")
+    )
+    (tmp_path / "q.toml").write_text(text)
+    (tmp_path / "q80.toml").write_text(text.replace("range = 60.0", "range = 80.0"))
+    q, q80 = load(tmp_path / "q.toml"), load(tmp_path / "q80.toml")
+    assert q.name == q80.name  # only the settings tell them apart
+    made = {
+        "q1": (q, 1, None),
+        "q2": (q, 2, None),
+        "q80": (q80, 3, None),
+        "qcut": (q, 4, 60.0),
+    }
+    runs = {}
+    for name, (sc, seed, until) in made.items():
+        simulate(sc, tmp_path / name, seed=seed, until=until)
+        runs[name] = analyze_run(spark, str(tmp_path / name), with_oracle=False)
+    q1, q2 = runs["q1"], runs["q2"]
+    assert mean_column([q1, q2]) == "mean ± 95 % CI (2 runs)"
+    notes = {
+        ("q1", "q80", "qcut"): "runs differ in settings or input files",
+        ("q1", "q80"): "runs differ in settings or input files",
+        ("q1", "qcut"): "runs differ in simulated time (until 120 s, 60 s)",
+        ("q1", "q1"): "runs share seed 1",
+    }
+    for names in notes:
+        assert mean_column([runs[n] for n in names]) is None, names
+    from sim.analysis.report import mean_column_note
+
+    assert mean_column_note([q1, q2]) is None
+    for names, why in notes.items():
+        chosen = [runs[n] for n in names]
+        assert mean_column_note(chosen) == f"no mean column: {why}"
+        assert summary_table(chosen).caption == f"no mean column: {why}"
+    out = tmp_path / "rep"
+    write_report([runs[n] for n in ("q1", "q80", "qcut")], out)
+    html = (out / "report.html").read_text()
+    assert "mean ± 95 % CI" not in html and "runs differ in settings" in html
 
 
 def test_censored_contacts_are_marked(saved_figures: dict[str, Any], tmp_path: Path) -> None:

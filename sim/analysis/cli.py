@@ -30,6 +30,7 @@ from sim.analysis.oracle import DEFAULT_MAX_ITERATIONS, OracleNotConverged
 from sim.analysis.pipeline import RunResult, analyze_contact_trace, analyze_run
 from sim.analysis.report import (
     mean_column,
+    mean_column_note,
     prepare_report_dir,
     summary_rows,
     write_frames,
@@ -65,6 +66,7 @@ def summary_table(results: Sequence[RunResult]) -> Table:
     mean_head = mean_column(results)
     if mean_head is not None:
         table.add_column(mean_head, justify="right")
+    table.caption = mean_column_note(results)
     for label, values in summary_rows(results):
         table.add_row(label, *values)
     return table

@@ -184,7 +184,10 @@ def _analyze_run(
         **cache_summary,
         "contacts": c_metrics,
         "run": {
-            **{k: run.run.get(k) for k in ("scenario", "seed", "until", "version")},
+            **{
+                k: run.run.get(k)
+                for k in ("scenario", "seed", "until", "version", "settings_sha256")
+            },
             "complete": run.run.get("complete", True) is not False,
             "analysed_until": until,
         },

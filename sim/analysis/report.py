@@ -520,6 +520,7 @@ table { border-collapse: collapse; margin: 0.5em 0 1em; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
 tbody th { text-align: left; font-weight: normal; }
 td.note { text-align: left; color: #555; font-size: 0.85em; max-width: 36em; }
+p.note { color: #555; }
 .plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(660px, 1fr));
          gap: 1em; }
 .plots figure { margin: 0; }
@@ -530,20 +531,44 @@ img { max-width: 100%; height: auto; }
 
 
 def mean_column(results: Sequence[RunResult]) -> str | None:
-    """The header of a mean ± CI column when ``results`` are several runs of one scenario
-    with one setting (seeds run by hand); None otherwise."""
-    if len(results) < 2 or any(r.kind != "run" for r in results):
-        return None
-    same = {
-        (
-            lookup(r.metrics, "run.scenario"),
-            json.dumps(lookup(r.metrics, "sweep.setting"), sort_keys=True, default=str),
+    """The header of a mean ± CI column when ``results`` are several runs of the same
+    settings and input files, simulated for the same time, with distinct seeds (seeds run by
+    hand); None otherwise (:func:`mean_column_note` says why)."""
+    return _mean_verdict(results)[0]
+
+
+def mean_column_note(results: Sequence[RunResult]) -> str | None:
+    """One line saying why several runs get no mean ± CI column; None when they get one (or
+    there is a single input)."""
+    return _mean_verdict(results)[1]
+
+
+def _mean_verdict(results: Sequence[RunResult]) -> tuple[str | None, str | None]:
+    if len(results) < 2:
+        return None, None
+    if any(r.kind != "run" for r in results):
+        return None, "no mean column: not every input is a simulation run"
+    runs = [r.metrics.get("run") or {} for r in results]
+    old = [r.name for r, run in zip(results, runs, strict=True) if not run.get("settings_sha256")]
+    if old:
+        return None, (
+            f"no mean column: {', '.join(old)} predate(s) settings digests (run.json has no "
+            "settings_sha256), so nothing tells whether the runs share settings"
         )
-        for r in results
-    }
-    if len(same) != 1 or lookup(results[0].metrics, "run.scenario") is None:
-        return None
-    return f"mean ± 95 % CI ({len(results)} runs)"
+    if len({run["settings_sha256"] for run in runs}) > 1:
+        return None, "no mean column: runs differ in settings or input files"
+    ends = [run.get("analysed_until", run.get("until")) for run in runs]
+    if len(set(ends)) > 1:
+        return None, (
+            "no mean column: runs differ in simulated time (until "
+            + ", ".join(dict.fromkeys(f"{fmt(e)} s" for e in ends))
+            + ")"
+        )
+    seeds = [run.get("seed") for run in runs]
+    shared = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+    if shared:
+        return None, f"no mean column: runs share seed {', '.join(map(str, shared))}"
+    return f"mean ± 95 % CI ({len(results)} runs)", None
 
 
 def _mean_ci(values: Sequence[Any]) -> str:
@@ -672,9 +697,10 @@ def write_html(
         else ("docs/metrics.md in the source tree")
     )
     breakdowns = "".join(_breakdown_html(results, k) for k in ("topic", "group"))
+    note = mean_column_note(results)
     summary = (
         f"<h2>Summary</h2><table><thead><tr><th>metric</th>{head}<th>meaning</th></tr></thead>"
-        f"<tbody>{body}</tbody></table>"
+        f"<tbody>{body}</tbody></table>" + (f"<p class='note'>{e(note)}</p>" if note else "")
         if results
         else ""
     )
