@@ -228,3 +228,48 @@ def test_both_tools_guess_a_trace_format_from_its_name_alike() -> None:
     for name, fmt in names.items():
         assert (guess_trace_format(Path(name)), _guess_format(name)) == (fmt, fmt), name
     assert _guess_format("contacts.parquet") == "parquet"  # the analysis reads Parquet too
+
+
+STATIC_SIX = """\
+name = "six"
+duration = 10.0
+[world]
+width = 1000.0
+height = 1000.0
+[radio]
+range = 60.0
+[[groups]]
+name = "s"
+count = 6
+[groups.mobility]
+model = "static"
+positions = {positions}
+"""
+
+
+@pytest.mark.parametrize(
+    ("positions", "count", "mean", "pairs"),
+    [
+        # s-0/s-1 and s-2/s-3 in range, s-4 and s-5 alone: (1 + 1 + 1 + 1 + 0 + 0) / 6
+        ("[[0,0],[59.9,0],[500,0],[560,0],[900,900],[900,960.1]]", 6, 4 / 6, 2),
+        # nobody meets anybody: every host counts, with 0
+        ("[[0,0],[100,0],[200,0],[300,0],[400,0],[500,0]]", 6, 0.0, 0),
+    ],
+)
+def test_distinct_neighbours_counts_the_hosts_that_met_no_one(
+    spark: Any, tmp_path: Path, positions: str, count: int, mean: float, pairs: int
+) -> None:
+    """distinct_neighbours summarises over every host (the hosts table ∪ contact ends): a
+    host that met no one had 0 neighbours; leaving it out biased the mean up."""
+    from sim.analysis.pipeline import analyze_run
+    from sim.runner import simulate
+    from sim.scenario import loads
+
+    sc = loads(STATIC_SIX.format(positions=positions), tmp_path / "six.toml")
+    simulate(sc, tmp_path / "run")
+    c = analyze_run(spark, str(tmp_path / "run"), with_oracle=False).metrics["contacts"]
+    assert c["hosts"] == 6 and c["contact_pairs"] == pairs
+    nb = c["distinct_neighbours"]
+    assert nb["count"] == count
+    assert nb["mean"] == pytest.approx(mean)
+    assert nb["min"] == 0 and nb["max"] == (1 if pairs else 0)

@@ -138,11 +138,17 @@ def contact_metrics_later(
     icts = inter_contact_times(intervals).cache()
     ends = intervals.select(F.col("a").alias("h"), F.col("b").alias("n"))
     ends = ends.unionByName(intervals.select(F.col("b").alias("h"), F.col("a").alias("n")))
-    neighbours = ends.distinct().groupBy("h").agg(F.count("*").alias("neighbours"))
+    met = ends.distinct().groupBy("h").agg(F.count("*").alias("neighbours"))
     if hosts is not None:
         all_hosts = hosts.select(F.col("host").alias("h")).unionByName(ends.select("h"))
     else:
         all_hosts = ends.select("h")
+    # over every host: one that never met anyone had 0 neighbours, it is not left out
+    neighbours = (
+        all_hosts.distinct()
+        .join(met, "h", "left")
+        .select("h", F.coalesce(F.col("neighbours"), F.lit(0)).alias("neighbours"))
+    )
     parts = (
         one_row(all_hosts.distinct().agg(F.count("*").alias("n")), lambda r: int(r["n"])),
         describe_many_later(
