@@ -81,6 +81,13 @@ def random_group() -> str:
     return f"239.255.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}:{random_port()}"
 
 
+def admin_auth(state_dir: Path) -> bytes:
+    """The ``Authorization`` header line (CRLF included) the daemon of ``state_dir`` wants
+    on every admin request, for tests writing raw HTTP."""
+    token = (state_dir / "admin.token").read_text(encoding="utf-8").splitlines()[0].strip()
+    return f"Authorization: Bearer {token}\r\n".encode()
+
+
 class DaemonProc:
     """One ``dodwan daemon`` process and its state directory."""
 

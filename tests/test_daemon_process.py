@@ -260,7 +260,8 @@ def test_admin_api_errors_and_raw_publish(daemons) -> None:
         method: str, path: str, body: bytes = b"", ctype: str = "application/json"
     ) -> tuple[int, dict]:
         conn = http.client.HTTPConnection(c.host, c.port, timeout=10)
-        conn.request(method, path, body=body, headers={"Content-Type": ctype})
+        auth = {"Authorization": f"Bearer {c.token}"}
+        conn.request(method, path, body=body, headers={"Content-Type": ctype, **auth})
         r = conn.getresponse()
         return r.status, json.loads(r.read())
 
@@ -322,7 +323,8 @@ def test_admin_api_errors_say_what_is_wrong(
         data = body
         ctype = "application/octet-stream" if headers else "application/json"
     conn = http.client.HTTPConnection(c.host, c.port, timeout=10)
-    conn.request("POST", path, body=data, headers={"Content-Type": ctype, **headers})
+    auth = {"Authorization": f"Bearer {c.token}"}
+    conn.request("POST", path, body=data, headers={"Content-Type": ctype, **headers, **auth})
     r = conn.getresponse()
     err = json.loads(r.read())["error"]
     assert r.status == 400 and needle in err, err

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import DaemonProc, admin_auth, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
 from dodwan.daemon.admin import MAX_HEADER_LINE
@@ -42,11 +42,12 @@ def _slow_socket(port: int) -> socket.socket:
     return s
 
 
-def _follow(s: socket.socket, topic: str) -> socket.socket:
+def _follow(s: socket.socket, topic: str, d: DaemonProc) -> socket.socket:
     """Open a follow stream of ``topic`` on ``s`` (read up to its first line)."""
     body = json.dumps({"patterns": {"topic": topic}}).encode()
     s.sendall(
         b"POST /follow HTTP/1.1\r\nContent-Type: application/json\r\n"
+        + admin_auth(d.state_dir)
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
@@ -124,7 +125,7 @@ def test_follow_stream_that_never_reads_is_bounded_in_bytes(daemons) -> None:
     d = daemons("f", "--group", random_group(), "--fragment-cache", "0",
                 "--follow-window", str(4 << 20))  # fmt: skip
     port = _admin_port(d)
-    slow = _follow(_slow_socket(port), "f")
+    slow = _follow(_slow_socket(port), "f", d)
     assert d.proc is not None
     rss0 = _rss(d.proc.pid)
     for _ in range(40):
@@ -147,7 +148,7 @@ def test_a_follow_client_that_resets_while_the_daemon_writes_is_no_error(daemons
     import struct
 
     d = daemons("z", "--group", random_group(), "--fragment-cache", "0")
-    slow = _follow(_slow_socket(_admin_port(d)), "z")
+    slow = _follow(_slow_socket(_admin_port(d)), "z", d)
     subscribed = d.status()["subscriptions"]
     for _ in range(6):  # 6 MiB: far more than both sockets' buffers hold
         d.client().publish_bytes(os.urandom(1 << 20), attributes={"topic": "z"})
@@ -175,8 +176,9 @@ def test_stomp_connection_without_connect_times_out(daemons) -> None:
 def test_admin_request_whose_body_never_comes_times_out(daemons) -> None:
     d = daemons("a", "--group", random_group(), "--admin-request-timeout", "1")
     port = _admin_port(d)
+    auth = admin_auth(d.state_dir)
     for partial in (
-        b"POST /publish HTTP/1.1\r\nContent-Length: 100\r\n\r\n",  # body never sent
+        b"POST /publish HTTP/1.1\r\n" + auth + b"Content-Length: 100\r\n\r\n",  # no body
         b"GET /status HTTP/1.1\r\nX-Slow: 1\r\n",  # headers never finished
     ):
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
@@ -210,7 +212,8 @@ def test_admin_header_line_of_8_kib_is_accepted_its_line_end_not_counted(daemons
 
     def first_line(line: bytes, end: bytes) -> tuple[bytes, bytes]:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"GET /status HTTP/1.1" + end + line + end + end)
+            auth = admin_auth(d.state_dir).strip()
+            s.sendall(b"GET /status HTTP/1.1" + end + auth + end + line + end + end)
             head, _, body = _closed_by_peer(s, 5).partition(b"\r\n\r\n")
         return head.split(b"\r\n")[0], body
 

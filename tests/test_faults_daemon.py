@@ -26,7 +26,7 @@ import pytest
 from brokers import Broker, free_port
 from brokers import mosquitto as mosquitto
 from click.testing import CliRunner, Result
-from test_daemon_helpers import DaemonProc, random_group, random_port, wait_for
+from test_daemon_helpers import DaemonProc, admin_auth, random_group, random_port, wait_for
 from test_daemon_helpers import daemons as daemons
 
 from dodwan.cli import cli
@@ -225,12 +225,14 @@ def _fill(disk: Path) -> Path:
     return filler
 
 
-def _status_of(port: int, method: str, path: str, body: bytes = b"") -> tuple[int, str]:
+def _status_of(d: DaemonProc, method: str, path: str, body: bytes = b"") -> tuple[int, str]:
     """(HTTP status, error message or body) of one admin request."""
+    port = json.loads((d.state_dir / "admin.json").read_text())["port"]
     status, text = _raw_http(
         port,
-        f"{method} {path} HTTP/1.1\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        f"{method} {path} HTTP/1.1\r\nContent-Type: application/json\r\n".encode()
+        + admin_auth(d.state_dir)
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body,
     )
     try:
@@ -258,8 +260,7 @@ def test_disk_full_unsubscribe_is_refused_and_the_subscription_kept(
         a.client().post("/subscribe", {"patterns": {"topic": "t"}, "key": "k",
                                         "sink": {"kind": "dir", "target": str(out)}})  # fmt: skip
         filler = _fill(small_disk)
-        port = json.loads((a.state_dir / "admin.json").read_text())["port"]
-        status, error = _status_of(port, "DELETE", "/subscriptions/k")
+        status, error = _status_of(a, "DELETE", "/subscriptions/k")
         assert status == 507, (status, error)
         assert "cannot store" in error and "'k'" in error and "full" in error, error
         assert "k" in _sub_keys(a)
@@ -301,17 +302,16 @@ def test_disk_full_bridge_changes_are_refused_and_change_nothing(
         a.client().post("/bridges", b1)
         wait_for(lambda: a.client().get("/bridges")[0]["connected"], what="b1 connected")
         filler = _fill(small_disk)
-        port = json.loads((a.state_dir / "admin.json").read_text())["port"]
-        status, error = _status_of(port, "DELETE", "/bridges/b1")
+        status, error = _status_of(a, "DELETE", "/bridges/b1")
         assert status == 507, (status, error)
         assert "cannot store" in error and "'b1'" in error and "full" in error, error
         assert bindings() == {"b1": {"topic": "x"}} and "bridge:b1" in _sub_keys(a)
         b2 = {**b1, "name": "b2", "uri": mosquitto.url("faults/b2")}
-        status, error = _status_of(port, "POST", "/bridges", json.dumps(b2).encode())
+        status, error = _status_of(a, "POST", "/bridges", json.dumps(b2).encode())
         assert status == 507, (status, error)
         assert "cannot store" in error and "'b2'" in error and "full" in error, error
         replacement = {**b1, "attributes": {"topic": "y"}, "replace": True}
-        status, error = _status_of(port, "POST", "/bridges", json.dumps(replacement).encode())
+        status, error = _status_of(a, "POST", "/bridges", json.dumps(replacement).encode())
         assert status == 507, (status, error)
         assert "cannot store" in error and "'b1'" in error and "full" in error, error
         assert bindings() == {"b1": {"topic": "x"}} and "bridge:b2" not in _sub_keys(a)
@@ -926,6 +926,7 @@ def test_deeply_nested_json_is_a_clean_400(daemons) -> None:
     status, text = _raw_http(
         port,
         b"POST /publish HTTP/1.1\r\nContent-Type: application/json\r\n"
+        + admin_auth(d.state_dir)
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body,
     )

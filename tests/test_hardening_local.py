@@ -10,9 +10,13 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
+import shutil
 import socket
 import stat
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -81,14 +85,143 @@ def test_remote_admin_requires_the_token_of_the_state_dir(daemons) -> None:
     assert token_file.read_text().strip() == token
 
 
-def test_local_admin_needs_no_token(daemons) -> None:
+def _raw(
+    info: dict[str, Any],
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes = b"",
+    host: str | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """One request as a browser (or anything) may shape it: ``Host`` exactly as given."""
+    default_host = f"{info['host']}:{info['port']}"
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host or default_host}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    lines.append(f"Content-Length: {len(body)}")
+    with socket.create_connection((info["host"], info["port"]), timeout=10) as s:
+        s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    head, _, payload = out.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)
+
+
+def _bearer(state_dir: Path) -> dict[str, str]:
+    """The header the daemon's owner sends (none when the daemon made no token)."""
+    path = state_dir / "admin.token"
+    return {"Authorization": f"Bearer {path.read_text().strip()}"} if path.exists() else {}
+
+
+def test_local_admin_needs_the_token_of_the_state_dir(daemons) -> None:
     a = daemons("a", "--group", random_group())
-    assert not (a.state_dir / "admin.token").exists()
+    token_file = a.state_dir / "admin.token"
+    assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
     info = json.loads((a.state_dir / "admin.json").read_text())
     assert info["host"] == "127.0.0.1"
-    conn = http.client.HTTPConnection(info["host"], info["port"], timeout=10)
-    conn.request("GET", "/status")
-    assert conn.getresponse().status == 200
+    for path in ("/status", "/metrics", "/subscriptions"):
+        status, body = _raw(info, "GET", path, {})
+        assert status == 401 and "admin.token" in body["error"], (path, body)
+    sink = {"kind": "exec", "target": "true"}
+    subscribe = json.dumps({"patterns": {"topic": "t"}, "key": "k", "sink": sink}).encode()
+    status, _ = _raw(info, "POST", "/subscribe", {"Content-Type": "application/json"}, subscribe)
+    assert status == 401
+    # The owner's tools read the token themselves.
+    assert a.client().get("/subscriptions") == []
+    r = CliRunner().invoke(cli, ["status", "--json", "--state-dir", str(a.state_dir)])
+    assert r.exit_code == 0 and json.loads(r.output)["pid"] == info["pid"]
+    assert "daemon_" in a.client().get("/metrics")
+
+
+def test_another_local_user_cannot_use_the_admin_api(daemons, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a throwaway user")
+    if shutil.which("useradd") is None or shutil.which("runuser") is None:
+        pytest.skip("needs useradd and runuser")
+    a = daemons("a", "--group", random_group())
+    info = json.loads((a.state_dir / "admin.json").read_text())
+    user = f"dodwan-t{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "-M", "-s", "/bin/sh", user], check=True, timeout=30)
+    try:
+        # What that user can do: read admin.json if it can, try the token, call the API.
+        probe = (
+            "import http.client, json, sys\n"
+            "try:\n"
+            f"    open({str(a.state_dir / 'admin.token')!r}).read(); print('token read')\n"
+            "except OSError as e:\n"
+            "    print('token', type(e).__name__)\n"
+            f"c = http.client.HTTPConnection({info['host']!r}, {info['port']}, timeout=10)\n"
+            "c.request('POST', '/subscribe', body=json.dumps({'patterns': {'topic': 'x'},"
+            " 'sink': {'kind': 'exec', 'target': 'id'}}),"
+            " headers={'Content-Type': 'application/json'})\n"
+            "print('status', c.getresponse().status)\n"
+        )
+        out = subprocess.run(
+            ["runuser", "-u", user, "--", "python3", "-c", probe],
+            capture_output=True, text=True, timeout=30, cwd="/",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split("\n")[:2] == ["token PermissionError", "status 401"], out.stdout
+        assert a.client().get("/subscriptions") == []
+    finally:
+        subprocess.run(["userdel", user], check=False, timeout=30)
+
+
+def test_admin_without_token_opens_loopback_only(daemons, tmp_path: Path) -> None:
+    a = daemons("a", "--group", random_group(), "--admin-without-token")
+    assert not (a.state_dir / "admin.token").exists()
+    info = json.loads((a.state_dir / "admin.json").read_text())
+    assert _raw(info, "GET", "/status", {})[0] == 200
+    # ... yet never for a web page (DNS rebinding: a foreign name resolving to 127.0.0.1)
+    status, body = _raw(info, "GET", "/cache", {}, host=f"attacker.example:{info['port']}")
+    assert status == 403 and "host" in body["error"]
+    text = _refused(tmp_path, "--admin", "127.0.0.2:0", "--allow-remote", "--admin-without-token")
+    assert "admin_without_token" in text
+
+
+def test_web_pages_cannot_drive_the_admin_api(daemons, tmp_path: Path) -> None:
+    """A page a browser shows can send a cross-origin POST as text/plain (no preflight), with
+    its Origin, and read through DNS rebinding under its own Host: all refused, even with
+    the token (which a page has not, but the checks must not depend on it)."""
+    a = daemons("a", "--group", random_group())
+    info = json.loads((a.state_dir / "admin.json").read_text())
+    auth = _bearer(a.state_dir)
+    marker = tmp_path / "pwned"
+    sink = {"kind": "exec", "target": f"id > {marker}"}
+    subscribe = json.dumps({"patterns": {"topic": "csrf"}, "key": "csrf", "sink": sink}).encode()
+    for ctype in ("text/plain;charset=UTF-8", "application/x-www-form-urlencoded", None):
+        headers = {**auth, **({"Content-Type": ctype} if ctype else {})}
+        status, body = _raw(info, "POST", "/subscribe", headers, subscribe)
+        assert status == 415 and "application/json" in body["error"], (ctype, body)
+    # raw bodies are for POST /publish only
+    headers = {**auth, "Content-Type": "application/octet-stream"}
+    assert _raw(info, "POST", "/subscribe", headers, subscribe)[0] == 415
+    page = "http://attacker.example"
+    headers = {**auth, "Content-Type": "application/json", "Origin": page}
+    status, body = _raw(info, "POST", "/subscribe", headers, subscribe)
+    assert status == 403 and "Origin" in body["error"]
+    status, body = _raw(info, "GET", "/status", {**auth, "Origin": page})
+    assert status == 403
+    for host in ("attacker.example", f"attacker.example:{info['port']}", "127.0.0.1.nip.io"):
+        status, body = _raw(info, "GET", "/subscriptions", auth, host=host)
+        assert status == 403 and "localhost" in body["error"], (host, body)
+    assert a.client().get("/subscriptions") == []
+    # What the daemon's clients send is still accepted.
+    headers = {**auth, "Content-Type": "application/json; charset=utf-8"}
+    for host in ("localhost", f"localhost:{info['port']}", "127.0.0.1", "[::1]:80", None):
+        status, body = _raw(info, "GET", "/status", headers, host=host)
+        assert status == 200, (host, body)
+    assert _raw(info, "POST", "/subscribe", headers, subscribe)[0] == 200
+    assert not marker.exists()
+
+
+def test_remote_admin_answers_any_host_name_with_the_token(daemons) -> None:
+    a = daemons("a", "--group", random_group(), "--admin", "127.0.0.2:0", "--allow-remote")
+    info = json.loads((a.state_dir / "admin.json").read_text())
+    auth = _bearer(a.state_dir)
+    assert _raw(info, "GET", "/status", auth, host="dodwan.example.org:8080")[0] == 200
+    assert _raw(info, "GET", "/status", {}, host="dodwan.example.org")[0] == 401
+    assert _raw(info, "GET", "/status", {**auth, "Origin": "http://x.example"})[0] == 403
 
 
 def _stomp_connect(port: int, host: str, creds: str = "") -> bytes:
@@ -124,6 +257,6 @@ def test_remote_stomp_with_a_login_accepts_only_it(daemons, tmp_path: Path) -> N
     assert good.startswith(b"CONNECTED\n")
     assert _stomp_connect(port, "127.0.0.2").startswith(b"ERROR\n")
     assert _stomp_connect(port, "127.0.0.2", "login:alice\npasscode:wrong\n").startswith(b"ERROR\n")
-    # The admin API stayed local: no token was needed nor made.
-    assert not (d.state_dir / "admin.token").exists()
+    # The admin API stayed local (its token is the one every daemon makes).
+    assert json.loads((d.state_dir / "admin.json").read_text())["host"] == "127.0.0.1"
     assert d.alive

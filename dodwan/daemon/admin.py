@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import difflib
 import hmac
+import ipaddress
 import json
 import logging
 import urllib.parse
@@ -39,11 +40,13 @@ _REASONS = {
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     408: "Request Timeout",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
     413: "Payload Too Large",
+    415: "Unsupported Media Type",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
@@ -120,6 +123,31 @@ class AdminApp(Protocol):
 
 Response = tuple[int, str, bytes]
 
+JSON_TYPE = "application/json"
+RAW_TYPE = "application/octet-stream"
+"""The raw body of ``POST /publish`` (the only endpoint taking one)."""
+
+
+def host_name(header: str) -> str:
+    """The host of a ``Host`` header value, without its port or brackets, lowercased:
+    ``[::1]:8080`` is ``::1``, ``LocalHost:80`` is ``localhost``."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value[1:]
+    if value.count(":") == 1:
+        value = value.partition(":")[0]
+    return value.rstrip(".")
+
+
+def is_loopback_name(host: str) -> bool:
+    """``localhost`` or a loopback address (``127.0.0.0/8``, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
 
 def _json(status: int, obj: Any) -> Response:
     return status, "application/json", json.dumps(obj, indent=1, sort_keys=True).encode() + b"\n"
@@ -129,14 +157,29 @@ class AdminServer:
     """Serves one :class:`AdminApp` on a TCP port.
 
     With a ``token``, every request must carry ``Authorization: Bearer <token>`` (the daemon
-    sets one when the API listens on a non-local address).
+    always sets one unless ``admin_without_token``).
+
+    Requests a web browser could send for a page are refused whatever the token, so that a
+    page can neither drive the API (cross-site request forgery) nor read it through a name
+    resolving to loopback (DNS rebinding): one carrying an ``Origin`` header (browsers add it
+    to cross-origin and to POST requests; no page uses this API) is answered ``403``, and so
+    is one whose ``Host`` is not a loopback name nor the bound address, unless
+    ``check_host`` is false (``allow_remote``: clients then use whatever name reaches the
+    machine, and the token protects the API). A request body must be ``application/json``
+    (or ``application/octet-stream`` for ``POST /publish``), else ``415``: a browser sends a
+    cross-origin body only as ``text/plain`` or a form.
     """
 
     def __init__(
-        self, app: AdminApp, token: str | None = None, request_timeout: float = REQUEST_TIMEOUT
+        self,
+        app: AdminApp,
+        token: str | None = None,
+        request_timeout: float = REQUEST_TIMEOUT,
+        check_host: bool = True,
     ) -> None:
         self.app = app
         self.request_timeout = request_timeout
+        self.check_host = check_host
         self._expected = None if token is None else f"Bearer {token}".encode()
         self._server: asyncio.Server | None = None
         self._streams: set[asyncio.Task[Any]] = set()
@@ -213,6 +256,7 @@ class AdminServer:
             headers[name.strip().lower()] = value.strip()
         else:
             raise ApiError(431, f"more than {MAX_HEADERS} header lines")
+        self._check_browser(headers)
         if self._expected is not None and not hmac.compare_digest(
             headers.get("authorization", "").encode("latin-1"), self._expected
         ):
@@ -227,6 +271,40 @@ class AdminServer:
             raise _TooLarge(length, f"request body of {length} bytes is over {MAX_BODY}{more}")
         raw = await reader.readexactly(length) if length else b""
         return method, target, headers, raw
+
+    def _check_browser(self, headers: Mapping[str, str]) -> None:
+        """Refuse (``403``) what a web page makes a browser send (see the class)."""
+        if "origin" in headers:
+            raise ApiError(
+                403,
+                f"request with an Origin header ({headers['origin'][:80]!r}) refused: the admin "
+                "API is not for web pages (a browser adds Origin; other clients must not send it)",
+            )
+        if not self.check_host or "host" not in headers:
+            return
+        host = host_name(headers["host"])
+        if is_loopback_name(host) or host == self.address[0].lower():
+            return
+        raise ApiError(
+            403,
+            f"request for host {headers['host'][:80]!r} refused: the admin API answers only "
+            f"requests for localhost or {self.address[0]} (a name that resolves here is how a "
+            "web page reaches it; --allow-remote lifts this check)",
+        )
+
+    @staticmethod
+    def _check_content_type(method: str, path: str, headers: Mapping[str, str], raw: bytes) -> bool:
+        """Whether the body is raw (``application/octet-stream``); ``415`` unless the body, if
+        any, is ``application/json`` (or raw, for ``POST /publish``)."""
+        given = headers.get("content-type")
+        media = (given or "").partition(";")[0].strip().lower()
+        if media == RAW_TYPE and method == "POST" and path == "/publish":
+            return True
+        if media == JSON_TYPE or (given is None and not raw):
+            return False
+        allowed = f"{JSON_TYPE} (or {RAW_TYPE} for POST /publish)"
+        what = f"Content-Type {given[:80]!r}" if given is not None else "no Content-Type"
+        raise ApiError(415, f"request body with {what}; the admin API takes {allowed}")
 
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -254,8 +332,7 @@ class AdminServer:
         query = dict(urllib.parse.parse_qsl(url.query))
         try:
             body: dict[str, Any] = {}
-            binary = headers.get("content-type", "").startswith("application/octet-stream")
-            if binary:
+            if self._check_content_type(method, path, headers, raw):
                 # A raw payload; the other fields come as JSON in the X-Dodwan-Publish header.
                 fields = headers.get("x-dodwan-publish", "") or "{}"
                 body = self._json_object(fields, "the X-Dodwan-Publish header")

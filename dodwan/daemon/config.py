@@ -162,8 +162,17 @@ SETTINGS: tuple[Setting, ...] = (
         "allow_remote",
         False,
         "Let the admin API and the STOMP gateway listen on addresses other than 127.0.0.1 "
-        "and ::1. The admin API then requires the bearer token of STATE_DIR/admin.token, and "
-        "the STOMP gateway stomp_login and the passcode of stomp_passcode_file.",
+        "and ::1 (the admin API then answers requests for any host name; its bearer token "
+        "protects it), the STOMP gateway requiring stomp_login and the passcode of "
+        "stomp_passcode_file.",
+    ),
+    Setting(
+        "admin_without_token",
+        False,
+        "Serve the admin API on loopback without its bearer token (STATE_DIR/admin.token, "
+        "mode 0600): every local user, not only the daemon's, can then use it, including "
+        "exec sinks that run commands as the daemon's user. Refused with a non-loopback "
+        "admin address.",
     ),
     Setting(
         "stomp_login",

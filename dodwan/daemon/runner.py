@@ -182,6 +182,10 @@ class Daemon:
                 "127.0.0.1 and ::1 are); listening elsewhere needs --allow-remote, and clients "
                 "then need the token of STATE_DIR/admin.token"
             )
+        if config.admin_without_token and not _is_local(admin_host):
+            raise ValueError(
+                f"admin_without_token is only for a loopback admin address, not {config.admin!r}"
+            )
         self._admin_addr = (admin_host, admin_port)
         self._admin_token: str | None = None
         self.netkey: NetKey | None = None
@@ -348,10 +352,13 @@ class Daemon:
             await self.bridges.start()
         except (sqlite3.Error, OSError) as exc:
             raise DaemonError(f"cannot open {self.state_dir / BRIDGES_DB_FILE}: {exc}") from None
-        if not _is_local(self._admin_addr[0]):
+        if not self.config.admin_without_token:
             self._admin_token = self._load_token()
         self.admin = AdminServer(
-            self, token=self._admin_token, request_timeout=self.config.admin_request_timeout
+            self,
+            token=self._admin_token,
+            request_timeout=self.config.admin_request_timeout,
+            check_host=not self.config.allow_remote,
         )
         try:
             host, port = await self.admin.start(*self._admin_addr)
@@ -527,6 +534,10 @@ class Daemon:
         if path.exists():
             token = _read_secret_line(str(path), "admin token file")
             if len(token) >= 32:
+                try:  # owner-only, whoever made it
+                    os.chmod(path, 0o600)
+                except OSError as exc:
+                    raise DaemonError(f"cannot make {path} mode 0600: {exc.strerror}") from None
                 return token
         token = secrets.token_urlsafe(32)
         try:
