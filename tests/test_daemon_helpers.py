@@ -98,8 +98,12 @@ class DaemonProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = state_dir.parent / f"{state_dir.name}.log"
 
-    def start(self, wait: bool = True) -> DaemonProc:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+    def start(self, wait: bool = True, make_state_dir: bool = True) -> DaemonProc:
+        """Start it; ``make_state_dir`` false leaves the state directory for the daemon to
+        create (its parent, where the log goes, is made)."""
+        self.state_dir.parent.mkdir(parents=True, exist_ok=True)
+        if make_state_dir:  # as the daemon makes it (it warns about one open to others)
+            self.state_dir.mkdir(mode=0o700, exist_ok=True)
         cmd = [
             *self.prefix,
             sys.executable,

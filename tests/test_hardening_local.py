@@ -8,6 +8,7 @@ explicit path, yet it never leaves the machine.
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import os
 import secrets
@@ -15,6 +16,7 @@ import shutil
 import socket
 import stat
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +262,75 @@ def test_remote_stomp_with_a_login_accepts_only_it(daemons, tmp_path: Path) -> N
     # The admin API stayed local (its token is the one every daemon makes).
     assert json.loads((d.state_dir / "admin.json").read_text())["host"] == "127.0.0.1"
     assert d.alive
+
+
+def _modes(state_dir: Path, prefix: str) -> dict[str, int]:
+    return {
+        f.name: stat.S_IMODE(f.stat().st_mode)
+        for f in state_dir.iterdir()
+        if f.name.startswith(prefix)
+    }
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask (0644 files), inherited by the daemons the test starts."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_bridge_credentials_are_owner_only_in_the_write_ahead_log_too(
+    tmp_path: Path, umask_022: None
+) -> None:
+    """bridges.db keeps the bindings' URIs with their passwords; it was made 0600 only after
+    journal_mode=WAL had made bridges.db-wal (holding them) 0644."""
+    d = DaemonProc(tmp_path / "b", ["--group", random_group()])
+    try:
+        d.start()
+        uri = f"amqp://alice:S3cretPW@127.0.0.1:{_free_port()}/ex/key"
+        d.client().post("/bridges", {"uri": uri, "name": "b1", "attributes": {"topic": "t"}})
+        wal = d.state_dir / "bridges.db-wal"
+        assert b"S3cretPW" in wal.read_bytes()
+        modes = _modes(d.state_dir, "bridges.db")
+        assert {"bridges.db", "bridges.db-wal", "bridges.db-shm"} <= set(modes), modes
+        assert set(modes.values()) == {0o600}, {k: oct(v) for k, v in modes.items()}
+    finally:
+        d.kill()
+
+
+def test_state_directory_and_databases_are_owner_only(tmp_path: Path, umask_022: None) -> None:
+    """Every payload is in dodwan.db (and joms.sqlite with --stomp): the state directory the
+    daemon makes is 0700 and its files 0600, whatever the umask; files an earlier version
+    left 0644 are made 0600, and an existing directory open to others is warned about."""
+    args = ["--group", random_group(), "--trace"]
+    joms = importlib.util.find_spec("joms.stomp.server") is not None
+    if joms:
+        args += ["--stomp", "127.0.0.1:0"]
+    d = DaemonProc(tmp_path / "parent" / "state", args)
+    try:
+        d.start(make_state_dir=False)
+        d.client().publish_bytes(b"CONFIDENTIAL salary table", attributes={"topic": "hr"})
+        state = d.state_dir
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        names = ("dodwan.db", "joms.sqlite", "daemon.lock", "admin.token", "trace.jsonl")
+        modes = {k: v for n in names for k, v in _modes(state, n).items()}
+        expected = {"dodwan.db", "dodwan.db-wal", "daemon.lock", "admin.token"}
+        expected |= {"joms.sqlite", "joms.sqlite-wal"} if joms else set()
+        assert expected <= set(modes), modes
+        assert set(modes.values()) == {0o600}, {k: oct(v) for k, v in modes.items()}
+        assert "other users may list it" not in d.log.read_text()
+        # A state directory of an earlier version: 0755, its files 0644.
+        d.kill()
+        state.chmod(0o755)
+        for name in modes:
+            if (state / name).exists():
+                (state / name).chmod(0o644)
+        d.start()
+        modes = {k: v for n in names for k, v in _modes(state, n).items()}
+        assert set(modes.values()) == {0o600}, {k: oct(v) for k, v in modes.items()}
+        assert "state directory" in d.log.read_text() and "0755" in d.log.read_text()
+    finally:
+        d.kill()

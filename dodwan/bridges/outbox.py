@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import sqlite3
 import threading
@@ -25,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..daemon.private import private_sqlite
 
 DB_FILE = "bridges.db"
 
@@ -65,13 +66,14 @@ class Outbox:
     def __init__(self, state_dir: Path, synchronous: str = "NORMAL") -> None:
         self.path = Path(state_dir) / DB_FILE
         self._lock = threading.Lock()
+        # It keeps the bindings' URIs, with their credentials: owner-only from the start
+        # (its write-ahead log holds them too).
+        private_sqlite(self.path)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
-        # It keeps the bindings' URIs, with their credentials.
-        os.chmod(self.path, 0o600)
 
     def close(self) -> None:
         with self._lock:

@@ -55,6 +55,7 @@ from .memdebug import MemProbe
 from .netkey import OVERHEAD as NETKEY_OVERHEAD
 from .netkey import NetKey, NetKeyError, read_key_file, write_secret_file
 from .pacer import Pacer
+from .private import private_dir, private_file, private_sqlite
 from .service_host import SERVICE_PREFIX
 from .sinks import KINDS, SinkRouter, delivery_json
 from .sqlite_store import (
@@ -234,10 +235,11 @@ class Daemon:
     # ------------------------------------------------------------------ lifecycle
 
     def _lock(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.state_dir)
         path = self.state_dir / LOCK_FILE
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            private_file(path)
         except OSError as exc:
             raise DaemonError(f"cannot use {path}: {exc.strerror}") from None
         try:
@@ -289,6 +291,10 @@ class Daemon:
             raise DaemonError(
                 f"cannot remove {self.state_dir / ADMIN_FILE}: {exc.strerror}"
             ) from None
+        try:
+            private_sqlite(self.state_dir / DB_FILE)
+        except OSError as exc:
+            raise DaemonError(f"cannot use {self.state_dir / DB_FILE}: {exc.strerror}") from None
         self.store = SqliteStore(
             self.state_dir / DB_FILE,
             self.config.sqlite_synchronous,
@@ -304,8 +310,13 @@ class Daemon:
         self.node = Node(node_config, rng=random.Random(), store=self.store)
         if node_config.trace:
             try:
+                private_file(self.state_dir / TRACE_FILE)
                 self._trace_file = open(  # noqa: SIM115  (open for the daemon's lifetime)
-                    self.state_dir / TRACE_FILE, "a", encoding="utf-8", buffering=1 << 16
+                    self.state_dir / TRACE_FILE,
+                    "a",
+                    encoding="utf-8",
+                    buffering=1 << 16,
+                    opener=lambda p, flags: os.open(p, flags, 0o600),
                 )
             except OSError as exc:
                 raise DaemonError(
@@ -629,6 +640,7 @@ class Daemon:
                 f"--stomp needs the JOMS STOMP gateway (joms.stomp.server), which is not available: {exc}"
             ) from None
         try:
+            private_sqlite(self.state_dir / JOMS_DB_FILE)
             server: Any = serve(
                 self.service_host(),
                 host,
