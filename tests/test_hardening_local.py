@@ -334,3 +334,40 @@ def test_state_directory_and_databases_are_owner_only(tmp_path: Path, umask_022:
         assert "state directory" in d.log.read_text() and "0755" in d.log.read_text()
     finally:
         d.kill()
+
+
+def test_a_refused_bridge_uri_never_shows_its_password(daemons, tmp_path: Path) -> None:
+    """The daemon's start-up error, POST /bridges and `dodwan bridge add` quoted the refused
+    URI whole, password included (logs, the journal, a terminal)."""
+    config = tmp_path / "bad.toml"
+    config.write_text(
+        '[[bridges]]\nname = "cfg1"\nuri = "amqp://alice:CfgLeakPW@127.0.0.1:99999/ex/key"\n'
+        'attributes = {topic = "t"}\n'
+    )
+    text = _refused(tmp_path, "--config", str(config))
+    assert "invalid port" in text and "127.0.0.1:99999" in text, text
+    assert "CfgLeakPW" not in text and "alice" not in text, text
+    a = daemons("a", "--group", random_group())
+    info = json.loads((a.state_dir / "admin.json").read_text())
+    headers = {**_bearer(a.state_dir), "Content-Type": "application/json"}
+    refused = [
+        "amqp://alice:ApiLeakPW@127.0.0.1:0/ex/key",  # port 0
+        "amqp://alice:ApiLeakPW@127.0.0.1:5672",  # no exchange
+        "amqp://alice:ApiLeakPW@127.0.0.1:5672/ex/key?x=1",  # a query
+        "mqtt://alice:ApiLeakPW@127.0.0.1:1883//lead",  # empty first level
+        "stomp://alice:ApiLeakPW@127.0.0.1:61613/nowhere/x",
+        "amqp://alice:ApiLeakPW@127.0.0.1:5672/" + "e" * 300,  # exchange name too long
+        "ftp://alice:ApiLeakPW@127.0.0.1/x",  # scheme
+        "amqp://alice:Api/LeakPW@127.0.0.1:5672/ex/key",  # a raw '/' in the password
+    ]
+    for uri in refused:
+        body = json.dumps({"uri": uri, "name": "b1", "attributes": {"topic": "t"}}).encode()
+        status, answer = _raw(info, "POST", "/bridges", headers, body)
+        assert status == 400, (uri, answer)
+        assert "LeakPW" not in answer["error"] and "alice" not in answer["error"], answer
+        r = CliRunner().invoke(
+            cli, ["bridge", "add", uri, "-a", "topic=t", "--state-dir", str(a.state_dir)]
+        )
+        assert r.exit_code != 0 and "LeakPW" not in r.output, r.output
+    assert "LeakPW" not in a.log.read_text()
+    assert a.client().get("/bridges") == []

@@ -39,7 +39,7 @@ from .mapping import (
 )
 from .outbox import Outbox
 from .selection import descriptor_values, inbound_values
-from .uri import BindingSpec, SpecError
+from .uri import BindingSpec, SpecError, without_credentials
 
 log = logging.getLogger("dodwan.bridges")
 
@@ -136,8 +136,7 @@ class BridgeManager:
                     specs[name] = (BindingSpec.from_dict(data), "api")
                 except SpecError as exc:
                     # Not dropped: its spec and unsent messages are the operator's.
-                    uri = str(data.get("uri", ""))
-                    reason = str(exc).replace(uri, _without_credentials(uri)) if uri else str(exc)
+                    reason = str(exc)  # parse_uri shows the URI without its credentials
                     self._invalid[name] = (data, reason)
                     log.error(
                         "bridge %s kept from a previous run is refused by this version (%s): "
@@ -664,7 +663,7 @@ class BridgeManager:
         out = {k: v for k, v in data.items() if k in _SHOWN_WHEN_INVALID}
         out.update(
             name=name,
-            uri=_without_credentials(str(data.get("uri", ""))),
+            uri=without_credentials(str(data.get("uri", ""))),
             state="invalid",
             connected=False,
             errors=0,
@@ -701,15 +700,6 @@ class BridgeManager:
 
 
 _SHOWN_WHEN_INVALID = frozenset({"direction", "attributes", "filter", "selector", "ttl", "holdoff"})
-
-
-def _without_credentials(uri: str) -> str:
-    """``uri`` without ``USER:PASSWORD@`` (for a URI that may not parse as a binding's)."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        return uri
-    authority, slash, path = rest.partition("/")
-    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
 
 
 def _exclusive(spec: BindingSpec) -> bool:

@@ -108,38 +108,58 @@ class Endpoint:
             )
 
 
+def without_credentials(uri: str) -> str:
+    """``uri`` without ``USER:PASSWORD@``, also for a URI that does not parse (error messages
+    and logs show this). A password holding a raw ``/`` (not ``%2F``) ends the authority
+    early: when what precedes the first ``/`` looks like ``USER:PASSWORD`` (not
+    ``HOST:PORT``) and an ``@`` follows, everything up to the last ``@`` goes."""
+    head, sep, rest = uri.partition("://")
+    if not sep:
+        head, sep, rest = uri.partition(":")
+        if not sep:
+            return uri.rpartition("@")[2]
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        return f"{head}{sep}{authority.rpartition('@')[2]}{slash}{path}"
+    port = authority.rpartition(":")[2]
+    if "@" in path and ":" in authority and not authority.startswith("[") and not port.isdigit():
+        return f"{head}{sep}{rest.rpartition('@')[2]}"
+    return uri
+
+
 def parse_uri(uri: str) -> Endpoint:
     """Parse and check a binding URI (:class:`SpecError` with the reason)."""
     if not isinstance(uri, str) or not uri:
         raise SpecError("a binding needs a URI such as mqtt://127.0.0.1:1883/field/#")
+    shown = repr(without_credentials(uri))  # errors are logged and answered: no password
     # '#' is a wildcard of MQTT topics and AMQP routing keys, not a URI fragment here.
     try:
         u = urllib.parse.urlsplit(uri.replace("#", "%23"))
     except ValueError as exc:
-        raise SpecError(f"{uri!r} is not a valid URI: {exc}") from None
+        raise SpecError(f"{shown} is not a valid URI: {exc}") from None
     scheme = u.scheme.lower()
     if scheme not in SCHEMES:
-        raise SpecError(f"unsupported URI scheme {u.scheme!r} in {uri!r}: use stomp, mqtt or amqp")
+        raise SpecError(f"unsupported URI scheme {u.scheme!r} in {shown}: use stomp, mqtt or amqp")
     if not u.hostname:
-        raise SpecError(f"{uri!r} names no host")
+        raise SpecError(f"{shown} names no host")
     try:
         port = u.port if u.port is not None else SCHEMES[scheme]
     except ValueError:
-        raise SpecError(f"{uri!r} has an invalid port") from None
+        raise SpecError(f"{shown} has an invalid port") from None
     if port == 0:
-        raise SpecError(f"{uri!r} has an invalid port (0)")
+        raise SpecError(f"{shown} has an invalid port (0)")
     if u.query:
-        raise SpecError(f"{uri!r}: put options in the binding settings, not in the URI")
+        raise SpecError(f"{shown}: put options in the binding settings, not in the URI")
     path = urllib.parse.unquote(u.path).removeprefix("/")
     user = urllib.parse.unquote(u.username) if u.username else None
     password = urllib.parse.unquote(u.password) if u.password else None
     if any("\0" in part for part in (path, user or "", password or "")):
-        raise SpecError(f"{uri!r}: a NUL character (%00) cannot cross to a broker")
+        raise SpecError(f"{shown}: a NUL character (%00) cannot cross to a broker")
     if scheme == "mqtt" and path.startswith("/"):
         # 'mqtt://h//a' or '%2Fa': the topic '/a', whose first level is empty. Refused
         # rather than silently bridged as 'a'; such topics are not supported.
         raise SpecError(
-            f"{uri!r}: MQTT topics with an empty first level (a leading '/') are not "
+            f"{shown}: MQTT topics with an empty first level (a leading '/') are not "
             "supported; name the topic without it"
         )
     common: dict[str, Any] = {"host": u.hostname, "port": port, "user": user, "password": password}
@@ -147,13 +167,13 @@ def parse_uri(uri: str) -> Endpoint:
         kind, _, name = path.partition("/")
         if kind not in ("topic", "queue") or not name:
             raise SpecError(
-                f"{uri!r}: a STOMP binding is stomp://HOST:PORT/topic/NAME or /queue/NAME"
+                f"{shown}: a STOMP binding is stomp://HOST:PORT/topic/NAME or /queue/NAME"
             )
         return Endpoint("stomp", kind=kind, destination=name, **common)
     if scheme == "mqtt":
         if not path:
             raise SpecError(
-                f"{uri!r}: an MQTT binding names a topic, e.g. mqtt://HOST:PORT/field/#"
+                f"{shown}: an MQTT binding names a topic, e.g. mqtt://HOST:PORT/field/#"
             )
         levels = path.split("/")
         for i, level in enumerate(levels):
@@ -161,19 +181,19 @@ def parse_uri(uri: str) -> Endpoint:
                 "+" in level and level != "+"
             ):
                 raise SpecError(
-                    f"{uri!r}: '#' only as the last level and '+' only as a whole level"
+                    f"{shown}: '#' only as the last level and '+' only as a whole level"
                 )
         return Endpoint("mqtt", kind="topic", destination=path, **common)
     first, _, rest = path.partition("/")
     if not first:
-        raise SpecError(f"{uri!r}: an AMQP binding is amqp://HOST:PORT/EXCHANGE/ROUTING_KEY")
+        raise SpecError(f"{shown}: an AMQP binding is amqp://HOST:PORT/EXCHANGE/ROUTING_KEY")
     if first == "queue":
         if not rest:
-            raise SpecError(f"{uri!r}: amqp://HOST:PORT/queue/NAME needs a queue name")
-        _short_string(uri, "queue name", rest)
+            raise SpecError(f"{shown}: amqp://HOST:PORT/queue/NAME needs a queue name")
+        _short_string(shown, "queue name", rest)
         return Endpoint("amqp", kind="queue", destination=rest, **common)
-    _short_string(uri, "exchange name", first)
-    _short_string(uri, "routing key", rest)
+    _short_string(shown, "exchange name", first)
+    _short_string(shown, "routing key", rest)
     return Endpoint("amqp", kind="exchange", destination=first, routing_key=rest or "#", **common)
 
 
@@ -181,14 +201,14 @@ AMQP_SHORT_STRING = 255
 """Most UTF-8 bytes of an AMQP 0-9-1 short string: exchange and queue names, routing keys."""
 
 
-def _short_string(uri: str, what: str, value: str) -> None:
+def _short_string(shown: str, what: str, value: str) -> None:
     """Refuse a name AMQP cannot carry: every connection failed with pika's
-    ShortStringTooLong, the binding down for good."""
+    ShortStringTooLong, the binding down for good. ``shown``: the URI as errors show it."""
     n = len(value.encode())
     if n > AMQP_SHORT_STRING:
-        shown = uri if len(uri) <= 80 else f"{uri[:77]}..."
+        shown = shown if len(shown) <= 80 else f"{shown[:76]}...'"
         raise SpecError(
-            f"{shown!r}: the AMQP {what} is {n} bytes long (UTF-8); AMQP 0-9-1 allows at "
+            f"{shown}: the AMQP {what} is {n} bytes long (UTF-8); AMQP 0-9-1 allows at "
             f"most {AMQP_SHORT_STRING}"
         )
 
