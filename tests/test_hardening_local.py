@@ -177,6 +177,10 @@ def test_admin_without_token_opens_loopback_only(daemons, tmp_path: Path) -> Non
     # ... yet never for a web page (DNS rebinding: a foreign name resolving to 127.0.0.1)
     status, body = _raw(info, "GET", "/cache", {}, host=f"attacker.example:{info['port']}")
     assert status == 403 and "host" in body["error"]
+    # --allow-remote (for the STOMP gateway, say) does not lift it on a loopback address
+    b = daemons("b", "--group", random_group(), "--admin-without-token", "--allow-remote")
+    info = json.loads((b.state_dir / "admin.json").read_text())
+    assert _raw(info, "GET", "/cache", {}, host="attacker.example")[0] == 403
     text = _refused(tmp_path, "--admin", "127.0.0.2:0", "--allow-remote", "--admin-without-token")
     assert "admin_without_token" in text
 

@@ -164,8 +164,8 @@ class AdminServer:
     resolving to loopback (DNS rebinding): one carrying an ``Origin`` header (browsers add it
     to cross-origin and to POST requests; no page uses this API) is answered ``403``, and so
     is one whose ``Host`` is not a loopback name nor the bound address, unless
-    ``check_host`` is false (``allow_remote``: clients then use whatever name reaches the
-    machine, and the token protects the API). A request body must be ``application/json``
+    ``check_host`` is false (a non-loopback address: clients then use whatever name reaches
+    the machine, and the token, always required there, protects the API). A request body must be ``application/json``
     (or ``application/octet-stream`` for ``POST /publish``), else ``415``: a browser sends a
     cross-origin body only as ``text/plain`` or a form.
     """
@@ -289,7 +289,7 @@ class AdminServer:
             403,
             f"request for host {headers['host'][:80]!r} refused: the admin API answers only "
             f"requests for localhost or {self.address[0]} (a name that resolves here is how a "
-            "web page reaches it; --allow-remote lifts this check)",
+            "web page reaches it)",
         )
 
     @staticmethod

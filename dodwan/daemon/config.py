@@ -162,9 +162,9 @@ SETTINGS: tuple[Setting, ...] = (
         "allow_remote",
         False,
         "Let the admin API and the STOMP gateway listen on addresses other than 127.0.0.1 "
-        "and ::1 (the admin API then answers requests for any host name; its bearer token "
-        "protects it), the STOMP gateway requiring stomp_login and the passcode of "
-        "stomp_passcode_file.",
+        "and ::1 (the admin API, always requiring its bearer token there, then answers "
+        "requests for any host name), the STOMP gateway requiring stomp_login and the "
+        "passcode of stomp_passcode_file.",
     ),
     Setting(
         "admin_without_token",

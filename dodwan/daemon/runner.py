@@ -369,7 +369,9 @@ class Daemon:
             self,
             token=self._admin_token,
             request_timeout=self.config.admin_request_timeout,
-            check_host=not self.config.allow_remote,
+            # off loopback (--allow-remote) clients use whatever name reaches the machine,
+            # and the token is always required there
+            check_host=_is_local(self._admin_addr[0]),
         )
         try:
             host, port = await self.admin.start(*self._admin_addr)
