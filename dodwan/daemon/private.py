@@ -7,14 +7,11 @@ admin token: other local users must read none of them, whatever the umask.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import secrets
 import sqlite3
 import stat
 from pathlib import Path
-
-log = logging.getLogger("dodwan.daemon")
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -64,22 +61,17 @@ def private_file(path: Path) -> None:
         os.chmod(path, FILE_MODE)
 
 
-def private_dir(path: Path) -> None:
-    """Create the directory ``path`` (and missing parents) with mode 0700 for the last; an
-    existing one keeps its mode, with a warning when other users may enter or list it (its
-    files are 0600 anyway, but their names and the admin address show)."""
+def private_dir(path: Path) -> int | None:
+    """Create the directory ``path`` (and missing parents) with mode 0700 for the last. An
+    existing one keeps its mode: returned when other users may enter or list it (its files
+    are 0600 anyway, but their names show), for the caller to warn about; else None. A file
+    of that name raises :class:`FileExistsError`, as ``mkdir`` does."""
     try:
         path.mkdir(mode=DIR_MODE, parents=True)
     except FileExistsError:
-        pass
-    else:
-        os.chmod(path, DIR_MODE)  # whatever the umask
-        return
-    st = os.stat(path)
-    if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o077:
-        log.warning(
-            "state directory %s is mode %04o: other users may list it (its files are 0600); "
-            "chmod 700 it",
-            path,
-            stat.S_IMODE(st.st_mode),
-        )
+        st = os.stat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            raise
+        return stat.S_IMODE(st.st_mode) if st.st_mode & 0o077 else None
+    os.chmod(path, DIR_MODE)  # whatever the umask
+    return None

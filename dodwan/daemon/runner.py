@@ -229,13 +229,15 @@ class Daemon:
         self._instance = secrets.token_hex(16)  # in admin.json: removed at stop only if ours
         self._state_ids: dict[Path, tuple[int, int]] = {}  # (st_dev, st_ino) of state files
         self.state_lost = ""  # why the state directory no longer holds this daemon's state
+        self._open_state_dir: int | None = None
+        """The mode of a state directory other users may enter (warned about once started)."""
         self._accept_failed_at = 0.0
         self._store_failure_logged = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
     def _lock(self) -> None:
-        private_dir(self.state_dir)
+        self._open_state_dir = private_dir(self.state_dir)
         path = self.state_dir / LOCK_FILE
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -410,6 +412,13 @@ class Daemon:
             if stomp
             else "no STOMP gateway (start with --stomp 127.0.0.1:61613 for JOMS)",
         )
+        if self._open_state_dir is not None:
+            log.warning(
+                "state directory %s is mode %04o: other users may list it (its files are 0600 "
+                "but their names show); chmod 700 it",
+                self.state_dir,
+                self._open_state_dir,
+            )
         self._after_input()
         self._watch_handle = asyncio.get_running_loop().call_later(WATCH_PERIOD, self._watch)
         self._memprobe = MemProbe.from_environment()
