@@ -7,7 +7,9 @@
 * ``... | joms``                commands read from stdin, one or more per line
 
 Scripts end once their commands ran and every ``sub --count N`` got its messages. The exit
-status is 0 when every command succeeded, 1 otherwise, 2 for bad console options.
+status is 0 when every command succeeded, 1 otherwise, 2 for bad console options, 141
+once nobody reads stdout any more (``joms sub -t T | head -1``: the console stops quietly,
+see output.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from .admin import Admin, AdminUnavailable
 from .commands import Console
 from .grammar import Command, UsageError
 from .link import Link, NotConnected
-from .output import Printer
+from .output import BROKEN_PIPE_STATUS, OutputClosed, Printer
 
 DEFAULT_URL = "stomp://127.0.0.1:61613"
 
@@ -75,7 +77,7 @@ def _follow(console: Console, stop: threading.Event) -> None:
     """Keep a one-shot ``sub`` running until its --count is reached or Ctrl-C."""
     if any(s.count is None for s in console.link.active()):
         console.out.line("(Ctrl-C to stop)")
-    while console.link.active() and not stop.wait(0.2):
+    while console.link.active() and not console.out.reader_gone() and not stop.wait(0.2):
         pass
 
 
@@ -145,8 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         stop.set()
         return 130
+    except OutputClosed:
+        pass
     finally:
         link.close()
+    if printer.closed.is_set():
+        return BROKEN_PIPE_STATUS
     return 1 if console.failures else 0
 
 

@@ -8,6 +8,7 @@ nothing a user types can crash it. ``run_text`` runs a line of ``;``-separated c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from . import grammar
 from .admin import Admin, AdminUnavailable
 from .grammar import Command, HelpRequest, UsageError
 from .link import Link, NotConnected, Subscription, plural
-from .output import LABEL, Printer, describe
+from .output import LABEL, OutputClosed, Printer, describe
 from .selection import (
     PatternError,
     PropertyPattern,
@@ -77,16 +78,19 @@ class Console:
             parsed = grammar.parse_line(text)
         except UsageError as exc:
             self._usage_error(exc)
-            return True
+            return not self.out.closed.is_set()
         return self.execute(parsed)
 
     def execute(self, parsed: Command | HelpRequest) -> bool:
-        """Run one parsed command; False when the console should end."""
-        if isinstance(parsed, HelpRequest):
-            self.out.line(grammar.help_text(parsed.name))
-            return True
+        """Run one parsed command; False when the console should end (``exit``, or
+        nobody reads stdout any more)."""
         try:
-            return self._handlers[parsed.name](parsed.args)
+            if isinstance(parsed, HelpRequest):
+                self.out.line(grammar.help_text(parsed.name))
+                return True
+            return self._handlers[parsed.name](parsed.args) and not self.out.closed.is_set()
+        except OutputClosed:
+            return False
         except UsageError as exc:
             self._usage_error(exc)
         except (CommandError, NotConnected, AdminUnavailable, PatternError) as exc:
@@ -109,7 +113,8 @@ class Console:
         self.failures += 1
         self.out.error(str(exc))
         if exc.usage:
-            self.out.line(exc.usage)
+            with contextlib.suppress(OutputClosed):  # (the caller sees out.closed)
+                self.out.line(exc.usage)
 
     def _remember(self, msg: Message) -> None:
         dest = msg.destination

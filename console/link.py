@@ -5,6 +5,10 @@ per background subscription, and the subscriptions themselves. When the connecti
 lost (daemon stopped, or it closed the connection after refusing a request) the loss is
 reported, a background thread reconnects with a growing delay, and every subscription is
 made again on the new connection; messages already shown are not shown twice.
+
+A subscription acknowledges a message only once it is printed (CLIENT_ACKNOWLEDGE, one
+session per subscription): one that could not be printed (stdout's reader gone) stays the
+daemon's, so a queue or a durable subscription still has it for the next reader.
 """
 
 from __future__ import annotations
@@ -17,11 +21,20 @@ from dataclasses import dataclass, field
 
 import joms
 from dodwan.textsafe import safe
-from joms.api import Connection, Destination, Message, MessageConsumer, Queue, Session, Topic
+from joms.api import (
+    CLIENT_ACKNOWLEDGE,
+    Connection,
+    Destination,
+    Message,
+    MessageConsumer,
+    Queue,
+    Session,
+    Topic,
+)
 from joms.errors import JMSException
 from joms.stomp.server import STOPPING
 
-from .output import Printer, describe
+from .output import OutputClosed, Printer, describe
 from .selection import PropertyPattern, accepts
 
 _SEEN_MAX = 10000
@@ -252,7 +265,7 @@ class Link:
         self, sub: Subscription, announce: Callable[[Subscription], None] | None = None
     ) -> None:
         assert self._conn is not None
-        session = self._conn.create_session()
+        session = self._conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE)  # once printed
         try:
             if sub.durable:
                 assert isinstance(sub.destination, Topic)
@@ -274,25 +287,36 @@ class Link:
 
     def _arrived(self, sub: Subscription, msg: Message) -> None:
         if sub.done.is_set():
+            return  # not acknowledged: it goes back to the daemon as the session closes
+        try:
+            shown = self._show(sub, msg)
+        except OutputClosed:  # nobody reads stdout any more: not acknowledged, stop here
+            self.end(sub)
             return
-        if msg.message_id:
-            if msg.message_id in sub.seen:
-                return
-            sub.seen[msg.message_id] = None
-            if len(sub.seen) > _SEEN_MAX:
-                sub.seen.popitem(last=False)
+        with contextlib.suppress(JMSException):  # (connection lost: redelivered, deduplicated)
+            msg.acknowledge()
+        if shown and sub.count is not None and sub.received >= sub.count:
+            self.printer.notice(f"subscription {sub.number} got its {plural(sub.count, 'message')}")
+            self.end(sub)
+
+    def _show(self, sub: Subscription, msg: Message) -> bool:
+        """Print ``msg`` unless already shown or filtered out (False then)."""
+        if msg.message_id and msg.message_id in sub.seen:
+            return False
         # a queue's patterns are all in the selector (commands._only_server_side): what the
         # manager handed out is shown, never consumed and dropped here
         if isinstance(sub.destination, Topic) and not accepts(sub.patterns, msg):
             sub.filtered += 1
-            return
-        sub.received += 1
+            return False
         self.printer.line(describe(msg, sub.number))
+        sub.received += 1
+        if msg.message_id:
+            sub.seen[msg.message_id] = None
+            if len(sub.seen) > _SEEN_MAX:
+                sub.seen.popitem(last=False)
         if self.on_arrival is not None:
             self.on_arrival(msg)
-        if sub.count is not None and sub.received >= sub.count:
-            self.printer.notice(f"subscription {sub.number} got its {plural(sub.count, 'message')}")
-            self.end(sub)
+        return True
 
     def end(self, sub: Subscription) -> None:
         """Close a subscription (a durable one is kept by the daemon; see delete_durable)."""
@@ -313,11 +337,12 @@ class Link:
         return [s for s in self.subscriptions.values() if not s.done.is_set()]
 
     def wait_counted(self, stop: threading.Event | None = None) -> None:
-        """Block until every subscription with a ``count`` has received it."""
+        """Block until every subscription with a ``count`` has received it (or nobody
+        reads stdout any more)."""
         for sub in list(self.subscriptions.values()):
             if sub.count is not None:
                 while not sub.done.wait(0.2):
-                    if stop is not None and stop.is_set():
+                    if (stop is not None and stop.is_set()) or self.printer.reader_gone():
                         return
 
     def receive(self, queue: Queue, selector: str | None, timeout: float) -> Message | None:

@@ -8,11 +8,22 @@ Bodies, labels, properties, destination names and host ids come from peers: what
 goes through :mod:`dodwan.textsafe` (controls, bidi and invisible characters escaped), each
 field on its own (a name cannot fake a line) and every printed line again (an error message
 may quote a peer's string too).
+
+When the reader of stdout goes away (``joms sub -t T | head -1``) the printer does what a
+Unix tool does on EPIPE: it stops quietly. stdout is pointed at ``/dev/null`` (so nothing
+more fails, not even the flush at exit: the recipe of the Python docs, "Note on
+SIGPIPE"), :attr:`Printer.closed` is set, and :meth:`Printer.line` raises
+:class:`OutputClosed` so that the caller stops too (and does not acknowledge a message it
+could not print). The console then exits with 141, as a tool killed by SIGPIPE does.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import select
+import stat
 import sys
 import threading
 from typing import Any
@@ -24,24 +35,94 @@ LABEL = "label"
 """The message property that carries ``pub -id``/``send -id``."""
 
 
+BROKEN_PIPE_STATUS = 141
+"""Exit status once stdout's reader went away: 128 + SIGPIPE, what a shell reports for a
+tool that SIGPIPE ended (``yes | head -1``)."""
+
+
+class OutputClosed(Exception):
+    """stdout's reader went away (EPIPE): stop, quietly."""
+
+
+def _to_devnull(stream: Any) -> None:
+    """Point ``stream``'s file descriptor at /dev/null: later writes and the flush at exit
+    succeed instead of raising BrokenPipeError again."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _pipe_reader_gone(stream: Any) -> bool:
+    """Whether ``stream`` is a pipe whose reading end is closed (POLLERR on Linux and BSDs)."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR/POLLHUP are always reported
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _broken_pipe(exc: OSError) -> bool:
+    return isinstance(exc, BrokenPipeError) or exc.errno in (errno.EPIPE, errno.ECONNRESET)
+
+
 class Printer:
     """Thread-safe line printer: results and arrivals to stdout, errors to stderr."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.closed = threading.Event()
+        """Set once stdout's reader went away: nothing more is printed."""
+
+    def _write(self, stream: Any, text: str) -> bool:
+        """Print one line; False when the stream's reader went away (then it is closed)."""
+        if self.closed.is_set() and stream is sys.stdout:
+            return False
+        try:
+            print(text, file=stream, flush=True)
+        except OSError as exc:
+            if not _broken_pipe(exc):
+                raise
+            _to_devnull(stream)
+            if stream is sys.stdout:
+                self.closed.set()
+            return False
+        return True
+
+    def reader_gone(self) -> bool:
+        """Whether stdout's reader went away, checked without writing: a pipe whose reader
+        closed reports POLLERR (a waiting ``sub`` learns it before the next arrival, not
+        at it). Sets :attr:`closed` then."""
+        if not self.closed.is_set() and _pipe_reader_gone(sys.stdout):
+            with self._lock:
+                _to_devnull(sys.stdout)
+                self.closed.set()
+        return self.closed.is_set()
 
     def line(self, text: str = "") -> None:
+        """Print a result or an arrival; :class:`OutputClosed` if it could not be."""
         with self._lock:
-            print(safe_text(text), file=sys.stdout, flush=True)
+            if not self._write(sys.stdout, safe_text(text)):
+                raise OutputClosed
 
     def error(self, text: str) -> None:
         with self._lock:
-            print(f"error: {safe_text(text)}", file=sys.stderr, flush=True)
+            self._write(sys.stderr, f"error: {safe_text(text)}")
 
     def notice(self, text: str) -> None:
-        """Something that happened by itself (connection lost, reconnected...)."""
+        """Something that happened by itself (connection lost, reconnected...); called on
+        background threads too, so a closed stdout is only recorded (:attr:`closed`)."""
         with self._lock:
-            print(f"! {safe_text(text)}", file=sys.stdout, flush=True)
+            self._write(sys.stdout, f"! {safe_text(text)}")
 
 
 def body_text(msg: Message) -> str:

@@ -1,13 +1,16 @@
 """The ``dodwan`` command: run the daemon and talk to a running one through its admin API.
 
 Thin commands: parse, call the daemon or the admin client, print. Every error
-a user can cause ends as one ``Error: ...`` line and a non-zero exit code.
+a user can cause ends as one ``Error: ...`` line and a non-zero exit code. A command whose
+stdout's reader went away (``dodwan subscribe --follow | head -1``) stops quietly with
+exit status 141, as a tool ended by SIGPIPE (docs/admin-api.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import json
 import logging
 import math
@@ -112,7 +115,31 @@ state_dir_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+BROKEN_PIPE_STATUS = 141
+"""Exit status once stdout's reader went away: 128 + SIGPIPE (``yes | head -1``)."""
+
+
+class _Group(click.Group):
+    """The command group: EPIPE on output ends a command quietly with 141 (click's own
+    handling exits 1, as for any failure)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+            # the Python docs' recipe ("Note on SIGPIPE"): what is still buffered, and the
+            # flush at exit, go to /dev/null instead of raising BrokenPipeError again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, sys.stdout.fileno())
+            finally:
+                os.close(devnull)
+            raise click.exceptions.Exit(BROKEN_PIPE_STATUS) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--state-dir", type=click.Path(file_okay=False), callback=_not_empty, help=STATE_DIR_HELP
 )

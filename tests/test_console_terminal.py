@@ -738,3 +738,113 @@ def test_ctrl_c_reaches_a_command_even_where_the_suite_ignores_sigint() -> None:
         for p in (ignored, restored):
             p.kill()
             p.wait()
+
+
+# ---------------------------------------------------------------- stdout's reader gone
+
+
+def _read_lines_then_close(
+    args: list[str], env: dict[str, str], lines: int, kind: str = "pipe"
+) -> tuple[subprocess.Popen[bytes], list[str]]:
+    """Start ``args`` with stdout a pipe (or a socket: no POLLERR, only EPIPE on write), read
+    ``lines`` lines from it as ``head`` would, then close the reading end."""
+    if kind == "pipe":
+        reader_fd, writer_fd = os.pipe()
+        reader = os.fdopen(reader_fd, "rb")
+    else:
+        near, far = socket.socketpair()
+        reader, writer_fd = near.makefile("rb"), far.detach()
+        near.close()  # (the makefile keeps it open until closed)
+    proc = subprocess.Popen(args, stdout=writer_fd, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    os.close(writer_fd)
+    got: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        for _ in range(lines):
+            line = reader.readline()
+            if not line:
+                break
+            got.append(line.decode().rstrip("\n"))
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not done.wait(20):
+        proc.kill()
+        pytest.fail(f"{args}: fewer than {lines} lines: {got}")
+    reader.close()
+    return proc, got
+
+
+def _finished(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> tuple[int, str]:
+    try:
+        rc = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"{proc.args}: still running {timeout} s after its reader went away")
+    assert proc.stderr is not None
+    return rc, proc.stderr.read().decode()
+
+
+def test_a_subscriber_piped_to_head_stops_quietly(net: tuple[Host, Host], home: Path) -> None:
+    """``joms sub -t T --count 5 | head -1`` never ended (each arrival: a BrokenPipeError
+    traceback, not counted); ``sub | head -2`` ended with a traceback and 1; a long ``-c``
+    script ran to its end with one ``unexpected BrokenPipeError`` per command."""
+    a, b = net
+    rc, _, err = run_joms(home, "--url", a.url, "-c",
+                          "; ".join(f"pub -t PipeT -id p{i} -p line {i}" for i in range(6)))  # fmt: skip
+    assert rc == 0, err
+    for args, lines in [
+        (["sub", "-t", "PipeT", "--count", "5"], 1),
+        (["sub", "-t", "PipeT"], 2),
+        (["sub", "-t", "PipeT"], 5),  # one arrival read, the others fail
+        (["-c", "help; " * 500], 1),
+    ]:
+        proc, got = _read_lines_then_close(joms("--url", b.url, *args), _env(home), lines)
+        rc, err = _finished(proc)
+        assert (rc, err) == (141, ""), (args, got)
+
+
+@pytest.mark.parametrize("kind", ["pipe", "socket"])
+def test_a_queue_message_a_dead_output_could_not_show_stays_on_the_queue(
+    net: tuple[Host, Host], home: Path, kind: str
+) -> None:
+    """A subscriber acknowledges a message once printed: one whose output died takes nothing
+    off the queue (it was acknowledged as it arrived, then lost to the broken pipe). Through
+    a socket the loss is seen only when a write fails (no POLLERR before)."""
+    a, _ = net
+    queue = f"PipeQ{kind}"
+    rc, _, err = run_joms(home, "--url", a.url, "create", "queue", queue)
+    assert rc == 0, err
+    proc, got = _read_lines_then_close(
+        joms("--url", a.url, "sub", "-q", queue), _env(home), 2, kind
+    )
+    assert got[1] == "Waiting ....", got
+    rc, _, err = run_joms(home, "--url", a.url, "send", "-q", queue, "-id", "kept", "-p", "x")
+    assert rc == 0, err
+    rc, err = _finished(proc)
+    assert (rc, err) == (141, "")
+    rc, out, err = run_joms(home, "--url", a.url, "receive", "-q", queue, "--timeout", "10")
+    assert rc == 0 and f"queue {queue}@ca id kept: x" in out, (out, err)
+
+
+def test_dodwan_follow_piped_to_head_stops_quietly_with_141(
+    net: tuple[Host, Host], home: Path
+) -> None:
+    """The ``dodwan`` CLI alike: ``subscribe --follow | head`` ends quietly, 141."""
+    a, b = net
+    dodwan = [sys.executable, "-m", "dodwan.cli", "--state-dir"]
+    for i in range(3):
+        p = subprocess.run([*dodwan, str(a.state_dir), "publish", "-a", "kind=headpipe",
+                            "-a", f"n={i}", "--text", f"hello {i}"],
+                           capture_output=True, text=True, env=_env(home), cwd=ROOT)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+    proc, got = _read_lines_then_close(
+        [*dodwan, str(b.state_dir), "subscribe", "-p", "kind=headpipe", "--follow"],
+        _env(home),
+        2,
+    )
+    assert got[1].startswith("--- ca-"), got
+    rc, err = _finished(proc)
+    assert (rc, err) == (141, "")
