@@ -17,12 +17,12 @@ from typing import Any
 from dodwan.textsafe import safe
 from dodwan.units import human_size
 from joms.api import Message, Queue, Topic
-from joms.errors import JMSException
+from joms.errors import JMSException, RequestTimeoutException
 
 from . import grammar
 from .admin import Admin, AdminUnavailable
 from .grammar import Command, HelpRequest, UsageError
-from .link import Link, NotConnected, Subscription, plural
+from .link import TIMEOUT, Link, NotConnected, Subscription, plural
 from .output import LABEL, OutputClosed, Printer, describe
 from .selection import (
     PatternError,
@@ -96,7 +96,7 @@ class Console:
         except (CommandError, NotConnected, AdminUnavailable, PatternError) as exc:
             self._fail(str(exc))
         except JMSException as exc:
-            self._fail(f"the daemon refused: {exc}")
+            self._fail(self._daemon_failure(parsed.name, exc))
         except KeyboardInterrupt:
             if not self.interactive:
                 raise
@@ -104,6 +104,27 @@ class Console:
         except Exception as exc:  # a console must survive its own bugs too
             self._fail(f"unexpected {type(exc).__name__}: {exc}")
         return True
+
+    def _daemon_failure(self, name: str, exc: JMSException) -> str:
+        """What a request that failed at the daemon means: refused (an ERROR frame: nothing
+        done), or, when the daemon did not answer in time or the connection was lost while
+        waiting, an unknown outcome (a hung daemon publishes the message once it resumes):
+        never called a refusal, so that nobody sends a duplicate believing it refused."""
+        publishing = name in ("pub", "send")
+        unknown = (
+            "the message may or may not have been published; check (`sub`/`receive` on its "
+            "destination, or `dodwan cache ls`) before sending it again"
+            if publishing
+            else f"`{name}` may or may not have been done"
+        )
+        if isinstance(exc, RequestTimeoutException):
+            return f"no answer from the daemon within {TIMEOUT:g} s (hung?): {unknown}"
+        lost = self.link.loss(exc)
+        if lost is not None:  # (a message being received goes back: nothing unknown there)
+            return f"connection to the daemon lost ({lost})" + (
+                f": {unknown}" if publishing else ""
+            )
+        return f"the daemon refused: {exc}"
 
     def _fail(self, text: str) -> None:
         self.failures += 1

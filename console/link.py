@@ -42,6 +42,8 @@ _LOSS = ("connection lost", "the STOMP server closed", "bad frame", "no CONNECTE
 """How the transport words a lost connection (anything else is the gateway's ERROR that
 refused a request). The gateway's ERROR saying it is stopping (daemon stopped or
 restarting) refuses nothing: it announces the loss."""
+TIMEOUT = 5.0
+"""Seconds the daemon has to answer a request (its receipt) or a connection."""
 _UNREACHABLE = ("cannot connect to STOMP", "no CONNECTED", *_LOSS)
 """How the transport words a daemon it could not talk to at all."""
 
@@ -151,7 +153,7 @@ class Link:
                     client_id=self.client_id,
                     login=self.login,
                     passcode=self.passcode,
-                    timeout=5.0,
+                    timeout=TIMEOUT,
                 )
             except JMSException as exc:
                 self.last_error = str(exc)
@@ -173,6 +175,14 @@ class Link:
             for sub in self.subscriptions.values():
                 if not sub.done.is_set():
                     self._open(sub)
+
+    def loss(self, exc: JMSException) -> str | None:
+        """How the connection was lost, when ``exc`` (raised by a request) comes from a
+        loss rather than from the daemon's refusal (an ERROR frame); None otherwise."""
+        conn = self._conn
+        failed = conn._transport.failed if conn is not None else None
+        text = str(failed if failed is not None else exc)
+        return text if text.startswith(_LOSS) else None
 
     def session(self) -> Session:
         """The session for sending and receiving; connects first if needed."""

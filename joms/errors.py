@@ -78,6 +78,13 @@ class MessageNotWriteableException(JMSException):
     """A client tried to write a read-only message."""
 
 
+class RequestTimeoutException(JMSException):
+    """JOMS extension: a request got no answer (receipt or ERROR) in time while the
+    connection stayed up. Its outcome is unknown: a SEND may still be published once a
+    hung daemon resumes, so the caller must not read it as a refusal. Raised by the client
+    only: not in ``__all__``, the names a server's ``joms-exception`` header may give."""
+
+
 class ResourceAllocationException(JMSException):
     """The provider could not allocate a resource the caller asked for."""
 

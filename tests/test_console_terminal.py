@@ -511,10 +511,10 @@ def test_what_peers_chose_is_escaped_in_a_terminal(tmp_path: Path, home: Path) -
 class Follower:
     """A one-shot console whose output lines are collected as they come."""
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], stdin: int | None = None) -> None:
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
-            preexec_fn=foreground,  # it is stopped with Ctrl-C
+            stdin=stdin, preexec_fn=foreground,  # it is stopped with Ctrl-C
         )  # fmt: skip
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -848,3 +848,65 @@ def test_dodwan_follow_piped_to_head_stops_quietly_with_141(
     assert got[1].startswith("--- ca-"), got
     rc, err = _finished(proc)
     assert (rc, err) == (141, "")
+
+
+# ---------------------------------------------------------------- refused, lost or unknown
+
+
+def test_a_hung_daemon_is_an_unknown_outcome_not_a_refusal(tmp_path: Path, home: Path) -> None:
+    """SIGSTOP: ``pub`` got no receipt and printed ``the daemon refused: no receipt for
+    SEND``, yet the message was published once the daemon resumed: whoever sent it again
+    made a duplicate. The console now says the outcome is unknown."""
+    host = Host(tmp_path, "ch", random_group()).start()
+    sub = Follower(joms("--url", host.url, "sub", "-t", "Hung", "--count", "1"), _env(home))
+    script = None
+    try:
+        sub.wait_line("Waiting ....")
+        script = Follower(joms("--url", host.url), _env(home), stdin=subprocess.PIPE)
+        assert script.proc.stdin is not None
+        script.proc.stdin.write("pub -t Hung -id h0 -p warm\n")
+        script.proc.stdin.flush()
+        script.wait_line("The message h0 has been published")
+        # (the sub's count is 1 and h0 came first: it ends with h0; h1 is checked below)
+        assert host.daemon.proc is not None
+        os.kill(host.daemon.proc.pid, signal.SIGSTOP)
+        try:
+            script.proc.stdin.write("pub -t Hung -id h1 -p stuck\n")
+            script.proc.stdin.close()
+            line = script.wait_line("error: ", timeout=20)
+        finally:
+            os.kill(host.daemon.proc.pid, signal.SIGCONT)
+        assert script.proc.wait(20) == 1
+        assert "refused" not in line, line
+        assert line.startswith("error: no answer from the daemon within 5 s"), line
+        assert "may or may not have been published" in line, line
+        # it was published after all: what the message said was right to say
+        rc, out, err = run_joms(home, "--url", host.url, "sub", "-t", "Hung", "-sel",
+                                "label = 'h1'", "--count", "1", timeout=30)  # fmt: skip
+        assert rc == 0 and "[1] topic Hung id h1: stuck" in out, (out, err)
+    finally:
+        for f in (sub, script):
+            if f is not None and f.proc.poll() is None:
+                f.proc.kill()
+        host.daemon.kill()
+
+
+def test_a_daemon_killed_during_receive_is_a_loss_not_a_refusal(tmp_path: Path, home: Path) -> None:
+    """``kill -9`` under ``receive`` printed ``! connection … lost`` and then
+    ``error: the daemon refused: connection closed: …``."""
+    host = Host(tmp_path, "ck", random_group()).start()
+    script = Follower(
+        joms("--url", host.url, "-c", "create queue Lost; receive -q Lost --timeout 30"),
+        _env(home),
+    )
+    try:
+        script.wait_line("queue Lost created")
+        host.daemon.kill(signal.SIGKILL)
+        line = script.wait_line("error: ")
+        assert script.proc.wait(20) == 1
+        assert "refused" not in line, script.lines
+        assert line.startswith("error: connection to the daemon lost ("), script.lines
+    finally:
+        if script.proc.poll() is None:
+            script.proc.kill()
+        host.daemon.kill()

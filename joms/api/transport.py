@@ -16,7 +16,12 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urlparse
 
-from ..errors import IllegalStateException, JMSException, JMSSecurityException
+from ..errors import (
+    IllegalStateException,
+    JMSException,
+    JMSSecurityException,
+    RequestTimeoutException,
+)
 from ..stomp.frame import Frame, FrameParser, ProtocolError, encode
 
 DEFAULT_PORT = 61613
@@ -129,7 +134,9 @@ class StompTransport:
             if not ev.wait(self.timeout if timeout is None else timeout):
                 if self._failure is not None:
                     raise self._failure
-                raise JMSException(f"no receipt for {frame.command} from the STOMP server")
+                raise RequestTimeoutException(
+                    f"no receipt for {frame.command} from the STOMP server"
+                )
             if self._failure is not None and not box:
                 raise self._failure
             return box[0] if box else None
