@@ -2,7 +2,8 @@
 
 :class:`Console` runs parsed commands (from any mode) and turns every failure — bad usage,
 an unreachable daemon, a refused request, an unreadable file — into one printed message;
-nothing a user types can crash it. ``run_text`` runs a line of ``;``-separated commands.
+nothing a user types can crash it. ``run_text`` runs text of commands separated by ``;`` or
+line feeds.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ class Console:
 
     # ------------------------------------------------------------------ running
     def run_text(self, text: str) -> bool:
-        """Run every command of a line; False once one of them is ``exit``."""
+        """Run every command of ``text`` (``;`` or line feeds between them); False once one
+        of them is ``exit``."""
         return all(self.run_one(part) for part in grammar.split_commands(text))
 
     def run_one(self, text: str) -> bool:

@@ -1,6 +1,6 @@
 """The console's one command grammar, shared by every mode (prompt, ``-c``, stdin, one-shot).
 
-Owns: splitting a line into commands (``;`` outside quotes) and words (shell quoting), one
+Owns: splitting a line into commands (``;`` and line feeds outside quotes) and words (shell quoting), one
 argparse parser per command (the paper's single-dash options ``-t -q -id -p -f -ssl -sel``
 kept exactly), the usage and help texts. Parsing never exits the process: a bad command
 raises :class:`UsageError` with a short usage line.
@@ -13,7 +13,7 @@ import shlex
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class UsageError(Exception):
@@ -24,8 +24,38 @@ class UsageError(Exception):
         self.usage = usage
 
 
+_GIVEN = "_options_given"
+"""Namespace attribute where :class:`_StoreOnce` notes the options seen (removed after)."""
+
+
+class _StoreOnce(argparse._StoreAction):
+    """The ``store`` action, refusing an option given twice: argparse would keep the last
+    value silently (``pub -t A -p x -t B`` published to B only, pasted lines run as one
+    command kept only the last of each)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
+        if self.option_strings:
+            if self.dest in given:
+                raise argparse.ArgumentError(self, "given twice: give it once")
+            given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing and exiting."""
+    """argparse that raises instead of printing and exiting; an option that takes a value
+    may be given once (``-ssl`` is the repeatable one)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, _one_line(self.format_usage()))
@@ -324,7 +354,9 @@ def overview() -> str:
 
 
 def split_commands(line: str) -> list[str]:
-    """Split ``line`` at each ``;`` that is outside quotes; a ``#`` word starts a comment."""
+    """Split ``line`` at each ``;`` and each line feed outside quotes (several lines pasted
+    at the prompt, or given to ``-c``, are several commands); a ``#`` word starts a comment,
+    which a line feed ends."""
     parts: list[str] = []
     cur: list[str] = []
     quote = ""
@@ -345,8 +377,12 @@ def split_commands(line: str) -> list[str]:
             quote = c
             cur.append(c)
         elif c == "#" and (not cur or cur[-1].isspace()):
-            break
-        elif c == ";":
+            end = line.find("\n", i)
+            if end < 0:
+                break
+            i = end  # the line feed ends the comment and the command
+            continue
+        elif c in ";\n":
             parts.append("".join(cur))
             cur = []
         else:
@@ -373,6 +409,7 @@ def parse_words(words: list[str]) -> Command | HelpRequest:
         raise UsageError(str(exc), usage(name)) from None
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc), usage(name)) from None
+    vars(args).pop(_GIVEN, None)
     if name == "unsub" and not (
         args.number is not None or args.topic or args.queue or args.all or args.durable
     ):

@@ -465,3 +465,44 @@ def test_one_shot_out_of_range_values_are_usage_errors(
     assert main(["--url", "127.0.0.1:9", *words]) == 2  # refused before any connection
     out, err = capsys.readouterr()
     assert out.startswith(f"usage: {words[0]}"), out + err
+
+
+def test_a_line_feed_separates_commands_like_a_semicolon() -> None:
+    """A pasted block or a ``-c`` string of several lines: each line is a command (before,
+    shlex read the line feed as a space and the lines became one command)."""
+    assert grammar.split_commands("pub -t A -p one\npub -t B -p two # note; x\n\nstatus") == [
+        "pub -t A -p one",
+        "pub -t B -p two",
+        "status",
+    ]
+    assert grammar.split_commands('pub -t A -p "two\nlines"; help') == [
+        'pub -t A -p "two\nlines"',
+        "help",
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "pub -t A -id one -p x -t B",
+        "pub -t A -id one -id two -p x",
+        "pub -t A -p one -p two",
+        "send -q Q -p x --priority 3 --priority 5",
+        "sub -t T --count 1 --count 2",
+        "sub -t T -sel \"a = '1'\" -sel \"b = '2'\"",
+        "receive -q Q --timeout 1 --timeout 2",
+        "unsub -t A -t B",
+    ],
+)
+def test_an_option_given_twice_is_refused(line: str) -> None:
+    """argparse keeps the last value silently: ``pub -t A … -t B`` published to B only."""
+    with pytest.raises(UsageError) as exc:
+        grammar.parse_line(line)
+    assert "given twice: give it once" in str(exc.value)
+    assert exc.value.usage.startswith(f"usage: {line.split()[0]} ")
+
+
+def test_repeatable_options_stay_repeatable() -> None:
+    c = grammar.parse_line("pub -t A -p x -ssl a=1 -ssl b=2")
+    assert isinstance(c, Command) and c.args.props == ["a=1", "b=2"]
+    assert not hasattr(c.args, grammar._GIVEN)

@@ -910,3 +910,37 @@ def test_a_daemon_killed_during_receive_is_a_loss_not_a_refusal(tmp_path: Path, 
         if script.proc.poll() is None:
             script.proc.kill()
         host.daemon.kill()
+
+
+# ---------------------------------------------------------------- several lines at once
+
+
+@needs_tmux
+def test_pasted_lines_are_several_commands(
+    net: tuple[Host, Host], tmux: Callable[..., Pane]
+) -> None:
+    """Two lines pasted at the prompt (bracketed paste) ran as one command: argparse kept
+    the last ``-t``/``-id``/``-p``, and the first message was silently never published."""
+    a, _ = net
+    pane = tmux("--url", a.url)
+    pane.line("sub -t Pasted --count 2")
+    pane.wait("Waiting ....")
+    lines = "pub -t Pasted -id p1 -p first\npub -t Pasted -id p2 -p second"
+    subprocess.run([*pane.base, "set-buffer", "-b", "paste", lines], check=True)
+    subprocess.run([*pane.base, "paste-buffer", "-p", "-b", "paste", "-t", pane.name], check=True)
+    pane.keys("Enter")
+    screen = pane.wait("subscription 1 got its 2 messages")
+    assert _lines_with(screen, "[1] topic Pasted id p1: first"), screen
+    assert _lines_with(screen, "[1] topic Pasted id p2: second"), screen
+
+
+def test_a_line_feed_in_dash_c_separates_commands(net: tuple[Host, Host], home: Path) -> None:
+    a, _ = net
+    rc, out, err = run_joms(home, "--url", a.url, "-c",
+                            "sub -t NewLine --count 2; pub -t NewLine -id n1 -p first\n"
+                            "pub -t NewLine -id n2 -p second # a comment\nsubscriptions")  # fmt: skip
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert "[1] topic NewLine id n1: first" in lines and "[1] topic NewLine id n2: second" in lines
+    rc, out, err = run_joms(home, "--url", a.url, "pub", "-t", "Twice", "-p", "x", "-t", "Other")
+    assert rc == 2 and "error: argument -t: given twice: give it once" in err, (out, err)
