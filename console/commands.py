@@ -156,13 +156,14 @@ class Console:
             return session.create_text_message(" ".join(args.text), props)
         path = Path(args.file).expanduser()
         try:
-            if path.stat().st_size > _MAX_FILE:
-                raise CommandError(f"{args.file} is larger than 16 MiB")
-            data = path.read_bytes()
+            with path.open("rb") as f:  # at most one byte more than allowed, any kind of file:
+                data = f.read(_MAX_FILE + 1)  # (/dev/zero or a pipe has no size to check)
         except FileNotFoundError:
             raise CommandError(f"file {args.file} does not exist") from None
         except OSError as exc:
             raise CommandError(f"cannot read {args.file}: {exc.strerror}") from None
+        if len(data) > _MAX_FILE:
+            raise CommandError(f"{args.file} holds more than 16 MiB: a message takes at most that")
         try:
             return session.create_text_message(data.decode("utf-8"), props)
         except UnicodeDecodeError:

@@ -944,3 +944,39 @@ def test_a_line_feed_in_dash_c_separates_commands(net: tuple[Host, Host], home: 
     assert "[1] topic NewLine id n1: first" in lines and "[1] topic NewLine id n2: second" in lines
     rc, out, err = run_joms(home, "--url", a.url, "pub", "-t", "Twice", "-p", "x", "-t", "Other")
     assert rc == 2 and "error: argument -t: given twice: give it once" in err, (out, err)
+
+
+# ---------------------------------------------------------------- -f FILE
+
+
+def _limit_memory() -> None:
+    """``preexec_fn``: 2 GiB of address space, so that a reader without a bound fails
+    instead of eating the machine's memory."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def test_dash_f_reads_at_most_16_mib_of_any_file(
+    net: tuple[Host, Host], home: Path, tmp_path: Path
+) -> None:
+    """``pub -t Z -f /dev/zero`` grew to gigabytes: the 16 MiB check read ``st_size``, 0 for
+    a device or a pipe. Now any file is read up to one byte more than the limit."""
+    a, _ = net
+    big = tmp_path / "big.dat"
+    with big.open("wb") as f:
+        f.truncate(16 * 1024 * 1024 + 1)
+    exact = tmp_path / "exact.dat"
+    with exact.open("wb") as f:
+        f.truncate(16 * 1024 * 1024)
+    for path in ("/dev/zero", str(big)):
+        p = subprocess.run(joms("--url", a.url, "pub", "-t", "Zero", "-f", path),
+                           capture_output=True, text=True, timeout=60, env=_env(home), cwd=ROOT,
+                           preexec_fn=_limit_memory)  # fmt: skip
+        assert (p.returncode, p.stderr.strip()) == (
+            1,
+            f"error: {path} holds more than 16 MiB: a message takes at most that",
+        ), p.stdout
+    p = subprocess.run(joms("--url", a.url, "-c", f"pub -t Zero -id exact -f {exact}"),
+                       capture_output=True, text=True, timeout=60, env=_env(home), cwd=ROOT)  # fmt: skip
+    assert "16 MiB" not in p.stderr, p.stderr  # the limit itself is allowed
