@@ -835,8 +835,8 @@ def cache_purge(ctx: click.Context, local_state_dir: str | None, msg_id: str) ->
 @click.pass_context
 def top(ctx: click.Context, local_state_dir: str | None, interval: float, once: bool) -> None:
     """Live view of this host: neighbours (last heard, link quality), cache use, transfers
-    in progress, deliveries and counters per second. Ctrl-C quits."""
-    from rich.console import Console
+    in progress, deliveries and counters per second. Ctrl-C quits. Not on a terminal
+    (a file, a pipe): one plain frame per refresh, appended."""
 
     from . import top as view
 
@@ -846,12 +846,17 @@ def top(ctx: click.Context, local_state_dir: str | None, interval: float, once: 
     def connect() -> AdminClient:  # again after a failure: a restarted daemon moves port
         return AdminClient.for_state_dir(state_dir)
 
+    tty = sys.stdout.isatty()
+    # not a terminal: $COLUMNS if set, else 120 (rich's own guess there is 80)
+    console = view.PipeConsole(width=None if tty or os.environ.get("COLUMNS") else 120)
     if once:
-        frame = _call(lambda: view.once(lambda: client, interval))
-        Console(width=None if sys.stdout.isatty() else 120).print(frame)
+        console.print(_call(lambda: view.once(lambda: client, interval)))
         return
     _call(lambda: client.get("/status"))  # reachable before taking the screen
-    view.run(connect, interval)
+    if tty:
+        view.run(connect, interval)
+    else:  # a file or a pipe: a frame per refresh, as plain text
+        view.stream(connect, interval, console)
 
 
 # ---------------------------------------------------------------------- bridges

@@ -3,7 +3,8 @@
 :class:`Sampler` polls the admin API (``/status``, ``/peers``, ``/cache``) and keeps what a
 single poll cannot tell: counter rates (differences between two polls) and each
 neighbour's link quality. :func:`render` turns a :class:`Frame` into a rich renderable;
-:func:`run` refreshes it with ``rich.live.Live`` until Ctrl-C.
+:func:`run` refreshes it with ``rich.live.Live`` until Ctrl-C; :func:`stream` appends plain
+frames instead when the output is not a terminal.
 
 Link quality is the share of the recent announce periods (up to :data:`QUALITY_PERIODS`)
 in which the neighbour was heard at all: a neighbour announces once per period, so a good
@@ -13,12 +14,14 @@ often as the announce period, which the refresh interval is clamped to.
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
@@ -250,6 +253,35 @@ def run(connect: Callable[[], AdminClient], interval: float) -> None:
                     problem = str(exc)
                 live.update(render(frame, problem), refresh=True)
                 time.sleep(_clamped(interval, frame))
+    except KeyboardInterrupt:
+        return
+
+
+class PipeConsole(Console):
+    """A rich console whose output cut off (``| head``) raises BrokenPipeError, which the
+    CLI turns into its quiet exit 141, like every command (rich itself exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def stream(connect: Callable[[], AdminClient], interval: float, console: Console) -> None:
+    """Not a terminal (``dodwan top > file``, ``| less``): one plain frame per refresh,
+    appended to ``console`` after a dated rule, until Ctrl-C (or the reader goes away: the
+    CLI then ends quietly). A full-screen view would write escape codes, or nothing."""
+    sampler = Sampler(connect)
+    frame: Frame | None = None
+    try:
+        while True:
+            try:
+                frame, problem = sampler.poll(), None
+            except ClientError as exc:
+                problem = str(exc)
+            console.rule(time.strftime("%Y-%m-%d %H:%M:%S"), align="left")
+            console.print(render(frame, problem, live=False))
+            console.file.flush()
+            time.sleep(_clamped(interval, frame))
     except KeyboardInterrupt:
         return
 

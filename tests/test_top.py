@@ -4,6 +4,7 @@ and how it judges link quality (issue 19)."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from ptyrun import run_in_pty
-from test_console_terminal import Pane, _env, needs_tmux
+from test_console_terminal import ROOT, Pane, _env, foreground, needs_tmux
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 
 from dodwan.cli import cli
@@ -282,3 +283,36 @@ def test_top_once_in_a_terminal_shows_a_hostile_neighbour_as_text(tmp_path: Path
     assert not _raw_controls(raw), repr(raw)
     assert f"ev{MARKUP}il" in raw and f"topic={MARKUP}{EVIL_SHOWN}" in raw, raw
     assert f"f{EVIL_SHOWN}" in raw, raw
+
+
+def test_top_into_a_file_or_a_pipe_appends_plain_frames(
+    pair: tuple[DaemonProc, DaemonProc], tmp_path: Path
+) -> None:
+    """``dodwan top > file`` wrote 0 bytes (a full-screen view, on no screen), even after
+    Ctrl-C; ``| head`` got nothing. Now: a plain frame per refresh; cut off, exit 141."""
+    _, b = pair
+    cmd = [sys.executable, "-m", "dodwan.cli", "--state-dir", str(b.state_dir), "top", "-n", "0.2"]
+    env = {**_env(tmp_path / "home"), "COLUMNS": "100"}
+    out = tmp_path / "top.txt"
+    with out.open("w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+                                preexec_fn=foreground)  # fmt: skip
+    try:
+        text = wait_for(lambda: (t := out.read_text()).count("neighbours (1)") >= 2 and t, 20,
+                        what=lambda: f"two frames in {out}: {out.read_text()!r}")  # fmt: skip
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "\x1b" not in text  # plain text: no cursor movement, no colours
+    lines = text.splitlines()
+    assert all(len(x) <= 100 for x in lines), max(map(len, lines))
+    assert sum(x.startswith("tb  up ") for x in lines) >= 2 and "PER SECOND" in text
+    assert "Ctrl-C to quit" not in text
+    head = subprocess.run(f"{shlex.join(cmd)} | head -3; echo ${{PIPESTATUS[0]}}",
+                          shell=True, executable="/bin/bash", capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=30)  # fmt: skip
+    assert head.stdout.splitlines()[-1] == "141" and head.stderr == "", head
+    assert head.stdout.splitlines()[1].startswith("tb  up ")
