@@ -127,21 +127,32 @@ def _publish_options(p: _Parser, kind: str) -> None:
     )
     p.add_argument(
         "--ttl",
-        type=_non_negative,
+        type=_seconds(MAX_TTL),
         default=0.0,
         metavar="SECONDS",
-        help="lifetime in the network (default: the daemon's, 1 h)",
+        help="lifetime in the network, up to 3650 days (default: the daemon's, 1 h)",
     )
 
 
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text}")
-    return value
+MAX_TTL = 3650 * 86400.0
+"""``--ttl`` at most: 3650 days, the largest ``limits.max_ttl`` a daemon takes."""
+MAX_TIMEOUT = 365 * 86400.0
+"""``receive --timeout`` at most: a year (``inf`` overflowed the wait: OverflowError)."""
+
+
+def _seconds(most: float) -> Callable[[str], float]:
+    """An argparse type: seconds, a finite number from 0 to ``most``."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+        if not 0 <= value <= most:  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(f"must be a number from 0 to {most:.0f}, not {text}")
+        return value
+
+    return convert
 
 
 def _positive_int(text: str) -> int:
@@ -244,10 +255,10 @@ def _build_receive() -> _Parser:
     _filter_options(p)
     p.add_argument(
         "--timeout",
-        type=_non_negative,
+        type=_seconds(MAX_TIMEOUT),
         default=10.0,
         metavar="S",
-        help="seconds to wait (default 10)",
+        help="seconds to wait, up to a year (default 10)",
     )
     return p
 

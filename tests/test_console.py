@@ -111,7 +111,7 @@ def test_single_dash_options_are_not_abbreviated() -> None:
     assert isinstance(c, Command) and (c.args.topic, c.args.priority) == ("T", 3)
     with pytest.raises(UsageError) as exc:  # a negative number is a value, not an option
         grammar.parse_line("pub -t T -p x --ttl -1")
-    assert "must be a number >= 0" in str(exc.value)
+    assert "must be a number from 0 to" in str(exc.value)
 
 
 def test_split_commands_respects_quotes_and_comments() -> None:
@@ -457,6 +457,13 @@ class _FakeSession:
         ["sub", "-t", "X", "--count", "0"],
         ["receive", "-q", "X", "--timeout", "-1"],
         ["unsub"],
+        # infinite or huge: "unexpected OverflowError" (exit 1) once a daemon was reached
+        ["receive", "-q", "X", "--timeout", "inf"],
+        ["receive", "-q", "X", "--timeout", "1e300"],
+        ["receive", "-q", "X", "--timeout", "31536001"],
+        ["pub", "-t", "X", "-p", "x", "--ttl", "inf"],
+        ["send", "-q", "X", "-p", "x", "--ttl", "1e300"],
+        ["pub", "-t", "X", "-p", "x", "--ttl", "315360001"],
     ],
 )
 def test_one_shot_out_of_range_values_are_usage_errors(
@@ -506,3 +513,10 @@ def test_repeatable_options_stay_repeatable() -> None:
     c = grammar.parse_line("pub -t A -p x -ssl a=1 -ssl b=2")
     assert isinstance(c, Command) and c.args.props == ["a=1", "b=2"]
     assert not hasattr(c.args, grammar._GIVEN)
+
+
+def test_the_bounds_themselves_are_allowed() -> None:
+    c = grammar.parse_line("pub -t X -p x --ttl 315360000")
+    assert isinstance(c, Command) and c.args.ttl == 3650 * 86400
+    c = grammar.parse_line("receive -q X --timeout 31536000")
+    assert isinstance(c, Command) and c.args.timeout == 365 * 86400
