@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
@@ -138,25 +138,58 @@ def _header(st: dict[str, Any]) -> Text:
     return t
 
 
+HOST_SHOWN = 24
+"""Characters of a neighbour's host id the neighbours panel keeps however narrow it is."""
+NARROW = 72
+"""Below this width (characters inside the panel) the neighbours panel leaves out the
+link-quality bar and the address, so the host id, the share heard and the profile stay
+readable."""
+
+
+class _NeighbourTable:
+    """The neighbours table, its columns chosen for the width it is drawn at."""
+
+    def __init__(self, frame: Frame) -> None:
+        self.frame = frame
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        frame = self.frame
+        narrow = options.max_width < NARROW
+        table = Table(expand=True, box=None, pad_edge=False)
+        host_width = min(HOST_SHOWN, max(len(safe(h)) for h in frame.peers))
+        table.add_column("HOST", no_wrap=True, min_width=max(4, host_width))
+        if not narrow:
+            table.add_column("ADDRESS", no_wrap=True)
+        table.add_column("HEARD" if narrow else "LAST HEARD", no_wrap=True)
+        if not narrow:
+            table.add_column("LINK QUALITY", no_wrap=True)
+        table.add_column("" if not narrow else "LINK", no_wrap=True)
+        table.add_column("PROFILE")
+        for host, p in sorted(frame.peers.items()):
+            addr = p.get("address")
+            where = f"{addr[0]}:{addr[1]}" if isinstance(addr, list) and len(addr) >= 2 else addr
+            silent = float(p.get("silent_for", frame.at - float(p.get("last_heard", frame.at))))
+            q = frame.quality.get(host, 1.0)
+            pats = "; ".join(
+                ",".join(f"{k}={v}" for k, v in sorted(x.items())) for x in p.get("patterns", [])
+            )
+            cells: list[RenderableType] = [_text(host)]
+            if not narrow:
+                cells.append(_text(where))
+            cells.append(f"{silent:.1f} s" if narrow else f"{silent:.1f} s ago")
+            if not narrow:
+                cells.append(_bar(q, 1.0, 12))
+            cells += [f"{q:.0%}", _text(pats or "-")]
+            table.add_row(*cells)
+        yield table
+
+
 def _neighbours(frame: Frame) -> RenderableType:
     if not frame.peers:
         return Panel(Text("no neighbours"), title="neighbours (0)", title_align="left")
-    table = Table(expand=True, box=None, pad_edge=False)
-    for col in ("HOST", "ADDRESS", "LAST HEARD", "LINK QUALITY", "", "PROFILE"):
-        table.add_column(col, no_wrap=col != "PROFILE")
-    for host, p in sorted(frame.peers.items()):
-        addr = p.get("address")
-        where = f"{addr[0]}:{addr[1]}" if isinstance(addr, list) and len(addr) >= 2 else addr
-        silent = float(p.get("silent_for", frame.at - float(p.get("last_heard", frame.at))))
-        q = frame.quality.get(host, 1.0)
-        pats = "; ".join(
-            ",".join(f"{k}={v}" for k, v in sorted(x.items())) for x in p.get("patterns", [])
-        )
-        table.add_row(
-            _text(host), _text(where), f"{silent:.1f} s ago", _bar(q, 1.0, 12), f"{q:.0%}",
-            _text(pats or "-"),
-        )  # fmt: skip
-    return Panel(table, title=f"neighbours ({len(frame.peers)})", title_align="left")
+    return Panel(
+        _NeighbourTable(frame), title=f"neighbours ({len(frame.peers)})", title_align="left"
+    )
 
 
 def _cache(frame: Frame) -> RenderableType:

@@ -316,3 +316,28 @@ def test_top_into_a_file_or_a_pipe_appends_plain_frames(
                           env=env, cwd=ROOT, timeout=30)  # fmt: skip
     assert head.stdout.splitlines()[-1] == "141" and head.stderr == "", head
     assert head.stdout.splitlines()[1].startswith("tb  up ")
+
+
+@pytest.mark.parametrize("width", [40, 60, 120])
+def test_a_narrow_terminal_keeps_neighbours_host_ids_and_link_shares(width: int) -> None:
+    """At 40 columns the host id used to be squeezed to '…' first and the share heard and the
+    profile dropped: the bar and the address give way now."""
+    from rich.console import Console
+
+    from dodwan.top import Frame, render
+
+    status = {"host_id": "pa", "medium": {"kind": "udp", "group": "g", "interface": "lo"}}
+    long_pattern = {"_joms_dest": "topic:news@*", "_joms_kind": "x" * 30}
+    peers = {
+        "pb": {"address": ["127.0.0.1", 47613], "silent_for": 0.2, "patterns": [long_pattern]},
+        "field-unit-07": {"address": ["127.0.0.1", 47614], "silent_for": 1.5, "patterns": []},
+    }
+    frame = Frame(status, peers, [], {}, {"pb": 0.6, "field-unit-07": 0.25}, 0.0)
+    console = Console(width=width, record=True)
+    console.print(render(frame))
+    lines = console.export_text().splitlines()
+    pb = next(x for x in lines if "│ pb " in x)
+    unit = next(x for x in lines if "│ field-unit-07 " in x)
+    assert "60%" in pb and "25%" in unit, lines
+    assert "_joms_d" in pb, lines  # some of the profile
+    assert max(len(x) for x in lines) <= width
