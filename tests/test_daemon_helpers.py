@@ -6,8 +6,10 @@ wait for readiness by polling their admin API with a deadline, and always kill t
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import os
 import random
 import signal
 import subprocess
@@ -199,3 +201,24 @@ def test_random_group_is_ipv4_multicast() -> None:
     low, _high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     assert TEST_PORTS[-1] < low  # never one the kernel hands out to other sockets
     assert ipaddress.IPv4Address(host).is_multicast
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs under tmp_path (unmounted at teardown)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a 2 MB tmpfs needs root")
+    d = tmp_path / "small"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], check=True)
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def fill_disk(disk: Path) -> Path:
+    """Fill ``disk`` (a small tmpfs) with a file; returns it (unlink it to make room)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    return filler

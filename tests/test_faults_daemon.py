@@ -26,8 +26,16 @@ import pytest
 from brokers import Broker, free_port
 from brokers import mosquitto as mosquitto
 from click.testing import CliRunner, Result
-from test_daemon_helpers import DaemonProc, admin_auth, random_group, random_port, wait_for
+from test_daemon_helpers import (
+    DaemonProc,
+    admin_auth,
+    fill_disk,
+    random_group,
+    random_port,
+    wait_for,
+)
 from test_daemon_helpers import daemons as daemons
+from test_daemon_helpers import small_disk as small_disk
 
 from dodwan.cli import cli
 from dodwan.core import Node, NodeConfig
@@ -70,18 +78,6 @@ def test_a_refused_second_daemon_leaves_the_running_ones_admin_file(daemons, tmp
 
 
 # ---------------------------------------------------------------------- 2. disk full
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    """A 2 MB tmpfs under tmp_path (unmounted at teardown)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a 2 MB tmpfs needs root")
-    d = tmp_path / "small"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], check=True)
-    yield d
-    subprocess.run(["umount", "-l", str(d)], check=False)
 
 
 def test_store_rolls_back_a_failed_transaction_and_redoes_its_deletions(small_disk: Path) -> None:
@@ -216,15 +212,6 @@ def test_disk_full_received_message_is_dropped_and_counted(
     assert "Traceback" not in b.log.read_text()
 
 
-def _fill(disk: Path) -> Path:
-    """Fill ``disk`` (a small tmpfs) with a file; returns it (unlink it to make room)."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
-        while True:
-            f.write(b"\0" * 4096)
-    return filler
-
-
 def _status_of(d: DaemonProc, method: str, path: str, body: bytes = b"") -> tuple[int, str]:
     """(HTTP status, error message or body) of one admin request."""
     port = json.loads((d.state_dir / "admin.json").read_text())["port"]
@@ -259,7 +246,7 @@ def test_disk_full_unsubscribe_is_refused_and_the_subscription_kept(
     try:
         a.client().post("/subscribe", {"patterns": {"topic": "t"}, "key": "k",
                                         "sink": {"kind": "dir", "target": str(out)}})  # fmt: skip
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk)
         status, error = _status_of(a, "DELETE", "/subscriptions/k")
         assert status == 507, (status, error)
         assert "cannot store" in error and "'k'" in error and "full" in error, error
@@ -301,7 +288,7 @@ def test_disk_full_bridge_changes_are_refused_and_change_nothing(
     try:
         a.client().post("/bridges", b1)
         wait_for(lambda: a.client().get("/bridges")[0]["connected"], what="b1 connected")
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk)
         status, error = _status_of(a, "DELETE", "/bridges/b1")
         assert status == 507, (status, error)
         assert "cannot store" in error and "'b1'" in error and "full" in error, error
@@ -394,7 +381,7 @@ def test_disk_full_joms_durable_subscribe_is_a_resource_error_and_the_gateway_go
         ok = c1.request("SUBSCRIBE", {**news, "id": "0", "durable-subscription-name": "d0"})
         assert ok.command == "RECEIPT", ok
         c2 = _Stomp(port, "c2")
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk)
         f = c2.request("SUBSCRIBE", {**news, "id": "0", "durable-subscription-name": "d1"})
         assert f.command == "ERROR", f
         assert f.headers.get("joms-exception") == "ResourceAllocationException", f.headers
@@ -457,7 +444,7 @@ def test_disk_full_joms_core_unsubscriptions_reach_the_database_once_there_is_ro
         before = _sub_keys(a)
         joms_keys = {k for k in before if k.startswith(("joms:t:", "joms:d:"))}
         assert len(joms_keys) == 2 and _stored_sub_keys(a) == before, before
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk)
         consumer.close()
         with pytest.raises(ResourceAllocationException):
             s2.unsubscribe("d0")  # JOMS keeps the deletion in memory, stored once there is room
@@ -530,7 +517,7 @@ def test_a_start_on_a_full_disk_serves_or_is_one_line_and_keeps_what_is_stored(
         msg_id = a.client().post("/publish", {"attributes": {"topic": "t"}, "text": "hi"})["id"]
         keys = _sub_keys(a)
         a.kill(stop)
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk)
         a.log = tmp_path / "full.log"
         a.start(wait=False)
         outcome = _start_outcome(a)
@@ -558,7 +545,7 @@ def test_a_start_on_a_full_disk_serves_or_is_one_line_and_keeps_what_is_stored(
 def test_a_fresh_state_directory_on_a_full_disk_is_one_line(
     small_disk: Path, tmp_path: Path, variant: list[str]
 ) -> None:
-    filler = _fill(small_disk)
+    filler = fill_disk(small_disk)
     a = DaemonProc(small_disk / "a", ["--group", random_group(), *variant])
     a.log = tmp_path / "a.log"
     try:

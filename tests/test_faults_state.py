@@ -16,12 +16,12 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_daemon_helpers import DaemonProc, random_group, wait_for
+from test_daemon_helpers import DaemonProc, fill_disk, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
+from test_daemon_helpers import small_disk as small_disk
 
 from dodwan.daemon.client import AdminClient, ClientError
 
@@ -82,27 +82,6 @@ def test_a_foreign_reader_never_refuses_or_stalls_publications(daemons) -> None:
     assert d.status()["health"] == {"ok": True, "problems": []}
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MB tmpfs under tmp_path (unmounted at teardown)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a 2 MB tmpfs needs root")
-    d = tmp_path / "small"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], check=True)
-    yield d
-    subprocess.run(["umount", "-l", str(d)], check=False)
-
-
-def _fill(disk: Path) -> Path:
-    """Fill ``disk`` with a file; returns it (unlink it to make room)."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
-        while True:
-            f.write(b"\0" * 4096)
-    return filler
-
-
 def test_a_failed_checkpoint_is_logged_once_and_counted(
     small_disk: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -115,7 +94,7 @@ def test_a_failed_checkpoint_is_logged_once_and_counted(
     store.put_message(MessageMeta("m1", b"z", 0, True, 1.0))
     store.put_fragments("m1", [os.urandom(700_000)])
     store.commit()
-    filler = _fill(small_disk)
+    filler = fill_disk(small_disk)
     caplog.set_level("WARNING", logger="dodwan.daemon.store")
     ck = Checkpointer(small_disk / "d.db", 64 << 20)
     ck.start()
@@ -152,7 +131,7 @@ def test_disk_full_purge_is_refused_and_the_message_kept(small_disk: Path, tmp_p
             c.publish_bytes(os.urandom(20_000), attributes={"topic": "t"}, ttl=3600)["id"]
             for _ in range(5)
         ]
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk)
         for msg_id in ids[:3]:
             with pytest.raises(ClientError, match="cannot store the purge"):
                 c.delete(f"/cache/{msg_id}")
@@ -270,7 +249,7 @@ def test_dir_sink_on_a_full_disk_holds_ids_not_payloads_and_delivers_everything(
         c = d.client()
         c.post("/subscribe", {"patterns": {"topic": "t"}, "key": "s",
                               "sink": {"kind": "dir", "target": str(small_disk)}})  # fmt: skip
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk)
         assert d.proc is not None
         lines0 = len(d.log.read_text().splitlines())
         payloads = {}
@@ -300,7 +279,7 @@ def test_dir_sink_on_a_full_disk_holds_ids_not_payloads_and_delivers_everything(
         for p in small_disk.iterdir():
             p.unlink()
         _resize(small_disk, "2m")
-        filler = _fill(small_disk)
+        filler = fill_disk(small_disk)
         later = {c.publish_bytes(os.urandom(100_000), attributes={"topic": "t"})["id"]
                  for _ in range(10)}  # fmt: skip
         wait_for(lambda: _counters(d).get("sink_dir_waiting") == 10, timeout=20,

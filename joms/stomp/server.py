@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import ipaddress
 import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
+
+from dodwan.daemon.admin import is_loopback_name
 
 from ..errors import InvalidDestinationException, JMSException
 from ..service import model as mdl
@@ -75,15 +76,6 @@ _CONTENT_TYPES = {
 
 class StompError(Exception):
     """A client request the gateway refuses (becomes an ERROR frame)."""
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Gateway:
@@ -874,7 +866,7 @@ async def serve(
     if login is None and passcode is None:
         login = getattr(service_host, "stomp_login", None)
         passcode = getattr(service_host, "stomp_passcode", None)
-    if not allow_remote and not _is_loopback(host):
+    if not allow_remote and not is_loopback_name(host):
         raise PermissionError(
             errno.EACCES,
             f"refusing to serve STOMP on {host}: only loopback addresses unless remote "
