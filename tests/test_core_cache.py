@@ -304,3 +304,28 @@ def test_subscriptions_whose_expressions_together_cost_too_much_are_refused() ->
         n.subscribe(pattern(fits), now=0, key=f"k{fits}")
     assert len(n.subscriptions()) == fits
     n.subscribe(pattern(fits), now=0, key="k0")  # replacing one: the same cost
+
+
+def test_a_carrier_at_an_origin_s_share_drops_its_oldest_to_finish_the_newest() -> None:
+    """An altruistic carrier whose cache holds one origin's older message at that origin's
+    share (max_origin_share) fetches the origin's next message by evicting the older one
+    (drop-oldest), as its fragments arrive. The quota check ranked the arriving message as
+    the partial set it still was, below every complete one: the transfer stopped at the
+    share with half the message stored, and nothing newer from that origin came in."""
+    net = VirtualNetwork(seed=3)
+    net.add("src")
+    size = 100_000
+    capacity = 3 * size  # the origin's share: 1.5 messages
+    net.add("carrier", altruistic=True, cache_capacity=capacity,
+            limits=Limits(max_origin_share=0.5))  # fmt: skip
+    net.link("src", "carrier")
+    carrier = net.node("carrier")
+    held = []
+    for i in range(3):
+        mid = net.publish("src", {"id": f"big{i}", "t": "x"}, noise(size, i), ttl=10_000)
+        net.run(30)
+        complete = {c["id"] for c in carrier.cache_listing() if c["complete"]}
+        held.append(sorted(complete))
+        assert mid in complete, (i, carrier.cache_listing(), carrier.counters)
+    assert held == [["big0"], ["big1"], ["big2"]]  # the older one made room each time
+    assert carrier.counters.get("origin_quota_exceeded", 0) == 0

@@ -317,14 +317,26 @@ class CacheMixin(NodeState):
             heapq.heappush(self._evict_heap, v)
         return self._cache_bytes + needed <= cap
 
+    def _origin_fits(self, origin: str, extra: int) -> bool:
+        """Whether ``extra`` more bytes of ``origin`` stay within its share of the cache."""
+        quota = self._limits.max_origin_share * self.config.cache_capacity
+        return self._origin_bytes.get(origin, 0) + extra <= quota
+
     def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool:
         """Keep one remote origin under its share of the cache, evicting its own messages
-        ranked below ``c`` first; False when the new bytes cannot fit."""
+        ranked below ``c`` first; False when the new bytes cannot fit.
+
+        ``c`` ranks as it makes room in the cache (:meth:`Cached.rank` ``arriving``): a
+        transfer this host asked for as the complete message it is becoming, so it evicts
+        the origin's older complete copies carried for others, oldest first, as its
+        fragments arrive (``_room_for`` let it start counting on that). As a partial set it
+        ranked below all of them: it stopped at the share, half stored, and nothing newer
+        from that origin could come in."""
         quota = self._limits.max_origin_share * self.config.cache_capacity
         origin = c.header.origin
         if self._origin_bytes.get(origin, 0) + extra <= quota:
             return True
-        incoming = c.rank()
+        incoming = c.rank(arriving=True)
         msg_id = c.header.msg_id
         victims = sorted(
             (v.rank(), v.header.msg_id)

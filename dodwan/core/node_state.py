@@ -348,6 +348,9 @@ class NodeState:
     def _within_origin_quota(self, c: Cached, extra: int, now: float) -> bool:
         raise NotImplementedError
 
+    def _origin_fits(self, origin: str, extra: int) -> bool:
+        raise NotImplementedError
+
     # acks
     def _ack_delivered(self, c: Cached, now: float) -> None:
         raise NotImplementedError

@@ -458,7 +458,11 @@ class TransfersMixin(NodeState):
             c.credible = header.origin in self._complete_origins
             c.asked = dg.msg_id in self._requested
             c.copies = self._copies_received(c, dg.sender)
-            if not self._within_origin_quota(c, extra, now):  # its rank here reads no age
+            if not self._origin_fits(header.origin, extra):
+                # it ranks against the origin's other messages: with its ages (below)
+                c.seen_age = self._seen_age(header)
+                c.unmet_age = self._unmet_age(c)
+            if not self._within_origin_quota(c, extra, now):
                 self._count("origin_quota_exceeded")
                 self._give_up(dg.msg_id)
                 return
