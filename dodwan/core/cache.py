@@ -332,22 +332,24 @@ class CacheMixin(NodeState):
         fragments arrive (``_room_for`` let it start counting on that). As a partial set it
         ranked below all of them: it stopped at the share, half stored, and nothing newer
         from that origin could come in."""
-        quota = self._limits.max_origin_share * self.config.cache_capacity
         origin = c.header.origin
-        if self._origin_bytes.get(origin, 0) + extra <= quota:
+        if self._origin_fits(origin, extra):
             return True
         incoming = c.rank(arriving=True)
         msg_id = c.header.msg_id
+        # another transfer of this origin still arriving ranks as what it is becoming too:
+        # the newer of two goes on, the older is dropped once (as a partial set, it would
+        # drop the newer in turn when its next fragment came, and neither might finish)
         victims = sorted(
-            (v.rank(), v.header.msg_id)
+            (v.rank(arriving=True), v.header.msg_id)
             for v in self._cache.values()
             if v.header.origin == origin and not v.meta.local and v.header.msg_id != msg_id
         )
         for rank, vid in victims:
-            if self._origin_bytes.get(origin, 0) + extra <= quota or rank >= incoming:
+            if self._origin_fits(origin, extra) or rank >= incoming:
                 break
             self._drop(vid, now, "capacity")
-        return self._origin_bytes.get(origin, 0) + extra <= quota
+        return self._origin_fits(origin, extra)
 
     def _purge_expired(self, now: float) -> None:
         while self._deadlines and self._deadlines[0][0] <= now:

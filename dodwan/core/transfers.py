@@ -458,8 +458,10 @@ class TransfersMixin(NodeState):
             c.credible = header.origin in self._complete_origins
             c.asked = dg.msg_id in self._requested
             c.copies = self._copies_received(c, dg.sender)
-            if not self._origin_fits(header.origin, extra):
-                # it ranks against the origin's other messages: with its ages (below)
+            aged = c.asked and not self._origin_fits(header.origin, extra)
+            if aged:
+                # ranked as arriving against the origin's other messages: with its ages
+                # (a partial set's rank reads none)
                 c.seen_age = self._seen_age(header)
                 c.unmet_age = self._unmet_age(c)
             if not self._within_origin_quota(c, extra, now):
@@ -482,8 +484,9 @@ class TransfersMixin(NodeState):
                     return
             # Only now, for a copy that may be kept (making room ranks it as arriving): the
             # unmet age is a sum over the hosts met, wasted on fragments refused above.
-            c.seen_age = self._seen_age(header)
-            c.unmet_age = self._unmet_age(c)
+            if not aged:
+                c.seen_age = self._seen_age(header)
+                c.unmet_age = self._unmet_age(c)
             if not self._make_room(extra, c, now):
                 self._count("cache_full")
                 self._give_up(dg.msg_id)
