@@ -247,7 +247,7 @@ class QueueManagerMixin(ServiceBase):
         if r is not None and date < r.since:
             return  # an older renewal arriving late
         if req.get("cancel"):
-            mine = self._assigned_to(q, reply_id)
+            mine = self._assigned_to(q, reply_id, req.get("deliveries"))
             self._apply_acked(q, req.get("acked", []))
             self._apply_returned(q, req.get("returned", []), reply_id)
             if "received" in req:
@@ -299,7 +299,7 @@ class QueueManagerMixin(ServiceBase):
     def _manager_ack(self, q: ManagedQueue, d: Mapping[str, str], p: bytes, now: float) -> None:
         rec = _json_obj(p)
         reply_id = d.get(mdl.REPLY_ID, "")
-        mine = self._assigned_to(q, reply_id)
+        mine = self._assigned_to(q, reply_id, rec.get("deliveries"))
         r = q.receivers.get(reply_id)
         if r is not None and not r.closing and (rec.get("released") or rec.get("returned")):
             # only a closing consumer gives messages back, and its cancel follows (or came
@@ -319,8 +319,16 @@ class QueueManagerMixin(ServiceBase):
         if released:
             self._assign(q, now)
 
-    def _assigned_to(self, q: ManagedQueue, reply_id: str) -> set[str]:
-        return {mid for mid, pend in q.pending.items() if pend.assigned == reply_id}
+    def _assigned_to(self, q: ManagedQueue, reply_id: str, deliveries: Any) -> set[str]:
+        """The messages of ``q`` handed to ``reply_id``, among those ``deliveries`` names
+        (only a closing receiver sends it: for the others, nothing is looked at)."""
+        if not isinstance(deliveries, dict):
+            return set()
+        return {
+            mid
+            for mid in deliveries
+            if (p := q.pending.get(mid)) is not None and p.assigned == reply_id
+        }
 
     def _apply_deliveries(
         self, q: ManagedQueue, deliveries: Any, mine: set[str], reply_id: str
