@@ -21,6 +21,7 @@ from typing import Any
 
 from dodwan import BROADCAST, MessageDelivered, Node, NodeConfig
 from dodwan.daemon.collector import settle_collector
+from dodwan.daemon.private import private_dir
 
 from .service import JomsService, ServiceConfig
 from .service.core_port import NodePort
@@ -106,7 +107,7 @@ class LoopbackHost:
         cfg = self.config
         node_store = None
         if cfg.state_dir is not None:
-            Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)
+            private_dir(Path(cfg.state_dir))  # owner-only: it holds every payload
             node_store = _node_store(Path(cfg.state_dir) / "node.sqlite")
         self._node_store = node_store
         self.node = Node(
@@ -118,7 +119,7 @@ class LoopbackHost:
         self.udp = transport
         self.udp_address = transport.get_extra_info("sockname")[:2]
         if cfg.state_dir is not None:
-            Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)
+            private_dir(Path(cfg.state_dir))
             self.store = SqliteServiceStore(Path(cfg.state_dir) / "joms.sqlite")
         else:
             self.store = MemoryServiceStore()

@@ -340,6 +340,43 @@ def test_state_directory_and_databases_are_owner_only(tmp_path: Path, umask_022:
         d.kill()
 
 
+def test_a_repaired_database_is_owner_only(tmp_path: Path, umask_022: None) -> None:
+    """`dodwan repair` builds dodwan.db.repair (and its log) and moves it over dodwan.db:
+    made under the umask, every salvaged payload was readable by other users until the next
+    start."""
+    d = DaemonProc(tmp_path / "r", ["--group", random_group()])
+    try:
+        d.start()
+        d.client().publish_bytes(b"CONFIDENTIAL salary table", attributes={"topic": "hr"})
+    finally:
+        d.kill(15)
+    r = CliRunner().invoke(cli, ["repair", "--state-dir", str(d.state_dir)])
+    assert r.exit_code == 0 and "saved 1 of 1" in r.output, r.output
+    modes = _modes(d.state_dir, "dodwan.db")
+    assert "dodwan.db" in modes and not any(".repair" in k for k in modes), modes
+    assert set(modes.values()) == {0o600}, {k: oct(v) for k, v in modes.items()}
+
+
+def test_joms_runtime_state_is_owner_only(tmp_path: Path, umask_022: None) -> None:
+    """joms.runtime's LoopbackHost made its state directory, node.sqlite (the cache: every
+    payload) and joms.sqlite under the umask."""
+    from joms_support import LoopThread
+
+    from joms.runtime import HostConfig, LoopbackHost
+
+    state = tmp_path / "parent" / "j"
+    loop = LoopThread()
+    try:
+        h = loop.call(LoopbackHost(HostConfig("j1", state_dir=state)).start())
+        loop.call(h.stop())
+    finally:
+        loop.close()
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    modes = {k: v for n in ("node.sqlite", "joms.sqlite") for k, v in _modes(state, n).items()}
+    assert {"node.sqlite", "joms.sqlite"} <= set(modes), modes
+    assert set(modes.values()) == {0o600}, {k: oct(v) for k, v in modes.items()}
+
+
 def test_a_refused_bridge_uri_never_shows_its_password(daemons, tmp_path: Path) -> None:
     """The daemon's start-up error, POST /bridges and `dodwan bridge add` quoted the refused
     URI whole, password included (logs, the journal, a terminal)."""

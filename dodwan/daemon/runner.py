@@ -55,7 +55,7 @@ from .memdebug import MemProbe
 from .netkey import OVERHEAD as NETKEY_OVERHEAD
 from .netkey import NetKey, NetKeyError, read_key_file, write_secret_file
 from .pacer import Pacer
-from .private import private_dir, private_file, private_sqlite
+from .private import private_dir, private_file
 from .service_host import SERVICE_PREFIX
 from .sinks import KINDS, SinkRouter, delivery_json
 from .sqlite_store import (
@@ -293,10 +293,6 @@ class Daemon:
             raise DaemonError(
                 f"cannot remove {self.state_dir / ADMIN_FILE}: {exc.strerror}"
             ) from None
-        try:
-            private_sqlite(self.state_dir / DB_FILE)
-        except OSError as exc:
-            raise DaemonError(f"cannot use {self.state_dir / DB_FILE}: {exc.strerror}") from None
         self.store = SqliteStore(
             self.state_dir / DB_FILE,
             self.config.sqlite_synchronous,
@@ -651,7 +647,6 @@ class Daemon:
                 f"--stomp needs the JOMS STOMP gateway (joms.stomp.server), which is not available: {exc}"
             ) from None
         try:
-            private_sqlite(self.state_dir / JOMS_DB_FILE)
             server: Any = serve(
                 self.service_host(),
                 host,

@@ -38,6 +38,7 @@ from pathlib import Path
 import sqlite_utils
 
 from ..core.store import MessageMeta
+from .private import private_sqlite
 
 log = logging.getLogger("dodwan.daemon.store")
 
@@ -406,6 +407,10 @@ class SqliteStore:
         self.read_errors = 0
         self.last_error = ""
         check_plain_files(sqlite_files(self.path))
+        try:  # owner-only, made so before SQLite creates it or its log (docs/security.md)
+            private_sqlite(self.path)
+        except OSError as exc:
+            raise StoreError(f"cannot use {self.path}: {exc.strerror}") from None
         check_file(self.path)
         try:
             conn = sqlite3.connect(str(self.path), check_same_thread=False)

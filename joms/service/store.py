@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from dodwan.daemon.private import private_sqlite
+
 
 class StoreWriteError(Exception):
     """The store could not commit (disk full, I/O error). Nothing of the transaction is in
@@ -129,6 +131,10 @@ class SqliteServiceStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        try:  # owner-only before SQLite makes it or its log (docs/security.md)
+            private_sqlite(self.path)
+        except OSError as exc:  # as SQLite would have failed to open it
+            raise sqlite3.OperationalError(f"cannot use {self.path}: {exc.strerror}") from None
         self._db = sqlite3.connect(str(self.path), isolation_level="DEFERRED")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
