@@ -22,9 +22,32 @@ from dodwan.bridges.mapping import ORIGIN_MARK, Inbound, inbound_attributes, inb
 from dodwan.bridges.outbox import Outbox
 from dodwan.bridges.selection import descriptor_values, inbound_values
 from dodwan.bridges.stomp import StompLink
-from dodwan.bridges.uri import BindingSpec, SpecError, parse_uri
+from dodwan.bridges.uri import BindingSpec, SpecError, parse_uri, without_credentials
 from dodwan.daemon import config as cfg
 from dodwan.daemon.client import ClientError
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        # digits then a raw '/' looked like HOST:PORT/PATH and came back whole
+        ("amqp://u:12/3@h/x", "amqp://h/x"),
+        ("amqp://u:12/3@h:5672/ex/key", "amqp://h:5672/ex/key"),
+        ("mqtt://alice@h:1883/t/#", "mqtt://h:1883/t/#"),  # user only
+        ("stomp://u:p@ss@h/queue/q", "stomp://h/queue/q"),  # '@' in the password
+        ("amqp://u:a:b:1@h/x", "amqp://h/x"),  # ':' in the password
+        ("amqp://u:1/2/3@[::1]:5672/x", "amqp://[::1]:5672/x"),  # '/' in it, IPv6 host
+        ("amqp://u:p?q#r@h/x", "amqp://h/x"),  # '?' and '#' in it
+        ("amqp://[::1]:5672/x", "amqp://[::1]:5672/x"),  # nothing to hide
+        ("mqtt://h:1883/t/#", "mqtt://h:1883/t/#"),
+        ("u:p@h", "u:h"),  # no '//': the password still goes
+    ],
+)
+def test_uri_shown_without_credentials(uri: str, shown: str) -> None:
+    assert without_credentials(uri) == shown
+    for secret in ("12/3", "1/2/3", "p@ss", "a:b:1", "p?q#r", "alice"):
+        if secret in uri:
+            assert secret not in without_credentials(uri)
 
 
 def test_uris_of_the_three_protocols() -> None:

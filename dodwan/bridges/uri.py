@@ -110,21 +110,19 @@ class Endpoint:
 
 def without_credentials(uri: str) -> str:
     """``uri`` without ``USER:PASSWORD@``, also for a URI that does not parse (error messages
-    and logs show this). A password holding a raw ``/`` (not ``%2F``) ends the authority
-    early: when what precedes the first ``/`` looks like ``USER:PASSWORD`` (not
-    ``HOST:PORT``) and an ``@`` follows, everything up to the last ``@`` goes."""
+    and logs show this). A password may hold a raw ``/``, ``:``, ``@``, ``?`` or ``#`` (not
+    percent-encoded), so no split of the authority can be trusted (``u:12/3@h`` looks like
+    host ``u``, port ``12``): whenever an ``@`` follows the scheme, everything between the
+    scheme and the last ``@`` goes. A path or query holding an ``@`` is cut too; showing too
+    little is the safe side."""
     head, sep, rest = uri.partition("://")
     if not sep:
         head, sep, rest = uri.partition(":")
         if not sep:
             return uri.rpartition("@")[2]
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        return f"{head}{sep}{authority.rpartition('@')[2]}{slash}{path}"
-    port = authority.rpartition(":")[2]
-    if "@" in path and ":" in authority and not authority.startswith("[") and not port.isdigit():
-        return f"{head}{sep}{rest.rpartition('@')[2]}"
-    return uri
+    if "@" not in rest:
+        return uri
+    return f"{head}{sep}{rest.rpartition('@')[2]}"
 
 
 def parse_uri(uri: str) -> Endpoint:
