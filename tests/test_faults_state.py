@@ -240,7 +240,8 @@ def test_dir_sink_on_a_full_disk_holds_ids_not_payloads_and_delivers_everything(
     does not grow with them), one log line says so, no ``.NAME.tmp`` is left behind; once
     there is room every delivery is written, those waiting at a stop after the restart."""
     conf = tmp_path / "d.toml"
-    conf.write_text("fragment_cache = 0\n")  # RSS then shows what the sink holds
+    # RSS then shows what the sink holds; no payload kept by the waiting deliveries
+    conf.write_text("fragment_cache = 0\ndir_wait_memory = 0\n")
     args = ["--config", str(conf), "--group", random_group(), "--host-id", "sf",
             "--cache-capacity", str(1 << 30)]  # fmt: skip
     d = DaemonProc(tmp_path / "sf", args)
@@ -291,6 +292,44 @@ def test_dir_sink_on_a_full_disk_holds_ids_not_payloads_and_delivers_everything(
         wait_for(lambda: _delivered(small_disk) == later, timeout=20,
                  what="the deliveries waiting at the stop written after the start")  # fmt: skip
         assert not [p.name for p in small_disk.iterdir() if p.name.endswith(".tmp")]
+    finally:
+        d.kill()
+    assert "Traceback" not in d.log.read_text()
+
+
+@pytest.mark.timeout(90)
+def test_a_waiting_dir_delivery_keeps_its_payload_when_the_message_leaves_the_cache(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """A ``--dir`` delivery waiting for room held only its message id: when the message
+    left the cache meanwhile (purged here; evicted or expired alike), it was given up and
+    lost for good (no sink_done row, so the next start could not redo it). Within
+    ``dir_wait_memory`` the waiting deliveries keep their payloads and are written once
+    there is room; beyond it they hold ids only and are given up, counted."""
+    conf = tmp_path / "d.toml"
+    conf.write_text("dir_wait_memory = 250000\n")  # two of the three payloads
+    d = DaemonProc(tmp_path / "wk", ["--config", str(conf), "--group", random_group()])
+    d.start()
+    try:
+        c = d.client()
+        c.post("/subscribe", {"patterns": {"topic": "t"}, "key": "s",
+                              "sink": {"kind": "dir", "target": str(small_disk)}})  # fmt: skip
+        filler = fill_disk(small_disk)
+        sent = [os.urandom(100_000) for _ in range(3)]
+        ids = [c.publish_bytes(data, attributes={"topic": "t"})["id"] for data in sent]
+        wait_for(lambda: _counters(d).get("sink_dir_waiting") == 3, timeout=20,
+                 what="3 deliveries waiting")  # fmt: skip
+        for msg_id in ids:
+            assert c.delete(f"/cache/{msg_id}") == {"purged": msg_id}
+        assert _ids(d) == set()
+        _resize(small_disk, "64m")
+        filler.unlink()
+        wait_for(lambda: _counters(d).get("sink_dir_waiting") == 0, timeout=30,
+                 what="the waiting deliveries done")  # fmt: skip
+        assert _delivered(small_disk) == set(ids[:2])
+        for msg_id, data in zip(ids[:2], sent[:2], strict=True):
+            assert (small_disk / msg_id).read_bytes() == data
+        assert _counters(d).get("sink_dir_given_up") == 1  # the one beyond the budget
     finally:
         d.kill()
     assert "Traceback" not in d.log.read_text()

@@ -212,6 +212,14 @@ SETTINGS: tuple[Setting, ...] = (
         "sink_deliveries_follow_dropped).",
     ),
     Setting(
+        "dir_wait_memory",
+        64 * 1024 * 1024,
+        "Payload bytes kept in memory, all dir sinks together, for deliveries waiting for "
+        "their directory to take writes again (disk full): a waiting delivery beyond it holds "
+        "its message id only and is given up (counted in sink_dir_given_up) if the message "
+        "leaves the cache before there is room; 0 = ids only.",
+    ),
+    Setting(
         "bridges",
         [],
         "Bindings to STOMP, MQTT and AMQP brokers, one `[[bridges]]` table each (name, uri, "
@@ -252,6 +260,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "stomp_write_window": (64 * 1024, 64 * GiB),
     "admin_request_timeout": (0.1, 3600),
     "follow_window": (64 * 1024, 64 * GiB),
+    "dir_wait_memory": (0, 64 * GiB),
 }
 """Inclusive bounds of the numeric daemon settings (every value must also be finite)."""
 
@@ -321,6 +330,7 @@ BYTE_SIZES = frozenset(
         "fragment_cache",
         "stomp_write_window",
         "follow_window",
+        "dir_wait_memory",
         "max_datagram",
         "cache_capacity",
         "max_descriptor_bytes",
@@ -828,9 +838,11 @@ def render_markdown() -> str:
         "* compiled subscriptions of other hosts: the 4 versions compiled last, per host;",
         "* the 256 datagrams decoded last;",
         "* `--dir` deliveries waiting for their directory to take writes again (disk full, out of",
-        "  file descriptors): at most 10,000, each holding its message id and subscription key,",
-        "  not its payload (read again from the cache when it is written); beyond that the newest",
-        "  are left to the redelivery at the next start.",
+        "  file descriptors): at most 10,000, their payloads kept up to `dir_wait_memory` bytes",
+        "  (all dir sinks together); beyond that a delivery holds its message id and subscription",
+        "  key only (the payload read again from the cache when it is written, given up if the",
+        "  message left the cache meanwhile); beyond 10,000 the newest are left to the",
+        "  redelivery at the next start.",
         "",
         "Datagrams are received into one reused buffer and copied at their size, so what the",
         "node keeps does not fragment the C heap. `docs/reliability.md` (Soak) shows the",

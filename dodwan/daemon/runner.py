@@ -326,6 +326,7 @@ class Daemon:
             on_done=self._sink_done,
             follow_window=self.config.follow_window,
             reload=self._reload_delivery,
+            wait_memory=self.config.dir_wait_memory,
         )
         for row in list(self.store.iter_sinks()):
             if row.kind == "follow" or row.key not in self.node.subscriptions():
@@ -577,7 +578,8 @@ class Daemon:
 
     def _reload_delivery(self, key: str, msg_id: str) -> MessageDelivered | None:
         """A cached message's delivery to ``key`` again (a dir sink's delivery that waited
-        for room holds only the id); None when it is no longer cached."""
+        for room beyond ``dir_wait_memory`` holds only the id); None when it is no longer
+        cached."""
         node = self.node
         if node is None:
             return None

@@ -53,8 +53,14 @@ DIR_RETRY_PENDING = 10000
 """Dir-sink writes that failed (out of file descriptors, disk full) wait, in order, and are
 retried after 1 s, doubling up to 60 s, while the subscription lasts; beyond this many
 waiting (all keys), the newest failures are left to the redelivery at the next start.
-A waiting delivery holds its message id, not its payload: the payload is read again from
-the cache when it is written (given a ``reload`` function)."""
+A waiting delivery keeps its payload while those kept total at most :data:`DIR_WAIT_MEMORY`
+bytes (all keys); beyond that it holds its message id only, the payload read again from the
+cache when it is written (given a ``reload`` function), and it is given up if the message
+left the cache meanwhile."""
+DIR_WAIT_MEMORY = 64 * 1024 * 1024
+"""Default payload bytes kept by waiting dir-sink deliveries (setting ``dir_wait_memory``):
+a message delivered here is among the first the cache evicts (``once`` ones especially), and
+a waiting delivery holding only its id is lost when that happens before there is room."""
 DIR_RETRY_BATCH = 64
 """Waiting deliveries written per turn of the event loop once the directory has room."""
 EXEC_STOP_GRACE = 3.0
@@ -199,7 +205,8 @@ class FollowQueue(asyncio.Queue["MessageDelivered | None"]):
 @dataclass
 class _DirBacklog:
     """A dir sink's deliveries waiting for its directory to take writes again (in order):
-    message ids when the router can read payloads again (``reload``), else the deliveries."""
+    the deliveries, or their message ids only beyond the router's payload budget when it can
+    read payloads again (``reload``)."""
 
     target: str
     waiting: deque[str | MessageDelivered] = field(default_factory=deque)
@@ -221,9 +228,11 @@ class SinkRouter:
         on_done: Callable[[MessageDelivered], None] | None = None,
         follow_window: int = FOLLOW_WINDOW,
         reload: Callable[[str, str], MessageDelivered | None] | None = None,
+        wait_memory: int = DIR_WAIT_MEMORY,
     ) -> None:
         """``reload(key, msg_id)``: the delivery of a cached message again (None when it is
-        no longer cached), so that a dir delivery waiting for room holds only its id."""
+        no longer cached), so that a dir delivery waiting for room beyond ``wait_memory``
+        payload bytes (all keys) holds only its id."""
         self._on_done = on_done or (lambda ev: None)
         self._reload = reload
         self._backlogs: dict[str, _DirBacklog] = {}
@@ -231,6 +240,8 @@ class SinkRouter:
         self._followers: dict[str, set[FollowQueue]] = {}
         self._follow_window = follow_window
         self._retrying = 0
+        self._wait_memory = max(0, wait_memory)
+        self._waiting_bytes = 0  # payload bytes of the waiting deliveries kept whole
         self._exec_timeout = exec_timeout
         self._exec_slots = asyncio.Semaphore(exec_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -321,9 +332,8 @@ class SinkRouter:
             backlog = self._backlogs[key] = _DirBacklog(target, error=str(exc))
             self._wait(backlog, ev)
             log.error(
-                "subscription %s: cannot write to %s: %s; deliveries wait (payloads re-read "
-                "from the cache) and are retried after 1 s, doubling to 60 s (one line until "
-                "it works again)",
+                "subscription %s: cannot write to %s: %s; deliveries wait and are retried "
+                "after 1 s, doubling to 60 s (one line until it works again)",
                 key,
                 target,
                 exc,
@@ -346,7 +356,19 @@ class SinkRouter:
             return  # redone at the next start (its sink_done is not recorded)
         self._retrying += 1
         msg_id = ev.descriptor.get("id")
-        backlog.waiting.append(msg_id if self._reload is not None and msg_id else ev)
+        size = len(ev.payload)
+        if self._reload is not None and msg_id and (self._waiting_bytes + size > self._wait_memory):
+            backlog.waiting.append(msg_id)
+            return
+        self._waiting_bytes += size
+        backlog.waiting.append(ev)
+
+    def _pop_waiting(self, backlog: _DirBacklog) -> None:
+        """The oldest waiting delivery of ``backlog`` written or given up."""
+        item = backlog.waiting.popleft()
+        self._retrying -= 1
+        if isinstance(item, MessageDelivered):
+            self._waiting_bytes -= len(item.payload)
 
     def _schedule(self, key: str, backlog: _DirBacklog) -> None:
         delay = min(DIR_RETRY_MAX, DIR_RETRY_FIRST * 2**backlog.attempt)
@@ -371,8 +393,7 @@ class SinkRouter:
             item = backlog.waiting[0]
             ev = item if isinstance(item, MessageDelivered) else self._reload_one(key, item)
             if ev is None:  # no longer cached (expired, evicted): nothing to write it from
-                backlog.waiting.popleft()
-                self._retrying -= 1
+                self._pop_waiting(backlog)
                 backlog.given_up += 1
                 self._count("dir_given_up")  # the next start counts it as impossible too
                 continue
@@ -381,15 +402,13 @@ class SinkRouter:
                 write_to_dir(Path(backlog.target), ev)
             except OSError as exc:
                 if exc.errno in DIR_PERMANENT_ERRORS:
-                    backlog.waiting.popleft()
-                    self._retrying -= 1
+                    self._pop_waiting(backlog)
                     self._give_up(backlog.target, ev, exc)
                     continue
                 backlog.error = str(exc)
                 self._schedule(key, backlog)
                 return
-            backlog.waiting.popleft()
-            self._retrying -= 1
+            self._pop_waiting(backlog)
             backlog.written += 1
             self._count("deliveries_dir")
             self._on_done(ev)
@@ -417,6 +436,9 @@ class SinkRouter:
         if backlog.handle is not None:
             backlog.handle.cancel()
         self._retrying -= len(backlog.waiting)
+        self._waiting_bytes -= sum(
+            len(item.payload) for item in backlog.waiting if isinstance(item, MessageDelivered)
+        )
 
     @property
     def dir_waiting(self) -> int:
