@@ -21,6 +21,7 @@ import click
 from ..core.config import MAX_COPY_BUDGET, NodeConfig, attribute_docs, field_docs
 from ..core.limits import Limits
 from ..units import as_given, is_plain_number
+from .sinks import DIR_WAIT_MEMORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +214,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "dir_wait_memory",
-        64 * 1024 * 1024,
+        DIR_WAIT_MEMORY,
         "Payload bytes kept in memory, all dir sinks together, for deliveries waiting for "
         "their directory to take writes again (disk full): a waiting delivery beyond it holds "
         "its message id only and is given up (counted in sink_dir_given_up) if the message "
