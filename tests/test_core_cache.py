@@ -329,3 +329,27 @@ def test_a_carrier_at_an_origin_s_share_drops_its_oldest_to_finish_the_newest() 
         assert mid in complete, (i, carrier.cache_listing(), carrier.counters)
     assert held == [["big0"], ["big1"], ["big2"]]  # the older one made room each time
     assert carrier.counters.get("origin_quota_exceeded", 0) == 0
+
+
+def test_two_transfers_of_one_origin_at_its_share_evict_its_older_copy_not_each_other() -> None:
+    """Two messages of one origin fetched at once by a carrier whose cache holds an older
+    one of that origin near its share: the older complete copy makes room, not a transfer
+    under way. Ranked as the partial set it still was, transfer a was dropped first (then
+    fetched again), and a dropped one could drop the other in turn when its next fragment
+    came."""
+    net = VirtualNetwork(seed=4)
+    net.add("src")
+    size = 100_000
+    net.add("carrier", altruistic=True, cache_capacity=5 * size,
+            limits=Limits(max_origin_share=0.5))  # fmt: skip
+    net.link("src", "carrier")
+    net.publish("src", {"id": "old", "t": "x"}, noise(size, 9), ttl=10_000)
+    net.run(30)
+    carrier = net.node("carrier")
+    assert [c["id"] for c in carrier.cache_listing() if c["complete"]] == ["old"]
+    net.publish("src", {"id": "a", "t": "x"}, noise(size, 1), ttl=10_000)
+    net.publish("src", {"id": "b", "t": "x"}, noise(size, 2), ttl=10_000)
+    net.run(60)
+    evicted = [e.msg_id for e in net.events("carrier") if isinstance(e, MessageEvicted)]
+    assert evicted == ["old"]
+    assert sorted(c["id"] for c in carrier.cache_listing() if c["complete"]) == ["a", "b"]
