@@ -697,3 +697,39 @@ def _connected(link: StompLink) -> bool:
     except LinkError:
         return False
     return True
+
+
+@pytest.mark.parametrize(
+    "failure", [stomp.exception.NotConnectedException(), BrokenPipeError(32, "Broken pipe")]
+)
+def test_a_stomp_send_failing_before_the_link_hears_of_the_close_is_a_dropped_batch(
+    failure: Exception,
+) -> None:
+    """stomp.py forgets the socket (or the kernel refuses the write) before its receiver
+    thread reports the close: a send that failed that way was a mere LinkError, so the
+    binding sent the same batch again instead of isolating its messages (CI: a broker that
+    closes on one message saw the whole batch twice). It is a Dropped batch once the close
+    is heard. (The close is reported 0.3 s later here, as a receiver thread would.)"""
+    from dodwan.bridges.binding import Dropped
+    from dodwan.bridges.outbox import OutRow
+
+    spec = BindingSpec.from_dict(
+        {
+            "uri": "stomp://127.0.0.1:1/queue/q",
+            "name": "hq",
+            "direction": "out",
+            "attributes": {"topic": "q"},
+        }
+    )
+    link = StompLink(spec, "gw", lambda _m: True)
+    generation = link._generation
+
+    class Closed:
+        def begin(self, **_kw: Any) -> None:
+            threading.Timer(0.3, link._failed, ("connection closed", generation)).start()
+            raise failure
+
+    link.conn = Closed()
+    row = OutRow(1, "m1", {"topic": "q"}, b"x", time.time() + 60)
+    with pytest.raises(Dropped, match="connection lost while sending 1 message"):
+        link.send([row])

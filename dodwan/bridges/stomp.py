@@ -46,6 +46,9 @@ logging.getLogger("stomp.py").setLevel(logging.CRITICAL)
 
 CONNECT_TIMEOUT = 10.0
 RECEIPT_TIMEOUT = 30.0
+CLOSE_HEARD = 5.0
+"""Seconds a send that failed on a closed socket waits for the receiver thread to report
+the close (and an ERROR frame before it)."""
 STANDARD = frozenset(
     {"destination", "message-id", "subscription", "ack", "content-length", "content-type"}
     | {"expires", "priority", "persistent", "timestamp", "redelivered", "receipt"}
@@ -357,6 +360,11 @@ class StompLink:
         try:
             left = self._send(conn, rows)
         except Exception as exc:
+            if isinstance(exc, (OSError, stomp.exception.StompException)):
+                # stomp.py forgets the socket (NotConnectedException), or the kernel refuses
+                # the write, before its receiver thread has reported the close and what the
+                # broker said before it: wait for that report to tell a refusal from a cut.
+                self._lost.wait(CLOSE_HEARD)
             if self._error:
                 # The broker answered a frame of the batch with ERROR (e.g. ActiveMQ: a
                 # header over its 10240-byte limit): nothing of the batch is committed.
