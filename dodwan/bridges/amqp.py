@@ -56,11 +56,11 @@ import pika
 import pika.exceptions
 
 from . import ledger
-from .binding import InboundHandler, LinkError, Unsendable
+from .binding import InboundHandler, LinkError, send_sendable
 from .ids import inbound_queue
 from .mapping import Inbound, priority_of, user_properties
 from .outbox import OutRow
-from .uri import BindingSpec
+from .uri import BindingSpec, Endpoint
 
 PREFETCH = 64
 
@@ -83,6 +83,19 @@ def bound_record(queue: str) -> str:
     return f"{queue}.bound"
 
 
+def connection_parameters(ep: Endpoint, **extra: Any) -> pika.ConnectionParameters:
+    """How to reach the endpoint's broker: one attempt, 5 s to connect, its credentials
+    (RabbitMQ's default guest/guest when the URI names none), and ``extra``."""
+    return pika.ConnectionParameters(
+        host=ep.host,
+        port=ep.port,
+        credentials=pika.PlainCredentials(ep.user or "guest", ep.password or "guest"),
+        connection_attempts=1,
+        socket_timeout=5,
+        **extra,
+    )
+
+
 def remove_inbound_queue(spec: BindingSpec, host_id: str) -> str:
     """``bridge rm`` of an exchange binding that receives: delete its queue (bound to the
     exchange, it would collect messages for ever) and its record. What waited in the queue
@@ -92,14 +105,7 @@ def remove_inbound_queue(spec: BindingSpec, host_id: str) -> str:
     if not (spec.inbound and ep.kind == "exchange"):
         return ""
     queue = inbound_queue(host_id, spec.name)
-    params = pika.ConnectionParameters(
-        host=ep.host,
-        port=ep.port,
-        credentials=pika.PlainCredentials(ep.user or "guest", ep.password or "guest"),
-        connection_attempts=1,
-        socket_timeout=5,
-        blocked_connection_timeout=10,
-    )
+    params = connection_parameters(ep, blocked_connection_timeout=10)
     try:
         conn = pika.BlockingConnection(params)
         try:
@@ -177,16 +183,7 @@ class AmqpLink:
 
     def connect(self) -> None:
         ep = self.spec.endpoint
-        creds = pika.PlainCredentials(ep.user or "guest", ep.password or "guest")
-        params = pika.ConnectionParameters(
-            host=ep.host,
-            port=ep.port,
-            credentials=creds,
-            heartbeat=30,
-            blocked_connection_timeout=30,
-            connection_attempts=1,
-            socket_timeout=5,
-        )
+        params = connection_parameters(ep, heartbeat=30, blocked_connection_timeout=30)
         try:
             self.conn = pika.BlockingConnection(params)
             if ep.kind == "exchange":
@@ -417,12 +414,7 @@ class AmqpLink:
         message until a whole batch has gone (see the module's docstring). Messages AMQP
         cannot encode (:func:`unencodable`) are left out of it and, once the others are
         committed, raised as :class:`~.binding.Unsendable`."""
-        bad = {r.seq: why for r in rows if (why := unencodable(r))}
-        rows = [r for r in rows if r.seq not in bad]
-        if rows:
-            self._send(rows)
-        if bad:
-            raise Unsendable(bad)
+        send_sendable(rows, unencodable, self._send)
 
     def _send(self, rows: list[OutRow]) -> None:
         batches = [[r] for r in rows] if self._careful else [rows]

@@ -63,6 +63,21 @@ class Unsendable(Exception):
         super().__init__(f"{len(refused)} message(s) cannot be sent: {'; '.join(reasons)}")
 
 
+def send_sendable(
+    rows: list[OutRow],
+    why_not: Callable[[OutRow], str],
+    send: Callable[[list[OutRow]], None],
+) -> None:
+    """Send (``send``) the rows the protocol can carry, then raise :class:`Unsendable` for
+    those ``why_not`` says it cannot (a non-empty reason), so that they are held back."""
+    bad = {r.seq: why for r in rows if (why := why_not(r))}
+    rows = [r for r in rows if r.seq not in bad]
+    if rows:
+        send(rows)
+    if bad:
+        raise Unsendable(bad)
+
+
 class Link(Protocol):
     """A protocol client bound to one remote destination (used from one thread)."""
 

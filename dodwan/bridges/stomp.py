@@ -34,7 +34,7 @@ from typing import Any
 import stomp
 
 from . import ledger
-from .binding import Dropped, InboundHandler, LinkError, Refused, Unsendable
+from .binding import Dropped, InboundHandler, LinkError, Refused, send_sendable
 from .ids import client_base
 from .mapping import Inbound, deadline_of, priority_of, user_properties
 from .outbox import OutRow
@@ -343,14 +343,12 @@ class StompLink:
         is known to refuse (:func:`unsendable`) are left out of it and, once the others
         are committed, raised as :class:`~.binding.Unsendable`."""
         self._left = []
-        bad = {
-            r.seq: f"message {r.msg_id}: {why}" for r in rows if (why := unsendable(r.descriptor))
-        }
-        rows = [r for r in rows if r.seq not in bad]
-        if rows:
-            self._send_batch(rows)
-        if bad:
-            raise Unsendable(bad)
+
+        def why_not(r: OutRow) -> str:
+            why = unsendable(r.descriptor)
+            return why and f"message {r.msg_id}: {why}"
+
+        send_sendable(rows, why_not, self._send_batch)
 
     def _send_batch(self, rows: list[OutRow]) -> None:
         conn = self.conn
