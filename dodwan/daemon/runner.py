@@ -1411,7 +1411,6 @@ class Daemon:
 
     async def bridge_add(self, body: dict[str, Any]) -> dict[str, Any]:
         body = dict(body)
-        body.pop(RAW_PAYLOAD, None)
         check_fields(body, (*sorted(BINDING_KEYS), "replace"), "POST /bridges")
         replace = _field(body, "replace", bool, "true or false", False)
         body.pop("replace", None)

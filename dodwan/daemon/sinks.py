@@ -293,7 +293,7 @@ class SinkRouter:
             return False
         kind, target = sink
         if kind == "dir":
-            self._write_dir(target, ev, 0)
+            self._write_dir(target, ev)
         elif kind == "exec":
             if self._closing:
                 return True  # not recorded finished: redone at the next start
@@ -312,7 +312,7 @@ class SinkRouter:
             self._count("deliveries_follow" if qs else "deliveries_follow_unattended")
         return True
 
-    def _write_dir(self, target: str, ev: MessageDelivered, attempt: int = 0) -> None:
+    def _write_dir(self, target: str, ev: MessageDelivered) -> None:
         """Write one delivery; when the directory cannot take it, the delivery waits in the
         key's backlog (behind those already waiting: deliveries stay in order)."""
         key = ev.subscription
