@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from dodwan.pipes import BROKEN_PIPE_STATUS
 from joms.api.transport import parse_url
 from joms.errors import JMSException
 
@@ -28,7 +29,7 @@ from .admin import Admin, AdminUnavailable
 from .commands import Console
 from .grammar import Command, UsageError
 from .link import Link, NotConnected
-from .output import BROKEN_PIPE_STATUS, OutputClosed, Printer
+from .output import OutputClosed, Printer
 
 DEFAULT_URL = "stomp://127.0.0.1:61613"
 

@@ -28,6 +28,7 @@ import sys
 import threading
 from typing import Any
 
+from dodwan.pipes import to_devnull
 from dodwan.textsafe import safe, safe_text
 from joms.api import BytesMessage, MapMessage, Message, StreamMessage, TextMessage, Topic
 
@@ -35,27 +36,8 @@ LABEL = "label"
 """The message property that carries ``pub -id``/``send -id``."""
 
 
-BROKEN_PIPE_STATUS = 141
-"""Exit status once stdout's reader went away: 128 + SIGPIPE, what a shell reports for a
-tool that SIGPIPE ended (``yes | head -1``)."""
-
-
 class OutputClosed(Exception):
     """stdout's reader went away (EPIPE): stop, quietly."""
-
-
-def _to_devnull(stream: Any) -> None:
-    """Point ``stream``'s file descriptor at /dev/null: later writes and the flush at exit
-    succeed instead of raising BrokenPipeError again."""
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
 
 
 def _pipe_reader_gone(stream: Any) -> bool:
@@ -92,7 +74,7 @@ class Printer:
         except OSError as exc:
             if not _broken_pipe(exc):
                 raise
-            _to_devnull(stream)
+            to_devnull(stream)
             if stream is sys.stdout:
                 self.closed.set()
             return False
@@ -104,7 +86,7 @@ class Printer:
         at it). Sets :attr:`closed` then."""
         if not self.closed.is_set() and _pipe_reader_gone(sys.stdout):
             with self._lock:
-                _to_devnull(sys.stdout)
+                to_devnull(sys.stdout)
                 self.closed.set()
         return self.closed.is_set()
 

@@ -27,6 +27,7 @@ from .cli_types import FiniteFloat
 from .core.config import field_docs
 from .daemon import config as cfg
 from .daemon.client import AdminClient, ClientError, admin_path
+from .pipes import BROKEN_PIPE_STATUS, to_devnull
 from .textsafe import safe, safe_text
 from .units import human_size
 
@@ -115,10 +116,6 @@ state_dir_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
-BROKEN_PIPE_STATUS = 141
-"""Exit status once stdout's reader went away: 128 + SIGPIPE (``yes | head -1``)."""
-
-
 class _Group(click.Group):
     """The command group: EPIPE on output ends a command quietly with 141 (click's own
     handling exits 1, as for any failure)."""
@@ -129,13 +126,7 @@ class _Group(click.Group):
         except OSError as exc:
             if exc.errno != errno.EPIPE:
                 raise
-            # the Python docs' recipe ("Note on SIGPIPE"): what is still buffered, and the
-            # flush at exit, go to /dev/null instead of raising BrokenPipeError again
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, sys.stdout.fileno())
-            finally:
-                os.close(devnull)
+            to_devnull(sys.stdout)
             raise click.exceptions.Exit(BROKEN_PIPE_STATUS) from None
 
 
