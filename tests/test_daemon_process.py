@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_daemon_helpers import DaemonProc, group_alive, random_group, wait_for
+from test_daemon_helpers import DaemonProc, group_alive, random_group, random_port, wait_for
 from test_daemon_helpers import daemons as daemons
 
 from dodwan.core import Node, NodeConfig
@@ -247,6 +247,25 @@ def test_bad_settings_exit_with_one_line(tmp_path: Path, bad: list[str]) -> None
     text = d.log.read_text().strip()
     assert "Traceback" not in text
     assert text.startswith("Error: ") and len(text.splitlines()) == 1
+
+
+def test_an_ipv6_group_on_an_interface_without_multicast_is_refused_at_start(
+    tmp_path: Path,
+) -> None:
+    """An IPv6 group on ``lo`` (no MULTICAST flag: every send fails, ENETUNREACH) started,
+    said it was up and never sent a datagram; only ``udp_send_errors`` grew. It is refused
+    at start now, in one line naming the interface and what to use instead."""
+    flags = int(Path("/sys/class/net/lo/flags").read_text(), 16)
+    if flags & 0x1000:  # IFF_MULTICAST
+        pytest.skip("this machine's lo carries multicast: the refusal cannot be seen here")
+    d = DaemonProc(tmp_path / "x", ["--group", f"[ff02::4242]:{random_port()}"])
+    d.start(wait=False)
+    assert d.proc is not None
+    assert d.proc.wait(timeout=20) != 0, "the daemon started on a group it cannot reach"
+    text = d.log.read_text().strip()
+    assert "Traceback" not in text
+    assert text.startswith("Error: ") and len(text.splitlines()) == 1, text
+    assert "[ff02::4242]" in text and "interface lo" in text and "MULTICAST" in text, text
 
 
 def test_admin_api_errors_and_raw_publish(daemons) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import random
 import socket
 from collections.abc import Callable
@@ -234,6 +235,28 @@ def test_a_passing_send_error_does_not_turn_offload_off() -> None:
     assert t.offload and t.offload_error is None
     assert isinstance(sock, _NotYetUsable) and sock.offloaded == 1  # later: one offloaded call
     assert got == later
+
+
+def test_failed_sends_are_logged_once_a_period_not_only_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A medium whose every send failed (an IPv6 group on an interface that cannot carry
+    it) showed it only in ``udp_send_errors``: the daemon looked up and met nobody. The
+    first failure is a warning naming the group, the interface and the error; later ones
+    within the period only count."""
+    caplog.set_level(logging.WARNING, logger="dodwan.daemon.transport")
+
+    def usable(sock: _FillsUp) -> None:
+        assert isinstance(sock, _NotYetUsable)
+        sock.failing = False
+
+    later = [bytes([i]) * 100 for i in range(3)]
+    got, t, _ = _receive_all(_NotYetUsable, later, early=[b"early" * 200] * 5, then=usable)
+    assert got == later and t.send_errors == 5
+    warned = [r.getMessage() for r in caplog.records if r.name == "dodwan.daemon.transport"]
+    assert len(warned) == 1, warned
+    assert "cannot send on 239.255." in warned[0] and "via lo" in warned[0], warned
+    assert "Cannot assign requested address" in warned[0], warned
 
 
 @pytest.mark.parametrize("keyed", [False, True])

@@ -56,7 +56,8 @@ SETTINGS: tuple[Setting, ...] = (
         "group",
         DEFAULT_GROUP,
         "UDP group ADDR:PORT shared by all hosts. An IPv4 multicast address (224.0.0.0/4) means "
-        "IPv4 multicast, an IPv6 ff02:: address ([ff02::4242]:8500) IPv6 link-local multicast, "
+        "IPv4 multicast, an IPv6 ff02:: address ([ff02::4242]:8500) IPv6 link-local multicast "
+        "(on an interface with the MULTICAST flag: not lo, where it is refused at start), "
         "any other IPv4 address (255.255.255.255 or a subnet broadcast address) IPv4 broadcast.",
     ),
     Setting(

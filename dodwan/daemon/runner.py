@@ -65,7 +65,7 @@ from .sqlite_store import (
     disk_room,
     sqlite_files,
 )
-from .transport import Medium, UdpTransport, medium_for, parse_address
+from .transport import Medium, UdpTransport, medium_for, medium_text, parse_address
 
 log = logging.getLogger("dodwan.daemon")
 
@@ -397,11 +397,10 @@ class Daemon:
         self._wrote_admin = True
         self._remember_state_files()
         log.info(
-            "host %s on %s %s:%d via %s; admin http://%s:%d/; %s",
+            "host %s on %s %s via %s; admin http://%s:%d/; %s",
             host_id,
             self.medium.kind,
-            self.medium.group,
-            self.medium.port,
+            medium_text(self.medium),
             self.medium.interface,
             host,
             port,
@@ -956,7 +955,7 @@ class Daemon:
             "started": self._started,
             "medium": {
                 "kind": self.medium.kind,
-                "group": f"{self.medium.group}:{self.medium.port}",
+                "group": medium_text(self.medium),
                 "interface": self.medium.interface,
                 "local_address": list(self.transport.local_address),
                 "network_key": None if self.netkey is None else self.netkey.mode,

@@ -17,11 +17,15 @@ import ctypes
 import errno
 import fcntl
 import ipaddress
+import logging
+import math
 import socket
 import struct
 import sys
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from pathlib import Path
 
 from .netkey import NetKey
 
@@ -30,6 +34,12 @@ SIOCGIFBRDADDR = 0x8919
 SIOCGIFNETMASK = 0x891B
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+
+
+log = logging.getLogger("dodwan.daemon.transport")
+
+SEND_WARNING_PERIOD = 60.0
+"""Seconds between two warnings of failed sends (each failure is counted)."""
 
 
 class TransportError(Exception):
@@ -160,7 +170,7 @@ def open_sockets(
         raise
     except OSError as exc:
         raise TransportError(
-            f"cannot use {medium.group}:{medium.port} on {medium.interface}: {exc.strerror or exc}"
+            f"cannot use {medium_text(medium)} on {medium.interface}: {exc.strerror or exc}"
         ) from None
 
 
@@ -181,7 +191,7 @@ def _check_broadcast(medium: Medium, sock: socket.socket) -> None:
     if medium.group not in known:
         has = f"its broadcast address is {', '.join(sorted(known))}" if known else "it has none"
         raise TransportError(
-            f"group {medium.group}:{medium.port} is neither a multicast address nor a broadcast "
+            f"group {medium_text(medium)} is neither a multicast address nor a broadcast "
             f"address of interface {medium.interface} ({has}; 255.255.255.255 also works); "
             "unicast groups are not supported"
         )
@@ -222,10 +232,50 @@ def _open_v4(
     return rx, tx, (medium.group, medium.port)
 
 
+IFF_MULTICAST = 0x1000
+
+
+def _check_v6_route(medium: Medium, index: int) -> None:
+    """Refuse a group the interface cannot carry: a route lookup (a UDP ``connect`` on a
+    throwaway socket; nothing is sent). Every send to it would fail (``lo`` has no
+    MULTICAST flag: ENETUNREACH), and a daemon that starts anyway never meets anybody."""
+    probe = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, index)
+        probe.connect((medium.group, medium.port, 0, index))
+    except OSError as exc:
+        why = f"group {medium_text(medium)} cannot be reached through interface "
+        why += f"{medium.interface} ({exc.strerror or exc})"
+        if not _interface_flags(medium.interface) & IFF_MULTICAST:
+            why += (
+                f": {medium.interface} has no MULTICAST flag; IPv6 multicast needs an "
+                "interface with it (on lo, use an IPv4 group such as 239.255.42.42:8500)"
+            )
+        raise TransportError(why) from None
+    finally:
+        probe.close()
+
+
+def _interface_flags(name: str) -> int:
+    """The interface's flags (``IFF_*``), 0 when they cannot be read."""
+    try:
+        return int(Path(f"/sys/class/net/{name}/flags").read_text(), 16)
+    except (OSError, ValueError):
+        return 0
+
+
+def medium_text(medium: Medium) -> str:
+    """The group as ``--group`` takes it: ``[ff02::4242]:8500``, ``239.255.42.42:8500``."""
+    if ":" in medium.group:
+        return f"[{medium.group}]:{medium.port}"
+    return f"{medium.group}:{medium.port}"
+
+
 def _open_v6(
     medium: Medium, buffer_size: int, ttl: int
 ) -> tuple[socket.socket, socket.socket, tuple[object, ...]]:
     index = interface_index(medium.interface)
+    _check_v6_route(medium, index)
     rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     try:
@@ -319,11 +369,13 @@ def drop_own_in_kernel(rx: socket.socket, own: tuple[str, int]) -> bool:
 class _Sink(asyncio.DatagramProtocol):
     """Protocol of the sending socket: nothing is expected back; errors are counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_error: Callable[[BaseException], None]) -> None:
         self.errors = 0
+        self._on_error = on_error
 
     def error_received(self, exc: Exception) -> None:
         self.errors += 1
+        self._on_error(exc)
 
 
 MAX_BATCH = 256
@@ -371,6 +423,7 @@ class UdpTransport:
         self._on_datagram: Callable[[bytes, Hashable], None] = lambda d, a: None
         self._on_batch: Callable[[], None] = lambda: None
         self.send_errors = 0
+        self._send_warned = -math.inf
         self.receive_errors = 0
         self.own_filtered = 0
         self.own_filtered_in_kernel = False
@@ -397,7 +450,7 @@ class UdpTransport:
             except OSError:
                 self.gro = False
         loop.add_reader(rx.fileno(), self._read_ready)
-        proto = _Sink()
+        proto = _Sink(self._warn_send_error)
         self._tx_proto = proto
         self._tx, _ = await loop.create_datagram_endpoint(lambda: proto, sock=tx)
         self._tx_sock = tx
@@ -467,8 +520,9 @@ class UdpTransport:
         for data in datagrams[i:]:
             try:
                 tx.sendto(data, dest)
-            except OSError:
+            except OSError as exc:
                 self.send_errors += 1
+                self._warn_send_error(exc)
 
     def _send_direct(
         self, sock: socket.socket, datagrams: list[bytes], dest: tuple[object, ...]
@@ -498,9 +552,26 @@ class UdpTransport:
                     sendto(datagrams[k], dest)
                 except (BlockingIOError, InterruptedError):
                     return k
-                except OSError:
+                except OSError as exc:
                     self.send_errors += 1
+                    self._warn_send_error(exc)
         return len(datagrams)
+
+    def _warn_send_error(self, exc: BaseException) -> None:
+        """Log a failed send, at most once per :data:`SEND_WARNING_PERIOD` (a medium that
+        cannot send at all would otherwise fill the log), with the count since the last."""
+        now = time.monotonic()
+        if now < self._send_warned + SEND_WARNING_PERIOD:
+            return
+        errors = self.send_errors + (self._tx_proto.errors if self._tx_proto else 0)
+        log.warning(
+            "cannot send on %s via %s: %s (%d datagram(s) lost so far; udp_send_errors)",
+            medium_text(self.medium),
+            self.medium.interface,
+            getattr(exc, "strerror", None) or exc,
+            errors,
+        )
+        self._send_warned = now
 
     def close(self) -> None:
         if self._rx is not None:
