@@ -236,22 +236,24 @@ IFF_MULTICAST = 0x1000
 
 
 def _check_v6_route(medium: Medium, index: int) -> None:
-    """Refuse a group the interface cannot carry: a route lookup (a UDP ``connect`` on a
-    throwaway socket; nothing is sent). Every send to it would fail (``lo`` has no
-    MULTICAST flag: ENETUNREACH), and a daemon that starts anyway never meets anybody."""
+    """Refuse a group the interface can never carry: a route lookup (a UDP ``connect`` on a
+    throwaway socket; nothing is sent) that fails on an interface without the MULTICAST
+    flag (``lo``: ENETUNREACH). Every send would fail, and a daemon that started anyway
+    would never meet anybody. On an interface with the flag a failure may pass (the link
+    down, its address still tentative): the daemon starts, and failed sends are logged."""
     probe = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     try:
         probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, index)
         probe.connect((medium.group, medium.port, 0, index))
     except OSError as exc:
-        why = f"group {medium_text(medium)} cannot be reached through interface "
-        why += f"{medium.interface} ({exc.strerror or exc})"
-        if not _interface_flags(medium.interface) & IFF_MULTICAST:
-            why += (
-                f": {medium.interface} has no MULTICAST flag; IPv6 multicast needs an "
-                "interface with it (on lo, use an IPv4 group such as 239.255.42.42:8500)"
-            )
-        raise TransportError(why) from None
+        if _interface_flags(medium.interface) & IFF_MULTICAST:
+            return  # for a moment (the link down, its address still tentative): sends retry
+        raise TransportError(
+            f"group {medium_text(medium)} cannot be reached through interface "
+            f"{medium.interface} ({exc.strerror or exc}): {medium.interface} has no MULTICAST "
+            "flag; IPv6 multicast needs an interface with it (on lo, use an IPv4 group such "
+            "as 239.255.42.42:8500)"
+        ) from None
     finally:
         probe.close()
 
