@@ -40,3 +40,40 @@ def test_percentiles_with_doubles_equal_those_with_lit() -> None:
         return list(row["q"])
 
     assert q(doubles(probs)) == q(probs)
+
+
+def test_the_breakdown_medians_are_exact_like_the_overall_one() -> None:
+    """``delivery_by_*.csv`` took its median delay at accuracy 10 000, not the documented
+    100 000 of every other percentile: on 30 000 distinct delays it was the 14 997th value,
+    not the 15 000th (``latency_med``). The pairs here go through the breakdown as ``analyze``
+    builds it."""
+    from sim.analysis.delivery import breakdowns
+
+    spark = shared_spark()
+    rng = random.Random(5)
+    delays = [rng.uniform(0.0, 100.0) for _ in range(30_000)]
+    rows = [("t", "g", "h", "delivered", d) for d in delays]
+    pairs = spark.createDataFrame(
+        rows, "topic string, group string, host string, status string, delay double"
+    )
+    exact = sorted(delays)[len(delays) // 2 - 1]  # smallest v with half the values <= v
+    tables = breakdowns(pairs, ("topic", "group", "host"))
+    for key in ("topic", "group", "host"):
+        (row,) = tables[f"delivery_by_{key}"]
+        assert row["delay_median"] == exact, (key, row["delay_median"], exact)
+
+
+def test_a_contact_pair_s_median_inter_contact_time_is_exact() -> None:
+    """``contact_pairs.parquet``'s ``median_ict`` took accuracy 10 000 too: one pair with
+    30 000 distinct inter-contact times."""
+    from sim.analysis.contacts import pair_table
+
+    spark = shared_spark()
+    rng = random.Random(6)
+    icts = [rng.uniform(0.0, 100.0) for _ in range(30_000)]
+    df = spark.createDataFrame([("a", "b", x) for x in icts], "a string, b string, ict double")
+    intervals = spark.createDataFrame(
+        [("a", "b", 0.0, 1.0, 1.0)], "a string, b string, start double, end double, duration double"
+    )
+    (row,) = pair_table(intervals, df).collect()
+    assert row["median_ict"] == sorted(icts)[len(icts) // 2 - 1]

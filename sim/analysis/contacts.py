@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from sim.analysis.batch import Pending, all_rows, combine, one_row, run
-from sim.analysis.stats import describe_many_later, time_bins
+from sim.analysis.stats import ACCURACY, describe_many_later, time_bins
 
 
 def contact_intervals(contacts: DataFrame, until: float) -> DataFrame:
@@ -65,7 +65,7 @@ def pair_table(intervals: DataFrame, icts: DataFrame) -> DataFrame:
     )
     per_ict = icts.groupBy("a", "b").agg(
         F.mean("ict").alias("mean_ict"),
-        F.percentile_approx("ict", 0.5, 10_000).alias("median_ict"),
+        F.percentile_approx("ict", 0.5, ACCURACY).alias("median_ict"),
     )
     return per_contact.join(per_ict, ["a", "b"], "left")
 

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sim.analysis.batch import Pending, all_rows, combine, one_row, run
-from sim.analysis.stats import cumulative_by_time_many_later, describe_many_later
+from sim.analysis.stats import ACCURACY, cumulative_by_time_many_later, describe_many_later
 
 STATUSES = ("delivered", "late", "undelivered")
 
@@ -171,7 +171,7 @@ def breakdowns_later(pairs: DataFrame, keys: tuple[str, ...]) -> Pending[Tables]
         F.count("*").alias("pairs"),
         F.sum(F.when(F.col("status") == "delivered", 1).otherwise(0)).alias("delivered"),
         F.sum(F.when(F.col("status") == "late", 1).otherwise(0)).alias("late"),
-        F.percentile_approx("delay", 0.5, 10_000).alias("delay_median"),
+        F.percentile_approx("delay", 0.5, ACCURACY).alias("delay_median"),
     ]
     has_oracle = "oracle_arrival" in pairs.columns
     if has_oracle:
