@@ -678,7 +678,7 @@ def test_a_partly_finished_sweep_is_aggregated_over_the_finished_runs_and_says_s
     a setting with one finished seed shows its mean without an interval."""
     from sim.analysis.pipeline import RunResult
     from sim.analysis.report import write_report
-    from sim.analysis.sweep_report import aggregate_results, read_sweep
+    from sim.analysis.sweep_report import aggregate_results, missing_text, read_sweep
 
     out = tmp_path / "sweep"
     plan = make_plan(small_scenario(tmp_path), [("protocol.horizon", [1, 2])], seeds=2)
@@ -696,7 +696,8 @@ def test_a_partly_finished_sweep_is_aggregated_over_the_finished_runs_and_says_s
     report = tmp_path / "report"
     write_report(results, report, sweep=(sweep, settings))
     html = (report / "report.html").read_text()
-    assert "1 run(s) of the sweep have not finished and are left out." in html
+    assert f"1 run(s) of the sweep have not finished and are left out: {unfinished}." in html
+    assert missing_text(sweep.missing) == f"1 not finished (left out): {unfinished}"
     row = html[html.index("<tr><td>2</td>") :].split("</tr>", 1)[0]
     assert "<td>1</td><td>0.7</td>" in row  # one seed: the mean, no interval
     agg = json.loads((report / "aggregate.json").read_text())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dodwan.cli_types import non_empty
@@ -42,6 +43,7 @@ from sim.analysis.sweep_report import (
     aggregate_results,
     is_sweep,
     mean_ci,
+    missing_text,
     read_sweep,
 )
 
@@ -173,7 +175,7 @@ def analyze(
             raise click.ClickException(str(exc)) from exc
         console.print(
             f"sweep [bold]{sweep.manifest.get('scenario')}[/]: {len(sweep.runs)} finished run(s)"
-            + (f", {len(sweep.missing)} not finished (left out)" if sweep.missing else "")
+            + (f", {escape(missing_text(sweep.missing))}" if sweep.missing else "")
         )
         run_dirs = tuple(r.path for r in sweep.runs)
         names = [r.name for r in sweep.runs]

@@ -61,6 +61,17 @@ def is_sweep(path: str) -> bool:
         return False
 
 
+MISSING_SHOWN = 10
+"""Unfinished runs named on the terminal (the page and aggregate.json name them all)."""
+
+
+def missing_text(missing: list[str]) -> str:
+    """The unfinished runs of a sweep, for the terminal: how many, and which."""
+    shown = ", ".join(missing[:MISSING_SHOWN])
+    more = f" and {len(missing) - MISSING_SHOWN} more" if len(missing) > MISSING_SHOWN else ""
+    return f"{len(missing)} not finished (left out): {shown}{more}"
+
+
 def read_sweep(path: str) -> SweepInput:
     """The finished runs of the sweep at ``path`` (local folder or URI)."""
     from sim.sweep import MANIFEST, MARKER, Store
@@ -223,7 +234,7 @@ def write_sweep(
     notes = "".join(f"<li>{e(label)}: {e(EXPLAIN[p])}</li>" for p, label in metrics if p in EXPLAIN)
     missing = (
         f"<p class='warn'>{len(sweep.missing)} run(s) of the sweep have not finished and are "
-        "left out.</p>"
+        f"left out: {e(', '.join(sweep.missing))}.</p>"
         if sweep.missing
         else ""
     )
