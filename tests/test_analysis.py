@@ -747,3 +747,45 @@ def test_a_report_folder_used_again_holds_only_the_new_report(spark: Any, tmp_pa
     (other / "data.csv").write_text("precious")
     _assert_clean_error(_invoke([str(run), "--out", str(other)]), "holds no earlier report")
     assert (other / "data.csv").read_text() == "precious"
+
+
+def test_tables_with_no_row_still_have_their_header(spark: Any, tmp_path: Path) -> None:
+    """A run in which nothing was delivered (no contact at all) wrote hop_histogram.csv and
+    quantiles.csv as a bare line ending, and a run with no target the delivery_by_*.csv
+    files: ``csv.DictReader``/pandas found no columns. Every table has its header."""
+    run = write_run(
+        tmp_path / "lonely",
+        until=100.0,
+        contacts=[],
+        messages=[(0.0, "A", "m1", "created", 100, 0)],
+        targets=[("m1", "B", "A", 0.0, 80.0, "t1", "g1")],
+        datagrams=[("A", "announce", "sent", 6, 600)],
+        hosts=[("A", "g1"), ("B", "g1")],
+    )
+    out = tmp_path / "report"
+    result = CliRunner().invoke(analyze, [str(run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    headers = {
+        "hop_histogram.csv": "run,hops,pairs",
+        "quantiles.csv": "run,distribution,p,value",
+    }
+    for name, header in headers.items():
+        lines = (out / name).read_text().splitlines()
+        assert lines and lines[0] == header, (name, lines)
+    by_topic = (out / "delivery_by_topic.csv").read_text().splitlines()
+    assert by_topic[0].startswith("run,topic,pairs,delivered,late,delivery_ratio,delay_median")
+    alone = write_run(
+        tmp_path / "alone",
+        until=100.0,
+        contacts=[],
+        messages=[(0.0, "A", "m1", "created", 100, 0)],
+        targets=[],
+        datagrams=[("A", "announce", "sent", 6, 600)],
+        hosts=[("A", "g1")],
+    )
+    out = tmp_path / "report-alone"
+    result = CliRunner().invoke(analyze, [str(alone), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for key in ("topic", "group", "host"):
+        lines = (out / f"delivery_by_{key}.csv").read_text().splitlines()
+        assert lines and lines[0].startswith(f"run,{key},pairs,delivered"), (key, lines)

@@ -115,8 +115,21 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "run"
 
 
-def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    fields: list[str] = []
+BREAKDOWN_COLUMNS = ("pairs", "delivered", "late", "delivery_ratio", "delay_median")
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    **{
+        f"delivery_by_{key}": ("run", key, *BREAKDOWN_COLUMNS) for key in ("topic", "group", "host")
+    },
+    "hop_histogram": ("run", "hops", "pairs"),
+    "quantiles": ("run", "distribution", "p", "value"),
+}
+"""The columns of the tables that may have no row (nothing delivered, no target): their
+CSV files still have a header."""
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str] = ()) -> None:
+    """``rows`` as CSV: the ``columns`` first, then any other key of the rows."""
+    fields: list[str] = list(columns)
     for row in rows:
         fields += [k for k in row if k not in fields]
     with path.open("w", newline="", encoding="utf-8") as fh:
@@ -137,7 +150,7 @@ def write_tables(results: Sequence[RunResult], out: Path) -> list[str]:
     table_names = sorted({t for r in results for t in r.tables})
     for table in table_names:
         rows = [{"run": r.name, **row} for r in results for row in r.tables.get(table, [])]
-        write_csv(out / f"{table}.csv", rows)
+        write_csv(out / f"{table}.csv", rows, TABLE_COLUMNS.get(table, ()))
         written.append(f"{table}.csv")
     curves = []
     for r in results:
@@ -159,7 +172,7 @@ def write_tables(results: Sequence[RunResult], out: Path) -> list[str]:
         for key in ("delay_cdf", "oracle_delay_cdf", "contact_duration_cdf", "ict_cdf"):
             for value, p in r.series.get(key) or []:
                 quantiles.append({"run": r.name, "distribution": key[:-4], "p": p, "value": value})
-    write_csv(out / "quantiles.csv", quantiles)
+    write_csv(out / "quantiles.csv", quantiles, TABLE_COLUMNS["quantiles"])
     written.append("quantiles.csv")
     return written
 
