@@ -731,7 +731,7 @@ class _Validator:
         if not raw_groups:
             self.err(("groups",), "at least one [[groups]] is required")
         for gpath, g in self.items(raw_groups, ("groups",)):
-            grp = self.group(g, gpath, base)
+            grp = self.group(g, gpath, base, (width, height))
             if grp is not None:
                 groups.append(grp)
         seen: set[str] = set()
@@ -973,7 +973,9 @@ class _Validator:
             raise TypeError(f"protocol setting {key} has an unsupported type")
         return val
 
-    def group(self, raw: Any, path: _Path, base: Protocol) -> Group | None:
+    def group(
+        self, raw: Any, path: _Path, base: Protocol, world: tuple[float | None, float | None]
+    ) -> Group | None:
         t = self.table(raw, path, ("name", "count", "mobility", "protocol"))
         if t is None:
             return None
@@ -981,13 +983,18 @@ class _Validator:
         if name is not None and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
             self.err((*path, "name"), "must use only letters, digits, '_' and '.'")
         count = self.num(t, path, "count", None, minimum=1, maximum=MAX_HOSTS, integer=True)
-        mob = self.mobility(t.get("mobility"), (*path, "mobility"), count or 0)
+        mob = self.mobility(t.get("mobility"), (*path, "mobility"), count or 0, world)
         proto = self.protocol(t.get("protocol", {}), (*path, "protocol"), base)
         if name is None or count is None or mob is None:
             return None
         return Group(name=name, count=count, mobility=mob, protocol=proto)
 
-    def mobility(self, raw: Any, path: _Path, count: int) -> Mobility | None:
+    def mobility(
+        self, raw: Any, path: _Path, count: int, world: tuple[float | None, float | None]
+    ) -> Mobility | None:
+        """A group's ``mobility`` table; static ``positions`` and an island's disc must lie
+        in the world (``world``: its width and height, None when they have problems of their
+        own), or for positions in the group's ``area`` when it gives one."""
         if raw is None and self.traced:
             return Mobility(model="static")
         if raw is None:
@@ -1016,12 +1023,20 @@ class _Validator:
                 self.err((*path, "positions"), f"has {len(raw_pos)} entries for {count} hosts")
             else:
                 positions = tuple((float(x), float(y)) for x, y in raw_pos)
+        width, height = world
+        if width is not None and height is not None:
+            self.check_in_world(path, positions, area, (width, height))
         islands = self.names(t, path, "islands") if model == "carrier" else ()
         routes = _ROUTES.get(model, ("random",))
         layers = self.names(t, path, "layers", required=False) if "layers" in t else ()
         stops = None
         if model == "map_route":
             stops = self.file(t, path, "stops")
+        island = model == "island"
+        center = self.numbers(t, path, "center", 2, None if island else d.center)
+        radius = self.num(t, path, "radius", None if island else 0.0, minimum=0.0)
+        if island and center is not None and radius is not None and None not in world:
+            self.check_disc(path, center, radius, (width, height))  # type: ignore[arg-type]
         return Mobility(
             model=model,
             speed=self.span(t, path, "speed", d.speed),
@@ -1029,15 +1044,56 @@ class _Validator:
             leg=self.span(t, path, "leg", d.leg),
             area=area,
             positions=positions,
-            center=self.numbers(t, path, "center", 2, None if model == "island" else d.center)
-            or d.center,
-            radius=self.num(t, path, "radius", None if model == "island" else 0.0, minimum=0.0)
-            or 0.0,
+            center=center or d.center,
+            radius=radius or 0.0,
             islands=islands,
             route=self.string(t, path, "route", routes[0], choices=routes),
             layers=tuple(layers or ()),
             stops=stops,
         )
+
+    def check_in_world(
+        self,
+        path: _Path,
+        positions: tuple[tuple[float, float], ...],
+        area: tuple[float, float, float, float] | None,
+        world: tuple[float, float],
+    ) -> None:
+        """Static ``positions`` outside the world (or the group's ``area``), reported once
+        for the key: how many, and the first."""
+        x0, y0, x1, y1 = area if area is not None else (0.0, 0.0, *world)
+        out = [
+            (i, p) for i, p in enumerate(positions) if not (x0 <= p[0] <= x1 and y0 <= p[1] <= y1)
+        ]
+        if not out:
+            return
+        i, (x, y) = out[0]
+        where = (
+            f"the group's area [{as_given(x0)}, {as_given(y0)}, {as_given(x1)}, {as_given(y1)}]"
+            if area is not None
+            else f"the world ([0, {as_given(x1)}] x [0, {as_given(y1)}] m)"
+        )
+        which = f"{len(out)} of {len(positions)} positions are" if len(out) > 1 else "a position is"
+        self.err(
+            (*path, "positions"),
+            f"{which} outside {where}: positions[{i}] = [{as_given(x)}, {as_given(y)}]",
+        )
+
+    def check_disc(
+        self,
+        path: _Path,
+        center: tuple[float, float],
+        radius: float,
+        world: tuple[float, float],
+    ) -> None:
+        """An island's disc must lie in the world: its hosts are placed anywhere in it."""
+        (cx, cy), (width, height) = center, world
+        size = f"the world ([0, {as_given(width)}] x [0, {as_given(height)}] m)"
+        disc = f"the disc center [{as_given(cx)}, {as_given(cy)}] ± radius {as_given(radius)}"
+        if 2 * radius > min(width, height):
+            self.err((*path, "radius"), f"{disc} is wider than {size}")
+        elif not (radius <= cx <= width - radius and radius <= cy <= height - radius):
+            self.err((*path, "center"), f"{disc} reaches outside {size}")
 
     def file(self, t: Mapping[str, Any], path: _Path, key: str) -> Path | None:
         """A required file name, relative to the scenario's folder; None (reported) when

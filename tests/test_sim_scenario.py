@@ -124,6 +124,53 @@ def test_carrier_needs_island_groups() -> None:
     assert 'model = "island"' in found["groups[1].mobility.islands"][1]
 
 
+def test_static_positions_and_island_discs_must_lie_in_the_world() -> None:
+    # they passed validation and the run placed hosts at negative coordinates, while the
+    # docs say positions are in [0, width] x [0, height] unless a model's area says otherwise
+    text = GOOD + (
+        '[[groups]]\nname = "isl"\ncount = 5\n'
+        'mobility = { model = "island", center = [5.0, 5.0], radius = 10.0 }\n'
+        '[[groups]]\nname = "big"\ncount = 1\n'
+        'mobility = { model = "island", center = [50.0, 25.0], radius = 30.0 }\n'
+        '[[groups]]\nname = "st"\ncount = 3\n'
+        'mobility = { model = "static", positions = [[1, 1], [-500.0, 900.0], [100.0, 50.5]] }\n'
+    )
+    found = problems(text)
+    world = "the world ([0, 100.0] x [0, 50.0] m)"
+    assert {k: msg for k, (_line, msg) in found.items()} == {
+        "groups[1].mobility.center": f"the disc center [5.0, 5.0] ± radius 10.0 reaches "
+        f"outside {world}",
+        "groups[2].mobility.radius": f"the disc center [50.0, 25.0] ± radius 30.0 is wider "
+        f"than {world}",
+        "groups[3].mobility.positions": f"2 of 3 positions are outside {world}: "
+        "positions[1] = [-500.0, 900.0]",
+    }
+    lines = text.splitlines()
+    for key, written in [("center", "[5.0, 5.0]"), ("radius", "30.0"), ("positions", "-500.0")]:
+        (line, _msg), *_ = (v for k, v in found.items() if k.endswith(key))
+        assert line is not None and written in lines[line - 1], key
+    # a disc touching the edges and positions on them are in; a static group's area
+    # replaces the world for its positions (and a walker's area may leave the world)
+    sc = loads(
+        GOOD + '[[groups]]\nname = "isl"\ncount = 2\n'
+        'mobility = { model = "island", center = [10.0, 40.0], radius = 10.0 }\n'
+        '[[groups]]\nname = "st"\ncount = 2\n'
+        'mobility = { model = "static", positions = [[0, 0], [100.0, 50.0]] }\n'
+        '[[groups]]\nname = "out"\ncount = 1\n'
+        'mobility = { model = "static", area = [-10, -10, 0, 0], positions = [[-5, -5]] }\n'
+        '[[groups]]\nname = "far"\ncount = 1\n'
+        'mobility = { model = "random_walk", area = [-1000, -1000, 5000, 5000] }\n'
+    )
+    assert sc.groups[3].mobility.positions == ((-5.0, -5.0),)
+    outside = GOOD + (
+        '[[groups]]\nname = "out"\ncount = 1\n'
+        'mobility = { model = "static", area = [-10, -10, 0, 0], positions = [[5, 5]] }\n'
+    )
+    assert problems(outside)["groups[1].mobility.positions"][1] == (
+        "a position is outside the group's area [-10.0, -10.0, 0.0, 0.0]: positions[0] = [5.0, 5.0]"
+    )
+
+
 def test_joms_section_is_validated() -> None:
     text = GOOD + (
         '[[traffic.joms.queues]]\nname = "jobs"\nmanager = "ghost"\n'
