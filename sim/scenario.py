@@ -787,25 +787,25 @@ class _Validator:
             for h, g in group_of.items()
         }
 
-        def check_size(path: _Path, hosts: list[str], size: int) -> bool:
-            for h in hosts:
-                if size > max_size[h]:
-                    self.err(path, f"{size} bytes exceed {h}'s max_message_size ({max_size[h]})")
-                    return False
-            return True
-
         def check_publish(
             path: _Path, hosts: list[str], attrs: Mapping[str, str], size: int, ttl: float
         ) -> None:
-            """What each publishing host's core would refuse (``path``: the entry)."""
-            if not check_size((*path, "size"), hosts, size):
-                return
-            for g in {group_of[h].name: group_of[h] for h in hosts}.values():
-                refused = _refusal(g, radio.max_datagram, attrs, size, ttl)
-                if refused is not None:
-                    key, why = refused
+            """What each publishing host's core would refuse (``path``: the entry): every
+            group that would, for every reason, each against the key to blame."""
+            first: dict[str, str] = {}  # the first host of each publishing group
+            for h in hosts:
+                first.setdefault(group_of[h].name, h)
+            for h in first.values():
+                g = group_of[h]
+                checked = size
+                if size > max_size[h]:
+                    bound = max_size[h]
+                    self.err(
+                        (*path, "size"), f"{size} bytes exceed {h}'s max_message_size ({bound})"
+                    )
+                    checked = 0  # reported: the core checks the rest without the payload
+                for key, why in _refusals(g, radio.max_datagram, attrs, checked, ttl):
                     self.err((*path, key), f"{g.name} hosts would refuse it: {why}")
-                    return
 
         publish = []
         for path, t in self.items(traffic.get("publish"), ("traffic", "publish")):
@@ -853,38 +853,40 @@ class _Validator:
             names_seen.add(gen.name)
 
         def check_external(path: _Path, ext: External) -> None:
-            """The largest message of each group's sources, with the longest id and address."""
+            """The largest message of each group's sources, with the longest id and address:
+            every group that would refuse it, for every reason (and the first message over
+            each group's max_message_size)."""
             if not ext.events:
                 return
             longest_id = max((c.msg_id for c in ext.events), key=len)
             longest_dest = max((c.destination for c in ext.events), key=len)
             attrs = {**ext.attributes, ext.attribute: longest_dest, EVENT_ID: longest_id}
             largest: dict[str, Creation] = {}
+            too_large: set[str] = set()
             for c in ext.events:
                 g = group_of[c.source].name
+                if c.size > max_size[c.source] and g not in too_large:
+                    too_large.add(g)
+                    bound = max_size[c.source]
+                    self.err(
+                        (*path, "file"),
+                        f"{ext.path}:{c.line}: {c.size} bytes exceed {c.source}'s "
+                        f"max_message_size ({bound})",
+                    )
                 if g not in largest or c.size > largest[g].size:
                     largest[g] = c
-            for c in largest.values():
-                refused = _refusal(group_of[c.source], radio.max_datagram, attrs, c.size, ext.ttl)
-                if refused is not None:
-                    self.err((*path, "file"), f"{ext.path}:{c.line}: {c.source} would refuse "
-                             f"it: {refused[1]}")  # fmt: skip
-                    return
+            for g, c in largest.items():
+                size = 0 if g in too_large else c.size  # (reported: the rest without it)
+                group = group_of[c.source]
+                for _key, why in _refusals(group, radio.max_datagram, attrs, size, ext.ttl):
+                    where = f"{ext.path}:{c.line}"
+                    self.err((*path, "file"), f"{where}: {c.source} would refuse it: {why}")
 
         external = []
         for path, t in self.items(traffic.get("external"), ("traffic", "external")):
             ext = self.external(t, path, partial.host_names())
             if ext is not None:
-                for c in ext.events:
-                    if c.size > max_size[c.source]:
-                        self.err(
-                            (*path, "file"),
-                            f"{ext.path}:{c.line}: {c.size} bytes exceed {c.source}'s "
-                            f"max_message_size ({max_size[c.source]})",
-                        )
-                        break
-                else:
-                    check_external(path, ext)
+                check_external(path, ext)
                 external.append(ext)
 
         contacts = None
@@ -1468,33 +1470,55 @@ class _Validator:
         return ContactTrace(path=p, format=fmt)
 
 
-def _refusal(
+def _refusals(
     group: Group, max_datagram: int, attrs: Mapping[str, str], size: int, ttl: float
-) -> tuple[str, str] | None:
-    """Why a host of ``group`` would refuse to publish such a message, as (the traffic
-    entry's key to blame, the core's words); None when it would take it.
+) -> list[tuple[str, str]]:
+    """Why a host of ``group`` would refuse to publish such a message: every reason, as
+    (the traffic entry's key to blame, the core's words); [] when it would take it.
 
     Asks the core itself (a throwaway node publishes an incompressible payload, as the run
-    does), so the check stays what ``Node.publish`` checks: attribute names, ``max_ttl``,
-    the fragment count, the descriptor's size. A full cache is no error: the run counts it.
+    does), so the check stays what ``Node.publish`` checks: attribute names, the payload's
+    size, ``max_ttl``, the fragment count, the descriptor's size. The core stops at the
+    first problem, so each one found is set aside and the core asked again: refused
+    attributes are left out (the size is then checked without them), a payload over
+    ``max_message_size`` is left empty, a ttl is cut to ``max_ttl``. A full cache is no
+    error: the run counts it.
     """
     host = f"{group.name}-{group.count - 1}"  # its longest name, the largest descriptor
     config = group.protocol.node_config(host, max_datagram=max_datagram)
-    node = Node(config, random.Random(0))
-    try:
-        node.publish(attrs, random.Random(0).randbytes(size), deadline=ttl, now=0.0)
-    except CacheFullError:
-        return None
-    except (TypeError, ValueError) as e:
-        why = str(e)
-        if "time to live" in why:
-            return "ttl", why
-        if "fragments" in why:  # (its advice names attributes too: the size is to blame)
-            return "size", why
-        if "attribute" in why or "descriptor" in why:
-            return "attributes", why
-        return "size", why
-    return None
+    found: list[tuple[str, str]] = []
+    for _ in range(4):  # at most one round per kind of problem set aside, and the last
+        node = Node(config, random.Random(0))
+        try:
+            node.publish(attrs, random.Random(0).randbytes(size), deadline=ttl, now=0.0)
+        except CacheFullError:
+            break
+        except (TypeError, ValueError) as e:
+            why = str(e)
+            key = _blamed(why)
+            found.append((key, why))
+            if key == "ttl" and ttl > config.limits.max_ttl:
+                ttl = config.limits.max_ttl
+            elif key == "attributes" and attrs:
+                attrs = {}
+            elif key == "size" and size > config.limits.max_message_size:
+                size = 0
+            else:
+                break
+        else:
+            break
+    return found
+
+
+def _blamed(why: str) -> str:
+    """The traffic entry's key a refusal of ``Node.publish`` (its words) is to blame on."""
+    if "time to live" in why:
+        return "ttl"
+    if "fragments" in why:  # (its advice names attributes too: the size is to blame)
+        return "size"
+    if "attribute" in why or "descriptor" in why:
+        return "attributes"
+    return "size"
 
 
 def guess_trace_format(path: Path) -> str:

@@ -327,8 +327,36 @@ def test_sizes_beyond_the_hosts_max_message_size_are_refused(tmp_path: Path) -> 
         "events.txt:7: 20000 bytes exceed p-1's max_message_size (10000)"
         in found["traffic.external[0].file"]
     )
-    assert "1000000 bytes exceed p-0's max_message_size" in found["traffic.generate[0].size"]
     assert "10001 bytes exceed c-0's" in found["traffic.publish[0].size"]
+    with pytest.raises(ScenarioError) as info:
+        loads(text)
+    # both groups of the generator's sources would refuse its largest message
+    assert [p.message for p in info.value.problems if p.key == "traffic.generate[0].size"] == [
+        "1000000 bytes exceed p-0's max_message_size (10000)",
+        "1000000 bytes exceed c-0's max_message_size (10000)",
+    ]
+
+
+def test_every_group_and_reason_refusing_external_events_is_reported(tmp_path: Path) -> None:
+    # the first message over a max_message_size hid every other refusal of the file
+    events = "1 C M1 0 1 20k\n2 C M2 c-1 0 500\n3 C M3 c-2 0 30k\n"
+    text = (
+        external(tmp_path, events)
+        .replace("[[groups]]", "[protocol.limits]\nmax_message_size = 10_000\n[[groups]]", 1)
+        .replace('name = "c"\n', 'name = "c"\nprotocol = { limits = { max_ttl = 30.0 } }\n')
+    )
+    with pytest.raises(ScenarioError) as info:
+        loads(text)
+    f = tmp_path / "events.txt"
+    assert [(p.key, p.message) for p in info.value.problems] == [
+        ("traffic.external[0].file", f"{f}:1: 20000 bytes exceed p-0's max_message_size (10000)"),
+        ("traffic.external[0].file", f"{f}:3: 30000 bytes exceed c-2's max_message_size (10000)"),
+        (
+            "traffic.external[0].file",
+            f"{f}:3: c-2 would refuse it: time to live 40 s is longer than the maximum, "
+            "30 s (limits.max_ttl)",
+        ),
+    ]
 
 
 def test_external_event_ids_are_in_the_descriptor(tmp_path: Path) -> None:

@@ -367,6 +367,44 @@ def test_traffic_a_host_limits_refuse_is_reported_with_key_and_line(
     )
 
 
+def test_every_group_and_every_reason_that_refuses_an_entry_is_reported() -> None:
+    # only the first group's first refusal was reported: fixing it showed the next one
+    groups = (
+        '[[groups]]\nname = "b"\ncount = 1\nmobility = { model = "static" }\n'
+        "protocol = { limits = { max_ttl = 100.0 } }\n"
+        '[[groups]]\nname = "c"\ncount = 1\nmobility = { model = "static" }\n'
+        "protocol = { limits = { max_ttl = 50.0, max_fragments = 2, max_attribute_name = 3 } }\n"
+        '[[groups]]\nname = "d"\ncount = 1\nmobility = { model = "static" }\n'
+        "protocol = { limits = { max_ttl = 200.0, max_message_size = 4000 } }\n"
+    )
+    text = (
+        GOOD.replace("[[traffic.publish]]", groups + "[[traffic.publish]]")
+        .replace('hosts = ["g-0"]', 'hosts = ["g-0", "b", "c", "d"]')
+        .replace("interval = 10.0", "interval = 10.0\nsize = 5000")
+    )
+    with pytest.raises(ScenarioError) as info:
+        loads(text)
+    found = [(p.key, p.message) for p in info.value.problems]
+    longer = "time to live 3600 s is longer than the maximum"
+    assert found == [
+        ("traffic.publish[0].ttl", f"b hosts would refuse it: {longer}, 100 s (limits.max_ttl)"),
+        ("traffic.publish[0].attributes", "c hosts would refuse it: bad attribute name 'topic'"),
+        ("traffic.publish[0].ttl", f"c hosts would refuse it: {longer}, 50 s (limits.max_ttl)"),
+        (
+            "traffic.publish[0].size",
+            "c hosts would refuse it: payload needs 5 fragments of 1177 bytes, more than "
+            "limits.max_fragments (2): raise max_datagram or limits.max_fragments, or use "
+            "fewer attributes",
+        ),
+        ("traffic.publish[0].size", "5000 bytes exceed d-0's max_message_size (4000)"),
+        ("traffic.publish[0].ttl", f"d hosts would refuse it: {longer}, 200 s (limits.max_ttl)"),
+    ]
+    lines = text.splitlines()
+    for p in info.value.problems:  # each on its key's line, or its entry's (ttl is not given)
+        assert p.line is not None
+        assert lines[p.line - 1].startswith(("size", "attributes", "[[traffic.publish]]")), p
+
+
 @pytest.mark.parametrize(
     "limit", ["max_requests_per_second = -1.0", "max_neighbours = -1", "max_fragments = 0"]
 )
