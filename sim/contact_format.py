@@ -4,6 +4,7 @@ and the Spark analysis (``sim.analysis.load``) both parse every line with these 
 Rules shared by both formats:
 
 * ``#`` starts a comment, at the start of a line or after its fields; blank lines are skipped;
+* a UTF-8 byte order mark is ignored at the start of the file, an error anywhere else;
 * a time is a finite number >= 0 (seconds) written with ASCII digits: an optional ``+``,
   digits with an optional fraction, an optional exponent (``+5``, ``1e1``, ``.5``); no
   ``_`` nor other scripts' digits, which Python's ``float`` would read
@@ -39,6 +40,11 @@ Layout = tuple[int, int, int, int]
 
 PLAIN: Layout = (0, 1, 2, 3)
 
+BOM = "\ufeff"
+"""A UTF-8 byte order mark: ignored at the start of a file (the readers open files with the
+``utf-8-sig`` codec, Hadoop's line reader skips it), an error anywhere else."""
+BOM_WHERE = "is only allowed at the start of the file"
+
 
 def guess_format(name: str) -> str:
     """The format a trace's file name implies: ``csv`` for ``*.csv`` (also gzipped,
@@ -52,9 +58,18 @@ class FormatError(ValueError):
 
 
 def strip_comment(line: str) -> str:
-    """The fields part of a line; a UTF-8 byte order mark (what some editors write at the
-    start of a file) is not part of it."""
-    return line.lstrip("\ufeff").split("#", 1)[0].strip()
+    """The fields part of a line. A UTF-8 byte order mark (what some editors write at the
+    start of a file) is dropped by the readers at the start of the file only (``BOM``);
+    one in the fields of any line is an error."""
+    text = line.split("#", 1)[0]
+    if BOM in text:
+        raise FormatError(f"byte order mark (U+FEFF) {BOM_WHERE}")
+    return text.strip()
+
+
+def has_fields(line: str) -> bool:
+    """Whether a line is more than a blank or comment line (never raises)."""
+    return bool(line.split("#", 1)[0].strip())
 
 
 def _event(t: str, a: str, b: str, state: str) -> Event:
@@ -131,7 +146,6 @@ def parse_csv_fields(
 def first_data_line(lines: Sequence[str]) -> list[str] | None:
     """The fields of the first non-blank, non-comment line (where a CSV header may be)."""
     for line in lines:
-        fields = split_csv(line)
-        if fields:
-            return fields
+        if has_fields(line):
+            return split_csv(line)
     return None

@@ -4,10 +4,11 @@ A line is ``<time> C <id> <from> <to> <size> [<respsize>]``: at ``time`` host ``
 creates message ``id`` of ``size`` bytes for host ``to``. Blank lines and ``#`` comments
 are skipped. Host ids follow the contact-trace convention (``sim.mobility.trace``): a
 scenario host name, else a 0-based index into the scenario's host order, else The ONE's
-``<prefix><index>`` form (``p12``: host 12). Sizes may carry The ONE's units (``500k``,
-``1M``, ``2kiB``). Only creations can be replayed: any other event kind (The ONE's ``S``,
-``DE``, ``A``, ``DR``, ``R``, ``CONN`` or anything else) and a non-zero response size are
-errors naming the file and line, as is every malformed line.
+``<prefix><index>`` form (``p12``: host 12). Sizes may carry The ONE's
+units (``500k``, ``1M``, ``2kiB``). Only creations can be replayed: any other event kind
+(The ONE's ``S``, ``DE``, ``A``, ``DR``, ``R``, ``CONN`` or anything else) and a non-zero
+response size are errors naming the file and line, as is every malformed line. A UTF-8
+byte order mark is ignored at the start of the file and an error anywhere else.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dodwan.units import is_plain_number
+from sim.contact_format import BOM, BOM_WHERE
 from sim.mobility.trace import TraceError, host_index
 
 CREATE = "C"
@@ -80,7 +82,10 @@ def parse(path: Path, hosts: list[str]) -> list[Creation]:
     try:
         with path.open(encoding="utf-8-sig") as f:  # a BOM (Windows editors) is no field
             for lineno, line in enumerate(f, 1):
-                fields = line.split("#", 1)[0].split()
+                text = line.split("#", 1)[0]
+                if BOM in text:  # (the codec drops the one at the start of the file)
+                    raise EventsError(f"{path}:{lineno}: byte order mark (U+FEFF) {BOM_WHERE}")
+                fields = text.split()
                 if fields:
                     out.append(_creation(f"{path}:{lineno}", lineno, fields, hosts, index))
     except OSError as e:

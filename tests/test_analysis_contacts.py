@@ -162,6 +162,11 @@ TRACE_CORPUS: list[tuple[str, str, str, list[tuple[float, str, str, bool]] | str
     ("bad-keyword", "one", "0 LINK 1 2 up\n", "expected '<time> CONN"),
     ("csv-header-missing-up", "csv", "time,a,b\n0,1,2\n", "missing up"),
     ("csv-short-row", "csv", "0,1,2\n", "expected 4 columns"),
+    ("bom-at-the-start", "one", "\ufeff0 CONN 1 2 up\n5 CONN 1 2 down\n", _EVENTS),
+    ("bom-at-the-start-csv", "csv", "\ufefftime,a,b,up\n0,1,2,up\n5,1,2,down\n", _EVENTS),
+    ("bom-on-a-later-line", "one", "0 CONN 1 2 up\n\ufeff5 CONN 1 2 down\n", "byte order mark"),
+    ("bom-in-a-field-csv", "csv", "time,a,b,up\n0,1,2,up\n5,1\ufeff,2,down\n", "byte order mark"),
+    ("bom-before-a-csv-header", "csv", "# x\n\ufefftime,a,b,up\n0,1,2,up\n", "byte order mark"),
 ]
 """Edge cases of the contact-trace formats: the events both readers must give, or a piece of
 the error both must raise."""

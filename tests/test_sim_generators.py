@@ -283,6 +283,9 @@ def test_external_events_are_replayed_exactly(tmp_path: Path) -> None:
         ("5 C M9 1 2 lots", "size 'lots' is not a byte count"),
         ("5 C M9 1 20 100", "host '20' is not a scenario host nor an index below 20"),
         ("5 C M9 1 p-1 100", "is from and to the same host p-1"),
+        # a byte order mark after the start of the file is named (it was a bad time or host)
+        ("\ufeff5 C M9 1 2 100", "byte order mark (U+FEFF) is only allowed at the start"),
+        ("5 C M9 1\ufeff 2 100", "byte order mark (U+FEFF) is only allowed at the start"),
         ("5 C M9 1 2 100 50", "response messages (respsize 50) are not simulated"),
     ],
 )
@@ -293,6 +296,16 @@ def test_bad_external_event_lines_name_the_file_and_line(
     assert list(found) == ["traffic.external[0].file"]
     assert f"{tmp_path / 'events.txt'}:7: " in found["traffic.external[0].file"]
     assert message in found["traffic.external[0].file"]
+
+
+def test_external_events_may_start_with_a_utf8_bom_and_use_prefixed_indices(
+    tmp_path: Path,
+) -> None:
+    sc = loads(external(tmp_path, "\ufeff" + EVENTS + "50 C M9 h12 x3 100\n"))
+    assert [(c.source, c.destination) for c in sc.external[0].events][-2:] == [
+        ("c-7", "p-0"),
+        ("c-0", "p-3"),
+    ]
 
 
 def test_missing_events_file(tmp_path: Path) -> None:

@@ -142,6 +142,51 @@ def test_a_trace_may_start_with_a_utf8_bom(tmp_path: Path, name: str, text: str)
     assert len(plain) == 2
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "line"),
+    [
+        ("t.txt", "1 CONN 0 1 up\n\ufeff5 CONN 0 1 down\n", 2),
+        ("t.txt", "1 CONN 0 1 up\n5 CONN 0\ufeff 1 down\n", 2),
+        ("t.txt", "\ufeff1 CONN 0 1 up\n\ufeff5 CONN 0 1 down\n", 2),  # a second one
+        ("t.txt", "# comment\n\ufeff\n1 CONN 0 1 up\n", 2),  # alone on its line
+        ("t.csv", "time,a,b,up\n1,0,1,up\n\ufeff5,0,1,down\n", 3),
+        ("t.csv", "\ufeff# header next\n\ufefftime,a,b,up\n1,0,1,up\n", 2),
+        ("t.csv.gz", "time,a,b,up\n1,0,1,up\n\ufeff5,0,1,down\n", 3),
+    ],
+)
+def test_a_utf8_bom_after_the_start_of_a_trace_is_an_error(
+    tmp_path: Path, name: str, text: str, line: int
+) -> None:
+    # strip_comment dropped a BOM at the start of every line: a file pasted together from
+    # two files (or a line edited by a Windows tool) passed as if the mark were not there
+    import gzip
+
+    f = tmp_path / name
+    data = text.encode()
+    f.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    fmt = "csv" if ".csv" in name else "one"
+    with pytest.raises(TraceError) as info:
+        load_trace(f, fmt)
+    assert str(info.value) == (
+        f"{f}:{line}: byte order mark (U+FEFF) is only allowed at the start of the file"
+    )
+    # in a comment it is no field: nothing to refuse
+    c = tmp_path / "comment.txt"
+    c.write_bytes(b"1 CONN 0 1 up # \xef\xbb\xbf\n")
+    assert len(load_trace(c, "one")) == 1
+
+
+def test_a_gzipped_trace_may_start_with_a_utf8_bom(tmp_path: Path) -> None:
+    import gzip
+
+    f = tmp_path / "t.one.txt.gz"
+    f.write_bytes(gzip.compress("\ufeff1 CONN 0 1 up\n5 CONN 0 1 down\n".encode()))
+    assert [(e.time, e.a, e.b, e.up) for e in load_trace(f, "one")] == [
+        (1.0, "0", "1", True),
+        (5.0, "0", "1", False),
+    ]
+
+
 def _gzipped_trace() -> bytes:
     import gzip
 

@@ -340,7 +340,7 @@ def _first_fields(lines: DataFrame) -> list[str] | None:
     first = cf.first_data_line(head)
     if first is not None or len(head) < 64:
         return first
-    found = lines.rdd.map(lambda r: r[0]).filter(lambda line: bool(cf.split_csv(line))).take(1)
+    found = lines.rdd.map(lambda r: r[0]).filter(cf.has_fields).take(1)
     return cf.split_csv(found[0]) if found else None
 
 
@@ -349,8 +349,8 @@ def _read_lines(spark: SparkSession, path: str, fmt: str) -> DataFrame:
     lines = spark.read.text(path)
     layout, header = cf.PLAIN, None
     if fmt == "csv":
-        first = _first_fields(lines)  # where a header would be, however far down
         try:
+            first = _first_fields(lines)  # where a header would be, however far down
             found = cf.csv_layout(first) if first else None
         except cf.FormatError as e:
             raise AnalysisError(f"{path}: {e}") from None

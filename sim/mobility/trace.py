@@ -33,10 +33,11 @@ class LinkEvent:
 
 
 def _open(path: Path, newline: str | None = None) -> TextIO:
-    """A trace file as text; ``*.gz`` files are decompressed on the fly."""
+    """A trace file as text; ``*.gz`` files are decompressed on the fly. A UTF-8 byte order
+    mark at the start of the file is dropped (one elsewhere is a bad line)."""
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline=newline)
-    return path.open(encoding="utf-8", newline=newline)
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
+    return path.open(encoding="utf-8-sig", newline=newline)
 
 
 def parse_one(path: Path) -> list[LinkEvent]:
