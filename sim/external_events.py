@@ -4,7 +4,8 @@ A line is ``<time> C <id> <from> <to> <size> [<respsize>]``: at ``time`` host ``
 creates message ``id`` of ``size`` bytes for host ``to``. Blank lines and ``#`` comments
 are skipped. Host ids follow the contact-trace convention (``sim.mobility.trace``): a
 scenario host name, else a 0-based index into the scenario's host order, else The ONE's
-``<prefix><index>`` form (``p12``: host 12). Sizes may carry The ONE's
+``<prefix><index>`` form (``p12``: host 12). An index has no sign: ``+1`` and ``p-1`` name
+no host (unless a host is called so), as in a contact trace. Sizes may carry The ONE's
 units (``500k``, ``1M``, ``2kiB``). Only creations can be replayed: any other event kind
 (The ONE's ``S``, ``DE``, ``A``, ``DR``, ``R``, ``CONN`` or anything else) and a non-zero
 response size are errors naming the file and line, as is every malformed line. A UTF-8
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from dodwan.units import is_plain_number
 from sim.contact_format import BOM, BOM_WHERE
-from sim.mobility.trace import TraceError, host_index
+from sim.mobility.trace import TraceError, host_index, unknown_host
 
 CREATE = "C"
 EVENT_ID = "event_id"
@@ -36,7 +37,9 @@ _OTHER_KINDS = {
 }
 _UNITS = {"": 1, "k": 1000, "M": 10**6, "G": 10**9, "kiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}
 _SIZE = re.compile(r"(\d+)(k|M|G|kiB|MiB|GiB)?", re.ASCII)
-_ONE_ID = re.compile(r"\D+(\d+)", re.ASCII)
+_ONE_ID = re.compile(r"\D*[^\d+-](\d+)", re.ASCII)
+"""The ONE's ``<prefix><index>`` host id: a prefix that does not end in a sign (``p-1`` and
+``+1`` would be host 1 read as a signed number, which a contact trace refuses)."""
 
 
 class EventsError(Exception):
@@ -70,9 +73,7 @@ def _host(where: str, text: str, hosts: list[str], index: dict[str, int]) -> str
         m = _ONE_ID.fullmatch(text) if text.isascii() else None
         if m and int(m.group(1)) < len(hosts):
             return hosts[int(m.group(1))]
-        raise EventsError(
-            f"{where}: host {text!r} is not a scenario host nor an index below {len(hosts)}"
-        ) from None
+        raise EventsError(f"{where}: {unknown_host('host', text, len(hosts))}") from None
 
 
 def parse(path: Path, hosts: list[str]) -> list[Creation]:

@@ -283,6 +283,10 @@ def test_external_events_are_replayed_exactly(tmp_path: Path) -> None:
         ("5 C M9 1 2 lots", "size 'lots' is not a byte count"),
         ("5 C M9 1 20 100", "host '20' is not a scenario host nor an index below 20"),
         ("5 C M9 1 p-1 100", "is from and to the same host p-1"),
+        # a sign is no part of an index, as in a contact trace (these were host 1)
+        ("5 C M9 +1 2 100", "host '+1' is not a scenario host nor an index below 20 (a host"),
+        ("5 C M9 q-1 2 100", "host 'q-1' is not a scenario host nor an index below 20"),
+        ("5 C M9 2 x+1 100", "host 'x+1' is not a scenario host nor an index below 20"),
         # a byte order mark after the start of the file is named (it was a bad time or host)
         ("\ufeff5 C M9 1 2 100", "byte order mark (U+FEFF) is only allowed at the start"),
         ("5 C M9 1\ufeff 2 100", "byte order mark (U+FEFF) is only allowed at the start"),

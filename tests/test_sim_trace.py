@@ -187,6 +187,19 @@ def test_a_gzipped_trace_may_start_with_a_utf8_bom(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("host", ["+1", "-1", "+0"])
+def test_a_trace_host_number_has_no_sign(tmp_path: Path, host: str) -> None:
+    # as in external-events files (test_sim_generators): +1 is no host 1 in either
+    f = tmp_path / "t.txt"
+    f.write_text(f"1 CONN 0 2 up\n2 CONN {host} 2 up\n")
+    with pytest.raises(TraceError) as info:
+        map_hosts(load_trace(f, "one"), ["n-0", "n-1", "n-2"], f)
+    assert str(info.value) == (
+        f"{f}:2: trace host {host!r} is not a scenario host nor an index below 3 "
+        "(a host number has no sign)"
+    )
+
+
 def _gzipped_trace() -> bytes:
     import gzip
 

@@ -8,6 +8,7 @@ the same functions). Host ids in a trace name scenario hosts: either a host's na
 from __future__ import annotations
 
 import gzip
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,13 +91,24 @@ def load_trace(path: Path, fmt: str) -> list[LinkEvent]:
     return sorted(events, key=lambda e: e.time)
 
 
+SIGNED = re.compile(r"[+-]\d+", re.ASCII)
+"""A signed number (``+1``, ``-1``): no host number has a sign."""
+
+
+def unknown_host(what: str, name: str, count: int) -> str:
+    """The words for a host id that names no host (``what``: how the file calls hosts)."""
+    sign = " (a host number has no sign)" if SIGNED.fullmatch(name) else ""
+    return f"{what} {name!r} is not a scenario host nor an index below {count}{sign}"
+
+
 def host_index(name: str, index: dict[str, int], count: int) -> int:
-    """A trace host id as a host index: a scenario host name, else a 0-based index."""
+    """A trace host id as a host index: a scenario host name, else a 0-based index (ASCII
+    digits only: no sign)."""
     i = index.get(name)
     if i is None and name.isascii() and name.isdigit() and int(name) < count:
         i = int(name)
     if i is None:
-        raise TraceError(f"trace host {name!r} is not a scenario host nor an index below {count}")
+        raise TraceError(unknown_host("trace host", name, count))
     return i
 
 
