@@ -16,8 +16,12 @@ Two client connections per binding, each with its own session:
   receives what it sends;
 * inbound: a persistent session (fixed client id, clean start off, long session expiry),
   so what the broker gets for the binding's topic while the gateway is away waits there;
-  messages are acknowledged manually, after their DoDWAN publication is committed. A
-  replacing binding takes this session over (MQTT's own make-before-break).
+  messages are acknowledged manually, after their DoDWAN publication is committed (QoS 2:
+  PUBREC goes only then, see :class:`_Paho`). One the daemon cannot take yet (its cache
+  full) is left unacknowledged, and so is every later one (but echoes, see below): MQTT
+  delivers them again, in order, only on a new connection, which the link makes after a
+  back-off (:data:`REDELIVER_MIN`). A replacing binding takes this session over (MQTT's own
+  make-before-break).
 
 Application attributes travel as MQTT 5 user properties; the deadline as the message expiry
 interval; ``jms_correlation_id`` as correlation data.
@@ -26,6 +30,7 @@ interval; ``jms_correlation_id`` as correlation data.
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import struct
 import threading
@@ -33,7 +38,7 @@ import time
 from typing import Any
 
 import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.enums import CallbackAPIVersion, MessageState, MQTTErrorCode, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
@@ -46,11 +51,18 @@ from .mapping import GATEWAY_HEADER, INSTANCE_HEADER, Inbound, deadline_of, user
 from .outbox import OutRow
 from .uri import BindingSpec
 
+log = logging.getLogger("dodwan.bridges")
+
 CONNECT_TIMEOUT = 10.0
 CONFIRM_TIMEOUT = 30.0
 SESSION_EXPIRY = 7 * 24 * 3600
 MAX_INFLIGHT = 64
 """Most QoS 1/2 messages awaiting the broker's answer (less if the broker says so)."""
+REDELIVER_MIN = 1.0
+REDELIVER_MAX = 30.0
+"""Seconds after the daemon refused an incoming message for now (a full cache) before the
+inbound connection is made again, so that the broker delivers it again (MQTT resends what
+was not acknowledged only on a new connection); doubled while the refusals go on."""
 
 
 def _confirmed(info: Any, timeout: float) -> bool:
@@ -67,7 +79,56 @@ def _confirmed(info: Any, timeout: float) -> bool:
 
 class _Paho(paho.Client):
     """paho's client, but a PUBREC with a failure reason code ends the QoS 2 exchange as
-    MQTT 5 says (paho ignores the code, sends PUBREL, and reports the PUBCOMP's success)."""
+    MQTT 5 says (paho ignores the code, sends PUBREL, and reports the PUBCOMP's success);
+    and with manual acknowledgement, an incoming QoS 2 message is handed over at its
+    PUBLISH and answered with PUBREC only by :meth:`ack`. (paho sends PUBREC at once and
+    hands the message over at PUBREL: after PUBREC the broker only sends PUBREL again, so a
+    message the application could not take yet was lost.)"""
+
+    def _handle_publish(self) -> MQTTErrorCode:
+        header = self._in_packet["command"]
+        if not self._manual_ack or (header & 0x06) >> 1 != 2:
+            return super()._handle_publish()
+        packet = bytes(self._in_packet["packet"])
+        (length,) = struct.unpack("!H", packet[:2])
+        topic = packet[2 : 2 + length]
+        (mid,) = struct.unpack("!H", packet[2 + length : 4 + length])
+        rest = packet[4 + length :]
+        with self._in_message_mutex:
+            taken = mid in self._in_messages
+        if taken:  # answered with PUBREC already: the same message again, not delivered
+            return self._send_pubrec(mid)
+        message = paho.MQTTMessage(mid, topic)
+        message.dup = bool(header & 0x08)
+        message.qos = 2
+        message.retain = bool(header & 0x01)
+        if self._protocol == paho.MQTTv5:
+            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            _, used = props.unpack(rest)  # type: ignore[no-untyped-call]
+            message.properties = props
+            rest = rest[used:]
+        message.payload = rest
+        message.timestamp = time.monotonic()
+        self._handle_on_message(message)
+        return MQTTErrorCode.MQTT_ERR_SUCCESS
+
+    def ack(self, mid: int, qos: int) -> MQTTErrorCode:
+        if qos != 2 or not self._manual_ack:
+            return super().ack(mid, qos)
+        taken = paho.MQTTMessage(mid)
+        taken.qos = 2
+        taken.state = MessageState.MQTT_MS_WAIT_FOR_PUBREL
+        with self._in_message_mutex:  # kept across a reconnection, as paho keeps its own
+            self._in_messages[mid] = taken
+        return self._send_pubrec(mid)
+
+    def _handle_pubrel(self) -> MQTTErrorCode:
+        if not self._manual_ack:
+            return super()._handle_pubrel()
+        (mid,) = struct.unpack("!H", bytes(self._in_packet["packet"][:2]))
+        with self._in_message_mutex:  # handed over at its PUBLISH already
+            self._in_messages.pop(mid, None)
+        return self._send_pubcomp(mid)
 
     def _handle_pubrec(self) -> MQTTErrorCode:
         packet = self._in_packet["packet"]
@@ -229,6 +290,12 @@ class MqttLink:
         self.out: _Client | None = None
         self._probe = threading.Event()
         self._nonces: set[bytes] = set()
+        self._held = 0
+        """Messages of the current inbound connection left unacknowledged: the first one
+        the daemon refused for now, and every one after it (but echoes and QoS 0)."""
+        self._again_at = 0.0
+        """When the inbound connection is made again for the broker to resend them."""
+        self._again_wait = REDELIVER_MIN
         # The inbound session is also the outbound side's ledger (see above).
         self.inb = _Client(f"{self._base}-in", False, spec)
         self.inb.client.on_message = self._on_message
@@ -243,6 +310,7 @@ class MqttLink:
         """Subscribe; the inbound side is up once the broker granted every subscription."""
         if not self.inb.accept(reason, props):
             return
+        self._held = 0  # what was left unacknowledged comes again now, first
         ep = self.spec.endpoint
         topics = [(self.ledger_topic, 1)] if self.spec.outbound else []
         if self.spec.inbound:  # its filter covers the outbound topic
@@ -301,8 +369,30 @@ class MqttLink:
         if not self.spec.inbound and inbound.dodwan_id is None:
             client.ack(msg.mid, msg.qos)  # the ledger subscription of an outbound binding
             return
+        published = inbound.dodwan_id is None  # an echo is only looked at, never published
+        if self._held and published and msg.qos:
+            # Behind one the daemon refused: left unacknowledged, not offered, so that the
+            # broker delivers them again after it, in their order.
+            self._held += 1
+            return
         if self.on_message(inbound):
             client.ack(msg.mid, msg.qos)
+            if published:
+                self._again_wait = REDELIVER_MIN
+        elif msg.qos == 0:
+            log.warning(
+                "bridge %s: a QoS 0 message on %r was not taken (see last_error) and is "
+                "dropped: MQTT cannot deliver it again",
+                self.spec.name,
+                msg.topic,
+            )
+        else:
+            # Refused for now (a full cache): the broker keeps it, unacknowledged, and
+            # resends it on the next connection, made after a back-off (see poll).
+            if not self._held:
+                self._again_at = time.monotonic() + self._again_wait
+                self._again_wait = min(REDELIVER_MAX, self._again_wait * 2)
+            self._held += 1
 
     def connect(self) -> None:
         if self.spec.outbound:
@@ -386,9 +476,23 @@ class MqttLink:
             for c in (self.out, self.inb):
                 if c is not None:
                     c.check()
+            if self._held and time.monotonic() >= self._again_at:
+                self._redeliver()
             left = end - time.monotonic()
             if left <= 0 or wake.wait(min(left, 0.1)):
                 return
+
+    def _redeliver(self) -> None:
+        """Connect the inbound side again (its session kept): the broker then resends, in
+        order, what this connection left unacknowledged."""
+        log.info(
+            "bridge %s: %d incoming message(s) not taken yet; reconnecting for the broker to "
+            "deliver them again",
+            self.spec.name,
+            self._held,
+        )
+        self.inb.drop()
+        self.inb.connect()
 
     def disconnect(self) -> None:
         """After a failure: the clients stay (their sessions continue on reconnect)."""
