@@ -334,3 +334,30 @@ def test_incoming_messages_the_full_cache_refused_come_again_in_order(
     )
     assert texts == ["A1", "A2", "A3", "B"]
     assert binding(gw, "hq")["received_total"] == 4
+
+
+def test_an_echo_from_a_deeper_topic_does_not_count_for_the_binding_s_own(
+    mosquitto: Broker, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """Bindings b1 on TOPIC/# (both ways, sending to TOPIC) and b2 on TOPIC/sub (out) of one
+    gateway select the same messages. b2's message came back to b1 through TOPIC/# and was
+    taken as one already on TOPIC: b1 never sent it there (lost, no error)."""
+    topic = topic_name()
+    port = mosquitto.port
+    top = remotes(lambda: MqttRemote(port, topic))
+    sub = remotes(lambda: MqttRemote(port, f"{topic}/sub"))
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    # b1 holds its messages back 3 s: b2's echo reaches it before it sends.
+    add_binding(gw, mosquitto.url(f"{topic}/#"), "b1", topic, holdoff=3.0)
+    add_binding(gw, mosquitto.url(f"{topic}/sub"), "b2", topic, direction="out")
+    wait_for(
+        lambda: binding(gw, "b1")["connected"] and binding(gw, "b2")["connected"],
+        30,
+        what="b1 and b2 connected",
+    )
+    ids = publish(gw, topic, 1)
+    exactly_once(sub, ids, timeout=30, gw=gw)
+    wait_for(lambda: binding(gw, "b1")["echoes"], 10, what="b2's message seen by b1")
+    exactly_once(top, ids, timeout=30, gw=gw)
+    st = wait_for(lambda: (b := binding(gw, "b1"))["backlog"] == 0 and b, 10, what="sent")
+    assert st["sent_total"] == 1 and st["errors"] == 0, st

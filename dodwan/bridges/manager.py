@@ -291,9 +291,10 @@ class BridgeManager:
             # field already. A binding that has not sent it yet need not.
             binding.echoes += 1
             if msg.elsewhere:
-                # From a destination the binding no longer names (the MQTT session keeps
-                # the subscriptions of a removed or replaced binding of this name): whether
-                # there or not, the message is not on this binding's destination yet.
+                # From a destination the binding does not send to (MQTT: a deeper topic its
+                # filter covers, where another binding sends, or a subscription the session
+                # kept from a removed or replaced binding of this name): whether there or
+                # not, the message is not on this binding's destination yet.
                 return True
             if (
                 spec.outbound

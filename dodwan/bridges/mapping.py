@@ -52,9 +52,11 @@ class Inbound:
     redelivered: bool = False
     """The broker says it delivered this message before (MQTT DUP, AMQP/STOMP redelivered)."""
     elsewhere: bool = False
-    """It came from a destination the binding does not name (MQTT: a subscription that a
-    removed or replaced binding of the same name left in the persistent session, which
-    cannot be listed to drop it): as an echo, it says nothing about the binding's own."""
+    """It came from another destination than the one the binding sends to (MQTT: another
+    topic than its outbound one, e.g. ``hq/sub`` for a binding on ``hq/#``, which sends to
+    ``hq``; or a subscription that a removed or replaced binding of the same name left in
+    the persistent session, which cannot be listed to drop it): as an echo, it says nothing
+    about the binding's own."""
 
     @property
     def dodwan_id(self) -> str | None:

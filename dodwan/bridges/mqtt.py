@@ -305,6 +305,10 @@ class MqttLink:
         ep = spec.endpoint
         self._filter = ep.destination if spec.inbound else ep.out_target
         """What the binding's own subscription (besides the ledger probes) covers."""
+        self._echo_topic = ep.out_target if spec.outbound else None
+        """The one topic an echo must come from to say the binding's message is on the
+        broker: where it sends, not any topic its filter covers (``hq/#`` also gets what
+        another binding of the gateway sends to ``hq/sub``, which is not on ``hq``)."""
 
     def _on_connect_in(self, c: Any, _u: Any, _flags: Any, reason: Any, props: Any) -> None:
         """Subscribe; the inbound side is up once the broker granted every subscription."""
@@ -364,7 +368,11 @@ class MqttLink:
             # A retained message may come again (a new session, the binding added again):
             # like a redelivery, it is recognised by its content while its copy lives.
             redelivered=bool(msg.dup or msg.retain),
-            elsewhere=not paho.topic_matches_sub(self._filter, msg.topic),
+            elsewhere=(
+                msg.topic != self._echo_topic
+                if self._echo_topic is not None
+                else not paho.topic_matches_sub(self._filter, msg.topic)
+            ),
         )
         if not self.spec.inbound and inbound.dodwan_id is None:
             client.ack(msg.mid, msg.qos)  # the ledger subscription of an outbound binding
