@@ -361,3 +361,19 @@ def test_an_echo_from_a_deeper_topic_does_not_count_for_the_binding_s_own(
     exactly_once(top, ids, timeout=30, gw=gw)
     st = wait_for(lambda: (b := binding(gw, "b1"))["backlog"] == 0 and b, 10, what="sent")
     assert st["sent_total"] == 1 and st["errors"] == 0, st
+
+
+def test_a_topic_ending_in_a_slash_is_the_topic_messages_go_to(
+    mosquitto: Broker, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """Only a last level '#' is left out of the topic an outbound binding sends to:
+    TOPIC/ sent to TOPIC, and TOPICb//# to TOPICb (both other topics)."""
+    topic = topic_name()
+    port = mosquitto.port
+    slash = remotes(lambda: MqttRemote(port, f"{topic}/"))
+    empty = remotes(lambda: MqttRemote(port, f"{topic}b/"))
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    add_binding(gw, mosquitto.url(f"{topic}/"), "slash", f"{topic}1", direction="out")
+    add_binding(gw, mosquitto.url(f"{topic}b//#"), "empty", f"{topic}2", direction="out")
+    exactly_once(slash, publish(gw, f"{topic}1", 1), timeout=30, gw=gw)
+    exactly_once(empty, publish(gw, f"{topic}2", 1), timeout=30, gw=gw)

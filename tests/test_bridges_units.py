@@ -73,6 +73,27 @@ def test_uris_of_the_three_protocols() -> None:
 
 
 @pytest.mark.parametrize(
+    ("uri", "target"),
+    [
+        ("mqtt://h/a/", "a/"),  # was 'a': another topic
+        ("mqtt://h/b//#", "b/"),  # was 'b'
+        ("mqtt://h/c/#", "c"),
+        ("mqtt://h/c", "c"),
+        ("mqtt://h/#", ""),  # refused outbound (no topic)
+        ("amqp://h/ex/a.", "a."),  # was 'a'
+        ("amqp://h/ex/b..#", "b."),  # was 'b'
+        ("amqp://h/ex/c.#", "c"),
+        ("amqp://h/ex/#", ""),
+        ("amqp://h/ex", ""),
+    ],
+)
+def test_only_a_last_wildcard_level_is_dropped_from_the_outbound_target(
+    uri: str, target: str
+) -> None:
+    assert parse_uri(uri).out_target == target
+
+
+@pytest.mark.parametrize(
     ("uri", "reason"),
     [
         ("http://127.0.0.1/x", "unsupported URI scheme"),

@@ -90,11 +90,13 @@ class Endpoint:
     @property
     def out_target(self) -> str:
         """Where outbound messages go: the MQTT topic or AMQP routing key without a trailing
-        multi-level wildcard (``field/#`` -> ``field``, which ``field/#`` also matches)."""
+        multi-level wildcard level (``field/#`` -> ``field``, which ``field/#`` also
+        matches; ``#`` alone -> ``""``). Only that level goes: ``a/`` stays ``a/`` and
+        ``b//#`` is ``b/`` (each a topic of its own, with an empty last level)."""
         if self.scheme == "mqtt":
-            return self.destination.removesuffix("#").rstrip("/")
+            return _drop_last_hash(self.destination, "/")
         if self.scheme == "amqp" and self.kind == "exchange":
-            return self.routing_key.removesuffix("#").rstrip(".")
+            return _drop_last_hash(self.routing_key, ".")
         return self.destination
 
     def check_outbound(self) -> None:
@@ -106,6 +108,13 @@ class Endpoint:
                 f"{self.display}: an outbound binding needs a destination without wildcards "
                 "(except one trailing '#')"
             )
+
+
+def _drop_last_hash(name: str, separator: str) -> str:
+    """``name`` without a last level ``#`` (and the separator before it)."""
+    if name == "#":
+        return ""
+    return name.removesuffix(separator + "#")
 
 
 def without_credentials(uri: str) -> str:
