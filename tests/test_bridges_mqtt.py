@@ -5,8 +5,10 @@ session a binding removed and added again finds."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import re
 import signal
 import sqlite3
 import threading
@@ -26,6 +28,9 @@ from test_bridges import remotes as remotes
 from test_daemon_helpers import DaemonProc, random_group, wait_for
 from test_daemon_helpers import daemons as daemons
 
+from dodwan.bridges.binding import LinkError
+from dodwan.bridges.mqtt import MqttLink
+from dodwan.bridges.uri import BindingSpec
 from dodwan.daemon.client import ClientError
 
 
@@ -377,3 +382,46 @@ def test_a_topic_ending_in_a_slash_is_the_topic_messages_go_to(
     add_binding(gw, mosquitto.url(f"{topic}b//#"), "empty", f"{topic}2", direction="out")
     exactly_once(slash, publish(gw, f"{topic}1", 1), timeout=30, gw=gw)
     exactly_once(empty, publish(gw, f"{topic}2", 1), timeout=30, gw=gw)
+
+
+@pytest.mark.parametrize(
+    ("topic", "reason"),
+    [
+        pytest.param("L" * 70000, "topic is 70000 bytes long", id="long"),
+        pytest.param("c%01d", "topic holds U+0001", id="control"),
+    ],
+)
+def test_an_mqtt_topic_brokers_cannot_take_is_refused_at_bridge_add(
+    topic: str, reason: str, mosquitto: Broker, daemons: Callable[..., DaemonProc]
+) -> None:
+    """Such a binding was added, then failed for ever: a traceback in paho's thread and
+    'MQTT connection timed out' (the long topic), 'MQTT connection refused: Malformed
+    packet' (the control character)."""
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    body = {"uri": mosquitto.url(topic), "name": "hq", "direction": "in"}
+    with pytest.raises(ClientError, match=re.escape(reason)):
+        gw.client().post("/bridges", body)
+    assert gw.client().get("/bridges") == []
+
+
+def test_an_exception_in_paho_s_thread_is_the_link_s_error(
+    mosquitto: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic paho will not subscribe (over 65535 bytes: refused by parse_uri now, given
+    here behind its back) raised ValueError in paho's thread: its traceback went to the
+    daemon log, the thread ended, and the link said 'MQTT connection timed out', for ever.
+    An exception in paho's thread is now the link's error, said at once."""
+    spec = BindingSpec.from_dict(
+        {"uri": mosquitto.url(topic_name()), "name": "hq", "direction": "in"}
+    )
+    too_long = dataclasses.replace(spec.endpoint, destination="L" * 70000)
+    object.__setattr__(spec, "endpoint", too_long)
+    uncaught: list[Any] = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    link = MqttLink(spec, "gw", lambda _msg: True)
+    try:
+        with pytest.raises(LinkError, match="MQTT client error: ValueError"):
+            link.connect()
+    finally:
+        link.close()
+    assert uncaught == []

@@ -35,6 +35,7 @@ import secrets
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -130,6 +131,17 @@ class _Paho(paho.Client):
             self._in_messages.pop(mid, None)
         return self._send_pubcomp(mid)
 
+    failed: Callable[[BaseException], None] | None = None
+    """Told when paho's network thread ends with an exception (set by :class:`_Client`)."""
+
+    def _thread_main(self) -> None:
+        # Whatever ends paho's thread is the link's error, not a traceback in the daemon log.
+        try:
+            super()._thread_main()
+        except Exception as exc:
+            if self.failed is not None:
+                self.failed(exc)
+
     def _handle_pubrec(self) -> MQTTErrorCode:
         packet = self._in_packet["packet"]
         if self._protocol == paho.MQTTv5 and len(packet) > 2 and packet[2] >= 0x80:
@@ -168,11 +180,29 @@ class _Client:
         self.inflight = MAX_INFLIGHT
         self.lowered = False
         self.client.max_queued_messages_set(0)
-        self.client.on_connect = self._on_connect
-        self.client.on_disconnect = self._on_disconnect
-        self.client.on_publish = self._on_publish
+        self.client.failed = self.fail
+        self.client.on_connect = self.guarded(self._on_connect)
+        self.client.on_disconnect = self.guarded(self._on_disconnect)
+        self.client.on_publish = self.guarded(self._on_publish)
         self._clean_start = clean_start
         self._started = False
+
+    def fail(self, exc: BaseException) -> None:
+        """An exception in paho's thread: the connection is lost, with it as the reason."""
+        self.failure = self.failure or f"MQTT client error: {type(exc).__name__}: {exc}"
+        self.lost.set()
+
+    def guarded(self, callback: Callable[..., None]) -> Callable[..., None]:
+        """``callback`` for paho: an exception it raises is the link's error (:meth:`fail`);
+        paho would print it with its traceback in the daemon log and end its thread."""
+
+        def run(*args: Any) -> None:
+            try:
+                callback(*args)
+            except Exception as exc:
+                self.fail(exc)
+
+        return run
 
     def _on_connect(self, _c: Any, _u: Any, _flags: Any, reason: Any, props: Any) -> None:
         if self.accept(reason, props):
@@ -298,9 +328,9 @@ class MqttLink:
         self._again_wait = REDELIVER_MIN
         # The inbound session is also the outbound side's ledger (see above).
         self.inb = _Client(f"{self._base}-in", False, spec)
-        self.inb.client.on_message = self._on_message
-        self.inb.client.on_connect = self._on_connect_in
-        self.inb.client.on_subscribe = self._on_subscribe
+        self.inb.client.on_message = self.inb.guarded(self._on_message)
+        self.inb.client.on_connect = self.inb.guarded(self._on_connect_in)
+        self.inb.client.on_subscribe = self.inb.guarded(self._on_subscribe)
         self._topics: list[str] = []
         ep = spec.endpoint
         self._filter = ep.destination if spec.inbound else ep.out_target

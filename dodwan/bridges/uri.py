@@ -190,6 +190,13 @@ def parse_uri(uri: str) -> Endpoint:
                 raise SpecError(
                     f"{shown}: '#' only as the last level and '+' only as a whole level"
                 )
+        _mqtt_string(shown, "topic", path)
+        if user is not None:
+            _mqtt_string(shown, "user name", user)
+        if password is not None and len(password.encode()) > MQTT_STRING:
+            raise SpecError(
+                f"{_short(shown)}: the MQTT password is longer than {MQTT_STRING} bytes"
+            )
         return Endpoint("mqtt", kind="topic", destination=path, **common)
     first, _, rest = path.partition("/")
     if not first:
@@ -206,6 +213,13 @@ def parse_uri(uri: str) -> Endpoint:
 
 AMQP_SHORT_STRING = 255
 """Most UTF-8 bytes of an AMQP 0-9-1 short string: exchange and queue names, routing keys."""
+MQTT_STRING = 65535
+"""Most bytes of an MQTT string (a topic, a user name: UTF-8) or binary data (a password)."""
+
+
+def _short(shown: str) -> str:
+    """The URI as errors show it, cut to 80 characters."""
+    return shown if len(shown) <= 80 else f"{shown[:76]}...'"
 
 
 def _short_string(shown: str, what: str, value: str) -> None:
@@ -213,10 +227,37 @@ def _short_string(shown: str, what: str, value: str) -> None:
     ShortStringTooLong, the binding down for good. ``shown``: the URI as errors show it."""
     n = len(value.encode())
     if n > AMQP_SHORT_STRING:
-        shown = shown if len(shown) <= 80 else f"{shown[:76]}...'"
         raise SpecError(
-            f"{shown}: the AMQP {what} is {n} bytes long (UTF-8); AMQP 0-9-1 allows at "
-            f"most {AMQP_SHORT_STRING}"
+            f"{_short(shown)}: the AMQP {what} is {n} bytes long (UTF-8); AMQP 0-9-1 allows "
+            f"at most {AMQP_SHORT_STRING}"
+        )
+
+
+def _not_for_mqtt(c: str) -> bool:
+    """A control character or a Unicode non-character: MQTT strings should not hold them
+    (MQTT 3.1.1 1.5.3, MQTT 5 1.5.4), and Mosquitto closes the connection of a packet
+    with one as malformed."""
+    n = ord(c)
+    return (
+        n <= 0x1F or 0x7F <= n <= 0x9F or 0xFDD0 <= n <= 0xFDEF or (n & 0xFFFF) in (0xFFFE, 0xFFFF)
+    )
+
+
+def _mqtt_string(shown: str, what: str, value: str) -> None:
+    """Refuse a topic or user name MQTT cannot carry: paho refused to send it (a traceback
+    in its thread) or the broker closed every connection ("Malformed packet"), the binding
+    down for good."""
+    n = len(value.encode())
+    if n > MQTT_STRING:
+        raise SpecError(
+            f"{_short(shown)}: the MQTT {what} is {n} bytes long (UTF-8); MQTT allows at "
+            f"most {MQTT_STRING}"
+        )
+    bad = next((c for c in value if _not_for_mqtt(c)), None)
+    if bad is not None:
+        raise SpecError(
+            f"{_short(shown)}: the MQTT {what} holds U+{ord(bad):04X}, a control character "
+            "or non-character, which MQTT brokers refuse"
         )
 
 
