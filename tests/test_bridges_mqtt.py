@@ -389,14 +389,18 @@ def test_a_topic_ending_in_a_slash_is_the_topic_messages_go_to(
     [
         pytest.param("L" * 70000, "topic is 70000 bytes long", id="long"),
         pytest.param("c%01d", "topic holds U+0001", id="control"),
+        # earlier bridged as 'u\ufffdv', without a word
+        pytest.param("u%FFv", "path is not valid UTF-8 once percent-decoded (%FF)", id="utf8"),
+        pytest.param("a\ud800", "lone surrogate", id="surrogate"),
     ],
 )
-def test_an_mqtt_topic_brokers_cannot_take_is_refused_at_bridge_add(
+def test_an_mqtt_topic_that_cannot_cross_is_refused_at_bridge_add(
     topic: str, reason: str, mosquitto: Broker, daemons: Callable[..., DaemonProc]
 ) -> None:
     """Such a binding was added, then failed for ever: a traceback in paho's thread and
-    'MQTT connection timed out' (the long topic), 'MQTT connection refused: Malformed
-    packet' (the control character)."""
+    'MQTT connection timed out' (the long topic, the lone surrogate), 'MQTT connection
+    refused: Malformed packet' (the control character); or bridged another topic than the
+    one given ('%FF' taken as U+FFFD)."""
     gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
     body = {"uri": mosquitto.url(topic), "name": "hq", "direction": "in"}
     with pytest.raises(ClientError, match=re.escape(reason)):

@@ -124,6 +124,14 @@ def test_only_a_last_wildcard_level_is_dropped_from_the_outbound_target(
         ("mqtt://h/c%EF%BF%BFd", "U+FFFF, a control character or non-character"),
         ("mqtt://h/c%EF%B7%90d", "U+FDD0"),
         ("mqtt://u%0A:p@h/x", "user name holds U+000A"),
+        # not UTF-8 once percent-decoded: earlier each bad sequence became U+FFFD
+        ("mqtt://h/u%FFv", "the path is not valid UTF-8 once percent-decoded (%FF)"),
+        ("mqtt://h/s%ED%A0%80", "not valid UTF-8 once percent-decoded (%ED)"),  # a surrogate
+        ("stomp://h/queue/a%C3", "path is not valid UTF-8"),  # cut short
+        ("amqp://h/ex/k%E9", "path is not valid UTF-8"),  # Latin-1
+        ("amqp://u%FF:p@h/x", "the user name is not valid UTF-8"),
+        ("stomp://u:p%FF@h/queue/q", "the password is not valid UTF-8 once percent-decoded"),
+        ("mqtt://h/a\ud800", "is not valid Unicode text (it holds a lone surrogate)"),
     ],
 )
 def test_bad_uris_are_refused_with_the_reason(uri: str, reason: str) -> None:

@@ -139,6 +139,10 @@ def parse_uri(uri: str) -> Endpoint:
     if not isinstance(uri, str) or not uri:
         raise SpecError("a binding needs a URI such as mqtt://127.0.0.1:1883/field/#")
     shown = repr(without_credentials(uri))  # errors are logged and answered: no password
+    try:
+        uri.encode()
+    except UnicodeEncodeError:
+        raise SpecError(f"{shown} is not valid Unicode text (it holds a lone surrogate)") from None
     # '#' is a wildcard of MQTT topics and AMQP routing keys, not a URI fragment here.
     try:
         u = urllib.parse.urlsplit(uri.replace("#", "%23"))
@@ -157,9 +161,9 @@ def parse_uri(uri: str) -> Endpoint:
         raise SpecError(f"{shown} has an invalid port (0)")
     if u.query:
         raise SpecError(f"{shown}: put options in the binding settings, not in the URI")
-    path = urllib.parse.unquote(u.path).removeprefix("/")
-    user = urllib.parse.unquote(u.username) if u.username else None
-    password = urllib.parse.unquote(u.password) if u.password else None
+    path = _unquote(shown, "path", u.path).removeprefix("/")
+    user = _unquote(shown, "user name", u.username) if u.username else None
+    password = _unquote(shown, "password", u.password) if u.password else None
     if any("\0" in part for part in (path, user or "", password or "")):
         raise SpecError(f"{shown}: a NUL character (%00) cannot cross to a broker")
     if scheme == "mqtt" and path.startswith("/"):
@@ -209,6 +213,20 @@ def parse_uri(uri: str) -> Endpoint:
     _short_string(shown, "exchange name", first)
     _short_string(shown, "routing key", rest)
     return Endpoint("amqp", kind="exchange", destination=first, routing_key=rest or "#", **common)
+
+
+def _unquote(shown: str, what: str, value: str) -> str:
+    """``value`` percent-decoded, refused when the bytes it names are not UTF-8 (``%FF``,
+    ``%ED%A0%80``): earlier each such sequence silently became U+FFFD, and the binding
+    used another destination (or credentials) than the one given."""
+    try:
+        return urllib.parse.unquote(value, errors="strict")
+    except UnicodeDecodeError as exc:
+        bad = "".join(f"%{b:02X}" for b in exc.object[exc.start : exc.end])
+        where = "" if what == "password" else f" ({bad})"
+        raise SpecError(
+            f"{_short(shown)}: the {what} is not valid UTF-8 once percent-decoded{where}"
+        ) from None
 
 
 AMQP_SHORT_STRING = 255
