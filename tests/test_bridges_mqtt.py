@@ -429,3 +429,31 @@ def test_an_exception_in_paho_s_thread_is_the_link_s_error(
     finally:
         link.close()
     assert uncaught == []
+
+
+def test_a_name_made_from_the_uri_is_told_apart_from_another_uri_s(
+    mosquitto: Broker, daemons: Callable[..., DaemonProc]
+) -> None:
+    """`bridge add mqtt://HOST/T/x/y` and `bridge add mqtt://HOST/T/x-y`, no --name: both
+    names are made 'mqtt-T-x-y', and the second was refused with "binding 'mqtt-T-x-y'
+    exists; use replace to change it", a name the user never gave."""
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", *ARGS)
+    c = gw.client()
+    topic = topic_name()
+    base = f"mqtt-{topic}-x-y"
+    slash, dash = mosquitto.url(f"{topic}/x/y"), mosquitto.url(f"{topic}/x-y")
+    assert c.post("/bridges", {"uri": slash, "direction": "in"})["name"] == base
+    with_user = dash.replace("mqtt://", "mqtt://u:p@")
+    second = c.post("/bridges", {"uri": with_user, "direction": "in"})
+    assert second["name"].startswith(f"{base}-") and second["uri"] == dash, second
+    # The same URI again (credentials aside) is that binding: the answer says how to add
+    # another one, and replace replaces it.
+    for uri, name in ((slash, base), (dash, second["name"])):
+        with pytest.raises(ClientError, match=rf"'{name}' exists \(a name made from the URI"):
+            c.post("/bridges", {"uri": uri, "direction": "in"})
+    again = c.post("/bridges", {"uri": dash, "direction": "in", "ttl": 60, "replace": True})
+    assert again["name"] == second["name"] and again["ttl"] == 60, again
+    assert sorted(b["name"] for b in c.get("/bridges")) == sorted([base, second["name"]])
+    # A name given is the user's: refused as before.
+    with pytest.raises(ClientError, match=rf"^binding '{base}' exists; use replace"):
+        c.post("/bridges", {"uri": mosquitto.url(topic), "direction": "in", "name": base})

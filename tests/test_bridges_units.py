@@ -273,6 +273,16 @@ def test_config_file_bridges_are_checked_at_load(tmp_path: Path) -> None:
     )
     with pytest.raises(cfg.ConfigError, match="used twice"):
         cfg.load(f)
+    f.write_text(  # two URIs that make one name: says how to tell them apart
+        '[[bridges]]\nuri = "mqtt://h/x/y"\ndirection = "in"\n'
+        '[[bridges]]\nuri = "mqtt://h/x-y"\ndirection = "in"\n'
+    )
+    with pytest.raises(cfg.ConfigError, match=r"'mqtt-x-y' used twice \(made from the URI"):
+        cfg.load(f)
+    f.write_text(
+        '[[bridges]]\nname = "a"\nuri = "mqtt://h/x"\ndirection = "in"\n'
+        '[[bridges]]\nname = "a"\nuri = "mqtt://h/y"\ndirection = "in"\n'
+    )
     res = subprocess.run(
         [sys.executable, "-m", "dodwan.cli", "daemon", "--config", str(f)],
         capture_output=True,

@@ -39,7 +39,7 @@ from .mapping import (
 )
 from .outbox import Outbox
 from .selection import descriptor_values, inbound_values
-from .uri import BindingSpec, SpecError, without_credentials
+from .uri import BindingSpec, SpecError, hashed_name, without_credentials
 
 log = logging.getLogger("dodwan.bridges")
 
@@ -450,15 +450,22 @@ class BridgeManager:
                 Profile.from_patterns(spec.patterns())
         except (SpecError, PatternError) as exc:
             raise BridgeError(400, str(exc)) from None
+        # No name given: the one made from the URI, unless a binding of another URI has it.
+        derived = isinstance(data, dict) and not data.get("name")
+        hint = " (a name made from the URI: give this one another with --name)" if derived else ""
         async with self._busy:
+            if derived and self._named_for_another(spec):
+                spec = dataclasses.replace(spec, name=hashed_name(spec.name, spec.endpoint))
             old = self._bindings.get(spec.name)
             if old is not None and not replace:
-                raise BridgeError(409, f"binding {spec.name!r} exists; use replace to change it")
+                raise BridgeError(
+                    409, f"binding {spec.name!r} exists{hint}; use replace to change it"
+                )
             if spec.name in self._invalid and not replace:
                 raise BridgeError(
                     409,
                     f"binding {spec.name!r} kept from a previous run is invalid "
-                    f"({self._invalid[spec.name][1]}); use replace to change it",
+                    f"({self._invalid[spec.name][1]}){hint}; use replace to change it",
                 )
             outbox = self.outbox
             assert outbox is not None
@@ -499,6 +506,16 @@ class BridgeManager:
                 )
                 await self._replace(old, spec)
         return self.binding_status(spec.name)
+
+    def _named_for_another(self, spec: BindingSpec) -> bool:
+        """Whether a binding of another URI (credentials aside) has ``spec``'s name."""
+        b = self._bindings.get(spec.name)
+        if b is not None:
+            return b.spec.endpoint.display != spec.endpoint.display
+        if spec.name in self._invalid:
+            stored = str(self._invalid[spec.name][0].get("uri", ""))
+            return without_credentials(stored) != without_credentials(spec.uri)
+        return False
 
     def _store_replacement(self, spec: BindingSpec) -> None:
         assert self.outbox is not None

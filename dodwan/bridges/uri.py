@@ -16,6 +16,7 @@ here, so a bad binding is refused with one clear line before anything is touched
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import urllib.parse
@@ -489,3 +490,11 @@ class BindingSpec:
 def _default_name(endpoint: Endpoint) -> str:
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{endpoint.scheme}-{endpoint.path}").strip("-")
     return base[:64] or endpoint.scheme
+
+
+def hashed_name(name: str, endpoint: Endpoint) -> str:
+    """A name made from the URI (``name``), told apart from the same name another URI
+    gives (``mqtt://h/a/b`` and ``mqtt://h/a-b`` are both ``mqtt-a-b``) by a short hash of
+    the URI without credentials: ``mqtt-a-b-c73385``."""
+    digest = hashlib.sha256(endpoint.display.encode()).hexdigest()[:6]
+    return f"{name[:57].rstrip('-')}-{digest}"

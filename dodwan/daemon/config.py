@@ -645,7 +645,8 @@ def _check_bridges(tables: Any, max_ttl: float) -> None:
         except SpecError as exc:
             raise ConfigError(f"[[bridges]] #{i + 1}: {exc}") from None
         if spec.name in names:
-            raise ConfigError(f"[[bridges]] #{i + 1}: binding name {spec.name!r} used twice")
+            made = "" if table.get("name") else " (made from the URI: give each a name)"
+            raise ConfigError(f"[[bridges]] #{i + 1}: binding name {spec.name!r} used twice{made}")
         names.add(spec.name)
 
 
