@@ -341,6 +341,33 @@ def test_incoming_messages_the_full_cache_refused_come_again_in_order(
     assert binding(gw, "hq")["received_total"] == 4
 
 
+def test_an_incoming_qos0_message_the_full_cache_refused_is_dropped_and_said_so(
+    mosquitto: Broker, daemons: Callable[..., DaemonProc]
+) -> None:
+    """MQTT cannot deliver a QoS 0 message again: refused, it is lost; it used to go with
+    no more than the error count, now the log says it was dropped and why."""
+    gw = daemons("gw", "--group", random_group(), "--host-id", "gw", "--cache-capacity", "400000")
+    topic = topic_name()
+    body = {"uri": mosquitto.url(f"{topic}/#"), "name": "hq", "direction": "in"}
+    gw.client().post("/bridges", {**body, "attributes": {"topic": topic}})
+    wait_for(lambda: binding(gw, "hq")["connected"], 30, what="binding connected")
+    texts = _follow(gw, topic)
+    fillers = _fill_cache(gw)
+    _publish_plain(mosquitto.port, f"{topic}/x", b"A", qos=0)
+    wait_for(
+        lambda: f"a QoS 0 message on '{topic}/x' was not taken" in gw.log.read_text(),
+        30,
+        what="the drop logged",
+    )
+    st = binding(gw, "hq")
+    assert st["errors"] == 1 and "CacheFullError" in st["last_error"], st
+    for msg_id in fillers:
+        gw.client().delete(f"/cache/{msg_id}")
+    _publish_plain(mosquitto.port, f"{topic}/x", b"B")  # a sentinel: A would come before
+    wait_for(lambda: texts, 30, what="B in DoDWAN")
+    assert texts == ["B"]
+
+
 def test_an_echo_from_a_deeper_topic_does_not_count_for_the_binding_s_own(
     mosquitto: Broker, daemons: Callable[..., DaemonProc], remotes: Any
 ) -> None:
