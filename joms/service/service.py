@@ -21,7 +21,7 @@ import itertools
 import json
 import random
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import (
@@ -223,31 +223,38 @@ class JomsService(
             self._count("internal_errors")
         self.store.commit()
 
-    def next_event(self) -> Event | None:
+    def next_event(self, *, confirm: bool = False) -> Event | None:
         """The next event; a :class:`MessageDispatched` of an ``auto`` consumer counts as
-        handed to the client once taken here, and as consumed at the next :meth:`settle`."""
+        handed to the client once taken here, and as consumed at the next :meth:`settle`.
+
+        ``confirm``: the caller says itself which ``auto``-mode messages it wrote
+        (``settle(now, written=...)``); one it never confirms stays unconsumed, and goes
+        back as never delivered when its consumer closes (a transport that held it back
+        for a client not reading, then discarded it)."""
         if not self._events:
             return None
         ev = self._events.popleft()
-        if isinstance(ev, MessageDispatched):
+        if not confirm and isinstance(ev, MessageDispatched):
             cons = self._consumers.get(ev.consumer)
             if cons is not None and cons.ack_mode == "auto":
                 self._handed.append((ev.consumer, ev.tag))
         return ev
 
-    def settle(self, now: float) -> None:
-        """Consume the ``auto``-mode messages taken since the last call, and commit.
+    def settle(self, now: float, written: Iterable[tuple[str, str]] = ()) -> None:
+        """Consume the ``auto``-mode messages taken since the last call, and those of
+        ``written`` ((consumer, tag) taken with ``next_event(confirm=True)``), and commit.
 
-        A transport calls it once it has written what it took (the STOMP gateway after
-        writing its MESSAGE frames): a crash before that finds them still stored, so an
-        ``auto`` consumer loses nothing the transport had not written yet. Timers settle
-        too, for a transport that does not call it."""
-        if not self._handed:
+        A transport calls it once it has written what it took (the STOMP gateway once its
+        MESSAGE frames left its buffer for the socket): a crash before that finds them still
+        stored, so an ``auto`` consumer loses nothing the transport had not written yet.
+        Timers settle too, for a transport that does not call it."""
+        handed = [*self._handed, *written]
+        if not handed:
             return
-        handed, self._handed = self._handed, []
+        self._handed = []
         for consumer, tag in handed:
             cons = self._consumers.get(consumer)
-            if cons is not None and tag in cons.unacked:
+            if cons is not None and cons.ack_mode == "auto" and tag in cons.unacked:
                 skey, msg = cons.unacked.pop(tag)
                 self._finish(cons, skey, msg, now)
         self.store.commit()
@@ -352,15 +359,24 @@ class JomsService(
             self._clients[client_id] = cid
         return cid
 
-    def close_connection(self, conn_id: str, now: float) -> None:
-        """Close consumers (unacked messages go back for redelivery), abort transactions."""
+    def close_connection(
+        self,
+        conn_id: str,
+        now: float,
+        *,
+        unconsumed: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """Close consumers (unacked messages go back for redelivery), abort transactions.
+
+        ``unconsumed``: consumer id -> tags of dispatched messages the client never got
+        (a transport discarded them): they go back as never delivered."""
         conn = self._connections.get(conn_id)
         if conn is None:
             return
         for tx in list(conn.txs):
             self.abort(conn_id, tx, now)
         for cons in list(conn.consumers):
-            self.close_consumer(cons, now)
+            self.close_consumer(cons, now, unconsumed=(unconsumed or {}).get(cons, ()))
         for qname in list(conn.temp_queues):
             self._delete_queue(qname, now)
         del self._connections[conn_id]
@@ -544,7 +560,7 @@ class JomsService(
         consumer_id: str,
         now: float,
         *,
-        unconsumed: list[str] | tuple[str, ...] = (),
+        unconsumed: Sequence[str] = (),
         delivered: list[str] | tuple[str, ...] | None = None,
         defer: bool = True,
     ) -> None:
