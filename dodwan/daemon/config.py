@@ -197,8 +197,16 @@ SETTINGS: tuple[Setting, ...] = (
         "stomp_write_window",
         8 * 1024 * 1024,
         "Bytes of output a STOMP client may leave unread (queued in the daemon, besides the "
-        "kernel's socket buffer); a client that falls further behind is disconnected "
-        "(counted in daemon_stomp_slow_disconnects).",
+        "kernel's socket buffer); past it the daemon writes nothing more to it and its "
+        "messages wait until it reads. A client that falls further behind its non-durable "
+        "topics is disconnected (counted in daemon_stomp_slow_disconnects).",
+    ),
+    Setting(
+        "stomp_write_timeout",
+        30.0,
+        "Seconds a STOMP client may leave a full stomp_write_window unread, reading none of "
+        "it, before it is disconnected (counted in daemon_stomp_slow_disconnects); the "
+        "messages it was not sent go back to their queue or are redelivered.",
     ),
     Setting(
         "admin_request_timeout",
@@ -260,6 +268,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "fragment_cache": (0, 64 * GiB),
     "stomp_connect_timeout": (0.1, 3600),
     "stomp_write_window": (64 * 1024, 64 * GiB),
+    "stomp_write_timeout": (0.1, DAY),
     "admin_request_timeout": (0.1, 3600),
     "follow_window": (64 * 1024, 64 * GiB),
     "dir_wait_memory": (0, 64 * GiB),

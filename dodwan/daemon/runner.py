@@ -657,6 +657,7 @@ class Daemon:
                 allow_remote=bool(self.config.allow_remote),
                 connect_timeout=self.config.stomp_connect_timeout,
                 write_window=self.config.stomp_write_window,
+                write_timeout=self.config.stomp_write_timeout,
             )
             if inspect.isawaitable(server):
                 server = await server

@@ -16,7 +16,7 @@ import contextlib
 import errno
 import json
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -51,7 +51,21 @@ CONNECT_TIMEOUT = 10.0
 """Seconds a new connection has to send CONNECT (or STOMP) before an ERROR closes it."""
 WRITE_WINDOW = 8 * 1024 * 1024
 """Bytes of output a client may leave unread in the gateway (beyond the kernel's socket
-buffer) before it is disconnected: a consumer that stops reading cannot grow the daemon."""
+buffer): past it writing to it pauses (asyncio's write flow control) and its messages wait
+until it has read some, so a consumer that stops reading cannot grow the daemon."""
+WRITE_TIMEOUT = 30.0
+"""Seconds a client may leave a full write window unread, reading none of it, before it is
+disconnected; the messages it was not sent go back (to their queue, or redelivered)."""
+WRITE_CHUNK = 256 * 1024
+"""Bytes of frames joined into one write (a burst goes out in pieces of about this size,
+so writing stops soon after the window is full)."""
+WATCH_PERIOD = (0.05, 1.0)
+"""Seconds between two looks at a connection whose output waits in its buffer (what left
+the buffer for the socket is written: its ``auto`` messages are consumed then; a client
+over its window that reads none of it is timed): the first, doubled up to the second while
+the client reads nothing."""
+HELD_OVERHEAD = 512
+"""Bytes counted for the headers of a frame waiting to be written."""
 
 DURABLE_HEADERS = (
     "durable-subscription-name",
@@ -91,11 +105,16 @@ class Gateway:
         heartbeat_ms: int = HEARTBEAT_MS,
         connect_timeout: float = CONNECT_TIMEOUT,
         write_window: int = WRITE_WINDOW,
+        write_timeout: float = WRITE_TIMEOUT,
     ) -> None:
         self.host = host
         self.heartbeat_ms = heartbeat_ms
         self.connect_timeout = connect_timeout
         self.write_window = write_window
+        self.write_timeout = write_timeout
+        self._written: list[tuple[str, str]] = []
+        """(consumer, tag) of ``auto``-mode MESSAGE frames that left a connection's buffer
+        for its socket: consumed at the next :meth:`settle`."""
         self.counters: dict[str, int] = {}
         self.service = host.service
         self.login = login
@@ -123,9 +142,10 @@ class Gateway:
             closer()
 
     def pump(self) -> None:
-        """Hand every pending service event to its connection (one write per connection)."""
+        """Hand every pending service event to its connection, and write what each can
+        take now (one write per connection, unless a burst is large)."""
         touched: dict[str, StompConnection] = {}
-        while (ev := self.service.next_event()) is not None:
+        while (ev := self.service.next_event(confirm=True)) is not None:
             if isinstance(ev, MessageDispatched):
                 conn = self.connections.get(ev.connection)
                 if conn is not None:
@@ -133,11 +153,23 @@ class Gateway:
                     touched[ev.connection] = conn
         for conn in touched.values():
             conn.flush()
-        if any(conn._holding for conn in touched.values()):
-            return  # (a SUBSCRIBE in a run of frames) its frames wait for the run's commit
-        # written (or buffered by the transport): auto-mode messages count as consumed now,
-        # not when dispatched, so a kill before the write loses none
-        self.service.settle(self.host.now())
+        self.settle()
+
+    def settle(self) -> bool:
+        """Consume the ``auto``-mode messages whose frames left their connection's buffer for
+        the socket — not when dispatched, nor when buffered: a kill before that, or a client
+        cut off with them still in its buffer, loses none (they are given back). Whether
+        there were any."""
+        if not self._written:
+            return False
+        written, self._written = self._written, []
+        batch = getattr(self.host, "batch", None)
+        try:
+            with batch() if batch is not None else contextlib.nullcontext():
+                self.service.settle(self.host.now(), written)
+        except JMSException:
+            pass  # the store cannot commit (disk full): the host logged it, the service retries
+        return True
 
     def protocol(self) -> StompConnection:
         return StompConnection(self)  # (one made as the server stops: connection_made)
@@ -164,7 +196,26 @@ class StompConnection(asyncio.Protocol):
         self._send_every = 0.0
         self._expect_every = 0.0
         self._wrote = False
-        self._out: list[bytes] = []
+        self._out: deque[tuple[Frame | MessageDispatched, int]] = deque()
+        """Output not written yet, in order, each with the bytes it counts in ``_held``."""
+        self._held = 0
+        """Bytes of the waiting output the daemon would not keep otherwise (non-durable topic
+        messages, receipts and other replies); queue and durable messages wait anyway."""
+        self._held_items = 0
+        self._set_aside: list[MessageDispatched] = []
+        """Messages never written because the connection closed while its client was behind."""
+        self._paused = False  # the transport's buffer is over the write window
+        self._sent = 0  # bytes handed to the transport
+        self._flushed = 0  # of those, bytes seen to have left its buffer for the socket
+        self._inflight: deque[tuple[int, str, str, bool]] = deque()
+        """(offset of its end, consumer, tag, auto mode) of each MESSAGE frame handed to the
+        transport and not yet seen to have left its buffer."""
+        self._watch: asyncio.TimerHandle | None = None
+        self._watch_every = WATCH_PERIOD[0]
+        self._stall_mark = 0  # bytes gone from the buffer when the client was last seen reading
+        self._stall_since = 0.0
+        self._aborted = False  # cut off: what its transport still held was discarded
+        self.volatile: set[str] = set()  # consumers of non-durable topics
         self._holding = False  # handling a run of frames: output waits for its commit
         self._connect_timer: asyncio.TimerHandle | None = None
         self.version = "1.2"
@@ -187,6 +238,11 @@ class StompConnection(asyncio.Protocol):
             transport.close()
             return
         self.gw.open.add(self)
+        # past the window the transport calls pause_writing: messages wait in _out
+        with contextlib.suppress(NotImplementedError):
+            transport.set_write_buffer_limits(
+                high=self.gw.write_window, low=self.gw.write_window // 2
+            )
         loop = asyncio.get_running_loop()
         self._last_rx = loop.time()
         self._connect_timer = loop.call_later(self.gw.connect_timeout, self._connect_overdue)
@@ -221,14 +277,14 @@ class StompConnection(asyncio.Protocol):
         finally:
             self._holding = False
         if refused is not None:
-            self._out.clear()  # confirm none of the run: no receipt may claim it was stored
+            # confirm none of the run: no receipt may claim it was stored (messages go out)
+            self._keep_output(lambda item: isinstance(item, MessageDispatched))
             self.closing = False  # (an ERROR of the run was not written either)
             self.error(refused[0], exception=refused[1])
             return
         if self.closing:
-            self.flush()
-            if self.transport is not None:
-                self.transport.close()
+            if not self._aborted:
+                self.close()
             return
         # The run is stored: its receipts go out now, before the deliveries it caused are
         # worked out (poke), so a producer waiting for a receipt prepares its next frames
@@ -254,7 +310,23 @@ class StompConnection(asyncio.Protocol):
                 self.error(f"internal error handling {frame.command}: {type(exc).__name__}", frame)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._end()
+        # closed without an error, by either side: its buffer was written out first
+        self._end(all_written=exc is None and not self._aborted)
+
+    def pause_writing(self) -> None:
+        """The transport holds more than the write window: messages wait in ``_out``."""
+        self._paused = True
+        self._stall_mark = self._sent - self._unread()
+        self._stall_since = asyncio.get_running_loop().time()
+        self._watch_output()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self.closing:
+            return
+        self.flush()
+        if self.gw.settle():
+            self.gw.host.poke()  # (their queue acknowledgements: the service's timer)
 
     def stop(self, message: str) -> None:
         """The server is stopping: an ERROR (once CONNECTed), close the connection, and
@@ -264,18 +336,38 @@ class StompConnection(asyncio.Protocol):
         self.close()
         self._end()
 
-    def _end(self) -> None:
+    def _end(self, *, all_written: bool = False) -> None:
+        """The connection is over: its JOMS connection is closed. Of what it was sent, the
+        ``auto``-mode messages that left the buffer (all of them, ``all_written``) are
+        consumed; those never written go back as never delivered."""
         self.closing = True
         self.gw.open.discard(self)
-        for h in (self._hb_send, self._hb_check, self._connect_timer):
+        for h in (self._hb_send, self._hb_check, self._connect_timer, self._watch):
             if h is not None:
                 h.cancel()
         if self.conn_id is not None:
             self.gw.connections.pop(self.conn_id, None)
+            flushed = self._sent if all_written else self._flushed
+            unconsumed: dict[str, list[str]] = {}
+            for end, consumer, tag, auto in self._inflight:
+                if end <= flushed:
+                    if auto:
+                        self.gw._written.append((consumer, tag))
+                else:
+                    unconsumed.setdefault(consumer, []).append(tag)
+            self._inflight.clear()
+            waiting = [item for item, _ in self._out if isinstance(item, MessageDispatched)]
+            for ev in [*self._set_aside, *waiting]:
+                unconsumed.setdefault(ev.consumer, []).append(ev.tag)
+            self._set_aside.clear()
+            self._keep_output(lambda item: False)
+            self.gw.settle()
             batch = getattr(self.gw.host, "batch", None)
             try:
                 with batch() if batch is not None else contextlib.nullcontext():
-                    self.service.close_connection(self.conn_id, self.gw.host.now())
+                    self.service.close_connection(
+                        self.conn_id, self.gw.host.now(), unconsumed=unconsumed
+                    )
             except JMSException:
                 pass  # the close could not be stored (disk full): the host logged it
             except Exception:
@@ -285,37 +377,149 @@ class StompConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ output
     def send_frame(self, frame: Frame) -> None:
-        """Queue a frame; :meth:`flush` writes the queued frames in one go."""
+        """Queue a frame; :meth:`flush` writes the queued frames."""
+        held = 0 if frame.command == "MESSAGE" else len(frame.body) + HELD_OVERHEAD
+        self._queue(frame, held)
+
+    def _queue(self, item: Frame | MessageDispatched, held: int) -> None:
+        self._out.append((item, held))
+        if held:
+            self._held += held
+            self._held_items += 1
+            if self._paused and self._held > self.gw.write_window and self._held_items > 1:
+                # a client that falls that far behind its topics: keeping their messages
+                # for it would grow the daemon without bound (queue messages wait anyway)
+                self._cut_off(
+                    f"{self._held} bytes of topic messages and replies waiting behind "
+                    f"{self._unread()} bytes unread, over its write window "
+                    f"({self.gw.write_window} bytes, stomp_write_window)"
+                )
+
+    def _keep_output(self, keep: Callable[[Frame | MessageDispatched], bool]) -> None:
+        """Drop the waiting output ``keep`` refuses."""
+        self._out = deque((item, held) for item, held in self._out if keep(item))
+        self._held = sum(held for _, held in self._out)
+        self._held_items = sum(1 for _, held in self._out if held)
+
+    def _encode(self, item: Frame | MessageDispatched) -> bytes | None:
+        if isinstance(item, MessageDispatched):
+            sub = self.sub_of.get(item.consumer)
+            if sub is None:
+                return None  # unsubscribed meanwhile: it went back with its consumer
+            frame = message_frame(item, sub, ack=item.consumer not in self.auto)
+        else:
+            frame = item
         try:
-            self._out.append(encode(frame, version=self.version))
+            return encode(frame, version=self.version)
         except ValueError:
             if self.version != "1.0":
                 raise
             # a header a STOMP 1.0 peer cannot read: that one goes escaped, the rest as is
-            self._out.append(encode(for_stomp_10(frame), version="1.0"))
+            return encode(for_stomp_10(frame), version="1.0")
 
-    def flush(self) -> None:
-        if not self._out or self._holding:
+    def flush(self, *, force: bool = False) -> None:
+        """Write the waiting output while the transport takes more: once its buffer is over
+        the write window (``pause_writing``) the rest waits for ``resume_writing``. A frame
+        is written whole, however large, when the buffer is below the window. ``force``:
+        write it all anyway (the few frames left when closing)."""
+        t = self.transport
+        if not self._out or self._holding or t is None or t.is_closing():
             return
-        data = b"".join(self._out)
-        self._out.clear()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
-            self._wrote = True
-            unread = self.transport.get_write_buffer_size()
-            if unread > self.gw.write_window:
-                # The client stopped reading: what it was sent cannot be delivered anyway.
-                c = self.gw.counters
-                c["slow_disconnects"] = c.get("slow_disconnects", 0) + 1
-                log.warning(
-                    "STOMP client %s disconnected: %d bytes unread, over its write window "
-                    "(%d bytes, stomp_write_window)",
-                    self.conn_id or "?",
-                    unread,
-                    self.gw.write_window,
-                )
-                self.closing = True
-                self.transport.abort()
+        chunk: list[bytes] = []
+        size = 0
+        while self._out and (force or not self._paused):
+            item, held = self._out.popleft()
+            if held:
+                self._held -= held
+                self._held_items -= 1
+            data = self._encode(item)
+            if data is None:
+                continue
+            chunk.append(data)
+            size += len(data)
+            if isinstance(item, MessageDispatched):
+                auto = item.consumer in self.auto
+                self._inflight.append((self._sent + size, item.consumer, item.tag, auto))
+            if size >= WRITE_CHUNK:
+                self._write(b"".join(chunk))
+                chunk, size = [], 0
+        if chunk:
+            self._write(b"".join(chunk))
+        self._written_out()
+
+    def _write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self._sent += len(data)
+        self._wrote = True
+        self.transport.write(data)  # (past the window, calls pause_writing)
+
+    def _unread(self) -> int:
+        t = self.transport
+        return 0 if t is None else t.get_write_buffer_size()
+
+    def _written_out(self) -> None:
+        """Note the frames that left the buffer for the socket (their ``auto`` messages
+        are consumed at the gateway's next settle), and watch the rest."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return  # (aborted, its buffer is gone: what it held was not written)
+        self._flushed = self._sent - t.get_write_buffer_size()
+        while self._inflight and self._inflight[0][0] <= self._flushed:
+            _, consumer, tag, auto = self._inflight.popleft()
+            if auto:
+                self.gw._written.append((consumer, tag))
+        if self._flushed < self._sent:
+            self._watch_output()
+        else:
+            self._watch_every = WATCH_PERIOD[0]
+
+    def _watch_output(self) -> None:
+        if self._watch is None and not self._aborted:
+            loop = asyncio.get_running_loop()
+            self._watch = loop.call_later(self._watch_every, self._on_watch)
+
+    def _on_watch(self) -> None:
+        self._watch = None
+        t = self.transport
+        if t is None or self._aborted:
+            return
+        before = self._flushed
+        self._written_out()
+        if self.gw.settle():
+            self.gw.host.poke()  # (their queue acknowledgements: the service's timer)
+        longest = min(WATCH_PERIOD[1], self.gw.write_timeout / 4)
+        self._watch_every = (
+            WATCH_PERIOD[0] if self._flushed > before else min(2 * self._watch_every, longest)
+        )
+        if not self._paused or self._aborted:
+            return
+        # a client over its window: is it reading any of it?
+        now = asyncio.get_running_loop().time()
+        gone = self._sent - t.get_write_buffer_size()
+        if gone > self._stall_mark:
+            self._stall_mark, self._stall_since = gone, now
+        elif now - self._stall_since >= self.gw.write_timeout:
+            self._cut_off(
+                f"{t.get_write_buffer_size()} bytes unread for {self.gw.write_timeout:g} s "
+                f"(stomp_write_timeout), over its write window ({self.gw.write_window} bytes, "
+                "stomp_write_window)"
+            )
+            return
+        self._watch_output()
+
+    def _cut_off(self, why: str) -> None:
+        """Disconnect a client that does not read its output (see ``why``): what its
+        transport still holds is discarded, and its messages go back (``_end``)."""
+        if self._aborted:
+            return
+        c = self.gw.counters
+        c["slow_disconnects"] = c.get("slow_disconnects", 0) + 1
+        log.warning("STOMP client %s disconnected: %s", self.conn_id or "?", why)
+        self._written_out()
+        self.closing = True
+        self._aborted = True
+        if self.transport is not None:
+            self.transport.abort()
 
     def error(
         self,
@@ -340,9 +544,18 @@ class StompConnection(asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
+        """Write the waiting output and close. For a client behind its window, only the
+        frames that are not messages go (a RECEIPT, the ERROR); its messages go back."""
         self.flush()
         self.closing = True
-        if self.transport is not None and not self._holding:  # else once the batch is stored
+        if self._holding:
+            return  # once the batch is stored
+        if self._out:
+            self._set_aside += [i for i, _ in self._out if isinstance(i, MessageDispatched)]
+            self._keep_output(lambda item: isinstance(item, Frame) and item.command != "MESSAGE")
+            self.flush(force=True)
+        if self.transport is not None:
+            self._written_out()
             self.transport.close()
 
     def deliver(self, ev: MessageDispatched) -> None:
@@ -358,7 +571,9 @@ class StompConnection(asyncio.Protocol):
             self._ack_of.move_to_end(mid)
             if len(self._ack_of) > ACK_IDS_KEPT:
                 self._ack_of.popitem(last=False)
-        self.send_frame(message_frame(ev, sub, ack=ack))
+        # encoded when written: a consumer far behind holds its messages, not their frames
+        held = len(ev.message.body) + HELD_OVERHEAD if ev.consumer in self.volatile else 0
+        self._queue(ev, held)
 
     # ------------------------------------------------------------------ frames
     def handle(self, frame: Frame) -> None:
@@ -442,7 +657,7 @@ class StompConnection(asyncio.Protocol):
         if self.closing or self.transport is None:
             return
         if not self._wrote:
-            self.transport.write(b"\n")
+            self._write(b"\n")
         self._wrote = False
         self._hb_send = asyncio.get_running_loop().call_later(
             self._send_every, self._heartbeat_send
@@ -631,6 +846,8 @@ class StompConnection(asyncio.Protocol):
         self.sub_of[consumer] = sub_id
         if ack == "auto":
             self.auto.add(consumer)
+        if self.service.consumer_info(consumer)["kind"] == "topic":
+            self.volatile.add(consumer)
         if durable:
             self.sub_durable[sub_id] = durable
         self.gw.pump()
@@ -679,13 +896,15 @@ class StompConnection(asyncio.Protocol):
         if consumer is None and durable is None:
             raise StompError(f"no subscription with id {sub_id!r}")
         if consumer is not None:
+            never = self._forget_output(consumer)
             self.sub_of.pop(consumer, None)
             self.auto.discard(consumer)
+            self.volatile.discard(consumer)
             for mid, copies in list(self._ack_of.items()):
                 if copies.pop(sub_id or "", None) is not None and not copies:
                     del self._ack_of[mid]
             self.sub_durable.pop(sub_id or "", None)
-            unconsumed = [t for t in (frame.get("joms-unconsumed") or "").split(",") if t]
+            unconsumed = never + [t for t in (frame.get("joms-unconsumed") or "").split(",") if t]
             held = frame.get("joms-delivered")
             delivered = None if held is None else [t for t in held.split(",") if t]
             self.service.close_consumer(
@@ -697,6 +916,29 @@ class StompConnection(asyncio.Protocol):
             )
         if durable is not None:
             self.service.unsubscribe_durable(self.conn_id, durable, self.now())
+
+    def _forget_output(self, consumer: str) -> list[str]:
+        """A consumer ends: its ``auto``-mode messages already handed to the transport count
+        as written (they go out with the rest) and are consumed now; the tags of its
+        messages still waiting, never written, are returned (they go back)."""
+        never = [
+            item.tag
+            for item, _ in self._out
+            if isinstance(item, MessageDispatched) and item.consumer == consumer
+        ]
+        if never:
+            self._keep_output(
+                lambda item: not isinstance(item, MessageDispatched) or item.consumer != consumer
+            )
+        kept: deque[tuple[int, str, str, bool]] = deque()
+        for entry in self._inflight:
+            if entry[1] != consumer:
+                kept.append(entry)
+            elif entry[3]:
+                self.gw._written.append((consumer, entry[2]))
+        self._inflight = kept
+        self.gw.settle()
+        return never
 
     def _ack_target(self, frame: Frame) -> tuple[str, str]:
         tag = frame.get("id")
@@ -853,6 +1095,7 @@ async def serve(
     heartbeat_ms: int = HEARTBEAT_MS,
     connect_timeout: float = CONNECT_TIMEOUT,
     write_window: int = WRITE_WINDOW,
+    write_timeout: float = WRITE_TIMEOUT,
 ) -> asyncio.Server:
     """Start the STOMP gateway; returns the listening :class:`asyncio.Server`.
 
@@ -883,6 +1126,7 @@ async def serve(
         heartbeat_ms=heartbeat_ms,
         connect_timeout=connect_timeout,
         write_window=write_window,
+        write_timeout=write_timeout,
     )
     loop = asyncio.get_running_loop()
     server = await loop.create_server(gateway.protocol, host, port)
