@@ -93,6 +93,18 @@ def test_parser_stays_failed_after_an_error() -> None:
         p.feed(b"SEND\n\n\x00")
 
 
+def test_the_error_carries_the_frames_completed_before_the_bad_one() -> None:
+    p = FrameParser()
+    with pytest.raises(ProtocolError) as first:
+        p.feed(
+            b"CONNECT\naccept-version:1.2\n\n\x00SEND\nreceipt:r\n\nok\x00SEND\nbad:\\q\n\n\x00SEND\n\n\x00"
+        )
+    assert [(f.command, f.body) for f in first.value.frames] == [("CONNECT", b""), ("SEND", b"ok")]
+    with pytest.raises(ProtocolError) as again:  # (those were handed out once)
+        p.feed(b"SEND\n\n\x00")
+    assert again.value.frames == [] and str(again.value) == str(first.value)
+
+
 _txt = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
 headers_st = st.dictionaries(
     st.text(_txt, min_size=1, max_size=10), st.text(_txt, max_size=20), max_size=5

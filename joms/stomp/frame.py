@@ -4,8 +4,9 @@ Owns the STOMP 1.2 wire grammar: command line, ``name:value`` headers (first occ
 wins, escapes ``\\r \\n \\c \\\\`` except in CONNECT/CONNECTED frames), bodies delimited
 either by ``content-length`` (binary-safe) or by the first NUL octet, and EOL heart-beats
 between frames. Everything that arrives from a peer is bounded by :class:`FrameLimits`; any
-violation raises :class:`ProtocolError` with a message fit for an ERROR frame. No other
-exception escapes :meth:`FrameParser.feed`.
+violation raises :class:`ProtocolError` with a message fit for an ERROR frame, carrying
+the frames completed before the invalid one (``frames``). No other exception escapes
+:meth:`FrameParser.feed`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ _ESCAPE_TABLE_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
 
 class ProtocolError(Exception):
     """A peer sent bytes that are not a valid STOMP 1.2 frame (or exceed a limit)."""
+
+    def __init__(self, message: str, frames: Iterable[Frame] = ()) -> None:
+        super().__init__(message)
+        self.frames = list(frames)
+        """The valid frames the same :meth:`FrameParser.feed` completed before the invalid
+        one, in order: the peer sent them, and they are to be handled first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +195,10 @@ class FrameParser:
         """STOMP version agreed with the peer: with 1.0, headers carry no escapes."""
 
     def feed(self, data: bytes) -> list[Frame]:
-        """Consume ``data``; raise :class:`ProtocolError` on the first invalid frame."""
+        """Consume ``data``; raise :class:`ProtocolError` on the first invalid frame (its
+        ``frames``: those ``data`` completed before it), and again on any later call."""
         if self._failed is not None:
-            raise self._failed
+            raise ProtocolError(str(self._failed))
         self._buf += data
         frames: list[Frame] = []
         try:
@@ -200,10 +208,11 @@ class FrameParser:
                     break
                 frames.append(frame)
         except ProtocolError as exc:
+            exc.frames = frames
             self._failed = exc
             raise
         except Exception as exc:  # a bug must not leak through as something else
-            self._failed = ProtocolError(f"malformed frame ({type(exc).__name__})")
+            self._failed = ProtocolError(f"malformed frame ({type(exc).__name__})", frames)
             raise self._failed from None
         if self._pos:
             del self._buf[: self._pos]

@@ -256,11 +256,12 @@ class StompConnection(asyncio.Protocol):
         if self.closing:
             return
         self._last_rx = asyncio.get_running_loop().time()
+        malformed: ProtocolError | None = None
         try:
             frames = self.parser.feed(data)
         except ProtocolError as exc:
-            self.error(f"malformed frame: {exc}")
-            return
+            # the valid frames before it came first: handled as sent, then the ERROR
+            malformed, frames = exc, exc.frames
         # One store commit for the run of frames, made before anything is written back
         # (receipts promise what they confirm is stored): output waits for the commit.
         batch = getattr(self.gw.host, "batch", None)
@@ -282,6 +283,8 @@ class StompConnection(asyncio.Protocol):
             self.closing = False  # (an ERROR of the run was not written either)
             self.error(refused[0], exception=refused[1])
             return
+        if malformed is not None:
+            self.error(f"malformed frame: {malformed}")  # (unless one of the frames did)
         if self.closing:
             if not self._aborted:
                 self.close()
