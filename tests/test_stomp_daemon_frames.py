@@ -1,5 +1,5 @@
 """Client frames the gateway of a real ``dodwan daemon --stomp`` must handle as the STOMP
-specs say: those before a malformed frame in one read."""
+specs say: those before a malformed frame in one read, NACK in a transaction."""
 
 from __future__ import annotations
 
@@ -65,3 +65,72 @@ def test_frames_before_a_malformed_one_in_the_same_read_are_handled_first(port: 
 def test_a_connect_followed_by_a_malformed_frame_is_answered_then_refused(port: int) -> None:
     frames = exchange(port, CONNECT + BAD)
     assert [f.command for f in frames] == ["CONNECTED", "ERROR"], frames
+
+
+def _message(c: RawStomp, body: bytes) -> dict[str, str]:
+    """Wait for the MESSAGE with ``body``: its headers."""
+    *_, (cmd, headers, got) = c.until(lambda f: f[0] != "RECEIPT")
+    assert (cmd, got) == ("MESSAGE", body), (cmd, headers, got)
+    return headers
+
+
+def _receipt(c: RawStomp, rid: str) -> None:
+    """The next frame is the RECEIPT ``rid`` (nothing came before it)."""
+    cmd, headers, _ = c.recv()
+    assert (cmd, headers.get("receipt-id")) == ("RECEIPT", rid), (cmd, headers)
+
+
+def test_a_nack_in_a_transaction_takes_effect_at_commit(port: int) -> None:
+    q = "/queue/nack-tx"
+    c = RawStomp(port)
+    # (prefetch 1: the next message comes once this one is settled)
+    c.send("SUBSCRIBE", {"id": "1", "destination": q, "ack": "client-individual",
+                         "prefetch": "1", "receipt": "s"})  # fmt: skip
+    _receipt(c, "s")
+    p = RawStomp(port)
+    for body in ("m1", "m2", "m3"):
+        p.send("SEND", {"destination": q, "content-type": "text/plain", "receipt": body}, body)
+        assert p.recv()[0] == "RECEIPT"
+    p.close()
+    # a NACK in an open transaction does nothing yet: the message still waits for its ACK
+    a1 = _message(c, b"m1")["ack"]
+    c.send("BEGIN", {"transaction": "t1"})
+    c.send("NACK", {"id": a1, "transaction": "t1", "receipt": "n1"})
+    _receipt(c, "n1")
+    c.send("ACK", {"id": a1, "receipt": "a1"})
+    _receipt(c, "a1")
+    c.send("COMMIT", {"transaction": "t1"})
+    # COMMIT applies it: the message comes again
+    a2 = _message(c, b"m2")["ack"]
+    c.send("BEGIN", {"transaction": "t2"})
+    c.send("NACK", {"id": a2, "transaction": "t2", "receipt": "n2"})
+    _receipt(c, "n2")
+    c.send("COMMIT", {"transaction": "t2"})
+    again = _message(c, b"m2")
+    assert again.get("redelivered") == "true", again
+    c.send("ACK", {"id": again["ack"], "receipt": "a2"})
+    _receipt(c, "a2")
+    # ABORT undoes it as it undoes an ACK: the message is given back (redelivered)
+    a3 = _message(c, b"m3")["ack"]
+    c.send("BEGIN", {"transaction": "t3"})
+    c.send("NACK", {"id": a3, "transaction": "t3", "receipt": "n3"})
+    _receipt(c, "n3")
+    c.send("ABORT", {"transaction": "t3"})
+    assert _message(c, b"m3").get("redelivered") == "true"
+    c.close()
+
+
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+def test_an_ack_or_nack_in_a_transaction_never_begun_is_an_error(port: int, command: str) -> None:
+    q = f"/queue/{command.lower()}-no-tx"
+    c = RawStomp(port)
+    c.send("SUBSCRIBE", {"id": "1", "destination": q, "ack": "client-individual"})
+    c.send("SEND", {"destination": q, "content-type": "text/plain"}, "m")
+    ack = _message(c, b"m")["ack"]
+    c.send(command, {"id": ack, "transaction": "nope", "receipt": "r"})
+    cmd, headers, _ = c.recv()
+    assert cmd == "ERROR", (cmd, headers)
+    assert headers["message"] == "transaction 'nope' was not begun", headers
+    assert headers["joms-exception"] == "IllegalStateException"
+    assert headers["receipt-id"] == "r"
+    c.close()

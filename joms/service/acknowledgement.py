@@ -3,6 +3,8 @@ ACK/NACK/recover, redelivery with a limit and the dead-letter queue, BEGIN/COMMI
 
 from __future__ import annotations
 
+import itertools
+
 from ..errors import (
     IllegalStateException,
     JMSException,
@@ -80,6 +82,14 @@ class AcknowledgementMixin(ServiceBase):
         if cons.pending:
             self._pump(cons, now)  # room in the prefetch window
 
+    def _apply_nack(self, cons: _Consumer, tag: str, now: float) -> None:
+        if tag not in cons.unacked:
+            return
+        tags = [tag]
+        if cons.ack_mode == "client":  # cumulative, like ACK (STOMP 1.2)
+            tags = list(itertools.takewhile(lambda t: t != tag, cons.unacked)) + tags
+        self._redeliver(cons, tags, now)
+
     def _over_limit(self, deliveries: int) -> bool:
         """A message delivered ``deliveries`` times (first one included) may not go again."""
         limit = self.config.max_redeliveries
@@ -154,7 +164,7 @@ class AcknowledgementMixin(ServiceBase):
         conn.txs[tx] = _Tx()
 
     def commit(self, conn_id: str, tx: str, now: float) -> None:
-        """Publish the held sends and apply the held acknowledgements."""
+        """Publish the held sends and apply the held acknowledgements (and NACKs)."""
         conn = self._conn(conn_id)
         t = self._tx(conn, tx)
         del conn.txs[tx]
@@ -162,13 +172,18 @@ class AcknowledgementMixin(ServiceBase):
             self._publish(msg, now, conn)
         for cid, tag in t.acks:
             cons = self._consumers.get(cid)
-            if cons is not None:
+            if cons is None:
+                continue
+            if (cid, tag) in t.nacks:
+                self._apply_nack(cons, tag, now)
+            else:
                 self._apply_ack(cons, tag, now)
         self._end_deferred_closes(conn, now)
         self.store.commit()
 
     def abort(self, conn_id: str, tx: str, now: float) -> None:
-        """Drop the held sends; messages acknowledged in the transaction are redelivered."""
+        """Drop the held sends; messages acknowledged (or refused: NACK) in the transaction
+        are redelivered."""
         conn = self._conn(conn_id)
         t = self._tx(conn, tx)
         del conn.txs[tx]

@@ -115,6 +115,9 @@ def attribute_for(identifier: str) -> str | None:
 class _Tx:
     sends: list[tuple[JomsMessage, float | None]] = field(default_factory=list)
     acks: list[tuple[str, str]] = field(default_factory=list)
+    """(consumer, tag) acknowledged — or refused, those in ``nacks`` — in the transaction,
+    in order: applied at COMMIT, given back (redelivered) at ABORT."""
+    nacks: set[tuple[str, str]] = field(default_factory=set)
 
 
 @dataclass(slots=True)

@@ -17,7 +17,6 @@ malformed input from the network is dropped and counted in :attr:`counters`.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import random
 from collections import deque
@@ -604,6 +603,7 @@ class JomsService(
             conn.consumers.discard(consumer_id)
             for tx in conn.txs.values():
                 tx.acks = [(c, t) for c, t in tx.acks if c != consumer_id]
+                tx.nacks = {(c, t) for c, t in tx.nacks if c != consumer_id}
         if cons.kind == "durable":
             d = self._durables.get(cons.durable)
             if d is not None:
@@ -694,17 +694,19 @@ class JomsService(
         self.store.commit()
         return True
 
-    def nack(self, consumer_id: str, tag: str, now: float) -> bool:
+    def nack(self, consumer_id: str, tag: str, now: float, *, tx: str | None = None) -> bool:
         """Redeliver a message (JMSRedelivered set) — in ``client`` mode, as STOMP 1.2 has
         it, every unacknowledged one up to it too (cumulative, like ACK); False when
-        ``tag`` is unknown."""
+        ``tag`` is unknown. In transaction ``tx``, at its commit (as an ACK)."""
         cons = self._consumers.get(consumer_id)
         if cons is None or tag not in cons.unacked:
             return False
-        tags = [tag]
-        if cons.ack_mode == "client":
-            tags = list(itertools.takewhile(lambda t: t != tag, cons.unacked)) + tags
-        self._redeliver(cons, tags, now)
+        if tx is not None:
+            t = self._tx(self._conn(cons.conn), tx)
+            t.acks.append((consumer_id, tag))
+            t.nacks.add((consumer_id, tag))
+            return True
+        self._apply_nack(cons, tag, now)
         self.store.commit()
         return True
 

@@ -981,7 +981,7 @@ class StompConnection(asyncio.Protocol):
 
     def on_nack(self, frame: Frame) -> None:
         consumer, tag = self._ack_target(frame)
-        if not self.service.nack(consumer, tag, self.now()):
+        if not self.service.nack(consumer, tag, self.now(), tx=frame.get("transaction")):
             raise StompError(f"NACK: message {tag!r} is not waiting for an acknowledgement")
         self.gw.pump()
 
