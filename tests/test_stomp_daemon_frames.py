@@ -1,13 +1,17 @@
 """Client frames the gateway of a real ``dodwan daemon --stomp`` must handle as the STOMP
-specs say: those before a malformed frame in one read, NACK in a transaction."""
+specs say: those before a malformed frame in one read, NACK in a transaction, STOMP 1.0's
+SUBSCRIBE without an id (with stomp.py's ``Connection10``)."""
 
 from __future__ import annotations
 
 import json
+import queue
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import stomp
 from stomp_raw import RawStomp
 from test_daemon_helpers import DaemonProc, random_group
 
@@ -134,3 +138,56 @@ def test_an_ack_or_nack_in_a_transaction_never_begun_is_an_error(port: int, comm
     assert headers["joms-exception"] == "IllegalStateException"
     assert headers["receipt-id"] == "r"
     c.close()
+
+
+class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.frames: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def on_message(self, frame: Any) -> None:
+        self.frames.put(("MESSAGE", frame))
+
+    def on_receipt(self, frame: Any) -> None:
+        self.frames.put(("RECEIPT", frame))
+
+    def on_error(self, frame: Any) -> None:
+        self.frames.put(("ERROR", frame))
+
+    def next(self) -> tuple[str, Any]:
+        return self.frames.get(timeout=10)
+
+    def receipt(self, rid: str) -> None:
+        kind, frame = self.next()
+        assert (kind, frame.headers.get("receipt-id")) == ("RECEIPT", rid), frame.headers
+
+
+def test_stomp_10_subscribe_without_an_id_and_unsubscribe_by_destination(port: int) -> None:
+    c = stomp.Connection10([("127.0.0.1", port)])
+    lst = Listener()
+    c.set_listener("l", lst)
+    c.connect(wait=True)
+    c.subscribe("/topic/ten", headers={"receipt": "s"})  # (stomp.py sends no id)
+    lst.receipt("s")
+    c.unsubscribe(destination="/topic/ten", headers={"receipt": "u"})
+    lst.receipt("u")
+    c.subscribe("/topic/ten", headers={"receipt": "s2"})  # that destination's id is free
+    lst.receipt("s2")
+    c.send("/topic/ten", "hello 1.0")
+    kind, frame = lst.next()
+    assert (kind, frame.body) == ("MESSAGE", "hello 1.0"), frame.headers
+    assert frame.headers["subscription"] == "/topic/ten"
+    # a subscription with an id can be ended by its destination too
+    c.subscribe("/topic/ten.b", id="b", headers={"receipt": "sb"})
+    lst.receipt("sb")
+    c.unsubscribe(destination="/topic/ten.b", headers={"receipt": "ub"})
+    lst.receipt("ub")
+    c.subscribe("/topic/ten.b", id="b", headers={"receipt": "sb2"})
+    lst.receipt("sb2")
+    c.disconnect()
+
+
+def test_stomp_12_subscribe_still_needs_an_id(port: int) -> None:
+    sub = encode(Frame("SUBSCRIBE", {"destination": "/topic/twelve"}))
+    frames = exchange(port, CONNECT + sub)
+    assert [f.command for f in frames] == ["CONNECTED", "ERROR"], frames
+    assert frames[1].headers["message"] == "SUBSCRIBE needs an id header"

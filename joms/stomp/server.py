@@ -187,6 +187,7 @@ class StompConnection(asyncio.Protocol):
         self.subs: dict[str, str] = {}  # STOMP subscription id -> consumer id
         self.sub_of: dict[str, str] = {}  # consumer id -> STOMP subscription id
         self.sub_durable: dict[str, str] = {}  # STOMP subscription id -> durable name
+        self.sub_dest: dict[str, str] = {}  # STOMP subscription id -> destination header
         self.auto: set[str] = set()  # consumers in ack=auto mode (MESSAGE without ack header)
         self.temp: dict[str, Destination] = {}  # /temp-queue/NAME -> real queue
         self.closing = False
@@ -808,6 +809,10 @@ class StompConnection(asyncio.Protocol):
     def on_subscribe(self, frame: Frame) -> None:
         assert self.conn_id is not None
         sub_id = frame.get("id")
+        if sub_id is None and self.version == "1.0":
+            # STOMP 1.0 makes the id optional: the destination stands for it (MESSAGE
+            # frames carry it as their subscription, UNSUBSCRIBE may name the destination)
+            sub_id = frame.get("destination") or None
         if sub_id is None:
             raise StompError("SUBSCRIBE needs an id header")
         if sub_id in self.subs:
@@ -847,6 +852,7 @@ class StompConnection(asyncio.Protocol):
         )
         self.subs[sub_id] = consumer
         self.sub_of[consumer] = sub_id
+        self.sub_dest[sub_id] = frame.headers["destination"]
         if ack == "auto":
             self.auto.add(consumer)
         if self.service.consumer_info(consumer)["kind"] == "topic":
@@ -891,12 +897,22 @@ class StompConnection(asyncio.Protocol):
     def on_unsubscribe(self, frame: Frame) -> None:
         assert self.conn_id is not None
         sub_id = frame.get("id")
+        dest = frame.get("destination")
+        if sub_id is None and self.version == "1.0" and dest:
+            # STOMP 1.0: by destination (the subscription without an id, else one with)
+            sub_id = (
+                dest
+                if dest in self.subs
+                else next((s for s, d in self.sub_dest.items() if d == dest), None)
+            )
         if sub_id is not None and self.subs.get(sub_id) == "":
             del self.subs[sub_id]  # a directory subscription
             return
         durable = next((frame.headers[k] for k in DURABLE_HEADERS if frame.get(k)), None)
         consumer = self.subs.pop(sub_id, None) if sub_id is not None else None
         if consumer is None and durable is None:
+            if sub_id is None and dest and self.version == "1.0":
+                raise StompError(f"no subscription to {dest}")
             raise StompError(f"no subscription with id {sub_id!r}")
         if consumer is not None:
             never = self._forget_output(consumer)
@@ -907,6 +923,7 @@ class StompConnection(asyncio.Protocol):
                 if copies.pop(sub_id or "", None) is not None and not copies:
                     del self._ack_of[mid]
             self.sub_durable.pop(sub_id or "", None)
+            self.sub_dest.pop(sub_id or "", None)
             unconsumed = never + [t for t in (frame.get("joms-unconsumed") or "").split(",") if t]
             held = frame.get("joms-delivered")
             delivered = None if held is None else [t for t in held.split(",") if t]
