@@ -191,3 +191,21 @@ def test_stomp_12_subscribe_still_needs_an_id(port: int) -> None:
     frames = exchange(port, CONNECT + sub)
     assert [f.command for f in frames] == ["CONNECTED", "ERROR"], frames
     assert frames[1].headers["message"] == "SUBSCRIBE needs an id header"
+
+
+def test_a_send_over_the_descriptor_limits_is_refused_naming_the_setting(port: int) -> None:
+    # (docs/stomp.md: the frame allows 128 headers of 16 KiB; a SEND's properties are
+    # bounded much lower by the descriptor limits of the core, limits.* settings)
+    disconnect = encode(Frame("DISCONNECT", {"receipt": "bye"}))
+    cases = {
+        "limits.max_attributes": {f"p{i}": "v" for i in range(60)},
+        "limits.max_descriptor_bytes": {f"q{i}": "v" * 1000 for i in range(10)},
+    }
+    for setting, props in cases.items():
+        frames = exchange(port, CONNECT + send("/topic/props", b"x", receipt="r", **props))
+        assert [f.command for f in frames] == ["CONNECTED", "ERROR"], frames
+        assert setting in frames[1].headers["message"], frames[1].headers
+        assert frames[1].headers["joms-exception"] == "MessageFormatException"
+    some = {f"p{i}": "v" for i in range(35)}  # within them
+    frames = exchange(port, CONNECT + send("/topic/props", b"x", receipt="r", **some) + disconnect)
+    assert [f.command for f in frames] == ["CONNECTED", "RECEIPT", "RECEIPT"], frames

@@ -88,7 +88,8 @@ def check_app_attributes(attributes: Mapping[str, str], limits: Limits) -> None:
         raise TypeError("descriptor attributes must be a mapping of str -> str")
     if len(attributes) + len(SYSTEM_ATTRIBUTES) > limits.max_attributes:
         raise ValueError(
-            f"too many attributes: at most {limits.max_attributes - len(SYSTEM_ATTRIBUTES)} besides the system ones"
+            f"too many attributes: at most {limits.max_attributes - len(SYSTEM_ATTRIBUTES)} "
+            f"besides the system ones (limits.max_attributes: {limits.max_attributes})"
         )
     for name, value in attributes.items():
         if not isinstance(name, str) or not isinstance(value, str):
