@@ -14,8 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import json
 import logging
+import struct
+import termios
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
@@ -213,7 +216,7 @@ class StompConnection(asyncio.Protocol):
         transport and not yet seen to have left its buffer."""
         self._watch: asyncio.TimerHandle | None = None
         self._watch_every = WATCH_PERIOD[0]
-        self._stall_mark = 0  # bytes gone from the buffer when the client was last seen reading
+        self._stall_mark = 0  # bytes the client had taken (_received) when last seen reading
         self._stall_since = 0.0
         self._aborted = False  # cut off: what its transport still held was discarded
         self.volatile: set[str] = set()  # consumers of non-durable topics
@@ -320,7 +323,7 @@ class StompConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         """The transport holds more than the write window: messages wait in ``_out``."""
         self._paused = True
-        self._stall_mark = self._sent - self._unread()
+        self._stall_mark = self._received()
         self._stall_since = asyncio.get_running_loop().time()
         self._watch_output()
 
@@ -461,6 +464,21 @@ class StompConnection(asyncio.Protocol):
         t = self.transport
         return 0 if t is None else t.get_write_buffer_size()
 
+    def _received(self) -> int:
+        """Bytes of its output the client's end has taken: those gone from the buffer, less
+        those the kernel still holds unacknowledged (Linux SIOCOUTQ) — a client reading
+        slowly drains the kernel's send buffer long before it frees room for the buffer."""
+        t = self.transport
+        if t is None:
+            return self._sent
+        in_kernel = 0
+        sock = t.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, ValueError):
+                raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+                in_kernel = struct.unpack("i", raw)[0]
+        return self._sent - t.get_write_buffer_size() - in_kernel
+
     def _written_out(self) -> None:
         """Note the frames that left the buffer for the socket (their ``auto`` messages
         are consumed at the gateway's next settle), and watch the rest."""
@@ -499,9 +517,9 @@ class StompConnection(asyncio.Protocol):
             return
         # a client over its window: is it reading any of it?
         now = asyncio.get_running_loop().time()
-        gone = self._sent - t.get_write_buffer_size()
-        if gone > self._stall_mark:
-            self._stall_mark, self._stall_since = gone, now
+        received = self._received()
+        if received > self._stall_mark:
+            self._stall_mark, self._stall_since = received, now
         elif now - self._stall_since >= self.gw.write_timeout:
             self._cut_off(
                 f"{t.get_write_buffer_size()} bytes unread for {self.gw.write_timeout:g} s "
