@@ -622,3 +622,33 @@ def test_a_delivery_held_back_when_its_receiver_closes_goes_back_as_never_delive
     w.svc["r"].subscribe(c, q, w.net.now, ack_mode="client-individual")
     w.run(4)
     assert [(e.message.body, e.message.redelivered) for e in w.events["r"]] == [(b"j0", False)]
+
+
+def test_a_queue_message_is_refused_at_send_when_its_hand_out_could_not_be_published() -> None:
+    """The manager hands a queue message on with up to five attributes of its own (receiver,
+    hand-out number, original id, counts): a message with 39 to 41 properties was accepted
+    (RECEIPT) and then never delivered, its hand-out refused by the core and only counted
+    (``queue_delivery_refused``). Each is now either refused at send, saying why, or
+    delivered."""
+    from joms.errors import MessageFormatException
+
+    w = World("m", "r")
+    q = w.svc["m"].create_queue("jobs", w.net.now)
+    cr = w.svc["r"].open_connection(w.net.now)
+    w.svc["r"].subscribe(cr, q, w.net.now)
+    w.run(2)
+    cm = w.svc["m"].open_connection(w.net.now)
+    accepted, refused = [], []
+    for n in range(30, 52):
+        props = {f"p{i}": f"v{i}" for i in range(n)}
+        try:
+            w.svc["m"].send(cm, text(q, f"n{n}", **props), w.net.now)
+        except MessageFormatException as exc:
+            refused.append(n)
+            assert "limits.max_attributes" in str(exc), exc
+        else:
+            accepted.append(n)
+    w.run(10)
+    assert sorted(w.bodies("r")) == sorted(f"n{n}".encode() for n in accepted)
+    assert w.svc["m"].counters.get("queue_delivery_refused", 0) == 0
+    assert accepted and refused and max(accepted) < min(refused), (accepted, refused)

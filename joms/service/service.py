@@ -23,6 +23,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from dodwan.core.message import SYSTEM_ATTRIBUTES
+from dodwan.core.wire import encode_attributes
+
 from ..errors import (
     IllegalStateException,
     InvalidClientIDException,
@@ -33,6 +36,7 @@ from ..errors import (
 from . import model as mdl
 from .acknowledgement import AcknowledgementMixin
 from .base import (
+    _CORE_LIMITS,
     ACK_MODES,
     IMPLICIT_PREFIX,
     KEY_PREFIX,
@@ -59,6 +63,13 @@ from .queues import ManagedQueue, load_policy
 from .store import MemoryServiceStore, ServiceStore
 from .topics import TopicsMixin
 from .wildcards import check_wildcard, is_wildcard
+
+QUEUE_ADDED_ATTRIBUTES = 7
+"""Attributes a queue message may gain after its producer sent it: the manager's hand-out
+(receiver, hand-out number, original id, delivery count, redelivered flag) and, moved to the
+dead-letter queue, its original destination and the reason."""
+QUEUE_ADDED_BYTES = 1024
+"""Encoded bytes those may take (ids and names of ordinary length), and DoDWAN's own."""
 
 __all__ = ["KEY_PREFIX", "JomsService", "attribute_for", "compile_selector", "selector_matches"]
 
@@ -419,12 +430,38 @@ class JomsService(
             msg.expiration = int((now + time_to_live) * 1000)
         msg.connection = conn.tag
         msg.redelivered = False
+        if dest.kind == "queue":
+            self._check_queue_room(msg)
         if tx is not None:
             self._tx(conn, tx).sends.append((msg, None))
             return msg.message_id
         self._publish(msg, now, conn)
         self.store.commit()
         return msg.message_id
+
+    def _check_queue_room(self, msg: JomsMessage) -> None:
+        """Refuse a queue message its manager could not hand on: the hand-out (and a move
+        to the dead-letter queue) adds attributes the producer's publication does not have,
+        and a descriptor over the core's limits then is refused there, after the producer
+        was told the message was sent."""
+        d = mdl.to_descriptor(msg)
+        d.setdefault(mdl.SEQUENCE, f"{self.host_id}/{msg.connection}:{2**32}")  # set later
+        limits, system = _CORE_LIMITS, len(SYSTEM_ATTRIBUTES)
+        room = limits.max_attributes - system - QUEUE_ADDED_ATTRIBUTES
+        if len(d) > room:
+            raise MessageFormatException(
+                f"message refused: a queue message's descriptor holds at most {room} "
+                f"attributes (limits.max_attributes {limits.max_attributes}, less DoDWAN's "
+                f"{system} and the {QUEUE_ADDED_ATTRIBUTES} its queue manager may add); this "
+                f"one needs {len(d)}: send it with fewer properties"
+            )
+        size = len(encode_attributes(d)) + QUEUE_ADDED_BYTES
+        if size > limits.max_descriptor_bytes:
+            raise MessageFormatException(
+                f"message refused: a queue message's descriptor would reach {size} bytes "
+                f"with what its queue manager adds, over limits.max_descriptor_bytes "
+                f"({limits.max_descriptor_bytes}): send it with fewer or shorter properties"
+            )
 
     def _publish(self, msg: JomsMessage, now: float, conn: _Connection | None = None) -> None:
         deadline = msg.expiration / 1000.0 if msg.expiration else now + self.config.default_ttl
