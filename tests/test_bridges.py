@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -667,6 +668,44 @@ def test_two_gateways_on_one_topic_no_loop_no_duplicate(
     assert len(hq.snapshot()) == 31 + 10
     echoes = binding(gw1, "hq")["echoes"] + binding(gw2, "hq")["echoes"]
     assert echoes >= 31
+
+
+def test_a_primary_that_stood_still_past_the_hold_off_sends_none_the_standby_sent(
+    proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any
+) -> None:
+    """A primary stopped (SIGSTOP) longer than the standby's hold-off, its connection up:
+    the standby sent what the field published meanwhile, and the primary, resumed, sent
+    those again (a probe: 64-191 of 300 twice), for the standby's copies waited unread in
+    its socket while it sent its outbox; only a reconnection read them first. A binding
+    whose loop stood still now reads what came before it sends."""
+    topic = topic_name()
+    uri, make_remote = proto.destination(topic)
+    hq = remotes(make_remote)
+    group = random_group()
+    field = daemons("field", "--group", group, "--host-id", "field", *ARGS)
+    gw1 = daemons("gw1", "--group", group, "--host-id", "gw1", *ARGS)
+    gw2 = daemons("gw2", "--group", group, "--host-id", "gw2", *ARGS)
+    add_binding(gw1, uri, "hq", topic)
+    add_binding(gw2, uri, "hq", topic, standby=True, holdoff=2.0)
+    for gw in (gw1, gw2):
+        wait_for(lambda gw=gw: binding(gw, "hq")["connected"], 30, what="binding connected")
+    first = publish(field, topic, 5)
+    exactly_once(hq, first, gw=gw1)
+    wait_for(lambda: binding(gw2, "hq")["backlog"] == 0, 30, what="standby's outbox settled")
+    before = publish(field, topic, 5, start=5)  # some reach the primary, unsent
+    assert gw1.proc is not None
+    gw1.proc.send_signal(signal.SIGSTOP)
+    try:
+        stopped = time.monotonic()
+        during = publish(field, topic, 15, start=10)
+        exactly_once(hq, first + before + during, gw=gw2)  # the standby, after its hold-off
+        # the stall under test: well past STALLED (3 s) whatever the machine's speed
+        time.sleep(max(0.0, stopped + 8.0 - time.monotonic()))
+    finally:
+        gw1.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: binding(gw1, "hq")["backlog"] == 0, 60, what="primary's outbox settled")
+    sentinel = publish(field, topic, 1, start=98)
+    exactly_once(hq, first + before + during + sentinel, gw=gw1)
 
 
 def test_the_standby_gateway_takes_over_and_the_primary_comes_back_without_copies(

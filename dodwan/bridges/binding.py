@@ -30,6 +30,9 @@ DRAIN_QUIET = 0.5
 """After a (re)connection, a two-way binding takes in what the broker kept for it until
 nothing came for this long, before it sends (see :meth:`Binding._drain`)."""
 DRAIN_MAX = 15.0
+STALLED = 3.0
+"""Seconds between two turns of a binding's loop (at most about 1 s apart while it runs)
+that show the process stood still: it then reads what came meanwhile before sending."""
 
 
 class LinkError(Exception):
@@ -314,7 +317,16 @@ class Binding:
 
     def _serve(self, link: Link) -> None:
         name = self.spec.name
+        turn = time.monotonic()
         while not self._stop.is_set():
+            if self.spec.inbound and time.monotonic() - turn > STALLED:
+                # The process stood still (SIGSTOP, a paused machine) with its connection
+                # up: what another gateway sent meanwhile waits unread, as after a
+                # reconnection. Read it first, or this one sends those messages again.
+                # (A send that took that long, stopped or slow, drains too: at worst a
+                # pause of DRAIN_QUIET.)
+                self._drain(link)
+            turn = time.monotonic()
             if not (self.spec.outbound and self._resume.is_set()):
                 self._idle.set()
                 link.poll(0.2, self._wake)
