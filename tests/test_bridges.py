@@ -627,20 +627,34 @@ def test_outbox_rows_lost_in_a_crash_are_recovered_from_the_cache(
 # ---------------------------------------------------------------------- two gateways
 
 
+def two_gateways(
+    daemons: Callable[..., DaemonProc],
+    uri: str,
+    topic: str,
+    primary_uri: str | None = None,
+    **second: Any,
+) -> tuple[DaemonProc, DaemonProc, DaemonProc]:
+    """A field host and two gateways in one group, both bound (``hq``) to ``uri`` (the
+    first to ``primary_uri`` if given), the second with ``second``'s settings; both
+    connected."""
+    group = random_group()
+    field = daemons("field", "--group", group, "--host-id", "field", *ARGS)
+    gw1 = daemons("gw1", "--group", group, "--host-id", "gw1", *ARGS)
+    gw2 = daemons("gw2", "--group", group, "--host-id", "gw2", *ARGS)
+    add_binding(gw1, primary_uri or uri, "hq", topic)
+    add_binding(gw2, uri, "hq", topic, **second)
+    for gw in (gw1, gw2):
+        wait_for(lambda gw=gw: binding(gw, "hq")["connected"], 30, what="binding connected")
+    return field, gw1, gw2
+
+
 def test_two_gateways_on_one_topic_no_loop_no_duplicate(
     proto: Proto, daemons: Callable[..., DaemonProc], remotes: Any, tmp_path: Path
 ) -> None:
     topic = topic_name()
     uri, make_remote = proto.destination(topic)
     hq = remotes(make_remote)
-    group = random_group()
-    field = daemons("field", "--group", group, "--host-id", "field", *ARGS)
-    gw1 = daemons("gw1", "--group", group, "--host-id", "gw1", *ARGS)
-    gw2 = daemons("gw2", "--group", group, "--host-id", "gw2", *ARGS)
-    add_binding(gw1, uri, "hq", topic)
-    add_binding(gw2, uri, "hq", topic, holdoff=5.0)  # the standby gateway
-    for gw in (gw1, gw2):
-        wait_for(lambda gw=gw: binding(gw, "hq")["connected"], 30, what="binding connected")
+    field, gw1, gw2 = two_gateways(daemons, uri, topic, holdoff=5.0)  # gw2: the standby
     out = tmp_path / "field-in"
     field_sink(field, topic, out)
 
@@ -681,14 +695,7 @@ def test_a_primary_that_stood_still_past_the_hold_off_sends_none_the_standby_sen
     topic = topic_name()
     uri, make_remote = proto.destination(topic)
     hq = remotes(make_remote)
-    group = random_group()
-    field = daemons("field", "--group", group, "--host-id", "field", *ARGS)
-    gw1 = daemons("gw1", "--group", group, "--host-id", "gw1", *ARGS)
-    gw2 = daemons("gw2", "--group", group, "--host-id", "gw2", *ARGS)
-    add_binding(gw1, uri, "hq", topic)
-    add_binding(gw2, uri, "hq", topic, standby=True, holdoff=2.0)
-    for gw in (gw1, gw2):
-        wait_for(lambda gw=gw: binding(gw, "hq")["connected"], 30, what="binding connected")
+    field, gw1, gw2 = two_gateways(daemons, uri, topic, standby=True, holdoff=2.0)
     first = publish(field, topic, 5)
     exactly_once(hq, first, gw=gw1)
     wait_for(lambda: binding(gw2, "hq")["backlog"] == 0, 30, what="standby's outbox settled")
@@ -717,18 +724,13 @@ def test_the_standby_gateway_takes_over_and_the_primary_comes_back_without_copie
     topic = topic_name()
     uri, make_remote = proto.destination(topic)
     hq = remotes(make_remote)
-    group = random_group()
-    field = daemons("field", "--group", group, "--host-id", "field", *ARGS)
-    gw1 = daemons("gw1", "--group", group, "--host-id", "gw1", *ARGS)
-    gw2 = daemons("gw2", "--group", group, "--host-id", "gw2", *ARGS)
     uplink1 = CutProxy(proto.broker.port)  # the primary's uplink, which the test cuts
     request.addfinalizer(uplink1.close)
-    add_binding(gw1, uri.replace(f":{proto.broker.port}/", f":{uplink1.port}/"), "hq", topic)
+    primary = uri.replace(f":{proto.broker.port}/", f":{uplink1.port}/")
     # A hold-off well above the primary's send-and-echo time even on a loaded machine.
-    st = add_binding(gw2, uri, "hq", topic, standby=True, holdoff=8.0)
+    field, gw1, gw2 = two_gateways(daemons, uri, topic, primary, standby=True, holdoff=8.0)
+    st = binding(gw2, "hq")
     assert st["standby"] and st["holdoff"] == 8.0
-    for gw in (gw1, gw2):
-        wait_for(lambda gw=gw: binding(gw, "hq")["connected"], 30, what="binding connected")
 
     first = publish(field, topic, 10)
     exactly_once(hq, first)
