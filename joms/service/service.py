@@ -431,7 +431,7 @@ class JomsService(
         msg.connection = conn.tag
         msg.redelivered = False
         if dest.kind == "queue":
-            self._check_queue_room(msg)
+            self._check_queue_room(msg, conn)
         if tx is not None:
             self._tx(conn, tx).sends.append((msg, None))
             return msg.message_id
@@ -439,13 +439,13 @@ class JomsService(
         self.store.commit()
         return msg.message_id
 
-    def _check_queue_room(self, msg: JomsMessage) -> None:
+    def _check_queue_room(self, msg: JomsMessage, conn: _Connection) -> None:
         """Refuse a queue message its manager could not hand on: the hand-out (and a move
         to the dead-letter queue) adds attributes the producer's publication does not have,
         and a descriptor over the core's limits then is refused there, after the producer
         was told the message was sent."""
         d = mdl.to_descriptor(msg)
-        d.setdefault(mdl.SEQUENCE, f"{self.host_id}/{msg.connection}:{2**32}")  # set later
+        d.setdefault(mdl.SEQUENCE, f"{self.host_id}/{conn.id}:{2**32}")  # as _publish sets it
         limits, system = _CORE_LIMITS, len(SYSTEM_ATTRIBUTES)
         room = limits.max_attributes - system - QUEUE_ADDED_ATTRIBUTES
         if len(d) > room:
