@@ -36,6 +36,12 @@ def _wal_size(state: Path) -> int:
     return 0
 
 
+def _dir_sink(c: AdminClient, target: Path) -> None:
+    """Subscribe key ``s`` (topic ``t``) with a directory sink into ``target``."""
+    c.post("/subscribe", {"patterns": {"topic": "t"}, "key": "s",
+                          "sink": {"kind": "dir", "target": str(target)}})  # fmt: skip
+
+
 # ------------------------------------------------------------- 1. a foreign reader
 
 
@@ -248,8 +254,7 @@ def test_dir_sink_on_a_full_disk_holds_ids_not_payloads_and_delivers_everything(
     d.start()
     try:
         c = d.client()
-        c.post("/subscribe", {"patterns": {"topic": "t"}, "key": "s",
-                              "sink": {"kind": "dir", "target": str(small_disk)}})  # fmt: skip
+        _dir_sink(c, small_disk)
         filler = fill_disk(small_disk)
         assert d.proc is not None
         lines0 = len(d.log.read_text().splitlines())
@@ -312,8 +317,7 @@ def test_a_waiting_dir_delivery_keeps_its_payload_when_the_message_leaves_the_ca
     d.start()
     try:
         c = d.client()
-        c.post("/subscribe", {"patterns": {"topic": "t"}, "key": "s",
-                              "sink": {"kind": "dir", "target": str(small_disk)}})  # fmt: skip
+        _dir_sink(c, small_disk)
         filler = fill_disk(small_disk)
         sent = [os.urandom(100_000) for _ in range(3)]
         ids = [c.publish_bytes(data, attributes={"topic": "t"})["id"] for data in sent]
